@@ -1,0 +1,65 @@
+# nestbed: `make demo` and `make test` set up everything on a fresh Debian/Ubuntu machine (as root).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+# Debian packages nestbed uses: Tcl for the ns-2 front end, ns-2 itself for simulation and
+# compatibility tests, PostgreSQL for shared stores (and its tests), iproute2/ethtool/tcpdump/
+# iperf3 for the back end and measurements.
+APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 python3-venv
+
+.PHONY: setup demo test test-python test-rust bench lint format schemas clean
+
+setup: apt $(STAMPS)/venv rust
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q setuptools==80.9.0
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	@touch $@
+
+rust:
+	cargo build --release --quiet
+
+demo: setup
+	$(VENV)/bin/nestbed parse examples/dumbbell.ns
+
+test: setup test-rust test-python
+
+test-rust:
+	cargo test --quiet
+
+test-python:
+	$(PY) -m pytest -q
+
+bench: setup
+	@for script in bench/*.py; do $(PY) $$script; done
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	cargo fmt --all --check
+	cargo clippy --all-targets --quiet -- -D warnings
+
+format: setup
+	$(VENV)/bin/ruff format src tests bench
+	$(VENV)/bin/ruff check --fix src tests bench
+	cargo fmt --all
+
+schemas: setup
+	$(PY) -m nestbed.spec.schema --write
+
+clean:
+	rm -rf $(VENV) $(STAMPS) target

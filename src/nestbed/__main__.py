@@ -1,0 +1,5 @@
+"""`python -m nestbed` runs the command line."""
+
+from nestbed.cli import run
+
+run()

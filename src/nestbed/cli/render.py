@@ -1,0 +1,111 @@
+"""Readable summaries of an experiment for the terminal (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from nestbed.model import Experiment, Shaping
+from nestbed.units import format_bandwidth, format_delay, format_time
+
+
+def shaping_text(s: Shaping) -> str:
+    """`10Mb 20ms loss 0.01 droptail/100` — the parts of one direction that are set."""
+    parts = [format_bandwidth(s.bandwidth_bps) if s.bandwidth_bps else "unlimited"]
+    parts.append(format_delay(s.delay_s))
+    if s.jitter_s:
+        parts.append(f"±{format_delay(s.jitter_s)} {s.jitter_distribution}")
+    if s.loss:
+        parts.append(f"loss {s.loss:g}")
+    if s.gilbert_elliott:
+        g = s.gilbert_elliott
+        parts.append(f"GE p={g.p:g} r={g.r:g} (loss {g.loss_rate:.4g})")
+    if s.drop_ordinals:
+        parts.append("drop #" + ",".join(map(str, s.drop_ordinals)))
+    q = s.queue
+    limit = f"{q.limit} {q.limit_unit}" if q.limit else "auto"
+    parts.append(f"{q.kind} {limit}")
+    return " ".join(parts)
+
+
+def experiment_summary(exp: Experiment) -> Group:
+    nodes = Table(
+        title=f"experiment {exp.name}: {len(exp.nodes)} nodes, routing {exp.routing}",
+        title_justify="left",
+    )
+    for col in ("node", "interfaces", "settings"):
+        nodes.add_column(col)
+    for n in exp.nodes:
+        ifaces = [
+            f"{p.ip}/{p.interface.network.prefixlen} ({link.name})"
+            for link in exp.all_links
+            for p in link.ports
+            if p.node == n.name
+        ]
+        settings = [
+            f"{k} {v}"
+            for k, v in (
+                ("os", n.os),
+                ("hw", n.hardware_type),
+                ("cpu", n.cpu_cores),
+                ("mem", n.memory_bytes),
+                ("startcmd", n.startcmd),
+            )
+            if v
+        ]
+        if n.routes:
+            settings.append(f"{len(n.routes)} manual routes")
+        nodes.add_row(n.name, "\n".join(ifaces), ", ".join(settings))
+    links = Table(title="links and LANs (per direction)", title_justify="left")
+    for col in ("name", "direction", "shaping"):
+        links.add_column(col)
+    for link in exp.all_links:
+        label = link.name if link.kind == "link" else f"{link.name} (LAN)"
+        for i, p in enumerate(link.ports):
+            if link.kind == "link":
+                other = link.ports[1 - i].node
+                links.add_row(
+                    label if i == 0 else "", f"{p.node} → {other}", shaping_text(p.egress)
+                )
+            else:
+                links.add_row(label if i == 0 else "", f"{p.node} → switch", shaping_text(p.egress))
+                links.add_row("", f"switch → {p.node}", shaping_text(p.ingress))
+    parts: list = [nodes, links]
+    if exp.agents or exp.applications or exp.programs:
+        traffic = Table(title="traffic and programs", title_justify="left")
+        for col in ("name", "kind", "where", "settings"):
+            traffic.add_column(col)
+        for a in exp.agents:
+            traffic.add_row(
+                a.name,
+                a.kind + (f"/{a.variant}" if a.variant else ""),
+                a.node,
+                f"peer {a.peer}" if a.peer else "",
+            )
+        for app in exp.applications:
+            rate = (
+                f"every {format_delay(app.interval_s)}"
+                if app.interval_s
+                else format_bandwidth(app.rate_bps)
+            )
+            detail = f"{app.packet_size_bytes} B at {rate}" if app.kind == "cbr" else ""
+            traffic.add_row(app.name, app.kind, f"on {app.agent}", detail)
+        for p in exp.programs:
+            traffic.add_row(p.name, "program", p.node, p.command)
+        parts.append(traffic)
+    if exp.events:
+        events = Table(title="event timeline", title_justify="left")
+        for col in ("time (s)", "object", "action"):
+            events.add_column(col)
+        for e in exp.events:
+            events.add_row(format_time(e.time_s), e.object, " ".join([e.verb, *e.args]))
+        parts.append(events)
+    for w in exp.warnings:
+        where = f"{w.where.file}:{w.where.line}: " if w.where and w.where.line else ""
+        parts.append(Text(f"warning: {where}{w.message}", style="yellow"))
+    return Group(*parts)
+
+
+def print_summary(exp: Experiment, console: Console) -> None:
+    console.print(experiment_summary(exp))

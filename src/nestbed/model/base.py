@@ -1,0 +1,17 @@
+"""Common base of every model type: frozen, keyword-only, unknown keys rejected."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+# Names become host names and interface names, so Emulab's rule applies (see issue 2).
+NAME_PATTERN = r"^[-0-9A-Za-z]+$"
+NAME_RE = re.compile(NAME_PATTERN)
+
+
+class Frozen(BaseModel):
+    """An immutable record that rejects unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)

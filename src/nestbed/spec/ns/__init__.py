@@ -1,0 +1,115 @@
+"""The ns-2 / Emulab front end: runs an experiment script in tclsh and reads back a document.
+
+The script runs in a real Tcl interpreter with nestbed's own definitions of the ns-2 and Emulab
+commands (``nestbed.tcl`` beside this module), so loops, procs and arrays work as in Emulab.
+The Tcl side prints one JSON object: the document (``nestbed.spec.document.ExperimentDoc``) with
+the user's raw values, the file:line of every object and field, and the warnings and errors it
+found. Resolving the document into the IR (units, addresses, event verbs) is
+``nestbed.spec.resolve``'s job.
+
+``tb_compat.tcl`` beside this module is the stub that lets the same file run in plain ns-2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from nestbed.errors import EnvironmentProblem, InternalError, Problem, UserError
+from nestbed.spec.document import ExperimentDoc
+from nestbed.spec.problems import Problems, describe_validation_error
+
+HERE = Path(__file__).resolve().parent
+LIBRARY = HERE / "nestbed.tcl"
+STUB = HERE / "tb_compat.tcl"
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Translation:
+    """What the Tcl side said about one file."""
+
+    document: ExperimentDoc
+    locations: dict[str, tuple[str, int]] = field(default_factory=dict)
+    warnings: list[Problem] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+
+
+def translate(
+    path: Path,
+    *,
+    parameters: dict[str, str] | None = None,
+    tclsh: str = "tclsh",
+    timeout_s: float = TIMEOUT_S,
+) -> Translation:
+    """Runs the ns file PATH in tclsh and returns its document, locations and problems.
+
+    ``parameters`` override ``set opt(NAME) V`` and ``$ns define-template-parameter NAME V``.
+    Raises ``UserError`` when the file does not exist, ``EnvironmentProblem`` when tclsh is
+    missing and ``InternalError`` when the Tcl side breaks; problems in the script itself are
+    returned in ``errors``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"experiment file {path} does not exist; check the path")
+    executable = shutil.which(tclsh)
+    if executable is None:
+        raise EnvironmentProblem(
+            "tclsh is not installed; run `make setup` or `apt-get install tcl`"
+        )
+    argv = [executable, str(LIBRARY), str(path.resolve())]
+    for name, value in (parameters or {}).items():
+        argv += ["-p", str(name), str(value)]
+    with tempfile.TemporaryDirectory(prefix="nestbed-ns-") as scratch:
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=scratch,
+                capture_output=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            message = (
+                f"the script did not finish within {timeout_s:g} s (an endless loop?); "
+                "fix the loop or make the experiment smaller"
+            )
+            return Translation(ExperimentDoc(), errors=[Problem(message, path.name)])
+    if done.returncode != 0:
+        raise InternalError(
+            f"the ns front end (tclsh nestbed.tcl) failed with exit code {done.returncode}: "
+            f"{done.stderr.decode(errors='replace').strip()}"
+        )
+    return _read_output(done.stdout, path.name)
+
+
+def _read_output(stdout: bytes, file: str) -> Translation:
+    try:
+        raw = json.loads(stdout.decode("ascii"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InternalError(f"the ns front end printed something that is not JSON: {exc}") from exc
+    locations = {path: (loc[0], int(loc[1])) for path, loc in raw["locations"].items()}
+    warnings = [_problem(p) for p in raw["warnings"]]
+    errors = [_problem(p) for p in raw["errors"]]
+    try:
+        document = ExperimentDoc.model_validate(raw["document"])
+    except ValidationError as exc:
+        problems = Problems(file, locations)
+        describe_validation_error(exc, problems)
+        return Translation(ExperimentDoc(), locations, warnings, errors + problems.errors)
+    return Translation(document, locations, warnings, errors)
+
+
+def _problem(raw: dict[str, object]) -> Problem:
+    line = raw.get("line")
+    return Problem(str(raw["message"]), str(raw.get("file") or ""), int(line) if line else None)  # type: ignore[call-overload]
+
+
+__all__ = ["LIBRARY", "STUB", "Translation", "translate"]

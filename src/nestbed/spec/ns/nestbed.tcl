@@ -1,0 +1,1708 @@
+# nestbed.tcl -- nestbed's ns-2 / Emulab front end.
+#
+# Usage: tclsh nestbed.tcl USERFILE ?-p NAME VALUE ...?
+#
+# Runs the user's experiment script in this interpreter with nestbed's own definitions of the
+# ns-2 and Emulab commands (Simulator, node, duplex-link, make-lan, agents, Program, $ns at,
+# tb-* and nb-*), then prints ONE JSON object on stdout:
+#
+#   {"document": {...}, "locations": {"nodes.0": ["f.ns", 3], ...},
+#    "warnings": [{"message": ..., "file": ..., "line": ...}], "errors": [...]}
+#
+# The document (nestbed.spec.document.ExperimentDoc) records what the script said, with the
+# user's raw strings for values ("10Mb", "20ms"): units, addresses and event verbs are checked
+# by the Python resolver, not here. Objects are TclOO objects whose state lives in the arrays
+# of namespace ::nb, keyed by the object's handle (its command name, ::nb::objN).
+#
+# Names follow Emulab's rule: the first variable an object is assigned to names it (the
+# builtin `set` is renamed to ::nb::set and wrapped); objects never assigned get kind0,
+# kind1, ... at the end. Values that refer to objects are kept as handles and turned into
+# final names only when the JSON is printed.
+#
+# Library code lives in namespace ::nb, where `set` still means the builtin.
+
+namespace eval ::nb {
+    variable seq 0            ;# handle counter
+    variable order {}         ;# every handle, in creation order
+    variable ns ""            ;# the Simulator handle
+    variable warnings {}      ;# {message {file line}} pairs; messages may hold \x01handle\x01
+    variable errors {}
+    variable events {}        ;# event dicts of `$ns at`
+    variable inert {}         ;# {command args loc}
+    variable routing ""
+    variable routingLoc {}
+    variable overrides {}     ;# NAME -> VALUE given by the caller
+    variable usedOverrides {}
+    variable parameters {}    ;# define-template-parameter NAME -> VALUE
+    variable paramLocs {}
+    variable envLocs {}
+    variable simulated 0      ;# depth of make-simulated
+    variable procdefs {}      ;# fully qualified proc name -> {file line}
+    variable libfiles {}
+    variable mainfile ""
+    variable maindir ""
+    variable ran 0
+    variable used             ;# array: name -> handle
+    variable kind; variable name; variable F; variable L; variable created
+    variable members; variable ifaces; variable link; variable src
+    variable steps; variable gmembers; variable tlevents; variable sysctl; variable routes
+    array set used {}
+    array set kind {}
+    array set name {}
+    array set F {}
+    array set L {}
+    array set created {}
+    array set members {}
+    array set ifaces {}
+    array set link {}
+    array set src {}
+    array set steps {}
+    array set gmembers {}
+    array set tlevents {}
+    array set sysctl {}
+    array set routes {}
+}
+
+# ----------------------------------------------------------------------------------------------
+# Locations, warnings and errors
+
+# The file:line of the innermost user command being run (frames of this library are skipped).
+proc ::nb::where {} {
+    variable libfiles
+    for {set i [expr {[info frame] - 1}]} {$i > 0} {incr i -1} {
+        set f [info frame $i]
+        if {[dict get $f type] eq "source" && [dict exists $f file]} {
+            set file [dict get $f file]
+            if {$file ni $libfiles} {
+                return [list [file tail $file] [dict get $f line]]
+            }
+        }
+    }
+    return [list [file tail $::nb::mainfile] 1]
+}
+
+proc ::nb::warn {message {loc {}}} {
+    variable warnings
+    if {$loc eq {}} { set loc [where] }
+    lappend warnings [list $message $loc]
+    return ""
+}
+
+proc ::nb::error {message {loc {}}} {
+    variable errors
+    if {$loc eq {}} { set loc [where] }
+    lappend errors [list $message $loc]
+    return ""
+}
+
+# A reference to an object inside a message, replaced by the object's final name on output.
+proc ::nb::ref {h} {
+    return "\x01$h\x01"
+}
+
+# "node n0", "LAN lan0", "cbr cbr0", "$ns", "the queue of link link0 from n0" (as a reference).
+proc ::nb::label {h} {
+    variable kind
+    variable F
+    switch -- $kind($h) {
+        ns { return {$ns} }
+        lan { return "LAN [ref $h]" }
+        agent { return "agent [ref $h]" }
+        app { return "[lindex [dict get $F($h) type] 1] [ref $h]" }
+        queue { return "the queue of [label $::nb::link($h)] from [ref $::nb::src($h)]" }
+        dir { return "[label $::nb::link($h)] (direction from [ref $::nb::src($h)])" }
+        default { return "$kind($h) [ref $h]" }
+    }
+}
+
+# ----------------------------------------------------------------------------------------------
+# Objects
+
+oo::class create ::nb::Object {
+    method unknown {m args} { ::nb::unknown_method [self] $m }
+}
+
+# Makes a new object of CLASS and KIND; its creation line is recorded.
+proc ::nb::create {class kind} {
+    variable seq
+    variable order
+    incr seq
+    set h ::nb::obj$seq
+    $class create $h
+    set ::nb::kind($h) $kind
+    set ::nb::F($h) {}
+    set ::nb::L($h) {}
+    set ::nb::created($h) [where]
+    lappend order $h
+    return $h
+}
+
+proc ::nb::is_object {value} {
+    return [info exists ::nb::kind($value)]
+}
+
+proc ::nb::kind_of {value} {
+    if {[info exists ::nb::kind($value)]} { return $::nb::kind($value) }
+    return ""
+}
+
+# Records field PATH (dotted) of object H as the tagged JSON value TAGGED, at the current line.
+proc ::nb::put {h path tagged {loc {}}} {
+    if {$loc eq {}} { set loc [where] }
+    dict set ::nb::F($h) $path $tagged
+    dict set ::nb::L($h) $path $loc
+}
+
+proc ::nb::puts_str {h path value} {
+    put $h $path [list s $value]
+}
+
+# Whether VALUE is an object of one of KINDS; otherwise an error saying WHAT was expected.
+proc ::nb::need {value kinds what} {
+    set k [kind_of $value]
+    if {$k in $kinds} { return 1 }
+    if {$k eq "dummy"} { return 0 }
+    set shown [expr {$k eq "" ? "'$value'" : [label $value]}]
+    error "$what: $shown is not a [join $kinds { or }]"
+    return 0
+}
+
+# Checks the argument count of a command; records a usage error when it is wrong.
+proc ::nb::arity {arglist min max usage} {
+    set n [llength $arglist]
+    if {$n < $min || ($max >= 0 && $n > $max)} {
+        error "wrong arguments: use `$usage`"
+        return 0
+    }
+    return 1
+}
+
+proc ::nb::unknown_method {h m} {
+    variable kind
+    set what [expr {$kind($h) eq "ns" ? {$ns} : "[label $h]"}]
+    warn "unknown method '$m' of $what; ignored"
+}
+
+# ns-2 commands that only matter to the simulator's output (traces, nam, colours).
+proc ::nb::no_effect {h m} {
+    set what [expr {$::nb::kind($h) eq "ns" ? {$ns} : "[label $h]"}]
+    warn "ns-2 command '$m' of $what has no effect here; ignored"
+}
+
+# An event verb used outside `$ns at`.
+proc ::nb::event_outside {h m} {
+    set what [expr {$::nb::kind($h) eq "ns" ? {$ns} : "[label $h]"}]
+    warn "'$m' of $what is an event and has no effect outside `\$ns at`; schedule it with\
+        `\$ns at TIME \"...\"`"
+}
+
+set ::nb::NO_EFFECT_NS {
+    trace-all namtrace-all namtrace-all-wireless flush-trace color duplex-link-op
+    simplex-link-op use-scheduler trace-queue namtrace-queue monitor-queue puts-nam-config
+    set-animation-rate create-trace gen-map dump-namcolors rtmodel rtmodel-at namtrace-config
+    tb-set-sync-server-noop at-now
+}
+set ::nb::NO_EFFECT_NODE {color shape label label-color label-at add-mark delete-mark}
+set ::nb::NO_EFFECT_LINK {trace trace_snaplen trace_endnode trace_type orient color label}
+set ::nb::NS_EVENTS {halt terminate swapout log message linktest}
+
+# ----------------------------------------------------------------------------------------------
+# The simulator
+
+oo::class create ::nb::Simulator {
+    superclass ::nb::Object
+    method node {args} { ::nb::new_node }
+    method duplex-link {args} { ::nb::duplex_link {*}$args }
+    method simplex-link {args} {
+        ::nb::error "simplex-link is not supported; use duplex-link and\
+            tb-set-link-simplex-params to shape one direction"
+    }
+    method make-lan {args} { ::nb::make_lan {*}$args }
+    method link {args} { ::nb::ns_link {*}$args }
+    method lanlink {args} { ::nb::ns_lanlink {*}$args }
+    method queue-limit {args} { ::nb::queue_limit {*}$args }
+    method rtproto {args} { ::nb::rtproto {*}$args }
+    method cost {args} { ::nb::cost {*}$args }
+    method attach-agent {args} { ::nb::attach_agent {*}$args }
+    method connect {args} { ::nb::connect {*}$args }
+    method at {args} { ::nb::at [expr {[info level] - 1}] {*}$args }
+    method event-timeline {args} { ::nb::new_timeline }
+    method event-sequence {args} { ::nb::new_sequence [expr {[info level] - 1}] {*}$args }
+    method event-group {args} { ::nb::new_group {*}$args }
+    method define-template-parameter {args} { ::nb::template_parameter {*}$args }
+    method make-simulated {args} { ::nb::make_simulated {*}$args }
+    method run {args} { set ::nb::ran 1; return "" }
+    method now {args} { return 0 }
+    method unknown {m args} {
+        if {$m in $::nb::NO_EFFECT_NS} { return [::nb::no_effect [self] $m] }
+        if {$m in $::nb::NS_EVENTS} { return [::nb::event_outside [self] $m] }
+        ::nb::unknown_method [self] $m
+    }
+}
+
+proc ::nb::new_simulator {} {
+    variable ns
+    if {$ns eq ""} {
+        set ns [create ::nb::Simulator ns]
+        set ::nb::name($ns) ns
+    }
+    return $ns
+}
+
+# ----------------------------------------------------------------------------------------------
+# Nodes
+
+oo::class create ::nb::Node {
+    superclass ::nb::Object
+    method add-route {args} { ::nb::add_route [self] {*}$args }
+    method program-agent {args} { ::nb::program_agent [self] {*}$args }
+    method unknown {m args} {
+        if {$m in $::nb::NO_EFFECT_NODE} { return [::nb::no_effect [self] $m] }
+        ::nb::unknown_method [self] $m
+    }
+}
+
+proc ::nb::new_node {} {
+    set h [create ::nb::Node node]
+    set ::nb::ifaces($h) {}
+    set ::nb::routes($h) {}
+    if {$::nb::simulated > 0} { puts_str $h simulated 1 }
+    return $h
+}
+
+proc ::nb::add_route {node args} {
+    if {![arity $args 2 2 {$node add-route DESTINATION NEXTHOP}]} { return "" }
+    lassign $args dst via
+    set loc [where]
+    set out {}
+    foreach {field value} [list dst $dst via $via] {
+        if {[is_object $value]} {
+            set kinds [expr {$field eq "dst" ? {node link lan} : {node}}]
+            if {![need $value $kinds "add-route of [label $node]: the $field"]} { return "" }
+            lappend out $field [list r $value]
+        } else {
+            lappend out $field [list s $value]
+        }
+    }
+    lappend ::nb::routes($node) [list $out $loc]
+    return ""
+}
+
+# ----------------------------------------------------------------------------------------------
+# Links and LANs
+
+oo::class create ::nb::Link {
+    superclass ::nb::Object
+    method unknown {m args} { ::nb::link_method [self] $m }
+}
+
+proc ::nb::link_method {h m} {
+    if {$m in $::nb::NO_EFFECT_LINK} { return [no_effect $h $m] }
+    if {$m in {up down bandwidth delay plr reset}} { return [event_outside $h $m] }
+    unknown_method $h $m
+}
+
+# Maps an ns-2 queue class name to the document's queue type, or "" when unsupported.
+proc ::nb::queue_type {name} {
+    regsub {^Queue/} $name {} name
+    switch -- $name {
+        DropTail { return droptail }
+        RED { return red }
+        GRED { return gred }
+    }
+    return ""
+}
+
+proc ::nb::new_link {kind nodes bw delay} {
+    set class [expr {$kind eq "link" ? "::nb::Link" : "::nb::Link"}]
+    set h [create $class $kind]
+    set ::nb::members($h) $nodes
+    foreach n $nodes { lappend ::nb::ifaces($n) $h }
+    puts_str $h bandwidth $bw
+    puts_str $h delay $delay
+    if {$::nb::simulated > 0} { puts_str $h simulated 1 }
+    return $h
+}
+
+proc ::nb::duplex_link {args} {
+    if {![arity $args 5 5 {$ns duplex-link NODE1 NODE2 BANDWIDTH DELAY DropTail|RED|GRED}]} {
+        return [dummy]
+    }
+    lassign $args a b bw delay qtype
+    if {![need $a node "duplex-link"] || ![need $b node "duplex-link"]} { return [dummy] }
+    if {$a eq $b} {
+        error "duplex-link joins [label $a] to itself; a link joins two different nodes"
+        return [dummy]
+    }
+    set type [queue_type $qtype]
+    if {$type eq ""} {
+        error "duplex-link: queue type '$qtype' is not supported; use DropTail, RED or GRED"
+    }
+    set h [new_link link [list $a $b] $bw $delay]
+    if {$type ne ""} { puts_str $h queue.type $type }
+    return $h
+}
+
+proc ::nb::make_lan {args} {
+    if {![arity $args 3 -1 {$ns make-lan "NODE1 NODE2 ..." BANDWIDTH DELAY}]} { return [dummy] }
+    set extra [lassign $args nodes bw delay]
+    if {[catch {llength $nodes}]} {
+        error "make-lan: the node list is not a Tcl list"
+        return [dummy]
+    }
+    foreach n $nodes {
+        if {![need $n node "make-lan"]} { return [dummy] }
+    }
+    if {[llength [lsort -unique $nodes]] != [llength $nodes]} {
+        error "make-lan lists a node twice; a node joins a LAN once"
+        return [dummy]
+    }
+    set h [new_link lan $nodes $bw $delay]
+    foreach arg $extra {
+        if {[string match Queue/* $arg]} {
+            set type [queue_type $arg]
+            if {$type eq ""} {
+                error "make-lan: queue type '$arg' is not supported; use Queue/DropTail,\
+                    Queue/RED or Queue/GRED"
+            } else {
+                puts_str $h queue.type $type
+            }
+        }
+    }
+    return $h
+}
+
+# The link (kind link) between nodes A and B, or "".
+proc ::nb::link_between {a b} {
+    foreach h $::nb::order {
+        if {$::nb::kind($h) eq "link"} {
+            set m $::nb::members($h)
+            if {$m eq [list $a $b] || $m eq [list $b $a]} { return $h }
+        }
+    }
+    return ""
+}
+
+proc ::nb::find_link {a b what} {
+    if {![need $a node $what] || ![need $b node $what]} { return "" }
+    set h [link_between $a $b]
+    if {$h eq ""} {
+        error "$what: there is no link between [label $a] and [label $b]; create one with\
+            `\$ns duplex-link`"
+    }
+    return $h
+}
+
+# The index of NODE among the members of link or LAN H, or -1 with an error.
+proc ::nb::member_index {h node what} {
+    set i [lsearch -exact $::nb::members($h) $node]
+    if {$i < 0} {
+        error "$what: [label $node] is not a member of [label $h]"
+    }
+    return $i
+}
+
+oo::class create ::nb::Direction {
+    superclass ::nb::Object
+    method queue {args} { ::nb::direction_queue [self] }
+    method unknown {m args} { ::nb::link_method [self] $m }
+}
+
+oo::class create ::nb::Queue {
+    superclass ::nb::Object
+    method set {args} { ::nb::queue_set [self] {*}$args }
+}
+
+# The object of one direction of link or LAN H, from member NODE (created once).
+proc ::nb::direction {h node} {
+    set key "$h $node"
+    if {![info exists ::nb::directions($key)]} {
+        set d [create ::nb::Direction dir]
+        set ::nb::link($d) $h
+        set ::nb::src($d) $node
+        set ::nb::directions($key) $d
+    }
+    return $::nb::directions($key)
+}
+
+proc ::nb::direction_queue {d} {
+    if {![info exists ::nb::queueOf($d)]} {
+        set q [create ::nb::Queue queue]
+        set ::nb::link($q) $::nb::link($d)
+        set ::nb::src($q) $::nb::src($d)
+        set ::nb::queueOf($d) $q
+    }
+    return $::nb::queueOf($d)
+}
+
+proc ::nb::ns_link {args} {
+    if {![arity $args 2 2 {$ns link NODE1 NODE2}]} { return [dummy] }
+    lassign $args a b
+    set h [find_link $a $b "\$ns link"]
+    if {$h eq ""} { return [dummy] }
+    return [direction $h $a]
+}
+
+proc ::nb::ns_lanlink {args} {
+    if {![arity $args 2 2 {$ns lanlink LAN NODE}]} { return [dummy] }
+    lassign $args lan node
+    if {![need $lan {lan link} "lanlink"]} { return [dummy] }
+    if {[member_index $lan $node "lanlink"] < 0} { return [dummy] }
+    return [direction $lan $node]
+}
+
+# Sets queue variable VAR of the queue Q (one direction of a link or LAN).
+proc ::nb::queue_set {q args} {
+    if {[llength $args] == 1} { return "" }
+    if {![arity $args 2 2 {$queue set VARIABLE VALUE}]} { return "" }
+    lassign $args var value
+    set h $::nb::link($q)
+    set i [lsearch -exact $::nb::members($h) $::nb::src($q)]
+    set base "members.$i.egress.queue"
+    switch -- $var {
+        limit_ { puts_str $h $base.limit $value }
+        queue-in-bytes_ {
+            puts_str $h $base.limit_unit [expr {[string is true -strict $value] ? "bytes" : "packets"}]
+        }
+        thresh_ { puts_str $h $base.thresh $value }
+        maxthresh_ { puts_str $h $base.maxthresh $value }
+        q_weight_ { puts_str $h $base.q_weight $value }
+        linterm_ { puts_str $h $base.linterm $value }
+        mean_pktsize_ { puts_str $h $base.mean_packet_size $value }
+        gentle_ {
+            if {[string is true -strict $value]} {
+                puts_str $h $base.type gred
+            } elseif {[dict exists $::nb::F($h) queue.type]
+                      && [lindex [dict get $::nb::F($h) queue.type] 1] eq "gred"} {
+                puts_str $h $base.type red
+            }
+        }
+        default { warn "queue variable '$var' of [label $q] has no effect here; ignored" }
+    }
+    return ""
+}
+
+proc ::nb::queue_limit {args} {
+    if {![arity $args 3 3 {$ns queue-limit NODE1 NODE2 LIMIT}]} { return "" }
+    lassign $args a b limit
+    set h [find_link $a $b "queue-limit"]
+    if {$h eq ""} { return "" }
+    set i [lsearch -exact $::nb::members($h) $a]
+    puts_str $h members.$i.egress.queue.limit $limit
+    return ""
+}
+
+proc ::nb::cost {args} {
+    if {![arity $args 3 3 {$ns cost NODE1 NODE2 COST}]} { return "" }
+    lassign $args a b c
+    set h [find_link $a $b "cost"]
+    if {$h eq ""} { return "" }
+    set i [lsearch -exact $::nb::members($h) $a]
+    puts_str $h members.$i.cost $c
+    return ""
+}
+
+proc ::nb::rtproto {args} {
+    if {![arity $args 1 -1 {$ns rtproto Static|Session|ospf|Manual}]} { return "" }
+    set proto [lindex $args 0]
+    switch -nocase -- $proto {
+        Static { set mode static }
+        Session { set mode session }
+        ospf {
+            set mode session
+            warn "rtproto $proto: OSPF is computed as static shortest paths (like Session);\
+                routes are not recomputed when links go down"
+        }
+        Manual { set mode manual }
+        default {
+            error "rtproto '$proto' is not supported; use Static, Session, ospf or Manual"
+            return ""
+        }
+    }
+    set_routing $mode
+    return ""
+}
+
+proc ::nb::set_routing {mode} {
+    set ::nb::routing $mode
+    set ::nb::routingLoc [where]
+}
+
+# ----------------------------------------------------------------------------------------------
+# Agents and applications
+
+set ::nb::AGENTS {
+    Agent/UDP {udp {}} Agent/TCP {tcp {}} Agent/TCP/Reno {tcp reno}
+    Agent/TCP/Newreno {tcp newreno} Agent/TCP/Sack1 {tcp sack} Agent/TCP/Vegas {tcp vegas}
+    Agent/TCP/Fack {tcp fack} Agent/TCP/FullTcp {tcp fulltcp}
+    Agent/TCP/FullTcp/Sack {tcp fulltcp-sack} Agent/Null {null {}} Agent/TCPSink {tcpsink {}}
+    Agent/TCPSink/DelAck {tcpsink delack} Agent/TCPSink/Sack1 {tcpsink sack}
+}
+set ::nb::APPS {Application/Traffic/CBR cbr Application/FTP ftp}
+
+oo::class create ::nb::Agent {
+    superclass ::nb::Object
+    method set {args} { ::nb::agent_set [self] {*}$args }
+}
+
+oo::class create ::nb::Application {
+    superclass ::nb::Object
+    method set {args} { ::nb::app_set [self] {*}$args }
+    method attach-agent {args} { ::nb::app_attach [self] {*}$args }
+    method unknown {m args} {
+        if {$m in {start stop reset produce send}} { return [::nb::event_outside [self] $m] }
+        ::nb::unknown_method [self] $m
+    }
+}
+
+proc ::nb::new_agent {class} {
+    lassign [dict get $::nb::AGENTS $class] type variant
+    set h [create ::nb::Agent agent]
+    puts_str $h type $type
+    if {$variant ne ""} { puts_str $h variant $variant }
+    return $h
+}
+
+proc ::nb::agent_set {h args} {
+    if {[llength $args] == 1} { return "" }
+    if {![arity $args 2 2 {$agent set VARIABLE VALUE}]} { return "" }
+    lassign $args var value
+    puts_str $h params.$var $value
+    return ""
+}
+
+proc ::nb::attach_agent {args} {
+    if {![arity $args 2 2 {$ns attach-agent NODE AGENT}]} { return "" }
+    lassign $args node agent
+    if {![need $node node "attach-agent"] || ![need $agent agent "attach-agent"]} { return "" }
+    put $agent node [list r $node]
+    return ""
+}
+
+proc ::nb::connect {args} {
+    if {![arity $args 2 2 {$ns connect AGENT1 AGENT2}]} { return "" }
+    lassign $args a b
+    if {![need $a agent "connect"] || ![need $b agent "connect"]} { return "" }
+    put $a peer [list r $b]
+    put $b peer [list r $a]
+    return ""
+}
+
+proc ::nb::new_app {class} {
+    set h [create ::nb::Application app]
+    puts_str $h type [dict get $::nb::APPS $class]
+    return $h
+}
+
+proc ::nb::app_set {h args} {
+    if {[llength $args] == 1} { return "" }
+    if {![arity $args 2 2 {$app set VARIABLE VALUE}]} { return "" }
+    lassign $args var value
+    set fields {packetSize_ packet_size rate_ rate interval_ interval maxpkts_ max_packets
+        random_ random}
+    if {[dict exists $fields $var]} {
+        puts_str $h [dict get $fields $var] $value
+    } else {
+        warn "variable '$var' of [label $h] has no effect here; ignored"
+    }
+    return ""
+}
+
+proc ::nb::app_attach {h args} {
+    if {![arity $args 1 1 {$app attach-agent AGENT}]} { return "" }
+    set agent [lindex $args 0]
+    if {![need $agent agent "attach-agent of [label $h]"]} { return "" }
+    put $h agent [list r $agent]
+    return ""
+}
+
+# ----------------------------------------------------------------------------------------------
+# Programs
+
+oo::class create ::nb::Program {
+    superclass ::nb::Object
+    method set {args} { ::nb::program_set [self] {*}$args }
+    method unknown {m args} {
+        if {$m in {start run stop kill}} { return [::nb::event_outside [self] $m] }
+        ::nb::unknown_method [self] $m
+    }
+}
+
+proc ::nb::new_program {} {
+    return [create ::nb::Program program]
+}
+
+proc ::nb::program_set {h args} {
+    if {[llength $args] == 1} { return "" }
+    if {![arity $args 2 2 {$program set node|command|dir|timeout|expected-exit-code VALUE}]} {
+        return ""
+    }
+    lassign $args var value
+    switch -- $var {
+        node {
+            if {[need $value node "[label $h]: node"]} { put $h node [list r $value] }
+        }
+        command - dir - timeout { puts_str $h $var $value }
+        expected-exit-code { puts_str $h expected_exit_code $value }
+        default {
+            warn "variable '$var' of [label $h] has no effect here; use node, command, dir,\
+                timeout or expected-exit-code"
+        }
+    }
+    return ""
+}
+
+proc ::nb::program_agent {node args} {
+    set h [new_program]
+    put $h node [list r $node]
+    set usage {$node program-agent -command CMD ?-dir DIR? ?-timeout T? ?-expected-exit-code N?}
+    if {[llength $args] % 2} {
+        error "program-agent: options come in pairs; use `$usage`"
+        return $h
+    }
+    foreach {opt value} $args {
+        switch -- $opt {
+            -command - -dir - -timeout { puts_str $h [string range $opt 1 end] $value }
+            -expected-exit-code { puts_str $h expected_exit_code $value }
+            default { warn "program-agent option '$opt' has no effect here; ignored" }
+        }
+    }
+    return $h
+}
+
+# ----------------------------------------------------------------------------------------------
+# Events, timelines, sequences and groups
+
+oo::class create ::nb::Timeline {
+    superclass ::nb::Object
+    method at {args} { ::nb::timeline_at [self] [expr {[info level] - 1}] {*}$args }
+    method unknown {m args} {
+        if {$m in {start stop reset run}} { return [::nb::event_outside [self] $m] }
+        ::nb::unknown_method [self] $m
+    }
+}
+
+oo::class create ::nb::Sequence {
+    superclass ::nb::Object
+    method append {args} { ::nb::sequence_append [self] [expr {[info level] - 1}] {*}$args }
+    method unknown {m args} {
+        if {$m in {start stop reset run}} { return [::nb::event_outside [self] $m] }
+        ::nb::unknown_method [self] $m
+    }
+}
+
+oo::class create ::nb::Group {
+    superclass ::nb::Object
+    method add {args} { ::nb::group_add [self] {*}$args }
+}
+
+# Splits SCRIPT into its commands with Tcl's own rules (quotes, braces, `;`, newlines).
+proc ::nb::split_commands {script} {
+    set commands {}
+    set current ""
+    foreach char [split $script ""] {
+        if {($char eq ";" || $char eq "\n") && [info complete $current]} {
+            lappend commands $current
+            set current ""
+        } else {
+            append current $char
+        }
+    }
+    lappend commands $current
+    set out {}
+    foreach c $commands {
+        set c [string trim $c]
+        if {$c ne "" && ![string match #* $c]} { lappend out $c }
+    }
+    return $out
+}
+
+# The actions of an event script: a list of {object verb args}; errors name WHAT.
+# A first word written as $var (inside braces) is substituted in the caller's scope LEVEL.
+proc ::nb::parse_actions {level script what} {
+    set out {}
+    foreach command [split_commands $script] {
+        if {[catch {lrange $command 0 end} words]} {
+            error "$what: cannot read '$command' as a command"
+            continue
+        }
+        set rest [lassign $words object verb]
+        if {[string match {$*} $object]} {
+            if {[catch {uplevel #$level [list subst -nocommands -nobackslashes $object]} value]
+                    && [catch {uplevel #0 [list subst -nocommands -nobackslashes $object]} value]} {
+                set value $object
+            }
+            set object $value
+        }
+        if {![is_object $object] || [kind_of $object] eq "dummy"} {
+            error "$what: '$object' is not an object of this experiment; events act on nodes,\
+                links, LANs, queues, agents, applications, programs, timelines, sequences,\
+                groups or \$ns"
+            continue
+        }
+        set args {}
+        foreach a $rest {
+            lappend args [expr {[is_object $a] ? [list r $a] : [list s $a]}]
+        }
+        switch -- [kind_of $object] {
+            queue {
+                set q $object
+                set object $::nb::link($q)
+                if {$verb eq "set"} {
+                    set verb queue-set
+                } else {
+                    set verb queue-$verb
+                }
+                set args [linsert $args 0 [list r $::nb::src($q)]]
+            }
+            dir { set object $::nb::link($object) }
+        }
+        lappend out [list $object $verb $args]
+    }
+    return $out
+}
+
+proc ::nb::at {level args} {
+    if {![arity $args 2 2 {$ns at TIME "EVENT; EVENT ..."}]} { return "" }
+    lassign $args time script
+    set loc [where]
+    foreach action [parse_actions $level $script "event at $time"] {
+        lappend ::nb::events [list $time {*}$action $loc]
+    }
+    return ""
+}
+
+proc ::nb::new_timeline {} {
+    set h [create ::nb::Timeline timeline]
+    set ::nb::tlevents($h) {}
+    return $h
+}
+
+proc ::nb::timeline_at {h level args} {
+    if {![arity $args 2 2 {$timeline at TIME "EVENT; EVENT ..."}]} { return "" }
+    lassign $args time script
+    set loc [where]
+    foreach action [parse_actions $level $script "[label $h]: event at $time"] {
+        lappend ::nb::tlevents($h) [list $time {*}$action $loc]
+    }
+    return ""
+}
+
+proc ::nb::new_sequence {level args} {
+    set h [create ::nb::Sequence sequence]
+    set ::nb::steps($h) {}
+    if {[llength $args] > 0} { sequence_append $h $level {*}$args }
+    return $h
+}
+
+proc ::nb::sequence_append {h level args} {
+    if {![arity $args 1 1 {$sequence append "EVENT; EVENT ..."}]} { return "" }
+    set loc [where]
+    foreach action [parse_actions $level [lindex $args 0] "[label $h]: step"] {
+        lappend ::nb::steps($h) [list {*}$action $loc]
+    }
+    return ""
+}
+
+proc ::nb::new_group {args} {
+    set h [create ::nb::Group group]
+    set ::nb::gmembers($h) {}
+    if {[llength $args] > 0} { group_add $h {*}$args }
+    return $h
+}
+
+# Adds objects to group H; each argument is an object or a list of objects.
+proc ::nb::group_add {h args} {
+    set loc [where]
+    foreach arg $args {
+        foreach x $arg {
+            if {![is_object $x] || [kind_of $x] in {ns dummy}} {
+                error "[label $h]: '$x' is not an object of this experiment; a group holds\
+                    nodes, links, LANs, agents, applications or programs"
+                continue
+            }
+            lappend ::nb::gmembers($h) [list $x $loc]
+        }
+    }
+    return ""
+}
+
+# ----------------------------------------------------------------------------------------------
+# Parameters, make-simulated, new
+
+proc ::nb::template_parameter {args} {
+    if {![arity $args 2 3 {$ns define-template-parameter NAME DEFAULT ?DESCRIPTION?}]} {
+        return ""
+    }
+    lassign $args pname default
+    set value $default
+    if {[dict exists $::nb::overrides $pname]} {
+        set value [dict get $::nb::overrides $pname]
+        dict set ::nb::usedOverrides $pname 1
+    }
+    dict set ::nb::parameters $pname $value
+    dict set ::nb::paramLocs $pname [where]
+    uplevel #0 [list ::nb::set $pname $value]
+    return ""
+}
+
+proc ::nb::make_simulated {args} {
+    if {![arity $args 1 1 {$ns make-simulated { ... }}]} { return "" }
+    incr ::nb::simulated
+    set code [catch {uplevel 2 [lindex $args 0]} result options]
+    incr ::nb::simulated -1
+    return -options $options $result
+}
+
+oo::class create ::nb::Dummy {
+    method unknown {m args} { return "" }
+}
+
+# A stand-in returned after an error, so the script can go on without cascading errors.
+proc ::nb::dummy {} {
+    return [create ::nb::Dummy dummy]
+}
+
+proc ::nb::new {class args} {
+    if {$class eq "Simulator"} { return [new_simulator] }
+    if {[dict exists $::nb::AGENTS $class]} { return [new_agent $class] }
+    if {[dict exists $::nb::APPS $class]} { return [new_app $class] }
+    if {$class eq "Program"} { return [new_program] }
+    set known [concat Simulator [dict keys $::nb::AGENTS] [dict keys $::nb::APPS] Program]
+    error "unknown class '$class' in new; supported classes are [join $known {, }]"
+    return [dummy]
+}
+
+# ----------------------------------------------------------------------------------------------
+# Emulab's tb-* commands
+
+proc ::nb::node_field {cmd field min max usage arglist} {
+    if {![arity $arglist $min $max $usage]} { return "" }
+    set node [lindex $arglist 0]
+    if {![need $node node $cmd]} { return "" }
+    puts_str $node $field [lindex $arglist 1]
+    return ""
+}
+
+proc ::tb-set-node-os {args} {
+    ::nb::node_field tb-set-node-os os 2 -1 {tb-set-node-os NODE OS} $args
+}
+proc ::tb-set-hardware {args} {
+    ::nb::node_field tb-set-hardware hardware 2 -1 {tb-set-hardware NODE TYPE} $args
+}
+proc ::tb-set-node-startcmd {args} {
+    ::nb::node_field tb-set-node-startcmd startcmd 2 2 {tb-set-node-startcmd NODE COMMAND} $args
+}
+proc ::tb-set-node-startup {args} {
+    ::nb::node_field tb-set-node-startup startcmd 2 2 {tb-set-node-startup NODE COMMAND} $args
+}
+proc ::tb-fix-node {args} {
+    ::nb::node_field tb-fix-node fix 2 2 {tb-fix-node NODE PNODE} $args
+}
+proc ::nb-set-node-cpu {args} {
+    ::nb::node_field nb-set-node-cpu cpu 2 2 {nb-set-node-cpu NODE CORES} $args
+}
+proc ::nb-set-node-memory {args} {
+    ::nb::node_field nb-set-node-memory memory 2 2 {nb-set-node-memory NODE SIZE} $args
+}
+
+proc ::nb-set-node-cpu-pin {args} {
+    if {![::nb::arity $args 2 2 {nb-set-node-cpu-pin NODE {CPU ...}}]} { return "" }
+    lassign $args node cpus
+    if {![::nb::need $node node nb-set-node-cpu-pin]} { return "" }
+    set items {}
+    foreach c $cpus { lappend items [list s $c] }
+    ::nb::put $node cpu_pin [list a $items]
+    return ""
+}
+
+proc ::nb-set-node-sysctl {args} {
+    if {![::nb::arity $args 3 3 {nb-set-node-sysctl NODE KEY VALUE}]} { return "" }
+    lassign $args node key value
+    if {![::nb::need $node node nb-set-node-sysctl]} { return "" }
+    dict set ::nb::sysctl($node) $key [list $value [::nb::where]]
+    return ""
+}
+
+proc ::tb-set-ip-routing {args} {
+    if {![::nb::arity $args 1 1 {tb-set-ip-routing static|session|manual}]} { return "" }
+    set mode [string tolower [lindex $args 0]]
+    if {$mode ni {static session manual none}} {
+        return [::nb::error "tb-set-ip-routing '[lindex $args 0]' is not supported; use static,\
+            session or manual"]
+    }
+    ::nb::set_routing $mode
+    return ""
+}
+
+# The link or LAN H, checked: an error naming CMD when it is not one.
+proc ::nb::need_linklan {h cmd} {
+    return [need $h {link lan} $cmd]
+}
+
+proc ::nb::linklan_field {cmd field usage arglist} {
+    if {![arity $arglist 2 2 $usage]} { return "" }
+    lassign $arglist h value
+    if {![need_linklan $h $cmd]} { return "" }
+    puts_str $h $field $value
+    return ""
+}
+
+proc ::tb-set-link-loss {args} {
+    if {![::nb::arity $args 2 3 {tb-set-link-loss LINK LOSS | tb-set-link-loss SRC DST LOSS}]} {
+        return ""
+    }
+    if {[llength $args] == 2} {
+        return [::nb::linklan_field tb-set-link-loss loss {tb-set-link-loss LINK LOSS} $args]
+    }
+    lassign $args a b loss
+    set h [::nb::find_link $a $b tb-set-link-loss]
+    if {$h ne ""} { ::nb::puts_str $h loss $loss }
+    return ""
+}
+
+proc ::tb-set-lan-loss {args} {
+    if {![::nb::arity $args 2 2 {tb-set-lan-loss LAN LOSS}]} { return "" }
+    lassign $args h loss
+    if {![::nb::need $h lan tb-set-lan-loss]} { return "" }
+    ::nb::puts_str $h loss $loss
+    return ""
+}
+
+proc ::tb-set-netmask {args} {
+    ::nb::linklan_field tb-set-netmask netmask {tb-set-netmask LINK|LAN NETMASK} $args
+}
+
+proc ::tb-set-noshaping {args} {
+    ::nb::linklan_field tb-set-noshaping noshaping {tb-set-noshaping LINK|LAN 0|1} $args
+}
+
+proc ::tb-set-link-simplex-params {args} {
+    if {![::nb::arity $args 5 5 {tb-set-link-simplex-params LINK SRC DELAY BANDWIDTH LOSS}]} {
+        return ""
+    }
+    lassign $args h node delay bw loss
+    if {![::nb::need $h link tb-set-link-simplex-params]} { return "" }
+    set i [::nb::member_index $h $node tb-set-link-simplex-params]
+    if {$i < 0} { return "" }
+    foreach {field value} [list delay $delay bandwidth $bw loss $loss] {
+        ::nb::puts_str $h members.$i.egress.$field $value
+    }
+    return ""
+}
+
+proc ::tb-set-lan-simplex-params {args} {
+    set usage {tb-set-lan-simplex-params LAN NODE TODELAY TOBW TOLOSS FROMDELAY FROMBW FROMLOSS}
+    if {![::nb::arity $args 8 8 $usage]} { return "" }
+    lassign $args h node todelay tobw toloss fromdelay frombw fromloss
+    if {![::nb::need $h lan tb-set-lan-simplex-params]} { return "" }
+    set i [::nb::member_index $h $node tb-set-lan-simplex-params]
+    if {$i < 0} { return "" }
+    foreach {dir field value} [list egress delay $todelay egress bandwidth $tobw \
+            egress loss $toloss ingress delay $fromdelay ingress bandwidth $frombw \
+            ingress loss $fromloss] {
+        ::nb::puts_str $h members.$i.$dir.$field $value
+    }
+    return ""
+}
+
+# Sets FIELD=VALUE pairs on both halves (node to switch and back) of NODE's port on LAN H.
+proc ::nb::node_lan {cmd usage count arglist fields} {
+    if {![arity $arglist [expr {$count + 2}] [expr {$count + 2}] $usage]} { return "" }
+    set values [lassign $arglist node h]
+    if {![need $node node $cmd] || ![need $h lan $cmd]} { return "" }
+    set i [member_index $h $node $cmd]
+    if {$i < 0} { return "" }
+    foreach field $fields value $values {
+        puts_str $h members.$i.egress.$field $value
+        puts_str $h members.$i.ingress.$field $value
+    }
+    return ""
+}
+
+proc ::tb-set-node-lan-delay {args} {
+    ::nb::node_lan tb-set-node-lan-delay {tb-set-node-lan-delay NODE LAN DELAY} 1 $args delay
+}
+proc ::tb-set-node-lan-bandwidth {args} {
+    ::nb::node_lan tb-set-node-lan-bandwidth {tb-set-node-lan-bandwidth NODE LAN BANDWIDTH} 1 \
+        $args bandwidth
+}
+proc ::tb-set-node-lan-loss {args} {
+    ::nb::node_lan tb-set-node-lan-loss {tb-set-node-lan-loss NODE LAN LOSS} 1 $args loss
+}
+proc ::tb-set-node-lan-params {args} {
+    ::nb::node_lan tb-set-node-lan-params {tb-set-node-lan-params NODE LAN DELAY BANDWIDTH LOSS} \
+        3 $args {delay bandwidth loss}
+}
+
+# Sets the address of NODE's port on link or LAN H.
+proc ::nb::set_ip {cmd h node ip} {
+    set i [member_index $h $node $cmd]
+    if {$i >= 0} { puts_str $h members.$i.ip $ip }
+    return ""
+}
+
+proc ::tb-set-ip {args} {
+    if {![::nb::arity $args 2 2 {tb-set-ip NODE IP}]} { return "" }
+    lassign $args node ip
+    if {![::nb::need $node node tb-set-ip]} { return "" }
+    set links $::nb::ifaces($node)
+    if {[llength $links] != 1} {
+        return [::nb::error "tb-set-ip: [::nb::label $node] has [llength $links] links or LANs so\
+            far, not one; use tb-set-ip-link, tb-set-ip-lan or tb-set-ip-interface"]
+    }
+    ::nb::set_ip tb-set-ip [lindex $links 0] $node $ip
+}
+
+proc ::tb-set-ip-interface {args} {
+    if {![::nb::arity $args 3 3 {tb-set-ip-interface NODE DST IP}]} { return "" }
+    lassign $args node dst ip
+    set h [::nb::find_link $node $dst tb-set-ip-interface]
+    if {$h ne ""} { ::nb::set_ip tb-set-ip-interface $h $node $ip }
+    return ""
+}
+
+proc ::tb-set-ip-link {args} {
+    if {![::nb::arity $args 3 3 {tb-set-ip-link NODE LINK IP}]} { return "" }
+    lassign $args node h ip
+    if {![::nb::need $node node tb-set-ip-link] || ![::nb::need $h link tb-set-ip-link]} {
+        return ""
+    }
+    ::nb::set_ip tb-set-ip-link $h $node $ip
+}
+
+proc ::tb-set-ip-lan {args} {
+    if {![::nb::arity $args 3 3 {tb-set-ip-lan NODE LAN IP}]} { return "" }
+    lassign $args node h ip
+    if {![::nb::need $node node tb-set-ip-lan] || ![::nb::need $h lan tb-set-ip-lan]} {
+        return ""
+    }
+    ::nb::set_ip tb-set-ip-lan $h $node $ip
+}
+
+# Emulab commands that have no effect here: recorded as `inert` entries for the resolver.
+proc ::nb::inert {command arglist} {
+    set items {}
+    foreach a $arglist {
+        lappend items [expr {[is_object $a] ? [list r $a] : [list s $a]}]
+    }
+    lappend ::nb::inert [list $command $items [where]]
+    return ""
+}
+
+foreach ::nb::cmd {
+    tb-set-node-tarfiles tb-set-tarfiles tb-set-node-rpms tb-set-node-cmdline
+    tb-set-node-failure-action tb-set-link-failure-action tb-set-endnodeshaping
+    tb-use-endnodeshaping tb-force-endnodeshaping tb-set-sync-server tb-make-soft-vtype
+    tb-make-hard-vtype tb-make-weighted-vtype tb-set-colocate-factor tb-set-cpu-usage
+    tb-set-mem-usage tb-set-link-est-bandwidth tb-set-lan-est-bandwidth tb-set-multiplexed
+    tb-set-useveth tb-set-link-encap tb-set-allowcolocate tb-set-security-level tb-use-ipassign
+} {
+    proc ::$::nb::cmd {args} "::nb::inert $::nb::cmd \$args"
+}
+unset ::nb::cmd
+
+# ----------------------------------------------------------------------------------------------
+# nestbed's nb-* link extensions (links and LANs, both directions unless a source is named)
+
+proc ::nb-set-link-jitter {args} {
+    if {![::nb::arity $args 2 3 {nb-set-link-jitter LINK JITTER ?uniform|normal|pareto|paretonormal?}]} {
+        return ""
+    }
+    lassign $args h jitter dist
+    if {![::nb::need_linklan $h nb-set-link-jitter]} { return "" }
+    ::nb::puts_str $h jitter $jitter
+    if {$dist ne ""} { ::nb::puts_str $h jitter_distribution $dist }
+    return ""
+}
+
+proc ::nb-set-link-reorder {args} {
+    ::nb::linklan_field nb-set-link-reorder reorder {nb-set-link-reorder LINK 0|1} $args
+}
+proc ::nb-set-link-duplicate {args} {
+    ::nb::linklan_field nb-set-link-duplicate duplicate {nb-set-link-duplicate LINK P} $args
+}
+proc ::nb-set-link-corrupt {args} {
+    ::nb::linklan_field nb-set-link-corrupt corrupt {nb-set-link-corrupt LINK P} $args
+}
+
+proc ::nb-set-link-gilbert {args} {
+    if {![::nb::arity $args 3 3 {nb-set-link-gilbert LINK LOSS_RATE BURST_LENGTH}]} { return "" }
+    lassign $args h rate burst
+    if {![::nb::need_linklan $h nb-set-link-gilbert]} { return "" }
+    ::nb::puts_str $h gilbert_elliott.loss_rate $rate
+    ::nb::puts_str $h gilbert_elliott.burst_length $burst
+    return ""
+}
+
+proc ::nb-set-link-gilbert-elliott {args} {
+    if {![::nb::arity $args 3 5 {nb-set-link-gilbert-elliott LINK P R ?LOSS_BAD? ?LOSS_GOOD?}]} {
+        return ""
+    }
+    set values [lassign $args h]
+    if {![::nb::need_linklan $h nb-set-link-gilbert-elliott]} { return "" }
+    foreach field {p r loss_bad loss_good} value $values {
+        if {$value ne ""} { ::nb::puts_str $h gilbert_elliott.$field $value }
+    }
+    return ""
+}
+
+proc ::nb-set-link-drop-packets {args} {
+    if {![::nb::arity $args 3 3 {nb-set-link-drop-packets LINK SRC {ORDINAL ...}}]} { return "" }
+    lassign $args h node ordinals
+    if {![::nb::need_linklan $h nb-set-link-drop-packets]} { return "" }
+    set i [::nb::member_index $h $node nb-set-link-drop-packets]
+    if {$i < 0} { return "" }
+    set items {}
+    foreach n $ordinals { lappend items [list s $n] }
+    ::nb::put $h members.$i.egress.drop_packets [list a $items]
+    return ""
+}
+
+# ----------------------------------------------------------------------------------------------
+# Wrapped Tcl commands: set (names), new, source, puts, exit, unknown, open
+
+# Names object H after variable VAR (Emulab's rule: the first variable assigned names it).
+proc ::nb::name_from_var {h var} {
+    variable kind
+    if {[info exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy}} { return }
+    set n [string map {( - ) ""} [regsub {^::} $var ""]]
+    set what [expr {$kind($h) eq "app" ? [lindex [dict get $::nb::F($h) type] 1] : $kind($h)}]
+    if {$what eq "lan"} { set what LAN }
+    if {![regexp {^[-0-9A-Za-z]+$} $n]} {
+        error "$what name '$n' (from variable $var) is not valid: names may contain only\
+            letters, digits and '-'; rename the variable"
+        return
+    }
+    if {[info exists ::nb::used($n)]} {
+        set other $::nb::used($n)
+        error "$what name '$n' (from variable $var) is already used by the\
+            [string map {app application} $kind($other)] created at line\
+            [lindex $::nb::created($other) 1]; use a different variable for each object"
+        return
+    }
+    set ::nb::name($h) $n
+    set ::nb::used($n) $h
+}
+
+proc ::nb::install_wrappers {} {
+    rename ::set ::nb::set
+    rename ::puts ::nb::realputs
+    rename ::exit ::nb::realexit
+    rename ::source ::nb::realsource
+    rename ::open ::nb::realopen
+    rename ::unknown ::nb::tclunknown
+
+    # `set` names objects and applies overridden opt(NAME) values.
+    proc ::set {varName args} {
+        if {[llength $args] == 1} {
+            ::nb::set value [lindex $args 0]
+            if {[info exists ::nb::kind($value)]
+                    && ![string match ::nb* [uplevel 1 {::namespace current}]]
+                    && ![string match ::oo* [uplevel 1 {::namespace current}]]} {
+                ::nb::name_from_var $value $varName
+            }
+            if {[regexp {^(?:::)?opt\((.*)\)$} $varName -> optname]} {
+                if {[dict exists $::nb::overrides $optname]} {
+                    ::nb::set value [dict get $::nb::overrides $optname]
+                    dict set ::nb::usedOverrides $optname 1
+                }
+                dict set ::nb::envLocs $optname [::nb::where]
+            }
+            return [uplevel 1 [list ::nb::set $varName $value]]
+        }
+        return [uplevel 1 [list ::nb::set $varName {*}$args]]
+    }
+
+    # The script's own output goes to stderr: stdout carries the JSON.
+    proc ::puts {args} {
+        if {[llength $args] == 1 || ([llength $args] == 2 && [lindex $args 0] eq "-nonewline")} {
+            return [::nb::realputs {*}[linsert $args end-1 stderr]]
+        }
+        set channel [lindex $args end-1]
+        if {$channel eq "stdout"} { lset args end-1 stderr }
+        return [::nb::realputs {*}$args]
+    }
+
+    proc ::exit {args} {
+        return -code error -errorcode {NESTBED EXIT} "exit"
+    }
+
+    # tb_compat.tcl is already loaded; other files are found relative to the sourcing file.
+    proc ::source {args} {
+        set path [lindex $args end]
+        if {[file tail $path] eq "tb_compat.tcl"} { return "" }
+        if {[file pathtype $path] eq "relative"} {
+            set here [file dirname [::nb::current_file]]
+            lset args end [file join $here $path]
+        }
+        if {[llength $args] == 1} { set args [linsert $args 0 -encoding utf-8] }
+        return [uplevel 1 [list ::nb::realsource {*}$args]]
+    }
+
+    # Files opened for reading are found relative to the experiment file; written files land
+    # in the (temporary) working directory.
+    proc ::open {path args} {
+        set mode [expr {[llength $args] ? [lindex $args 0] : "r"}]
+        if {[file pathtype $path] eq "relative" && $mode in {r rb {r+}}
+                && ![string match |* $path]} {
+            set path [file join $::nb::maindir $path]
+        }
+        return [::nb::realopen $path {*}$args]
+    }
+
+    # Unknown commands are errors; parsing goes on.
+    proc ::unknown {args} {
+        set cmd [lindex $args 0]
+        if {[info exists ::auto_index($cmd)] || [string match ::tcl::* $cmd]} {
+            return [uplevel 1 [list ::nb::tclunknown {*}$args]]
+        }
+        ::nb::error "unknown command '$cmd'; it is not a Tcl, ns-2 or Emulab command that\
+            nestbed knows (check its spelling)"
+        return ""
+    }
+
+    proc ::new {args} {
+        if {[llength $args] < 1} { return [::nb::error "wrong arguments: use `new CLASS`"] }
+        return [::nb::new {*}$args]
+    }
+
+    trace add execution proc leave ::nb::proc_defined
+}
+
+# The user file whose command is running (full path).
+proc ::nb::current_file {} {
+    for {set i [expr {[info frame] - 1}]} {$i > 0} {incr i -1} {
+        set f [info frame $i]
+        if {[dict get $f type] eq "source" && [dict exists $f file]
+                && [dict get $f file] ni $::nb::libfiles} {
+            return [dict get $f file]
+        }
+    }
+    return $::nb::mainfile
+}
+
+# Remembers where each user proc is defined, to locate errors raised inside it.
+proc ::nb::proc_defined {command code result op} {
+    if {$code != 0} { return }
+    set full [uplevel 1 [list namespace which -command [lindex $command 1]]]
+    if {$full ne ""} { dict set ::nb::procdefs $full [where] }
+}
+
+# The file:line of a Tcl error, from its -errorinfo (innermost script line first).
+proc ::nb::error_location {info} {
+    set offset 0
+    foreach line [split $info "\n"] {
+        if {![regexp {^\s*\((.*) line (\d+)\)$} [string trim $line] -> what n]} { continue }
+        if {[regexp {^file "(.*)"$} $what -> file]} {
+            if {$file ni $::nb::libfiles} { return [list [file tail $file] [expr {$n + $offset}]] }
+            set offset 0
+        } elseif {[regexp {^procedure "(.*)"$} $what -> pname]} {
+            if {![string match ::* $pname]} { set pname ::$pname }
+            if {[dict exists $::nb::procdefs $pname]} {
+                lassign [dict get $::nb::procdefs $pname] file first
+                return [list $file [expr {$first + $n - 1 + $offset}]]
+            }
+            set offset 0
+        } elseif {[string match {"*"*} $what]} {
+            # A body of for, foreach, while, if, catch...: its lines count from the command's.
+            incr offset [expr {$n - 1}]
+        } else {
+            set offset 0
+        }
+    }
+    return [list [file tail $::nb::mainfile] 1]
+}
+
+# ----------------------------------------------------------------------------------------------
+# Output: final names, the document, JSON
+
+# Gives every unnamed object kind0, kind1, ... in creation order, skipping used names.
+proc ::nb::assign_default_names {} {
+    variable order
+    variable kind
+    array set counter {}
+    foreach h $order {
+        if {[info exists ::nb::name($h)] || $kind($h) in {queue dir dummy}} { continue }
+        switch -- $kind($h) {
+            agent - app { set prefix [lindex [dict get $::nb::F($h) type] 1] }
+            default { set prefix $kind($h) }
+        }
+        if {![info exists counter($prefix)]} { set counter($prefix) 0 }
+        while {[info exists ::nb::used($prefix$counter($prefix))]} { incr counter($prefix) }
+        set n $prefix$counter($prefix)
+        set ::nb::name($h) $n
+        set ::nb::used($n) $h
+    }
+}
+
+proc ::nb::objname {h} {
+    switch -- [kind_of $h] {
+        ns { return ns }
+        queue - dir { return [objname $::nb::link($h)] }
+    }
+    if {[info exists ::nb::name($h)]} { return $::nb::name($h) }
+    return $h
+}
+
+proc ::nb::resolve_message {message} {
+    set map {}
+    foreach h [regexp -all -inline {\x01[^\x01]*\x01} $message] {
+        lappend map $h [objname [string trim $h \x01]]
+    }
+    return [string map $map $message]
+}
+
+# Nests a flat dict of dotted paths into a tagged JSON object.
+proc ::nb::nest {flat} {
+    set heads {}
+    set leaves [dict create]
+    array set sub {}
+    dict for {path value} $flat {
+        set dot [string first . $path]
+        if {$dot < 0} {
+            set head $path
+            dict set leaves $head $value
+        } else {
+            set head [string range $path 0 [expr {$dot - 1}]]
+            dict set sub($head) [string range $path [expr {$dot + 1}] end] $value
+        }
+        if {$head ni $heads} { lappend heads $head }
+    }
+    set out {}
+    foreach head $heads {
+        if {[dict exists $leaves $head]} {
+            lappend out $head [dict get $leaves $head]
+        } else {
+            lappend out $head [nest $sub($head)]
+        }
+    }
+    return [list o $out]
+}
+
+# Fields of H whose path starts with PREFIX (the prefix removed), in recording order.
+proc ::nb::fields_under {h prefix} {
+    set out [dict create]
+    set n [string length $prefix]
+    dict for {path value} $::nb::F($h) {
+        if {[string equal -length $n $prefix $path]} {
+            dict set out [string range $path $n end] $value
+        }
+    }
+    return $out
+}
+
+# Fields of H that are not under any of the PREFIXES.
+proc ::nb::fields_except {h prefixes} {
+    set out [dict create]
+    dict for {path value} $::nb::F($h) {
+        set skip 0
+        foreach p $prefixes {
+            if {[string match $p* $path]} { set skip 1; break }
+        }
+        if {!$skip} { dict set out $path $value }
+    }
+    return $out
+}
+
+# Records every field location of H under the document path BASE.
+proc ::nb::locate_fields {h base} {
+    variable locations
+    dict set locations $base $::nb::created($h)
+    dict for {path loc} $::nb::L($h) {
+        dict set locations $base.$path $loc
+    }
+}
+
+proc ::nb::handles_of {kind} {
+    set out {}
+    foreach h $::nb::order {
+        if {$::nb::kind($h) eq $kind} { lappend out $h }
+    }
+    return $out
+}
+
+proc ::nb::emit_node {h base} {
+    variable locations
+    set fields [lindex [nest $::nb::F($h)] 1]
+    set obj [concat [list name [list r $h]] $fields]
+    if {[info exists ::nb::sysctl($h)] && [dict size $::nb::sysctl($h)]} {
+        set items {}
+        dict for {key entry} $::nb::sysctl($h) {
+            lappend items $key [list s [lindex $entry 0]]
+            dict set locations $base.sysctls.$key [lindex $entry 1]
+        }
+        lappend obj sysctls [list o $items]
+    }
+    if {[llength $::nb::routes($h)]} {
+        set items {}
+        set j 0
+        foreach entry $::nb::routes($h) {
+            lassign $entry route loc
+            lappend items [list o $route]
+            dict set locations $base.routes.$j $loc
+            incr j
+        }
+        lappend obj routes [list a $items]
+    }
+    return [list o $obj]
+}
+
+proc ::nb::emit_link {h base} {
+    variable locations
+    set obj [list name [list r $h]]
+    set members {}
+    set i 0
+    foreach node $::nb::members($h) {
+        set extra [fields_under $h members.$i.]
+        if {[dict size $extra]} {
+            lappend members [list o [concat [list node [list r $node]] [lindex [nest $extra] 1]]]
+        } else {
+            lappend members [list r $node]
+        }
+        dict set locations $base.members.$i $::nb::created($h)
+        incr i
+    }
+    lappend obj members [list a $members]
+    lappend obj {*}[lindex [nest [fields_except $h members.]] 1]
+    return [list o $obj]
+}
+
+# An event or action as a tagged object; TIME is "" for sequence steps.
+proc ::nb::emit_action {time object verb args} {
+    set obj {}
+    if {$time ne ""} { lappend obj at [list s $time] }
+    lappend obj object [list r $object] verb [list s $verb]
+    if {[llength $args]} { lappend obj args [list a $args] }
+    return [list o $obj]
+}
+
+proc ::nb::emit_simple {h base required} {
+    foreach field $required {
+        if {![dict exists $::nb::F($h) $field]} {
+            set hint [dict get {
+                node {attach it with `$ns attach-agent NODE AGENT` or `$prog set node NODE`}
+                agent {attach it with `$app attach-agent AGENT`}
+                command {set it with `$prog set command "..."`}
+            } $field]
+            error "[label $h] has no $field; $hint" $::nb::created($h)
+            return ""
+        }
+    }
+    return [list o [concat [list name [list r $h]] [lindex [nest $::nb::F($h)] 1]]]
+}
+
+proc ::nb::document {} {
+    variable locations
+    set doc {}
+    if {$::nb::routing ne ""} {
+        lappend doc routing [list s $::nb::routing]
+        dict set locations routing $::nb::routingLoc
+    }
+    set env {}
+    if {[array exists ::opt]} {
+        foreach key [lsort [array names ::opt]] {
+            lappend env $key [list s $::opt($key)]
+            if {[dict exists $::nb::envLocs $key]} {
+                dict set locations env.$key [dict get $::nb::envLocs $key]
+            }
+        }
+        lappend doc env [list o $env]
+    }
+    if {[dict size $::nb::parameters]} {
+        set items {}
+        dict for {key value} $::nb::parameters {
+            lappend items $key [list s $value]
+            dict set locations parameters.$key [dict get $::nb::paramLocs $key]
+        }
+        lappend doc parameters [list o $items]
+    }
+    foreach {section kind emitter} {
+        nodes node emit_node links link emit_link lans lan emit_link
+    } {
+        set items {}
+        foreach h [handles_of $kind] {
+            set base $section.[llength $items]
+            locate_fields $h $base
+            lappend items [$emitter $h $base]
+        }
+        lappend doc $section [list a $items]
+    }
+    foreach {section kind required} {
+        agents agent {node} applications app {agent} programs program {node command}
+    } {
+        set items {}
+        foreach h [handles_of $kind] {
+            set item [emit_simple $h "" $required]
+            if {$item eq ""} { continue }
+            locate_fields $h $section.[llength $items]
+            lappend items $item
+        }
+        lappend doc $section [list a $items]
+    }
+    set items {}
+    foreach e $::nb::events {
+        lassign $e time object verb args loc
+        dict set locations events.[llength $items] $loc
+        lappend items [emit_action $time $object $verb {*}$args]
+    }
+    lappend doc events [list a $items]
+    set items {}
+    foreach h [handles_of timeline] {
+        set base timelines.[llength $items]
+        dict set locations $base $::nb::created($h)
+        set evs {}
+        foreach e $::nb::tlevents($h) {
+            lassign $e time object verb args loc
+            dict set locations $base.events.[llength $evs] $loc
+            lappend evs [emit_action $time $object $verb {*}$args]
+        }
+        lappend items [list o [list name [list r $h] events [list a $evs]]]
+    }
+    lappend doc timelines [list a $items]
+    set items {}
+    foreach h [handles_of sequence] {
+        set base sequences.[llength $items]
+        dict set locations $base $::nb::created($h)
+        set steps {}
+        foreach s $::nb::steps($h) {
+            lassign $s object verb args loc
+            dict set locations $base.steps.[llength $steps] $loc
+            lappend steps [emit_action "" $object $verb {*}$args]
+        }
+        lappend items [list o [list name [list r $h] steps [list a $steps]]]
+    }
+    lappend doc sequences [list a $items]
+    set items {}
+    foreach h [handles_of group] {
+        set base groups.[llength $items]
+        dict set locations $base $::nb::created($h)
+        set ms {}
+        foreach m $::nb::gmembers($h) {
+            lassign $m x loc
+            dict set locations $base.members.[llength $ms] $loc
+            lappend ms [list r $x]
+        }
+        lappend items [list o [list name [list r $h] members [list a $ms]]]
+    }
+    lappend doc groups [list a $items]
+    set items {}
+    foreach x $::nb::inert {
+        lassign $x command args loc
+        dict set locations inert.[llength $items] $loc
+        lappend items [list o [list command [list s $command] args [list a $args]]]
+    }
+    lappend doc inert [list a $items]
+    return [list o $doc]
+}
+
+# A JSON string literal: quotes, backslashes, control and non-ASCII characters escaped.
+proc ::nb::json_string {text} {
+    set text [string map {\\ \\\\ \" \\\" \n \\n \r \\r \t \\t} $text]
+    if {[regexp {[^\x20-\x7e]} $text]} {
+        set out ""
+        foreach char [split $text ""] {
+            scan $char %c code
+            if {$code >= 0x20 && $code <= 0x7e} {
+                append out $char
+            } elseif {$code > 0xffff} {
+                set v [expr {$code - 0x10000}]
+                append out [format {\u%04x\u%04x} [expr {0xd800 | ($v >> 10)}] \
+                    [expr {0xdc00 | ($v & 0x3ff)}]]
+            } else {
+                append out [format {\u%04x} $code]
+            }
+        }
+        set text $out
+    }
+    return "\"$text\""
+}
+
+# Encodes a tagged value: {s TEXT} {r HANDLE} {n NUMBER} {a ITEMS} {o {KEY VALUE ...}}.
+proc ::nb::json {value} {
+    lassign $value tag body
+    switch -- $tag {
+        s { return [json_string $body] }
+        r { return [json_string [objname $body]] }
+        n { return $body }
+        a {
+            set parts {}
+            foreach item $body { lappend parts [json $item] }
+            return "\[[join $parts ,]\]"
+        }
+        o {
+            set parts {}
+            foreach {key item} $body { lappend parts "[json_string $key]:[json $item]" }
+            return "{[join $parts ,]}"
+        }
+    }
+    return -code error "nestbed.tcl: bad tagged value $value"
+}
+
+proc ::nb::problems {list} {
+    set items {}
+    foreach p $list {
+        lassign $p message loc
+        lassign $loc file line
+        lappend items [list o [list message [list s [resolve_message $message]] \
+            file [list s $file] line [list n $line]]]
+    }
+    return [list a $items]
+}
+
+proc ::nb::output {} {
+    variable locations [dict create]
+    assign_default_names
+    if {!$::nb::ran && ![llength $::nb::errors]} {
+        warn "the file never calls `\$ns run`; add it at the end (ns-2 needs it)" \
+            [list [file tail $::nb::mainfile] 1]
+    }
+    dict for {pname value} $::nb::overrides {
+        if {![dict exists $::nb::usedOverrides $pname]} {
+            warn "parameter '$pname' is given but the file neither sets opt($pname) nor defines\
+                it with define-template-parameter; it is ignored" \
+                [list [file tail $::nb::mainfile] 1]
+        }
+    }
+    set doc [document]
+    set locs {}
+    dict for {path loc} $locations {
+        lassign $loc file line
+        lappend locs $path [list a [list [list s $file] [list n $line]]]
+    }
+    set top [list o [list document $doc locations [list o $locs] \
+        warnings [problems $::nb::warnings] errors [problems $::nb::errors]]]
+    fconfigure stdout -encoding ascii -translation lf
+    ::nb::realputs stdout [json $top]
+}
+
+# ----------------------------------------------------------------------------------------------
+# Main
+
+proc ::nb::main {argv} {
+    set rest [lassign $argv file]
+    foreach {flag pname value} $rest {
+        if {$flag ne "-p"} {
+            ::nb::realputs stderr "usage: tclsh nestbed.tcl FILE ?-p NAME VALUE ...?"
+            ::nb::realexit 2
+        }
+        dict set ::nb::overrides $pname $value
+    }
+    set ::nb::mainfile [file normalize $file]
+    set ::nb::maindir [file dirname $::nb::mainfile]
+    set code [catch {uplevel #0 [list ::nb::realsource -encoding utf-8 $::nb::mainfile]} \
+        message options]
+    if {$code == 1 && [dict get $options -errorcode] ne {NESTBED EXIT}} {
+        set loc [error_location [dict get $options -errorinfo]]
+        error $message $loc
+    }
+    output
+}
+
+set ::nb::libfiles [list [file normalize [info script]]]
+if {[llength $argv] < 1} {
+    puts stderr "usage: tclsh nestbed.tcl FILE ?-p NAME VALUE ...?"
+    exit 2
+}
+::nb::install_wrappers
+::nb::main $argv

@@ -1,0 +1,981 @@
+"""Resolving an experiment document into the IR: units, names, addresses, references, events.
+
+This is the one place where an experiment's meaning is decided, whatever file it came from.
+Every problem is gathered (with its file:line when the front end knows it) before failing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from nestbed.model import ir
+from nestbed.model.base import NAME_RE
+from nestbed.spec import document as doc
+from nestbed.spec.problems import Location, Problems, describe_validation_error
+from nestbed.units import (
+    UnitError,
+    parse_bandwidth,
+    parse_delay,
+    parse_probability,
+    parse_size,
+    parse_time,
+)
+
+Path_ = tuple[str | int, ...]
+
+DEFAULT_NETMASK = "255.255.255.0"
+
+# Emulab commands kept from ns files that do nothing here, and why.
+INERT_REASONS = {
+    "tb-set-node-tarfiles": "nodes share the host's file system, so nothing is installed",
+    "tb-set-tarfiles": "nodes share the host's file system, so nothing is installed",
+    "tb-set-node-rpms": "nodes share the host's file system, so nothing is installed",
+    "tb-set-node-cmdline": "nodes share the host's kernel",
+    "tb-set-node-failure-action": "a node that fails always fails the swap-in",
+    "tb-set-link-failure-action": "a link that fails always fails the swap-in",
+    "tb-set-endnodeshaping": "every shaped link is shaped by nestbed-linkd",
+    "tb-use-endnodeshaping": "every shaped link is shaped by nestbed-linkd",
+    "tb-force-endnodeshaping": "every shaped link is shaped by nestbed-linkd",
+    "tb-set-sync-server": "nestbed's controller runs events itself",
+    "tb-make-soft-vtype": "there are no hardware types to choose from on one host",
+    "tb-make-hard-vtype": "there are no hardware types to choose from on one host",
+    "tb-make-weighted-vtype": "there are no hardware types to choose from on one host",
+    "tb-set-colocate-factor": "all nodes share one host",
+    "tb-set-cpu-usage": "use nb-set-node-cpu to limit a node's CPU",
+    "tb-set-mem-usage": "use nb-set-node-memory to limit a node's memory",
+    "tb-set-link-est-bandwidth": "the mapper places links by their shaped bandwidth",
+    "tb-set-lan-est-bandwidth": "the mapper places links by their shaped bandwidth",
+    "tb-set-multiplexed": "links are virtual interfaces already",
+    "tb-set-useveth": "links are veth pairs already",
+    "tb-set-link-encap": "links are veth pairs without encapsulation",
+    "tb-set-allowcolocate": "all nodes share one host",
+    "tb-set-security-level": "nodes are network namespaces on one host",
+    "tb-use-ipassign": "addresses are always assigned as described in the documentation",
+}
+
+_LINK_VERBS = {
+    "up": 0,
+    "down": 0,
+    "reset": 0,
+    "bandwidth": 1,
+    "delay": 1,
+    "plr": 1,
+    "queue-set": 3,
+}
+_VERBS: dict[str, dict[str, int | None]] = {
+    # verb -> number of arguments (None: any number)
+    "link": _LINK_VERBS,
+    "lan": _LINK_VERBS,
+    "node": {},
+    "agent": {"set": 2},
+    "cbr": {"start": 0, "stop": 0, "reset": 0, "set": 2},
+    "ftp": {"start": 0, "stop": 0, "produce": 1, "send": 1},
+    "program": {"start": 0, "run": 0, "stop": 0, "kill": None, "set": 2},
+    "ns": {
+        "halt": 0,
+        "terminate": 0,
+        "swapout": 0,
+        "log": None,
+        "message": None,
+        "linktest": None,
+    },
+    "timeline": {"start": 0, "stop": 0, "reset": 0, "run": 0},
+    "sequence": {"start": 0, "stop": 0, "reset": 0, "run": 0},
+}
+_CBR_VARS = {"packetSize_", "rate_", "interval_", "maxpkts_", "random_"}
+_PROGRAM_VARS = {"command", "dir", "timeout", "expected-exit-code"}
+_QUEUE_VARS = {
+    "limit_",
+    "queue-in-bytes_",
+    "thresh_",
+    "maxthresh_",
+    "q_weight_",
+    "linterm_",
+    "gentle_",
+    "mean_pktsize_",
+}
+_COMPATIBLE_AGENTS = {
+    frozenset({"udp", "null"}),
+    frozenset({"udp"}),
+    frozenset({"tcp", "tcpsink"}),
+    frozenset({"tcp"}),  # FullTcp peers
+}
+
+
+def resolve(
+    document: doc.ExperimentDoc,
+    *,
+    file: str,
+    source: ir.Source | None = None,
+    locations: Mapping[str, Location] | None = None,
+    warnings: list[ir.Warning] | None = None,
+    default_name: str | None = None,
+) -> ir.Experiment:
+    """Turns a document into the IR, or raises ``SpecError`` with every problem found."""
+    resolver = _Resolver(document, Problems(file, locations))
+    experiment = resolver.run(default_name or Path(file).stem, source, warnings or [])
+    return experiment
+
+
+class _Resolver:
+    def __init__(self, document: doc.ExperimentDoc, problems: Problems):
+        self.doc = document
+        self.p = problems
+        self.kinds: dict[str, str] = {"ns": "ns"}  # object name -> kind
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def unit(self, path: Path_, parse: Callable, value):  # type: ignore[no-untyped-def]
+        try:
+            return parse(value)
+        except UnitError as exc:
+            self.p.error(path, f"{self.label(path)}: {exc}")
+            return None
+
+    def label(self, path: Path_) -> str:
+        """`link bottleneck`, `event 3`, ... for the object a document path points into."""
+        section, index = path[0], path[1] if len(path) > 1 else None
+        items = getattr(self.doc, str(section), None)
+        if not isinstance(items, list) or not isinstance(index, int) or index >= len(items):
+            return str(section)
+        item = items[index]
+        kind = {
+            "links": "link",
+            "lans": "LAN",
+            "nodes": "node",
+            "agents": "agent",
+            "applications": "application",
+            "programs": "program",
+            "events": "event at",
+            "timelines": "timeline",
+            "sequences": "sequence",
+            "groups": "group",
+        }[str(section)]
+        name = getattr(item, "name", None) or getattr(item, "at", None)
+        if name is None and section in ("links", "lans"):
+            name = self.link_names()[0 if section == "links" else 1][index]
+        return f"{kind} {name}"
+
+    def claim(self, path: Path_, name: str, kind: str) -> None:
+        if not NAME_RE.match(name):
+            self.p.error(
+                path,
+                f"{kind} name '{name}' is not valid: names may contain only letters, digits "
+                "and '-'; rename it",
+            )
+        if name in self.kinds:
+            self.p.error(
+                path,
+                f"the name '{name}' is used twice (a {self.kinds[name]} and a {kind}); "
+                "give each object its own name",
+            )
+        else:
+            self.kinds[name] = kind
+
+    def need(self, path: Path_, name: str | None, kinds: set[str], what: str) -> bool:
+        if name is None:
+            return False
+        if self.kinds.get(name) in kinds:
+            return True
+        if name in self.kinds:
+            self.p.error(
+                path,
+                f"{what} '{name}' is a {self.kinds[name]}, not a {'/'.join(sorted(kinds))}",
+            )
+        else:
+            self.p.error(path, f"{what} '{name}' does not exist; declare it or fix the name")
+        return False
+
+    # -- the whole experiment ------------------------------------------------------------
+
+    def run(
+        self, default_name: str, source: ir.Source | None, warnings: list[ir.Warning]
+    ) -> ir.Experiment:
+        d = self.doc
+        name = d.name or default_name
+        if not NAME_RE.match(name):
+            self.p.error(
+                ("name",),
+                f"experiment name '{name}' is not valid: names may contain only letters, digits "
+                "and '-'; rename the file or pass --name",
+            )
+        nodes = [self.node_names(i, n) for i, n in enumerate(d.nodes)]
+        link_names = self.link_names()
+        links = [
+            self.link(("links", i), ld, link_names[0][i], "link") for i, ld in enumerate(d.links)
+        ]
+        lans = [self.link(("lans", i), ld, link_names[1][i], "lan") for i, ld in enumerate(d.lans)]
+        for i, a in enumerate(d.agents):
+            self.claim(("agents", i), a.name, "agent")
+        for i, a in enumerate(d.applications):
+            self.claim(("applications", i), a.name, a.type)
+        for i, prog in enumerate(d.programs):
+            self.claim(("programs", i), prog.name, "program")
+        for i, t in enumerate(d.timelines):
+            self.claim(("timelines", i), t.name, "timeline")
+        for i, s in enumerate(d.sequences):
+            self.claim(("sequences", i), s.name, "sequence")
+        for i, g in enumerate(d.groups):
+            self.claim(("groups", i), g.name, "group")
+        groups = [self.group(i, g) for i, g in enumerate(d.groups)]
+
+        links, lans = self.assign_addresses(links, lans)
+        routing = d.routing or "none"
+        nodes = [self.node(i, n, links + lans, routing) for i, n in enumerate(nodes)]
+        experiment_fields = dict(
+            name=name,
+            source=source,
+            routing=routing,
+            nodes=nodes,
+            links=links,
+            lans=lans,
+            agents=[self.agent(i, a) for i, a in enumerate(d.agents)],
+            applications=[self.application(i, a) for i, a in enumerate(d.applications)],
+            programs=[self.program(i, prog) for i, prog in enumerate(d.programs)],
+            events=self.events(("events",), d.events),
+            timelines=[
+                ir.Timeline.model_construct(
+                    name=t.name,
+                    events=self.events(("timelines", i, "events"), t.events),
+                )
+                for i, t in enumerate(d.timelines)
+            ],
+            sequences=[
+                ir.Sequence.model_construct(
+                    name=s.name,
+                    steps=[
+                        self.action(("sequences", i, "steps", j), st)
+                        for j, st in enumerate(s.steps)
+                    ],
+                )
+                for i, s in enumerate(d.sequences)
+            ],
+            groups=groups,
+            env={k: _text(v) for k, v in (d.env or {}).items()},
+            parameters={k: _text(v) for k, v in (d.parameters or {}).items()},
+            inert=[self.inert(i, x) for i, x in enumerate(d.inert)],
+        )
+        self.p.raise_if_any()
+        all_warnings = list(warnings) + [
+            ir.Warning(
+                message=w.message,
+                where=ir.Where(file=w.file or self.p.file, line=w.line),
+            )
+            for w in self.p.warnings
+        ]
+        # Everything was checked above with located messages; the IR validates once more at its
+        # boundary, and a failure there is reported at the closest place known.
+        try:
+            return ir.Experiment.model_validate(
+                ir.Experiment.model_construct(
+                    **experiment_fields, warnings=all_warnings
+                ).model_dump(warnings=False)
+            )
+        except ValidationError as exc:
+            describe_validation_error(exc, self.p)
+            self.p.raise_if_any()
+            raise
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def node_names(self, i: int, n: doc.NodeDoc) -> doc.NodeDoc:
+        self.claim(("nodes", i), n.name, "node")
+        return n
+
+    def node(self, i: int, n: doc.NodeDoc, links: list[ir.Link], routing: str) -> ir.Node:
+        path: Path_ = ("nodes", i)
+        memory = (
+            self.unit(path + ("memory",), lambda v: parse_size(v, "memory"), n.memory)
+            if n.memory is not None
+            else None
+        )
+        if n.cpu is not None and not n.cpu > 0:
+            self.p.error(
+                path + ("cpu",),
+                f"node {n.name}: CPU limit {n.cpu} is not a positive number of cores; use for "
+                "example 0.5",
+            )
+        routes: list[ir.Route] = []
+        for j, r in enumerate(n.routes or []):
+            routes += self.route(path + ("routes", j), n.name, r, links)
+        if routes and routing != "manual":
+            self.p.warn(
+                path + ("routes",),
+                f"node {n.name} has manual routes but routing is {routing}; they are kept but "
+                "only installed with `$ns rtproto Manual` (routing: manual)",
+            )
+        return ir.Node.model_construct(
+            name=n.name,
+            hardware_type=n.hardware,
+            os=n.os,
+            startcmd=n.startcmd,
+            cpu_cores=n.cpu if n.cpu and n.cpu > 0 else None,
+            cpu_pin=tuple(n.cpu_pin or ()),
+            memory_bytes=memory or None,
+            fixed_host=n.fix,
+            simulated=bool(n.simulated),
+            sysctls={k: _text(v) for k, v in (n.sysctls or {}).items()},
+            routes=routes,
+        )
+
+    def route(
+        self, path: Path_, node: str, r: doc.RouteDoc, links: list[ir.Link]
+    ) -> list[ir.Route]:
+        mine = [p for link in links for p in link.ports if p.node == node]
+        # Next hop: a node sharing a link with this one, or an address on one of its subnets.
+        via_ip, via_node = None, None
+        if r.via in self.kinds:
+            if self.need(path + ("via",), r.via, {"node"}, "next hop"):
+                for link in links:
+                    if any(p.node == node for p in link.ports) and any(
+                        p.node == r.via for p in link.ports
+                    ):
+                        via_ip, via_node = link.port(r.via).ip, r.via
+                        break
+                else:
+                    self.p.error(
+                        path + ("via",),
+                        f"route on node {node}: next hop {r.via} shares no link or LAN with "
+                        f"{node}; use a directly connected node",
+                    )
+        else:
+            try:
+                address = ipaddress.IPv4Address(r.via)
+            except ValueError:
+                self.p.error(
+                    path + ("via",),
+                    f"route on node {node}: next hop '{r.via}' is neither a node nor an IPv4 "
+                    "address",
+                )
+                return []
+            if not any(address in p.interface.network for p in mine):
+                self.p.error(
+                    path + ("via",),
+                    f"route on node {node}: next hop {address} is on none of {node}'s subnets; use "
+                    "a directly connected address",
+                )
+            via_ip = str(address)
+        if via_ip is None:
+            return []
+        kind = self.kinds.get(r.dst)
+        if kind == "node":
+            dsts = [p.ip + "/32" for link in links for p in link.ports if p.node == r.dst]
+        elif kind in ("link", "lan"):
+            dsts = [next(link.subnet for link in links if link.name == r.dst)]
+        else:
+            try:
+                dsts = [str(ipaddress.IPv4Network(r.dst))]
+            except ValueError:
+                self.p.error(
+                    path + ("dst",),
+                    f"route on node {node}: destination '{r.dst}' is neither a node, link, LAN nor "
+                    "an IPv4 prefix",
+                )
+                return []
+            kind = None
+        obj = r.dst if kind else None
+        return [
+            ir.Route.model_construct(
+                destination=d, via=via_ip, destination_object=obj, via_node=via_node
+            )
+            for d in dsts
+        ]
+
+    # -- links and LANs ------------------------------------------------------------------
+
+    def link_names(self) -> tuple[list[str], list[str]]:
+        used = {ld.name for ld in self.doc.links + self.doc.lans if ld.name}
+        names: tuple[list[str], list[str]] = ([], [])
+        for kind, docs, out in (
+            ("link", self.doc.links, names[0]),
+            ("lan", self.doc.lans, names[1]),
+        ):
+            counter = 0
+            for ld in docs:
+                if ld.name:
+                    out.append(ld.name)
+                    continue
+                while f"{kind}{counter}" in used:
+                    counter += 1
+                out.append(f"{kind}{counter}")
+                used.add(f"{kind}{counter}")
+        return names
+
+    def link(self, path: Path_, ld: doc.LinkDoc, name: str, kind: str) -> ir.Link:
+        self.claim(path, name, kind)
+        what = f"{kind} {name}"
+        members = [m if isinstance(m, doc.MemberDoc) else doc.MemberDoc(node=m) for m in ld.members]
+        nodes = [m.node for m in members]
+        if kind == "link" and len(members) != 2:
+            self.p.error(
+                path + ("members",),
+                f"{what} has {len(members)} members; a link joins exactly two nodes (use a LAN for "
+                "more)",
+            )
+        if kind == "lan" and len(members) < 1:
+            self.p.error(path + ("members",), f"{what} has no members; list its nodes")
+        for j, m in enumerate(members):
+            self.need(path + ("members", j), m.node, {"node"}, f"{what}: member")
+            if nodes.count(m.node) > 1 and nodes.index(m.node) == j:
+                self.p.error(
+                    path + ("members", j),
+                    f"{what} lists node {m.node} twice; a node joins a {kind} once",
+                )
+        if ld.drop_packets and kind == "lan":
+            self.p.error(
+                path + ("drop_packets",),
+                f"{what}: packets to drop are counted per direction; set drop_packets on a "
+                "member's egress",
+            )
+        base = self.shaping(path, ld, ir.Shaping(), what)
+        if kind == "lan":
+            egress_base, ingress_base = lan_halves(base)
+        else:
+            egress_base, ingress_base = base, ir.Shaping()
+        ports = []
+        for j, m in enumerate(members):
+            mpath = path + ("members", j)
+            if kind == "link" and m.ingress is not None:
+                self.p.error(
+                    mpath + ("ingress",),
+                    f"{what}: member {m.node} has ingress shaping, but a link is shaped per "
+                    "direction on the sending side; set egress on the other member",
+                )
+            egress = (
+                self.shaping(mpath + ("egress",), m.egress, egress_base, what)
+                if m.egress
+                else egress_base
+            )
+            ingress = (
+                self.shaping(mpath + ("ingress",), m.ingress, ingress_base, what)
+                if m.ingress
+                else ingress_base
+            )
+            if m.cost is not None and m.cost < 1:
+                self.p.error(
+                    mpath + ("cost",),
+                    f"{what}: cost {m.cost} of member {m.node} must be a whole number of at least "
+                    "1",
+                )
+            ports.append(
+                ir.Port.model_construct(
+                    node=m.node,
+                    ip=m.ip or "0.0.0.0",
+                    netmask=ld.netmask or DEFAULT_NETMASK,
+                    cost=max(m.cost or 1, 1),
+                    egress=egress,
+                    ingress=ingress,
+                )
+            )
+        if ld.netmask:
+            try:
+                ipaddress.IPv4Network(f"0.0.0.0/{ld.netmask}")
+            except ValueError:
+                self.p.error(
+                    path + ("netmask",),
+                    f"{what}: netmask '{ld.netmask}' is not a valid IPv4 netmask; use for example "
+                    "255.255.255.0",
+                )
+        for j, m in enumerate(members):
+            if m.ip is not None:
+                try:
+                    ipaddress.IPv4Address(m.ip)
+                except ValueError:
+                    self.p.error(
+                        path + ("members", j, "ip"),
+                        f"{what}: address '{m.ip}' of member {m.node} is not a valid IPv4 address",
+                    )
+        return ir.Link.model_construct(
+            name=name,
+            kind=kind,  # type: ignore[arg-type]
+            ports=ports,
+            subnet="0.0.0.0/0",
+            noshaping=bool(ld.noshaping),
+            simulated=bool(ld.simulated),
+        )
+
+    def shaping(self, path: Path_, s: doc.ShapingDoc, base: ir.Shaping, what: str) -> ir.Shaping:
+        """``base`` with every field ``s`` sets replaced."""
+        out: dict = {}
+        if s.bandwidth is not None:
+            out["bandwidth_bps"] = self.unit(path + ("bandwidth",), parse_bandwidth, s.bandwidth)
+        if s.delay is not None:
+            out["delay_s"] = self.unit(path + ("delay",), parse_delay, s.delay)
+        if s.jitter is not None:
+            out["jitter_s"] = self.unit(path + ("jitter",), parse_delay, s.jitter)
+        if s.loss is not None:
+            out["loss"] = self.unit(path + ("loss",), parse_probability, s.loss)
+        for field in ("duplicate", "corrupt"):
+            value = getattr(s, field)
+            if value is not None:
+                out[field] = self.unit(
+                    path + (field,), lambda v, f=field: parse_probability(v, f), value
+                )
+        if s.jitter_distribution is not None:
+            out["jitter_distribution"] = s.jitter_distribution
+        if s.reorder is not None:
+            out["reorder"] = s.reorder
+        if s.drop_packets is not None:
+            if any(n < 1 for n in s.drop_packets):
+                self.p.error(
+                    path + ("drop_packets",),
+                    f"{what}: packets to drop are numbered from 1; remove 0 and negative numbers",
+                )
+            else:
+                out["drop_ordinals"] = tuple(s.drop_packets)
+        if s.gilbert_elliott is not None:
+            out["gilbert_elliott"] = self.gilbert(
+                path + ("gilbert_elliott",), s.gilbert_elliott, what
+            )
+        if s.queue is not None:
+            out["queue"] = self.queue(path + ("queue",), s.queue, base.queue, what)
+        if any(v is None for v in out.values()):
+            return base
+        merged = base.model_copy(update=out)
+        if merged.loss > 0 and merged.gilbert_elliott is not None:
+            self.p.error(
+                path,
+                f"{what}: both a loss probability and Gilbert-Elliott loss are set; use one loss "
+                "model",
+            )
+        return ir.Shaping.model_validate(merged.model_dump())
+
+    def gilbert(self, path: Path_, g: doc.GilbertDoc, what: str) -> ir.GilbertElliott | None:
+        simple = g.loss_rate is not None or g.burst_length is not None
+        full = g.p is not None or g.r is not None
+        if simple == full:
+            self.p.error(
+                path,
+                f"{what}: give Gilbert-Elliott loss either as loss_rate and burst_length or as p "
+                "and r (with optional loss_bad and loss_good)",
+            )
+            return None
+        try:
+            if simple:
+                if g.loss_rate is None or g.burst_length is None:
+                    raise ValueError("both loss_rate and burst_length are needed")
+                if not 0 <= g.loss_rate < 1:
+                    raise ValueError(f"loss_rate {g.loss_rate} must be at least 0 and below 1")
+                if g.burst_length < 1:
+                    raise ValueError(f"burst_length {g.burst_length} must be at least 1 packet")
+                q = 1 / g.burst_length
+                return ir.GilbertElliott(
+                    p=g.loss_rate * q / (1 - g.loss_rate),
+                    r=q,
+                    loss_bad=1.0,
+                    loss_good=0.0,
+                )
+            if g.p is None or g.r is None:
+                raise ValueError("both p and r are needed")
+            return ir.GilbertElliott(
+                p=g.p,
+                r=g.r,
+                loss_bad=1.0 if g.loss_bad is None else g.loss_bad,
+                loss_good=0.0 if g.loss_good is None else g.loss_good,
+            )
+        except ValueError as exc:
+            message = str(exc).splitlines()[-1] if "validation error" in str(exc) else str(exc)
+            self.p.error(path, f"{what}: Gilbert-Elliott loss is invalid: {message}")
+            return None
+
+    def queue(self, path: Path_, q: doc.QueueDoc, base: ir.Queue, what: str) -> ir.Queue | None:
+        update: dict = {}
+        if q.type is not None:
+            update["kind"] = q.type
+        if q.limit is not None:
+            update["limit"] = q.limit
+        if q.limit_unit is not None:
+            update["limit_unit"] = q.limit_unit
+        if q.mean_packet_size is not None:
+            update["mean_packet_size_bytes"] = q.mean_packet_size
+        for field in ("thresh", "maxthresh", "q_weight", "linterm"):
+            if getattr(q, field) is not None:
+                update[field] = getattr(q, field)
+        try:
+            return ir.Queue.model_validate(base.model_dump() | update)
+        except ValueError as exc:
+            for err in getattr(exc, "errors", lambda: [])():
+                field = ".".join(str(x) for x in err["loc"]) or "queue"
+                self.p.error(
+                    path + ((err["loc"][0],) if err["loc"] else ()),
+                    f"{what}: queue {field}: {err['msg']}",
+                )
+            return None
+
+    def assign_addresses(
+        self, links: list[ir.Link], lans: list[ir.Link]
+    ) -> tuple[list[ir.Link], list[ir.Link]]:
+        """User addresses are kept; the rest get one subnet per link or LAN, hosts from .2."""
+        everything = [(("links", i), link) for i, link in enumerate(links)] + [
+            (("lans", i), lan) for i, lan in enumerate(lans)
+        ]
+        claimed: list[ipaddress.IPv4Network] = []
+        user_subnet: dict[str, ipaddress.IPv4Network] = {}
+        for path, link in everything:
+            given = [
+                (j, p) for j, p in enumerate(link.ports) if p.ip != "0.0.0.0" and _valid_ip(p.ip)
+            ]
+            if not given:
+                continue
+            try:
+                nets = {ipaddress.IPv4Interface(f"{p.ip}/{p.netmask}").network for _, p in given}
+            except ValueError:
+                continue
+            if len(nets) > 1:
+                shown = ", ".join(f"{p.node} {p.ip}" for _, p in given)
+                self.p.error(
+                    path,
+                    f"{link.kind} {link.name}: the addresses given ({shown}) are not in one "
+                    "subnet; put them in one subnet or change the netmask",
+                )
+            subnet = min(nets)
+            for other_name, other in user_subnet.items():
+                if subnet.overlaps(other):
+                    self.p.error(
+                        path,
+                        f"{link.kind} {link.name} and {other_name} are both in subnet {other}; "
+                        "give each link and LAN its own subnet",
+                    )
+            user_subnet[link.name] = subnet
+            claimed.extend(nets)
+        owner: dict[str, str] = {}
+        resolved: dict[str, ir.Link] = {}
+        next_third = 1
+        for path, link in everything:
+            subnet = user_subnet.get(link.name)
+            if subnet is None:
+                try:
+                    subnet, next_third = _free_subnet(
+                        link.ports[0].netmask if link.ports else DEFAULT_NETMASK,
+                        next_third,
+                        claimed,
+                    )
+                except ValueError as exc:
+                    self.p.error(path + ("netmask",), f"{link.kind} {link.name}: {exc}")
+                    resolved[link.name] = link
+                    continue
+                claimed.append(subnet)
+            used = {p.ip for link in links + lans for p in link.ports} | set(owner)
+            hosts = (
+                str(h)
+                for h in subnet.hosts()
+                if int(h) - int(subnet.network_address) >= 2 and str(h) not in used
+            )
+            ports = []
+            for j, port in enumerate(link.ports):
+                ip = port.ip
+                if ip == "0.0.0.0" or not _valid_ip(ip):
+                    ip = next(hosts, None) or "0.0.0.0"
+                    if ip == "0.0.0.0":
+                        self.p.error(
+                            path + ("netmask",),
+                            f"{link.kind} {link.name}: subnet {subnet} has no free address for "
+                            f"member {port.node}; use a shorter netmask",
+                        )
+                elif ipaddress.IPv4Address(ip) in (
+                    subnet.network_address,
+                    subnet.broadcast_address,
+                ):
+                    self.p.error(
+                        path + ("members", j, "ip"),
+                        f"{link.kind} {link.name}: address {ip} of member {port.node} is the "
+                        f"network or broadcast address of {subnet}; use a host address",
+                    )
+                where = f"{port.node} on {link.kind} {link.name}"
+                if ip != "0.0.0.0":
+                    if ip in owner:
+                        self.p.error(
+                            path + ("members", j, "ip"),
+                            f"address {ip} is given to both {owner[ip]} and {where}; change one of "
+                            "them",
+                        )
+                    owner.setdefault(ip, where)
+                ports.append(port.model_copy(update={"ip": ip}))
+            resolved[link.name] = link.model_copy(
+                update={"ports": tuple(ports), "subnet": str(subnet)}
+            )
+        return [resolved[link.name] for link in links], [resolved[lan.name] for lan in lans]
+
+    # -- traffic, programs ---------------------------------------------------------------
+
+    def agent(self, i: int, a: doc.AgentDoc) -> ir.Agent:
+        path: Path_ = ("agents", i)
+        self.need(path + ("node",), a.node, {"node"}, f"agent {a.name}: node")
+        if a.peer is not None and self.need(
+            path + ("peer",), a.peer, {"agent"}, f"agent {a.name}: peer"
+        ):
+            peer = next(x for x in self.doc.agents if x.name == a.peer)
+            if frozenset({a.type, peer.type}) not in _COMPATIBLE_AGENTS:
+                self.p.error(
+                    path + ("peer",),
+                    f"agent {a.name} ({a.type}) is connected to {peer.name} ({peer.type}); connect "
+                    "UDP to a Null agent and TCP to a TCPSink",
+                )
+            if peer.peer not in (None, a.name):
+                self.p.error(
+                    path + ("peer",),
+                    f"agent {a.name} is connected to {peer.name}, which is connected to "
+                    f"{peer.peer}; connect each agent to one peer",
+                )
+        return ir.Agent.model_construct(
+            name=a.name,
+            kind=a.type,
+            variant=a.variant,
+            node=a.node,
+            peer=a.peer,
+            params={k: _text(v) for k, v in (a.params or {}).items()},
+        )
+
+    def application(self, i: int, a: doc.ApplicationDoc) -> ir.Application:
+        path: Path_ = ("applications", i)
+        fields: dict = {}
+        if self.need(path + ("agent",), a.agent, {"agent"}, f"{a.type} {a.name}: agent"):
+            agent = next(x for x in self.doc.agents if x.name == a.agent)
+            wanted = "udp" if a.type == "cbr" else "tcp"
+            if a.type == "ftp" and agent.type != "tcp":
+                self.p.error(
+                    path + ("agent",),
+                    f"ftp {a.name} is attached to {agent.name}, a {agent.type} agent; attach FTP "
+                    "to a TCP agent",
+                )
+            if a.type == "cbr" and agent.type not in ("udp", "tcp"):
+                self.p.error(
+                    path + ("agent",),
+                    f"cbr {a.name} is attached to {agent.name}, a {agent.type} agent; attach CBR "
+                    f"to a {wanted} or tcp agent",
+                )
+        if a.packet_size is not None:
+            fields["packet_size_bytes"] = self.unit(
+                path + ("packet_size",),
+                lambda v: parse_size(v, "packet size"),
+                a.packet_size,
+            )
+        if a.rate is not None:
+            fields["rate_bps"] = self.unit(path + ("rate",), parse_bandwidth, a.rate)
+        if a.interval is not None:
+            fields["interval_s"] = self.unit(path + ("interval",), parse_delay, a.interval)
+            if fields["interval_s"] == 0:
+                self.p.error(
+                    path + ("interval",),
+                    f"cbr {a.name}: interval 0 would send without pause; give a positive interval "
+                    "or a rate",
+                )
+        if fields.get("packet_size_bytes") == 0:
+            self.p.error(
+                path + ("packet_size",),
+                f"cbr {a.name}: packet size must be at least 1 byte",
+            )
+        fields = {k: v for k, v in fields.items() if v}
+        return ir.Application.model_construct(
+            name=a.name,
+            kind=a.type,
+            agent=a.agent,
+            max_packets=a.max_packets,
+            random=bool(a.random),
+            **fields,
+        )
+
+    def program(self, i: int, prog: doc.ProgramDoc) -> ir.Program:
+        path: Path_ = ("programs", i)
+        self.need(path + ("node",), prog.node, {"node"}, f"program {prog.name}: node")
+        if not prog.command.strip():
+            self.p.error(
+                path + ("command",),
+                f"program {prog.name} has an empty command; set one with `$prog set command ...`",
+            )
+        timeout = (
+            self.unit(path + ("timeout",), parse_delay, prog.timeout)
+            if prog.timeout is not None
+            else None
+        )
+        return ir.Program.model_construct(
+            name=prog.name,
+            node=prog.node,
+            command=prog.command,
+            dir=prog.dir,
+            timeout_s=timeout or None,
+            expected_exit_code=prog.expected_exit_code or 0,
+        )
+
+    # -- events --------------------------------------------------------------------------
+
+    def group(self, i: int, g: doc.GroupDoc) -> ir.Group:
+        path: Path_ = ("groups", i)
+        kinds = set()
+        for j, member in enumerate(g.members):
+            if member not in self.kinds:
+                self.p.error(
+                    path + ("members", j),
+                    f"group {g.name}: member '{member}' does not exist",
+                )
+            else:
+                kinds.add(self.kinds[member])
+        if len(kinds) > 1:
+            self.p.error(
+                path,
+                f"group {g.name} mixes {', '.join(sorted(kinds))}; a group holds objects of one "
+                "kind",
+            )
+        if not g.members:
+            self.p.error(path, f"group {g.name} is empty; add members")
+        return ir.Group.model_construct(name=g.name, members=tuple(g.members))
+
+    def group_kind(self, name: str) -> str | None:
+        group = next(g for g in self.doc.groups if g.name == name)
+        kinds = {self.kinds[m] for m in group.members if m in self.kinds}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def action(
+        self, path: Path_, a: doc.ActionDoc, time: float | None = None
+    ) -> ir.Action | ir.Event:
+        args = tuple(_text(x) for x in (a.args or []))
+        where = self._where(path)
+        fields = dict(object=a.object, verb=a.verb, args=args, where=where)
+        kind = self.kinds.get(a.object)
+        if kind is None:
+            self.p.error(
+                path + ("object",),
+                f"event {a.object} {a.verb}: there is no object named '{a.object}'; events act on "
+                "nodes, links, LANs, agents, applications, programs, timelines, sequences, groups "
+                "or ns",
+            )
+        else:
+            if kind == "group":
+                kind = self.group_kind(a.object) or "group"
+            verbs = _VERBS.get(kind, {})
+            if a.verb not in verbs:
+                valid = ", ".join(sorted(verbs)) or "none"
+                self.p.error(
+                    path + ("verb",),
+                    f"event {a.object} {a.verb}: '{a.verb}' is not a verb of {kind} {a.object}; "
+                    f"valid verbs are {valid}",
+                )
+            else:
+                self.check_args(path, kind, a.object, a.verb, args, verbs[a.verb])
+        if time is None:
+            return ir.Action.model_construct(**fields)
+        return ir.Event.model_construct(**fields, time_s=time)
+
+    def check_args(
+        self,
+        path: Path_,
+        kind: str,
+        obj: str,
+        verb: str,
+        args: tuple[str, ...],
+        count: int | None,
+    ) -> None:
+        label = f"event {obj} {verb}"
+        if count is not None and len(args) != count:
+            self.p.error(
+                path + ("args",),
+                f"{label}: takes {count} argument{'s' if count != 1 else ''}, got {len(args)}",
+            )
+            return
+        parse = {
+            "bandwidth": parse_bandwidth,
+            "delay": parse_delay,
+            "plr": parse_probability,
+        }.get(verb)
+        if kind in ("link", "lan") and parse:
+            self.unit(path + ("args",), parse, args[0])
+        if verb == "set":
+            allowed = {"cbr": _CBR_VARS, "program": _PROGRAM_VARS}.get(kind)
+            if allowed and args[0] not in allowed:
+                self.p.error(
+                    path + ("args",),
+                    f"{label}: '{args[0]}' cannot be set on {kind} {obj}; use one of "
+                    f"{', '.join(sorted(allowed))}",
+                )
+        if verb == "queue-set":
+            link = next((x for x in self.doc.links + self.doc.lans if x.name == obj), None)
+            nodes = [m if isinstance(m, str) else m.node for m in (link.members if link else [])]
+            if args[0] not in nodes:
+                self.p.error(
+                    path + ("args",),
+                    f"{label}: '{args[0]}' is not a member of {kind} {obj}; name the node whose "
+                    "outgoing queue to change",
+                )
+            if args[1] not in _QUEUE_VARS:
+                self.p.error(
+                    path + ("args",),
+                    f"{label}: '{args[1]}' is not a queue parameter; use one of "
+                    f"{', '.join(sorted(_QUEUE_VARS))}",
+                )
+
+    def events(self, path: Path_, events: list[doc.EventDoc]) -> list[ir.Event]:
+        out = []
+        for j, e in enumerate(events):
+            time = self.unit(path + (j, "at"), parse_time, e.at)
+            out.append(self.action(path + (j,), e, time if time is not None else 0.0))
+        return sorted(out, key=lambda e: e.time_s)  # stable: same-time events keep file order
+
+    def inert(self, i: int, x: doc.InertDoc) -> ir.Inert:
+        reason = INERT_REASONS.get(x.command, "nestbed has no equivalent")
+        self.p.warn(
+            ("inert", i),
+            f"{x.command} has no effect here ({reason}); it is recorded in the experiment and "
+            "otherwise ignored",
+        )
+        return ir.Inert.model_construct(
+            command=x.command, args=tuple(x.args), where=self._where(("inert", i))
+        )
+
+    def _where(self, path: Path_) -> ir.Where | None:
+        file, line = self.p.locate(path)
+        return ir.Where(file=file, line=line) if line is not None else None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _valid_ip(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def lan_halves(base: ir.Shaping) -> tuple[ir.Shaping, ir.Shaping]:
+    """Splits member-to-member LAN shaping into the node→switch and switch→node halves.
+
+    Delay D becomes D/2 each way and loss P becomes 1-sqrt(1-P) each way (Emulab's rule), so a
+    packet between two members sees D and P. Bandwidth applies to both halves. Jitter, the
+    Gilbert-Elliott model, duplication and corruption act once, on the sending half.
+    """
+    half_loss = 1 - math.sqrt(1 - base.loss) if base.loss else 0.0
+    egress = base.model_copy(update={"delay_s": base.delay_s / 2, "loss": half_loss})
+    ingress = ir.Shaping(
+        bandwidth_bps=base.bandwidth_bps,
+        delay_s=base.delay_s / 2,
+        loss=half_loss,
+        queue=base.queue,
+    )
+    return egress, ingress
+
+
+def _free_subnet(
+    netmask: str, start: int, claimed: list[ipaddress.IPv4Network]
+) -> tuple[ipaddress.IPv4Network, int]:
+    prefix = ipaddress.IPv4Network(f"0.0.0.0/{netmask}").prefixlen
+    if prefix < 24:
+        raise ValueError(
+            f"netmask {netmask} is wider than /24, so no automatic subnet fits; give the "
+            "members' addresses with tb-set-ip-link or ip"
+        )
+    for third in range(start, 256):
+        subnet = ipaddress.IPv4Network(f"10.1.{third}.0/{prefix}")
+        if not any(subnet.overlaps(c) for c in claimed):
+            return subnet, third + 1
+    raise ValueError(
+        "the automatic address range 10.1.1.0-10.1.255.0 is used up; give addresses explicitly"
+    )

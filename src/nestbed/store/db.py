@@ -1,0 +1,176 @@
+"""Where the experiment store lives and how to connect to it.
+
+``resolve_db_url`` turns what the user gave (``--db``, ``NESTBED_DB`` or nothing) into one
+SQLAlchemy URL; ``connect`` builds an engine for it, checks that the database can be reached and
+translates driver errors into ``EnvironmentProblem``. SQLite is configured so that every
+transaction is a real ``BEGIN IMMEDIATE`` one (DDL included), which makes migrations atomic and
+serializes concurrent writers instead of failing them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Engine, make_url
+
+from nestbed.errors import EnvironmentProblem, UserError
+
+ENV_VAR = "NESTBED_DB"
+"""The environment variable that overrides the default database location."""
+
+DB_FILE_NAME = "nestbed.db"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+"""How long a SQLite writer waits for another writer before giving up."""
+PG_CONNECT_TIMEOUT_S = 10
+"""How long connecting to a PostgreSQL server may take before it counts as unreachable."""
+
+_PG_ALIASES = ("postgresql", "postgres", "postgresql+psycopg")
+_SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+_PASSWORD = re.compile(r"^([^:/]+://[^:/@]*):[^@/]*@")
+
+
+def default_db_path(environ: dict[str, str] | None = None) -> Path:
+    """The default SQLite file: ``$XDG_DATA_HOME/nestbed/nestbed.db``, ``~/.local/share`` if unset.
+
+    As the XDG specification says, a relative ``XDG_DATA_HOME`` is ignored.
+    """
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "nestbed" / DB_FILE_NAME
+
+
+def resolve_db_url(explicit: str | None, environ: dict[str, str] | None = None) -> str:
+    """The database URL to use: ``explicit``, else ``$NESTBED_DB``, else the default SQLite file.
+
+    Each may be a file path (made absolute) or a SQLAlchemy URL; ``postgresql://`` and
+    ``postgres://`` URLs are normalized to the psycopg 3 driver (``postgresql+psycopg://``).
+    """
+    env = os.environ if environ is None else environ
+    if explicit:
+        return _normalize(explicit, origin="--db")
+    from_env = env.get(ENV_VAR, "")
+    if from_env:
+        return _normalize(from_env, origin=ENV_VAR)
+    return _sqlite_url(default_db_path(env))
+
+
+def redact(url: str) -> str:
+    """``url`` as given, with any password replaced by ``***``, fit to show to a user."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:
+        return url
+    if parsed.password is None:
+        return url
+    hidden = _PASSWORD.sub(r"\1:***@", url, count=1)
+    return hidden if hidden != url else parsed.render_as_string(hide_password=True)
+
+
+def connect(url: str) -> Engine:
+    """An engine for ``url`` whose database is known to be reachable right now.
+
+    Raises ``EnvironmentProblem`` naming the URL (password hidden) and the fix when the database
+    cannot be opened, and ``UserError`` when the URL names an unsupported backend.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in _SUPPORTED_BACKENDS:
+        raise UserError(
+            f"database URL {redact(url)!r} uses the unsupported backend {backend!r}; "
+            "use a file path, a sqlite:/// URL or a postgresql:// URL"
+        )
+    if backend == "sqlite":
+        _make_sqlite_parent(parsed, url)
+    try:
+        engine = sa.create_engine(parsed, **_engine_options(backend))
+    except ImportError as exc:
+        raise EnvironmentProblem(
+            f"the database driver for {redact(url)!r} is not installed ({exc.name}); "
+            "use a postgresql+psycopg:// URL or run `make setup`"
+        ) from exc
+    if backend == "sqlite":
+        _make_sqlite_transactional(engine)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.DBAPIError as exc:
+        engine.dispose()
+        raise unreachable(url, exc) from exc
+    return engine
+
+
+def unreachable(url: str, exc: BaseException) -> EnvironmentProblem:
+    """The error for a database that cannot be opened, with the driver's first line as reason."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    detail = reason[0] if reason else type(exc).__name__
+    password = make_url(url).password
+    if password:
+        detail = detail.replace(str(password), "***")
+    if make_url(url).get_backend_name() == "sqlite":
+        fix = "check that its directory exists and is writable, or set NESTBED_DB or --db"
+    else:
+        fix = "start the PostgreSQL server or set NESTBED_DB or --db to a reachable database"
+    return EnvironmentProblem(f"cannot open the nestbed database {redact(url)} ({detail}); {fix}")
+
+
+def _normalize(value: str, *, origin: str) -> str:
+    if "://" not in value:
+        return _sqlite_url(Path(value).expanduser().absolute())
+    try:
+        parsed = make_url(value)
+    except sa.exc.ArgumentError as exc:
+        raise UserError(
+            f"database URL {value!r} from {origin} is not a valid URL; "
+            "use a file path, a sqlite:/// URL or a postgresql:// URL"
+        ) from exc
+    if parsed.drivername in _PG_ALIASES:
+        return "postgresql+psycopg://" + value.split("://", 1)[1]
+    return value
+
+
+def _sqlite_url(path: Path) -> str:
+    return URL.create("sqlite", database=str(path)).render_as_string(hide_password=False)
+
+
+def _make_sqlite_parent(parsed: URL, url: str) -> None:
+    database = parsed.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    parent = Path(database).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot create the directory {str(parent)!r} for the nestbed database "
+            f"{redact(url)} ({exc.strerror}); set NESTBED_DB or --db to a writable location"
+        ) from exc
+
+
+def _engine_options(backend: str) -> dict[str, Any]:
+    if backend == "sqlite":
+        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    return {
+        "connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S},
+        "pool_pre_ping": True,
+    }
+
+
+def _make_sqlite_transactional(engine: Engine) -> None:
+    """Let SQLAlchemy, not pysqlite, issue BEGIN; take the write lock at BEGIN; enforce FKs."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,436 @@
+"""The experiment store: create, find, change and delete experiments, and record their runs.
+
+``Store`` is the one class the rest of nestbed talks to. Every method runs in its own
+transaction; state changes lock the experiment's row (``SELECT … FOR UPDATE`` on PostgreSQL,
+``BEGIN IMMEDIATE`` on SQLite) and then compare-and-set the state (``UPDATE … WHERE state =
+:from``), so of two processes racing to swap the same experiment in, exactly one wins.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import sqlalchemy as sa
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine
+
+from nestbed.errors import EnvironmentProblem, InternalError, UserError
+from nestbed.store import migrate
+from nestbed.store.db import connect, redact, resolve_db_url, unreachable
+from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
+from nestbed.store.schema import (
+    NAME_PATTERN,
+    SOURCE_FORMATS,
+    experiments,
+    runs,
+    state_changes,
+)
+from nestbed.store.states import (
+    DELETABLE,
+    EDITABLE,
+    State,
+    check_transition,
+    what_to_do,
+)
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+def utc_now() -> datetime:
+    """The current time as a timezone-aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def sha256_hex(text: str) -> str:
+    """The SHA-256 of ``text`` encoded as UTF-8, in hexadecimal."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Store:
+    """A connection to the experiment store; open it with ``Store.open`` and close it after use."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        """Wrap an engine whose database is already migrated; most callers want ``open``."""
+        self._engine = engine
+        self._url = url
+
+    @classmethod
+    def open(cls, url_or_path: str | None = None) -> Self:
+        """Open the store (see ``resolve_db_url``) and run any pending schema migrations."""
+        url = resolve_db_url(url_or_path)
+        engine = connect(url)
+        try:
+            migrate.upgrade(engine)
+        except CommandError as exc:
+            engine.dispose()
+            raise EnvironmentProblem(
+                f"the nestbed database {redact(url)} has a schema this nestbed does not know "
+                f"({exc}); upgrade nestbed or set NESTBED_DB or --db to another database"
+            ) from exc
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            raise unreachable(url, exc) from exc
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, url)
+
+    @property
+    def url(self) -> str:
+        """The database URL, with any password hidden."""
+        return redact(self._url)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for tests and maintenance tools."""
+        return self._engine
+
+    def close(self) -> None:
+        """Close every connection to the database."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- experiments -----------------------------------------------------------------------
+
+    def create_experiment(
+        self,
+        name: str,
+        *,
+        source_text: str,
+        source_format: str,
+        source_file: str | None,
+        ir_json: str,
+    ) -> ExperimentRecord:
+        """Store a new experiment in state ``defined``; its name must not be taken."""
+        _check_name(name)
+        definition = _definition(source_text, source_format, source_file, ir_json)
+        now = utc_now()
+        try:
+            with self._transaction() as conn:
+                result = conn.execute(
+                    experiments.insert().values(
+                        name=name,
+                        state=State.DEFINED.value,
+                        created_at=now,
+                        updated_at=now,
+                        state_changed_at=now,
+                        error=None,
+                        **definition,
+                    )
+                )
+                (experiment_id,) = result.inserted_primary_key or (None,)
+                _record_change(conn, experiment_id, name, None, State.DEFINED, now, "created")
+                return _experiment(_lock(conn, name))
+        except sa.exc.IntegrityError as exc:
+            if self.find(name) is not None:
+                raise UserError(
+                    f"an experiment named {name!r} already exists; delete it with "
+                    f"`nestbed delete {name}` or choose another name with --name"
+                ) from exc
+            raise
+
+    def find(self, name: str) -> ExperimentRecord | None:
+        """The experiment called ``name``, or None if there is none."""
+        with self._transaction() as conn:
+            row = conn.execute(experiments.select().where(experiments.c.name == name)).first()
+        return None if row is None else _experiment(row)
+
+    def get(self, name: str) -> ExperimentRecord:
+        """The experiment called ``name``; ``UserError`` if there is none."""
+        record = self.find(name)
+        if record is None:
+            raise _missing(name)
+        return record
+
+    def list(self) -> builtins.list[ExperimentRecord]:
+        """Every stored experiment, ordered by name."""
+        with self._transaction() as conn:
+            rows = conn.execute(experiments.select()).all()
+        return sorted((_experiment(row) for row in rows), key=lambda r: r.name)
+
+    def delete(self, name: str) -> None:
+        """Delete an experiment with its history and runs; only when nothing of it is running."""
+        with self._transaction() as conn:
+            row = _lock(conn, name)
+            state = State(row.state)
+            if state not in DELETABLE:
+                raise UserError(
+                    f"experiment {name!r} is {state} and cannot be deleted; "
+                    f"{what_to_do(name, state)}"
+                )
+            conn.execute(state_changes.delete().where(state_changes.c.experiment_id == row.id))
+            conn.execute(runs.delete().where(runs.c.experiment_id == row.id))
+            conn.execute(experiments.delete().where(experiments.c.id == row.id))
+
+    def update_ir(
+        self,
+        name: str,
+        *,
+        source_text: str,
+        source_format: str,
+        source_file: str | None,
+        ir_json: str,
+    ) -> ExperimentRecord:
+        """Replace an experiment's source and IR; refused while it is (being) swapped in."""
+        definition = _definition(source_text, source_format, source_file, ir_json)
+        with self._transaction() as conn:
+            row = _lock(conn, name)
+            state = State(row.state)
+            if state not in EDITABLE:
+                raise UserError(
+                    f"experiment {name!r} is {state}, so its definition cannot be changed; "
+                    f"{what_to_do(name, state)}"
+                )
+            conn.execute(
+                experiments.update()
+                .where(experiments.c.id == row.id)
+                .values(updated_at=utc_now(), **definition)
+            )
+            return _experiment(_lock(conn, name))
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def transition(
+        self,
+        name: str,
+        to: State,
+        expect_from: State | None = None,
+        reason: str | None = None,
+    ) -> ExperimentRecord:
+        """Move an experiment to state ``to``, recording why; ``UserError`` if not allowed.
+
+        With ``expect_from``, the move happens only if the experiment is in that state now.
+        Becoming ``failed`` stores ``reason`` as the experiment's error; swapping in clears it.
+        """
+        to = _state(to)
+        expect_from = None if expect_from is None else _state(expect_from)
+        now = utc_now()
+        with self._transaction() as conn:
+            row = _lock(conn, name)
+            current = State(row.state)
+            check_transition(name, current, to, expect_from)
+            values: dict[str, Any] = {
+                "state": to.value,
+                "updated_at": now,
+                "state_changed_at": now,
+            }
+            if to is State.FAILED:
+                values["error"] = reason
+            elif to is State.SWAPPING_IN:
+                values["error"] = None
+            result = conn.execute(
+                experiments.update()
+                .where(experiments.c.id == row.id, experiments.c.state == current.value)
+                .values(**values)
+            )
+            if result.rowcount != 1:
+                raise UserError(
+                    f"experiment {name!r} changed state while it was being moved to {to}; "
+                    f"check it with `nestbed show {name}` and try again"
+                )
+            _record_change(conn, row.id, name, current, to, now, reason)
+            return _experiment(_lock(conn, name))
+
+    def history(self, name: str) -> builtins.list[StateChange]:
+        """Every state change of an experiment, oldest first, starting with its creation."""
+        with self._transaction() as conn:
+            row = _lock(conn, name)
+            rows = conn.execute(
+                state_changes.select()
+                .where(state_changes.c.experiment_id == row.id)
+                .order_by(state_changes.c.id)
+            ).all()
+        return [
+            StateChange(
+                id=r.id,
+                experiment=r.experiment_name,
+                from_state=None if r.from_state is None else State(r.from_state),
+                to_state=State(r.to_state),
+                at=r.at,
+                reason=r.reason,
+            )
+            for r in rows
+        ]
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def start_run(self, name: str, results_dir: str | os.PathLike[str]) -> int:
+        """Record that a run of an experiment started, writing to ``results_dir``; its id."""
+        with self._transaction() as conn:
+            row = _lock(conn, name)
+            result = conn.execute(
+                runs.insert().values(
+                    experiment_id=row.id,
+                    started_at=utc_now(),
+                    ended_at=None,
+                    outcome=None,
+                    results_dir=os.fspath(results_dir),
+                )
+            )
+            (run_id,) = result.inserted_primary_key or (None,)
+        if not isinstance(run_id, int):
+            raise InternalError(f"the database gave run id {run_id!r}, not an integer")
+        return run_id
+
+    def end_run(self, run_id: int, outcome: str) -> RunRecord:
+        """Record that run ``run_id`` ended with ``outcome``; a run ends only once."""
+        if not outcome:
+            raise InternalError(f"run {run_id} was ended with an empty outcome; this is a bug")
+        with self._transaction() as conn:
+            result = conn.execute(
+                runs.update()
+                .where(runs.c.id == run_id, runs.c.ended_at.is_(None))
+                .values(ended_at=utc_now(), outcome=outcome)
+            )
+            run = _run(conn, runs.c.id == run_id).first()
+            if run is None:
+                raise UserError(
+                    f"there is no run with id {run_id}; see an experiment's runs with "
+                    "`nestbed show NAME`"
+                )
+            if result.rowcount != 1:
+                raise UserError(
+                    f"run {run_id} of experiment {run.name!r} already ended at "
+                    f"{run.ended_at.isoformat()} with outcome {run.outcome!r}; "
+                    "start a new run instead"
+                )
+        return _run_record(run)
+
+    def runs(self, name: str) -> builtins.list[RunRecord]:
+        """Every run of an experiment, oldest first."""
+        with self._transaction() as conn:
+            row = _lock(conn, name)
+            rows = _run(conn, runs.c.experiment_id == row.id).all()
+        return [_run_record(r) for r in rows]
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            raise unreachable(self._url, exc) from exc
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise UserError(
+            f"experiment name {name!r} is not valid; use only letters, digits and '-' "
+            "(names become parts of host names)"
+        )
+
+
+def _definition(
+    source_text: str, source_format: str, source_file: str | None, ir_json: str
+) -> dict[str, Any]:
+    if source_format not in SOURCE_FORMATS:
+        raise InternalError(
+            f"source format {source_format!r} is not one of {', '.join(SOURCE_FORMATS)}; "
+            "this is a bug in the caller"
+        )
+    try:
+        json.loads(ir_json)
+    except ValueError as exc:
+        raise InternalError(f"the IR to store is not valid JSON ({exc}); this is a bug") from exc
+    return {
+        "source_text": source_text,
+        "source_format": source_format,
+        "source_file": source_file,
+        "source_sha256": sha256_hex(source_text),
+        "ir_json": ir_json,
+        "ir_sha256": sha256_hex(ir_json),
+    }
+
+
+def _state(value: State | str) -> State:
+    try:
+        return State(value)
+    except ValueError as exc:
+        raise InternalError(
+            f"{value!r} is not an experiment state (one of {', '.join(State)}); this is a bug"
+        ) from exc
+
+
+def _missing(name: str) -> UserError:
+    return UserError(
+        f"there is no experiment named {name!r}; see the experiments with `nestbed list`"
+    )
+
+
+def _lock(conn: Connection, name: str) -> sa.Row[Any]:
+    """The experiment's row, locked until the transaction ends; ``UserError`` if there is none."""
+    row = conn.execute(
+        experiments.select().where(experiments.c.name == name).with_for_update()
+    ).first()
+    if row is None:
+        raise _missing(name)
+    return row
+
+
+def _record_change(
+    conn: Connection,
+    experiment_id: Any,
+    name: str,
+    from_state: State | None,
+    to_state: State,
+    at: datetime,
+    reason: str | None,
+) -> None:
+    conn.execute(
+        state_changes.insert().values(
+            experiment_id=experiment_id,
+            experiment_name=name,
+            from_state=None if from_state is None else from_state.value,
+            to_state=to_state.value,
+            at=at,
+            reason=reason,
+        )
+    )
+
+
+def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
+    values = dict(row._mapping)
+    values["state"] = State(values["state"])
+    return ExperimentRecord(**values)
+
+
+def _run(conn: Connection, where: sa.ColumnElement[bool]) -> sa.CursorResult[Any]:
+    query = (
+        sa.select(runs, experiments.c.name)
+        .join(experiments, runs.c.experiment_id == experiments.c.id)
+        .where(where)
+        .order_by(runs.c.id)
+    )
+    return conn.execute(query)
+
+
+def _run_record(row: sa.Row[Any]) -> RunRecord:
+    return RunRecord(
+        id=row.id,
+        experiment=row.name,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        outcome=row.outcome,
+        results_dir=row.results_dir,
+    )

@@ -1,0 +1,1 @@
+"""Alembic migrations of the experiment store (run by ``nestbed.store.migrate``)."""

@@ -1,0 +1,1 @@
+"""One module per schema version of the experiment store, oldest first."""

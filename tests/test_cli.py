@@ -1,0 +1,132 @@
+"""The command line, run as a user runs it: a real process, real files, a real store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DUMBBELL = REPO / "examples" / "dumbbell.yaml"
+
+
+def nestbed(
+    *args: str, db: Path | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    if db is not None:
+        env["NESTBED_DB"] = str(db)
+    return subprocess.run(
+        [sys.executable, "-m", "nestbed", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def test_parse_prints_a_summary():
+    result = nestbed("parse", str(DUMBBELL))
+    assert result.returncode == 0, result.stderr
+    for text in (
+        "experiment dumbbell: 6 nodes, routing static",
+        "r1 → r2",
+        "10Mb 20ms droptail 100 packets",
+        "bottleneck │ down",
+    ):
+        assert text in result.stdout
+
+
+def test_parse_json_is_the_ir_and_deterministic():
+    first, second = (
+        nestbed("parse", "--json", str(DUMBBELL)),
+        nestbed("parse", "--json", str(DUMBBELL)),
+    )
+    assert first.returncode == 0 and first.stdout == second.stdout
+    ir = json.loads(first.stdout)
+    assert ir["name"] == "dumbbell" and len(ir["links"]) == 5
+
+
+def test_a_bad_file_gives_one_line_per_problem_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "nodes: [{name: a}, {name: b}]\nlinks:\n  - {members: [a, b], bandwidth: 10MB}\n"
+    )
+    result = nestbed("parse", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: bad.yaml:3: link link0: bandwidth '10MB' has unknown unit 'MB'; write bits per second "
+        "with b, kb, Mb or Gb (for example 10Mb); bytes (B) are not accepted"
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_file_and_unknown_format(tmp_path):
+    result = nestbed("parse", str(tmp_path / "nope.yaml"))
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        f"error: {tmp_path / 'nope.yaml'}: no such experiment file; check the path",
+    )
+    odd = tmp_path / "x.txt"
+    odd.write_text("")
+    assert nestbed("parse", str(odd)).returncode == 2
+
+
+def test_usage_error_exits_2():
+    result = nestbed("parse")
+    assert result.returncode == 2 and "Missing argument" in result.stderr
+
+
+def test_create_list_show_delete(tmp_path):
+    db = tmp_path / "store.db"
+    created = nestbed("create", str(DUMBBELL), "--name", "db1", "--json", db=db)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["state"] == "defined"
+    listed = json.loads(nestbed("list", "--json", db=db).stdout)
+    assert [r["name"] for r in listed] == ["db1"]
+    shown = json.loads(nestbed("show", "db1", "--json", db=db).stdout)
+    assert shown["ir"]["name"] == "db1" and shown["source_format"] == "yaml"
+    again = nestbed("create", str(DUMBBELL), "--name", "db1", db=db)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert nestbed("delete", "db1", db=db).returncode == 0
+    assert json.loads(nestbed("list", "--json", db=db).stdout) == []
+    missing = nestbed("show", "db1", db=db)
+    assert missing.returncode == 2 and "db1" in missing.stderr
+
+
+def test_db_option_beats_the_environment(tmp_path):
+    explicit = tmp_path / "explicit.db"
+    assert (
+        nestbed("--db", str(explicit), "create", str(DUMBBELL), db=tmp_path / "env.db").returncode
+        == 0
+    )
+    assert explicit.exists()
+    assert json.loads(nestbed("list", "--json", db=tmp_path / "env.db").stdout) == []
+
+
+@pytest.mark.parametrize("target", ["yaml", "ns"])
+def test_convert_round_trips(tmp_path, target):
+    out = tmp_path / f"converted.{target}"
+    result = nestbed("convert", str(DUMBBELL), "--to", target, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    original = json.loads(nestbed("parse", "--json", str(DUMBBELL)).stdout)
+    converted = json.loads(nestbed("parse", "--json", "--name", "dumbbell", str(out)).stdout)
+    from nbtest import semantic
+    from nestbed.model import Experiment
+
+    assert semantic(Experiment.model_validate(original)) == semantic(
+        Experiment.model_validate(converted)
+    )
+
+
+def test_convert_to_an_unknown_format():
+    result = nestbed("convert", str(DUMBBELL), "--to", "xml")
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "error: --to 'xml' is not a format; use --to yaml or --to ns",
+    )
