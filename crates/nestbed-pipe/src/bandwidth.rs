@@ -126,7 +126,7 @@ impl Server {
         // It reaches the head of the queue when it arrives or when the
         // frame ahead of it has left, whichever is later.
         let head = (u128::from(arrived.as_nanos()) * rate).max(self.last_scaled);
-        let bits = u128::from(wire_len + self.params.overhead_bytes) * 8;
+        let bits = (u128::from(wire_len) + u128::from(self.params.overhead_bytes)) * 8;
         self.tat = self.tat.max(head) + bits * NS_PER_S;
         let tolerance = u128::from(self.params.burst_bytes) * 8 * NS_PER_S;
         self.last_scaled = head.max(self.tat.saturating_sub(tolerance));

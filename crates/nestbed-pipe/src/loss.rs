@@ -76,8 +76,8 @@ impl GilbertElliott {
     /// mean burst length (ABL): r = 1/ABL, p = PLR·r/(1 − PLR), every packet
     /// in the bad state lost, none in the good state.
     ///
-    /// The caller should check the result with [`LossModel::validate`]-style
-    /// rules: p > 1 (a loss rate too high for the burst length) is invalid.
+    /// A loss rate too high for the burst length gives p > 1, which
+    /// [`PipeParams::validate`](crate::PipeParams::validate) rejects.
     pub fn from_loss_and_burst(loss_rate: f64, mean_burst_len: f64) -> Self {
         let r = 1.0 / mean_burst_len;
         GilbertElliott {

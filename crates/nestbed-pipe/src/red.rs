@@ -10,8 +10,8 @@
 //!    queue was empty, the average first decays as if m = ⌊ptc · idle⌋
 //!    small packets had arrived to an empty queue, ptc = rate/(8·mean_pktsize)
 //!    (ns-2's "packet time constant"); an unlimited rate decays it to 0.
-//! 2. With min ≤ avg and a queue of more than one packet (ns-2's
-//!    `qlen > 1`): avg ≥ max (≥ 2·max with gentle) is a *forced* drop;
+//! 2. With min ≤ avg and an instantaneous queue above 1 (ns-2's
+//!    `qlen > 1`, in bytes with `queue_in_bytes`): avg ≥ max (≥ 2·max with gentle) is a *forced* drop;
 //!    the first arrival after crossing min only starts the count; otherwise
 //!    the packet is dropped early with probability
 //!    p_b = max_p·(avg − min)/(max − min) (gentle above max:

@@ -272,8 +272,10 @@ fn red_average_decays_over_idle_time() {
 
 #[test]
 fn bernoulli_tenth_of_a_percent_is_within_binomial_bound() {
-    let mut params = PipeParams::default();
-    params.loss = LossModel::Bernoulli { p: 0.001 };
+    let params = PipeParams {
+        loss: LossModel::Bernoulli { p: 0.001 },
+        ..PipeParams::default()
+    };
     let mut pipe = Pipe::new(params, 6).unwrap();
     let n = 1_000_000u64;
     for k in 0..n {
@@ -294,10 +296,12 @@ fn bernoulli_tenth_of_a_percent_is_within_binomial_bound() {
 
 #[test]
 fn gilbert_burst_through_a_pipe() {
-    let mut params = PipeParams::default();
-    params.loss = LossModel::GilbertBurst {
-        loss_rate: 0.025,
-        mean_burst_len: 2.5,
+    let params = PipeParams {
+        loss: LossModel::GilbertBurst {
+            loss_rate: 0.025,
+            mean_burst_len: 2.5,
+        },
+        ..PipeParams::default()
     };
     let mut pipe = Pipe::new(params, 7).unwrap();
     let (mut losses, mut bursts, mut prev_lost) = (0u64, 0u64, false);
@@ -549,9 +553,11 @@ fn parameters_from_json_reject_unknown_fields_and_bad_values() {
     let json = serde_json::to_string(&params).unwrap();
     assert_eq!(serde_json::from_str::<PipeParams>(&json).unwrap(), params);
 
-    let mut bad = PipeParams::default();
-    bad.loss = LossModel::Bernoulli { p: 1.5 };
-    bad.drop_ordinals = vec![0];
+    let mut bad = PipeParams {
+        loss: LossModel::Bernoulli { p: 1.5 },
+        drop_ordinals: vec![0],
+        ..PipeParams::default()
+    };
     bad.delay.duplicate = -0.1;
     bad.queue.red = Some(RedParams {
         maxthresh: 1.0,
@@ -576,4 +582,48 @@ fn parameters_from_json_reject_unknown_fields_and_bad_values() {
     let mut pipe = Pipe::new(PipeParams::default(), 0).unwrap();
     assert!(pipe.set_params(Instant::ZERO, bad).is_err());
     assert_eq!(pipe.params(), &PipeParams::default());
+}
+
+#[test]
+fn results_do_not_depend_on_how_often_the_caller_polls() {
+    let mut params = shaped(10 * MBPS, 2 * MS, QueueLimit::Packets(30));
+    params.loss = LossModel::Bernoulli { p: 0.02 };
+    params.queue.red = Some(RedParams::emulab_defaults());
+    params.delay.jitter_ns = 500 * US;
+    params.delay.reorder = true;
+    params.delay.duplicate = 0.05;
+    let arrivals: Vec<(Instant, u32)> = (0..3_000u64)
+        .map(|k| {
+            (
+                Instant::from_micros(k * 600),
+                [64, 1500, 576][k as usize % 3],
+            )
+        })
+        .collect();
+
+    // Polling only at wake-ups...
+    let mut a = Pipe::new(params.clone(), 14).unwrap();
+    let (_, lazy) = simulate(&mut a, arrivals.iter().map(|&(t, l)| (t, packet(l))));
+
+    // ...or every 10 µs gives the same packets, times and counters.
+    let mut b = Pipe::new(params, 14).unwrap();
+    let mut eager = Vec::new();
+    let mut next = arrivals.iter().peekable();
+    let mut t = 0;
+    while next.peek().is_some() || b.next_wakeup().is_some() {
+        let now = Instant::from_nanos(t);
+        eager.extend(b.dequeue_ready(now));
+        while let Some(&&(at, len)) = next.peek().filter(|(at, _)| *at <= now) {
+            b.enqueue(at.max(now), packet(len));
+            next.next();
+        }
+        t += 10 * US;
+    }
+    let key = |d: &Delivery| (d.ordinal, d.duplicate, d.transmitted, d.due);
+    assert_eq!(
+        lazy.iter().map(key).collect::<Vec<_>>(),
+        eager.iter().map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(a.counters(), b.counters());
+    assert!(a.counters().duplicates > 50 && a.counters().drops.loss > 20);
 }
