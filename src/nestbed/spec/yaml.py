@@ -24,7 +24,7 @@ _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe loader where `on`/`no` stay strings (as in YAML 1.2) and `null` is a word.
 
     `null` is ns-2's name for the UDP sink agent (`type: null`), so only `~` and an empty value
@@ -58,8 +58,12 @@ def _locations(node: yaml.Node, file: str, path: tuple = (), out: dict | None = 
 def read(text: str, file: str) -> tuple[ExperimentDoc, dict[str, Location]]:
     """Parses YAML text into a document and the line of every key."""
     try:
-        root = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)
+        loader = _Loader(text)
+        try:
+            root = loader.get_single_node()
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
