@@ -1,0 +1,249 @@
+//! The only place that talks to the kernel through `libc` and so the only module allowed
+//! `unsafe`: the monotonic clock and absolute sleeps, timer slack, socket options that
+//! `socket2` does not offer (`SO_RXQ_OVFL`, `SO_RCVBUFFORCE`, `SO_SNDBUFFORCE`), `recvmsg` with
+//! the kernel's drop counter, and a SIGINT/SIGTERM flag.
+//!
+//! Linux only, like the rest of nestbed's platform code.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::{size_of, zeroed, MaybeUninit};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::pacing::Clock;
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock of the header's timestamps.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (`clock_nanosleep` with
+/// `TIMER_ABSTIME`). Returns early when a signal arrives; callers re-check the time.
+pub fn sleep_until_monotonic_ns(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `ts` is a valid timespec; the remainder pointer may be null with TIMER_ABSTIME.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        );
+    }
+}
+
+/// The real [`Clock`]: `CLOCK_MONOTONIC` with absolute sleeps.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now_ns(&mut self) -> u64 {
+        monotonic_ns()
+    }
+    fn sleep_until_ns(&mut self, deadline_ns: u64) {
+        sleep_until_monotonic_ns(deadline_ns);
+    }
+}
+
+/// Sets this thread's timer slack (how late the kernel may wake a sleep) to `ns`; the
+/// default of 50 µs would eat the whole spin margin.
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long by value and touches no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: i32) -> io::Result<()> {
+    // SAFETY: the option value is a live c_int and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks the kernel to attach its count of datagrams dropped on this socket (receive buffer
+/// full) to every received datagram (`SO_RXQ_OVFL`).
+pub fn enable_rxq_ovfl(sock: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)
+}
+
+/// `SO_RCVBUFFORCE`: sets the receive buffer beyond `net.core.rmem_max` (needs
+/// CAP_NET_ADMIN; fails with EPERM otherwise).
+pub fn force_recv_buffer(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = i32::try_from(bytes).unwrap_or(i32::MAX);
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v)
+}
+
+/// `SO_SNDBUFFORCE`: sets the send buffer beyond `net.core.wmem_max` (needs CAP_NET_ADMIN).
+pub fn force_send_buffer(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = i32::try_from(bytes).unwrap_or(i32::MAX);
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v)
+}
+
+/// One received datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Bytes of payload (the datagram is truncated to the buffer if longer).
+    pub len: usize,
+    /// Sender's address.
+    pub from: Option<SocketAddr>,
+    /// The kernel's running count of datagrams dropped on this socket, when `SO_RXQ_OVFL`
+    /// is on and the kernel attached it.
+    pub kernel_drops: Option<u32>,
+}
+
+/// Space for one `SO_RXQ_OVFL` control message (a u32), with room to spare.
+const CONTROL_LEN: usize = 64;
+
+fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which fits in it.
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, which fits in it.
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Receives one datagram with `recvmsg`, returning its length, its sender and the kernel's
+/// drop counter if attached. Blocks up to the socket's read timeout (then `WouldBlock`).
+pub fn recv_with_drops(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Received> {
+    // SAFETY: all-zero is a valid sockaddr_storage and msghdr.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut control = [MaybeUninit::<u64>::uninit(); CONTROL_LEN / 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: as above.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = CONTROL_LEN as _;
+
+    // SAFETY: every pointer in `msg` refers to a live buffer of the stated length.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+
+    let mut kernel_drops = None;
+    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the CMSG macros walk only
+    // within it, and SO_RXQ_OVFL's data is one u32.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
+                kernel_drops = Some(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(cmsg).cast::<u32>(),
+                ));
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(Received {
+        len: n as usize,
+        from: sockaddr_to_std(&storage, msg.msg_namelen),
+        kernel_drops,
+    })
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Installs SIGINT and SIGTERM handlers that set a flag instead of killing the process, so a
+/// run stopped by hand still prints its summary. Blocking calls return `EINTR` (no
+/// `SA_RESTART`). Returns the flag.
+pub fn stop_on_signals() -> &'static AtomicBool {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
+        // sigaction struct is fully initialised.
+        unsafe {
+            let mut sa: libc::sigaction = zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as libc::sighandler_t;
+            sa.sa_flags = 0;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+    &STOP
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    #[test]
+    fn monotonic_clock_advances_and_sleeps_absolutely() {
+        let a = monotonic_ns();
+        sleep_until_monotonic_ns(a + 2_000_000);
+        let b = monotonic_ns();
+        assert!(b >= a + 2_000_000, "slept {} ns", b - a);
+    }
+
+    #[test]
+    fn recvmsg_reports_sender_and_drop_counter() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_rxq_ovfl(&rx).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"hello probe!", rx.local_addr().unwrap())
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let r = recv_with_drops(&rx, &mut buf).unwrap();
+        assert_eq!(r.len, 12);
+        assert_eq!(r.from, Some(tx.local_addr().unwrap()));
+        assert_eq!(&buf[..12], b"hello probe!");
+        // The counter is attached only once the socket has dropped something.
+        assert!(r.kernel_drops.unwrap_or(0) == 0);
+    }
+}

@@ -1,0 +1,255 @@
+//! End-to-end tests of the `nestbed-probe` binary over loopback (127.0.0.1, ephemeral ports
+//! only): a receiver process and a sender process, their JSON summaries and CSV logs, echoes,
+//! bursts, and the exit code of usage errors.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nestbed-probe");
+
+/// A receiver process and the port it reported on stderr.
+struct Recv {
+    child: Child,
+    port: u16,
+}
+
+fn start_recv(args: &[&str]) -> Recv {
+    let mut child = Command::new(BIN)
+        .args(["recv", "--bind", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start receiver");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in receiver's first line {line:?}"));
+    // Keep draining stderr so the receiver never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+    });
+    Recv { child, port }
+}
+
+fn finish(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    json_of(&out)
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "stdout must be one JSON object: {stdout}"
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
+fn send(port: u16, args: &[&str]) -> Value {
+    let to = format!("127.0.0.1:{port}");
+    let out = Command::new(BIN)
+        .args(["send", "--to", &to, "--bind", "127.0.0.1"])
+        .args(args)
+        .output()
+        .unwrap();
+    json_of(&out)
+}
+
+fn u(v: &Value, path: &str) -> u64 {
+    path.split('.')
+        .fold(v, |v, key| &v[key])
+        .as_u64()
+        .unwrap_or_else(|| panic!("{path} is not a number in {v}"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("nestbed-probe-{}-{name}", std::process::id()))
+}
+
+/// Delays on one host must be small and positive; a "negative" delay wraps to ~2^48 ns.
+fn assert_sane_delay(dist: &Value) {
+    let (min, max) = (u(dist, "min_ns"), u(dist, "max_ns"));
+    assert!(min > 0 && max < 2_000_000_000, "delay min {min} max {max}");
+}
+
+#[test]
+fn two_thousand_packets_arrive_in_order_with_positive_delays() {
+    let rlog = tmp("recv.csv");
+    let slog = tmp("send.csv");
+    let r = start_recv(&[
+        "--count",
+        "2000",
+        "--idle",
+        "5",
+        "--expect",
+        "2000",
+        "--log",
+        rlog.to_str().unwrap(),
+    ]);
+    let s = send(
+        r.port,
+        &[
+            "--size",
+            "100",
+            "--pps",
+            "20000",
+            "--count",
+            "2000",
+            "--log",
+            slog.to_str().unwrap(),
+        ],
+    );
+    let rv = finish(r.child);
+
+    assert_eq!(u(&s, "packets_attempted"), 2000);
+    assert_eq!(u(&s, "packets_sent"), 2000);
+    assert_eq!(u(&s, "send_errors"), 0);
+    assert_eq!(u(&s, "wire_bytes"), 166);
+    assert_eq!(u(&s, "lateness.count"), 2000);
+
+    assert_eq!(rv["stopped_by"], "count");
+    assert_eq!(u(&rv, "packets"), 2000);
+    assert_eq!(u(&rv, "unique"), 2000);
+    assert_eq!(u(&rv, "bytes"), 200_000);
+    assert_eq!(u(&rv, "lost"), 0);
+    assert_eq!(u(&rv, "duplicates"), 0);
+    assert_eq!(u(&rv, "reordered"), 0, "loopback does not reorder");
+    assert_eq!(u(&rv, "highest_seq"), 1999);
+    assert_eq!(u(&rv, "delay.count"), 2000);
+    assert_sane_delay(&rv["delay"]);
+    assert!(u(&rv, "last_recv_ns") > u(&rv, "first_recv_ns"));
+    assert!(u(&rv, "rcvbuf_granted") > 0);
+
+    let recv_csv = std::fs::read_to_string(&rlog).unwrap();
+    let mut lines = recv_csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("seq,burst,send_ns,recv_ns,size,delay_ns")
+    );
+    let rows: Vec<Vec<u64>> = lines
+        .map(|l| l.split(',').map(|f| f.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2000);
+    assert_eq!(rows[0][0], 0);
+    assert_eq!(rows[1999][0], 1999);
+    assert!(rows.iter().all(|r| r[4] == 100 && r[5] < 2_000_000_000));
+
+    let send_csv = std::fs::read_to_string(&slog).unwrap();
+    assert_eq!(send_csv.lines().count(), 2001);
+    // The sender's send_ns is the timestamp the receiver read from the header.
+    let second: Vec<&str> = send_csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(second[3].parse::<u64>().unwrap(), rows[0][2]);
+
+    let _ = std::fs::remove_file(rlog);
+    let _ = std::fs::remove_file(slog);
+}
+
+#[test]
+fn echoes_give_round_trip_times() {
+    let r = start_recv(&["--echo", "--count", "500", "--idle", "5"]);
+    let s = send(
+        r.port,
+        &[
+            "--size",
+            "64",
+            "--pps",
+            "10000",
+            "--count",
+            "500",
+            "--echo-wait",
+            "1",
+        ],
+    );
+    let rv = finish(r.child);
+    assert_eq!(u(&rv, "echoed"), 500);
+    assert_eq!(u(&s, "echo.received"), 500);
+    assert_eq!(u(&s, "echo.lost"), 0);
+    assert_sane_delay(&s["echo"]["rtt"]);
+}
+
+#[test]
+fn bursts_carry_their_ids() {
+    let r = start_recv(&["--count", "300", "--idle", "5"]);
+    let s = send(
+        r.port,
+        &[
+            "--size", "12", "--burst", "100", "--gap", "0.01", "--count", "300",
+        ],
+    );
+    let rv = finish(r.child);
+    assert_eq!(u(&s, "planned.burst_packets"), 100);
+    assert_eq!(u(&s, "planned.burst_gap_ns"), 10_000_000);
+    assert_eq!(u(&s, "wire_bytes"), 84);
+    assert_eq!(u(&rv, "packets"), 300);
+    assert_eq!(u(&rv, "bursts"), 3);
+    assert_eq!(u(&rv, "lost"), 0);
+}
+
+#[test]
+fn idle_receiver_stops_and_reports_nothing_received() {
+    let r = start_recv(&["--idle", "0.2"]);
+    let rv = finish(r.child);
+    assert_eq!(rv["stopped_by"], "idle");
+    assert_eq!(u(&rv, "packets"), 0);
+    assert!(rv["delay"]["min_ns"].is_null());
+}
+
+fn usage_error(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "args {args:?}");
+    assert!(out.stdout.is_empty());
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn user_errors_exit_2_with_one_sentence() {
+    let base = ["send", "--to", "127.0.0.1:9", "--count", "1"];
+    let err = usage_error(&[&base[..], &["--size", "11", "--pps", "10"]].concat());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--size 11 is below the 12-byte probe header"),
+        "{err}"
+    );
+
+    let err = usage_error(&[&base[..], &["--size", "100", "--rate", "0"]].concat());
+    assert!(err.contains("--rate 0 must be a positive"), "{err}");
+
+    let err = usage_error(&[&base[..], &["--size", "100"]].concat());
+    assert!(
+        err.contains("give one of --rate, --pps or --interval"),
+        "{err}"
+    );
+
+    let err = usage_error(&[
+        "send", "--to", "nowhere", "--size", "100", "--pps", "1", "--count", "1",
+    ]);
+    assert!(err.contains("--to"), "{err}");
+
+    let err = usage_error(&[
+        "recv",
+        "--bind",
+        "127.0.0.1:0",
+        "--group",
+        "127.0.0.1",
+        "--idle",
+        "1",
+    ]);
+    assert!(err.contains("not a multicast address"), "{err}");
+}
