@@ -9,7 +9,7 @@ STAMPS := .stamps
 # Debian packages nestbed uses: Tcl for the ns-2 front end, ns-2 itself for simulation and
 # compatibility tests, PostgreSQL for shared stores (and its tests), iproute2/ethtool/tcpdump/
 # iperf3 for the back end and measurements.
-APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 python3-venv
+APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv
 
 .PHONY: setup demo test test-python test-rust bench lint format schemas clean
 

@@ -1,0 +1,253 @@
+"""The Linux back end: carries out a swap-in plan with network namespaces, veth pairs, bridges
+and nestbed-linkd, through netlink (pyroute2) without a shell process per operation.
+
+Everything lives inside namespaces named with the experiment's tag, so tearing an experiment
+down is deleting its namespaces (their interfaces go with them) and stopping its linkd;
+``cleanup`` finds leftovers of any experiment by that prefix and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import NetNS, netns
+from pyroute2.ethtool import Ethtool
+
+from nestbed.backend.plan import NS_PREFIX, Interface, Plan
+from nestbed.errors import EnvironmentProblem, InternalError
+
+RUN_DIR = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed"))
+NETNS_ETC = Path("/etc/netns")
+# Offloads that would hand the emulator frames larger than the wire's, or checksums the
+# kernel never finished (bridging through AF_PACKET does not complete them).
+_OFFLOADS = (
+    "tx-tcp-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-generic-segmentation",
+    "tx-udp-segmentation",
+    "rx-gro",
+    "tx-checksum-ip-generic",
+)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "creating network namespaces needs root; run nestbed with sudo or as root"
+        )
+
+
+@contextlib.contextmanager
+def inside(namespace: str) -> Iterator[None]:
+    """Runs the block with this thread in ``namespace`` (for /proc/sys and ethtool ioctls)."""
+    netns.pushns(namespace)
+    try:
+        yield
+    finally:
+        netns.popns()
+
+
+def linkd_binary() -> str:
+    here = Path(__file__).resolve().parents[3] / "target" / "release" / "nestbed-linkd"
+    found = os.environ.get("NESTBED_LINKD") or (str(here) if here.exists() else None)
+    found = found or shutil.which("nestbed-linkd")
+    if not found:
+        raise EnvironmentProblem(
+            "nestbed-linkd is not built; run `make setup` (it runs cargo build --release)"
+        )
+    return found
+
+
+class LinkdClient:
+    """JSON-lines client of a running nestbed-linkd's control socket."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(str(path))
+        self.reader = self.sock.makefile("r", encoding="utf-8")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.sock.sendall((json.dumps({"op": op, **fields}) + "\n").encode())
+        line = self.reader.readline()
+        if not line:
+            raise InternalError(f"nestbed-linkd at {self.path} closed its control socket")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise InternalError(f"nestbed-linkd refused {op}: {reply.get('error')}")
+        return reply
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+
+def run_dir(plan: Plan) -> Path:
+    return RUN_DIR / plan.experiment
+
+
+def swap_in(plan: Plan) -> None:
+    """Creates everything in ``plan``; on any failure removes what it made and re-raises."""
+    require_root()
+    try:
+        _create(plan)
+    except BaseException:
+        swap_out(plan)
+        raise
+
+
+def _create(plan: Plan) -> None:
+    for name in plan.namespaces:
+        netns.create(name)
+        with NetNS(name) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+    for veth in plan.veths:
+        with NetNS(veth.a.netns) as ipr:
+            ipr.link(
+                "add",
+                ifname=veth.a.ifname,
+                kind="veth",
+                peer={"ifname": veth.b.ifname, "net_ns_fd": veth.b.netns},
+            )
+    for veth in plan.veths:
+        for end in (veth.a, veth.b):
+            _configure(end)
+    for bridge in plan.bridges:
+        with NetNS(bridge.netns) as ipr:
+            ipr.link("add", ifname=bridge.ifname, kind="bridge", br_stp_state=0)
+            master = ipr.link_lookup(ifname=bridge.ifname)[0]
+            for port in bridge.ports:
+                ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=master)
+            ipr.link("set", index=master, state="up")
+    for node in plan.nodes:
+        with inside(node.netns):
+            for key, value in node.sysctls.items():
+                Path("/proc/sys", *key.split(".")).write_text(value)
+        with NetNS(node.netns) as ipr:
+            for route in node.routes:
+                if route.destination == "default":
+                    ipr.route("add", dst="0.0.0.0/0", gateway=route.via)
+                else:
+                    ipr.route("add", dst=route.destination, gateway=route.via)
+        etc = NETNS_ETC / node.netns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(node.hosts)
+    if plan.needs_linkd:
+        _start_linkd(plan)
+
+
+def _configure(end: Interface) -> None:
+    with NetNS(end.netns) as ipr:
+        index = ipr.link_lookup(ifname=end.ifname)[0]
+        if end.address:
+            ip, prefix = end.address.split("/")
+            ipr.addr("add", index=index, address=ip, prefixlen=int(prefix))
+        ipr.link("set", index=index, state="up")
+    if end.no_offloads:
+        with inside(end.netns):
+            tool = Ethtool()
+            try:
+                features = tool.get_features(end.ifname)
+                for name in _OFFLOADS:
+                    if name in features.features:
+                        features.features[name].enable = False
+                tool.set_features(end.ifname, features)
+            finally:
+                tool.close()
+
+
+def _start_linkd(plan: Plan) -> None:
+    directory = run_dir(plan)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sock = directory / "linkd.sock"
+    with contextlib.suppress(FileNotFoundError):
+        sock.unlink()
+    log = (directory / "linkd.log").open("ab")
+    process = subprocess.Popen(
+        ["ip", "netns", "exec", plan.fabric, linkd_binary(), "--socket", str(sock)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    # `ip netns exec` execs linkd in place, so this is linkd's own pid.
+    (directory / "linkd.pid").write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        if time.monotonic() > deadline:
+            raise InternalError(f"nestbed-linkd did not start; see {directory / 'linkd.log'}")
+        time.sleep(0.01)
+    client = LinkdClient(sock)
+    try:
+        for link in plan.emulated:
+            client.request(**link.request())
+    finally:
+        client.close()
+
+
+def linkd(plan: Plan) -> LinkdClient:
+    """A client of the experiment's running nestbed-linkd."""
+    return LinkdClient(run_dir(plan) / "linkd.sock")
+
+
+def _stop_linkd(directory: Path) -> None:
+    pidfile = directory / "linkd.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(200):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return  # our own child, now reaped
+            os.kill(pid, 0)
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+
+
+def swap_out(plan: Plan) -> None:
+    """Removes everything ``plan`` creates; safe to run on a partial or absent swap-in."""
+    directory = run_dir(plan)
+    _stop_linkd(directory)
+    existing = set(netns.listnetns())
+    for name in plan.namespaces:
+        if name in existing:
+            netns.remove(name)
+        shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def leftovers() -> list[str]:
+    """Namespaces nestbed made that still exist (any experiment)."""
+    return sorted(n for n in netns.listnetns() if n.startswith(NS_PREFIX))
+
+
+def cleanup() -> list[str]:
+    """Removes every namespace, linkd and /etc/netns entry of any nestbed experiment."""
+    if RUN_DIR.exists():
+        for directory in RUN_DIR.iterdir():
+            _stop_linkd(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+    removed = leftovers()
+    for name in removed:
+        netns.remove(name)
+        shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+    return removed
+
+
+def exec_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    """Runs a command in a node (with its /etc/hosts), keeping argv, status and output."""
+    namespace = next(n.netns for n in plan.nodes if n.name == node)
+    return subprocess.run(["ip", "netns", "exec", namespace, *argv], **kwargs)

@@ -1,0 +1,355 @@
+"""What swapping an experiment in will create, computed from the IR without touching the system.
+
+A plan names every namespace, interface, bridge, address, route and emulated pipe, so the Linux
+back end only carries it out, a fake back end can record it, and the rules (names, routes,
+/etc/hosts) are unit-tested without root.
+
+Layout: every node is a network namespace; a per-experiment *fabric* namespace holds the
+switch side of everything that is not a plain cable (LAN bridges, nestbed-linkd and the ends it
+bridges). An unshaped link is one veth pair straight between its two nodes. A shaped link or
+LAN gives each member a veth pair from the node to the fabric, bridged by nestbed-linkd through
+that member's egress and ingress pipes. An unshaped LAN is a Linux bridge in the fabric.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from nestbed.model import Experiment, Link, Shaping
+
+NS_PREFIX = "nb-"
+IFNAME_MAX = 15
+
+
+def experiment_tag(name: str) -> str:
+    """Four base32 characters from the experiment's name: short, deterministic, in every name."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return base64.b32encode(digest).decode()[:4].lower()
+
+
+def fabric_namespace(tag: str) -> str:
+    return f"{NS_PREFIX}{tag}"
+
+
+def node_namespace(tag: str, node: str) -> str:
+    return f"{NS_PREFIX}{tag}-{node}"
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One end of a veth pair: in namespace ``netns`` with name ``ifname``."""
+
+    netns: str
+    ifname: str
+    address: str | None = None  # "10.1.1.2/24"
+    no_offloads: bool = False  # so the emulator sees wire-sized frames
+
+
+@dataclass(frozen=True)
+class Veth:
+    a: Interface
+    b: Interface
+    link: str  # the IR link or LAN it belongs to
+
+
+@dataclass(frozen=True)
+class Bridge:
+    netns: str
+    ifname: str
+    ports: tuple[str, ...]
+    link: str
+
+
+@dataclass(frozen=True)
+class PipePort:
+    """A member port of an emulated link, as nestbed-linkd's `add_link` takes it."""
+
+    port: str
+    ifname: str
+    egress: dict[str, Any]
+    ingress: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EmulatedLink:
+    link: str
+    lan: bool
+    seed: int
+    ports: tuple[PipePort, ...]
+
+    def request(self) -> dict[str, Any]:
+        return {
+            "op": "add_link",
+            "link": self.link,
+            "lan": self.lan,
+            "seed": self.seed,
+            "ports": [
+                {"port": p.port, "ifname": p.ifname, "egress": p.egress, "ingress": p.ingress}
+                for p in self.ports
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class RouteEntry:
+    destination: str  # "default" or a prefix
+    via: str
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    netns: str
+    interfaces: tuple[str, ...]  # node-side interface names, in port order
+    routes: tuple[RouteEntry, ...]
+    sysctls: dict[str, str]
+    hosts: str  # /etc/hosts for the node
+
+
+@dataclass(frozen=True)
+class Plan:
+    experiment: str
+    tag: str
+    fabric: str
+    nodes: tuple[NodePlan, ...]
+    veths: tuple[Veth, ...]
+    bridges: tuple[Bridge, ...]
+    emulated: tuple[EmulatedLink, ...]
+    namespaces: tuple[str, ...] = field(default=())
+
+    @property
+    def needs_linkd(self) -> bool:
+        return bool(self.emulated)
+
+
+def pipe_params(s: Shaping) -> dict[str, Any]:
+    """nestbed-linkd's PipeParams (the nestbed-pipe crate's serde form) for one direction."""
+    params: dict[str, Any] = {}
+    if s.gilbert_elliott is not None:
+        g = s.gilbert_elliott
+        params["loss"] = {
+            "model": "gilbert_elliott",
+            "p": g.p,
+            "r": g.r,
+            "loss_in_bad": g.loss_bad,
+            "loss_in_good": g.loss_good,
+        }
+    elif s.loss > 0:
+        params["loss"] = {"model": "bernoulli", "p": s.loss}
+    if s.drop_ordinals:
+        params["drop_ordinals"] = list(s.drop_ordinals)
+    q = s.queue
+    queue: dict[str, Any] = {}
+    if q.limit is not None:
+        queue["limit"] = {q.limit_unit: q.limit}
+    if q.kind != "droptail":
+        queue["red"] = {
+            "thresh": q.thresh,
+            "maxthresh": q.maxthresh,
+            "q_weight": q.q_weight,
+            "linterm": q.linterm,
+            "gentle": q.gentle,
+            "queue_in_bytes": q.limit_unit == "bytes",
+            "mean_pktsize": q.mean_packet_size_bytes,
+        }
+    if queue:
+        params["queue"] = queue
+    if s.bandwidth_bps:
+        params["bandwidth"] = {"rate_bps": s.bandwidth_bps}
+    delay: dict[str, Any] = {}
+    if s.delay_s:
+        delay["delay_ns"] = round(s.delay_s * 1e9)
+    if s.jitter_s:
+        delay["jitter_ns"] = round(s.jitter_s * 1e9)
+        delay["distribution"] = s.jitter_distribution
+    if s.reorder:
+        delay["reorder"] = True
+    if s.duplicate:
+        delay["duplicate"] = s.duplicate
+    if s.corrupt:
+        delay["corrupt"] = s.corrupt
+    if delay:
+        params["delay"] = delay
+    return params
+
+
+def plan(exp: Experiment) -> Plan:
+    """Everything swap-in creates for ``exp``, named deterministically."""
+    tag = experiment_tag(exp.name)
+    fabric = fabric_namespace(tag)
+    ns = {n.name: node_namespace(tag, n.name) for n in exp.nodes}
+    node_ifaces: dict[str, list[str]] = {n.name: [] for n in exp.nodes}
+    veths: list[Veth] = []
+    bridges: list[Bridge] = []
+    emulated: list[EmulatedLink] = []
+    iface_of: dict[tuple[str, str], str] = {}  # (node, link) -> node-side ifname
+
+    def node_iface(node: str, link: str) -> str:
+        name = f"eth{len(node_ifaces[node])}"
+        node_ifaces[node].append(name)
+        iface_of[(node, link)] = name
+        return name
+
+    for index, link in enumerate(exp.all_links):
+        direct = link.kind == "link" and not link.is_shaped
+        if direct:
+            a, b = link.ports
+            veths.append(
+                Veth(
+                    Interface(ns[a.node], node_iface(a.node, link.name), _cidr(a.ip, a.netmask)),
+                    Interface(ns[b.node], node_iface(b.node, link.name), _cidr(b.ip, b.netmask)),
+                    link.name,
+                )
+            )
+            continue
+        shaped = link.is_shaped
+        fabric_ends = []
+        for j, port in enumerate(link.ports):
+            end = f"l{index}p{j}"
+            fabric_ends.append(end)
+            veths.append(
+                Veth(
+                    Interface(
+                        ns[port.node],
+                        node_iface(port.node, link.name),
+                        _cidr(port.ip, port.netmask),
+                        no_offloads=shaped,
+                    ),
+                    Interface(fabric, end, None, no_offloads=shaped),
+                    link.name,
+                )
+            )
+        if shaped:
+            emulated.append(
+                EmulatedLink(
+                    link=link.name,
+                    lan=link.kind == "lan",
+                    seed=_seed(exp.name, link.name),
+                    ports=tuple(
+                        PipePort(p.node, end, pipe_params(p.egress), pipe_params(p.ingress))
+                        for p, end in zip(link.ports, fabric_ends, strict=True)
+                    ),
+                )
+            )
+        else:
+            bridges.append(Bridge(fabric, f"br{index}", tuple(fabric_ends), link.name))
+
+    routes = _routes(exp)
+    hosts = _hosts(exp, iface_of)
+    nodes = []
+    for n in exp.nodes:
+        sysctls = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+        if len(node_ifaces[n.name]) > 1:
+            sysctls["net.ipv4.ip_forward"] = "1"
+        sysctls.update(n.sysctls)
+        nodes.append(
+            NodePlan(
+                name=n.name,
+                netns=ns[n.name],
+                interfaces=tuple(node_ifaces[n.name]),
+                routes=tuple(routes.get(n.name, ())),
+                sysctls=sysctls,
+                hosts=hosts,
+            )
+        )
+    namespaces = tuple([fabric] if (bridges or emulated) else []) + tuple(ns.values())
+    return Plan(
+        experiment=exp.name,
+        tag=tag,
+        fabric=fabric,
+        nodes=tuple(nodes),
+        veths=tuple(veths),
+        bridges=tuple(bridges),
+        emulated=tuple(emulated),
+        namespaces=namespaces,
+    )
+
+
+def _cidr(ip: str, netmask: str) -> str:
+    return str(ipaddress.IPv4Interface(f"{ip}/{netmask}"))
+
+
+def _seed(experiment: str, link: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{experiment}/{link}".encode()).digest()[:8], "big")
+
+
+def _hosts(exp: Experiment, iface_of: dict[tuple[str, str], str]) -> str:
+    """Emulab's /etc/hosts: each node by name, and `<node>-<link>` for each of its interfaces."""
+    lines = ["127.0.0.1\tlocalhost"]
+    for n in exp.nodes:
+        first = True
+        for link in exp.all_links:
+            for p in link.ports:
+                if p.node != n.name:
+                    continue
+                names = [f"{n.name}-{link.name}"] + ([n.name] if first else [])
+                lines.append(f"{p.ip}\t{' '.join(names)}")
+                first = False
+    return "\n".join(lines) + "\n"
+
+
+def _routes(exp: Experiment) -> dict[str, list[RouteEntry]]:
+    if exp.routing == "manual":
+        return {
+            n.name: [RouteEntry(r.destination, r.via) for r in n.routes]
+            for n in exp.nodes
+            if n.routes
+        }
+    if exp.routing == "none":
+        return {}
+    return static_routes(exp)
+
+
+def static_routes(exp: Experiment) -> dict[str, list[RouteEntry]]:
+    """Shortest paths (by cost) to every subnet, aggregated into a default route.
+
+    The next hop used most often becomes the default route; only subnets reached another way
+    get their own entry, so a large topology needs far fewer than N² routes.
+    """
+    graph = nx.DiGraph()
+    graph.add_nodes_from(n.name for n in exp.nodes)
+    # Edge u -> v through a link or LAN, weighted by u's cost on it; keep the cheapest.
+    via_link: dict[tuple[str, str], Link] = {}
+    for link in exp.all_links:
+        for p in link.ports:
+            for q in link.ports:
+                if p.node == q.node:
+                    continue
+                old = graph.get_edge_data(p.node, q.node)
+                if old is None or p.cost < old["weight"]:
+                    graph.add_edge(p.node, q.node, weight=p.cost)
+                    via_link[(p.node, q.node)] = link
+    members = {link.name: {p.node for p in link.ports} for link in exp.all_links}
+    result: dict[str, list[RouteEntry]] = {}
+    for source in sorted(graph.nodes):
+        dist, paths = nx.single_source_dijkstra(graph, source, weight="weight")
+        wanted: dict[str, str] = {}  # subnet -> next-hop address
+        for link in exp.all_links:
+            if source in members[link.name]:
+                continue
+            reachable = [(dist[m], m) for m in sorted(members[link.name]) if m in dist]
+            if not reachable:
+                continue
+            _, target = min(reachable)
+            hop = paths[target][1]
+            wanted[link.subnet] = via_link[(source, hop)].port(hop).ip
+        if not wanted:
+            continue
+        default, _ = Counter(wanted.values()).most_common(1)[0]
+        entries = [RouteEntry("default", default)]
+        entries += [RouteEntry(subnet, via) for subnet, via in wanted.items() if via != default]
+        result[source] = entries
+    return result
+
+
+def check_names(p: Plan) -> list[str]:
+    """Interface names over the kernel's limit (a bug in the naming rules if any)."""
+    names = [i.ifname for v in p.veths for i in (v.a, v.b)] + [b.ifname for b in p.bridges]
+    return [n for n in names if len(n) > IFNAME_MAX]

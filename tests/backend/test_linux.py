@@ -1,0 +1,106 @@
+"""The Linux back end on real namespaces: wiring, addresses, routes, names, clean swap-out."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from dataclasses import replace
+
+import pytest
+from pyroute2 import NetNS
+from pyroute2.netlink.exceptions import NetlinkError
+
+from nestbed.backend import linux
+from nestbed.backend.plan import RouteEntry, plan
+from nestbed.spec import yaml as yaml_front_end
+from nestbed.spec.resolve import resolve
+
+pytestmark = pytest.mark.root
+
+
+def experiment(text: str, name: str):
+    document, locations = yaml_front_end.read(textwrap.dedent(text), "t.yaml")
+    document = document.model_copy(update={"name": f"{name}-{os.getpid()}"})
+    return resolve(document, file="t.yaml", locations=locations)
+
+
+@pytest.fixture
+def swapped():
+    made = []
+
+    def swap(exp):
+        p = plan(exp)
+        made.append(p)
+        linux.swap_in(p)
+        return p
+
+    yield swap
+    for p in made:
+        linux.swap_out(p)
+    for p in made:
+        assert not set(p.namespaces) & set(linux.leftovers())
+
+
+ROUTED = """
+routing: static
+nodes: [{name: a}, {name: r}, {name: b}, {name: c}]
+links: [{name: up, members: [a, r]}]
+lans: [{name: lan0, members: [r, b, c]}]
+"""
+
+
+def ping(p, node, dst):
+    return linux.exec_in(
+        p, node, ["ping", "-c", "1", "-W", "2", dst], capture_output=True, text=True
+    )
+
+
+def test_static_routes_reach_every_node_through_a_link_and_a_bridge(swapped):
+    p = swapped(experiment(ROUTED, "routed"))
+    for src in ("a", "b", "c"):
+        for dst in ("a", "b", "c", "r-up", "r-lan0"):
+            if dst != src:
+                result = ping(p, src, dst)
+                assert result.returncode == 0, f"{src} -> {dst}: {result.stdout}{result.stderr}"
+
+
+def test_nodes_get_addresses_names_and_forwarding(swapped):
+    exp = experiment(ROUTED, "addr")
+    p = swapped(exp)
+    r = next(n for n in p.nodes if n.name == "r")
+    with NetNS(r.netns) as ipr:
+        addrs = sorted(a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=2))
+    assert addrs == sorted(["127.0.0.1", exp.links[0].port("r").ip, exp.lans[0].port("r").ip])
+    forwarding = linux.exec_in(
+        p, "r", ["cat", "/proc/sys/net/ipv4/ip_forward"], capture_output=True, text=True
+    )
+    assert forwarding.stdout.strip() == "1"
+    hosts = linux.exec_in(p, "a", ["getent", "hosts", "c-lan0"], capture_output=True, text=True)
+    assert hosts.stdout.split()[0] == exp.lans[0].port("c").ip
+
+
+def test_without_routing_only_neighbours_are_reached(swapped):
+    p = swapped(experiment(ROUTED.replace("routing: static", "routing: none"), "norout"))
+    assert ping(p, "a", "r-up").returncode == 0
+    assert ping(p, "a", "b").returncode != 0
+
+
+def test_two_experiments_do_not_see_each_other(swapped):
+    one = swapped(experiment(ROUTED, "iso1"))
+    two = swapped(experiment(ROUTED, "iso2"))
+    assert set(one.namespaces).isdisjoint(two.namespaces)
+    # Same addresses in both experiments, yet each node reaches only its own experiment.
+    assert ping(one, "a", "b").returncode == 0 and ping(two, "a", "b").returncode == 0
+    with NetNS(one.nodes[0].netns) as ipr:
+        assert len(ipr.get_links()) == 2  # lo and its one interface, nothing of the other
+
+
+def test_a_failed_swap_in_removes_what_it_made():
+    p = plan(experiment(ROUTED, "fail"))
+    # A route through an address no interface can reach makes the kernel refuse it midway.
+    bad_node = replace(p.nodes[0], routes=(RouteEntry("10.99.0.0/16", "192.0.2.1"),))
+    broken = replace(p, nodes=(bad_node, *p.nodes[1:]))
+    with pytest.raises(NetlinkError):
+        linux.swap_in(broken)
+    assert not set(p.namespaces) & set(linux.leftovers())
+    assert not (linux.NETNS_ETC / p.nodes[0].netns).exists()

@@ -1,0 +1,151 @@
+"""The swap-in plan, computed without root: names, wiring, routes, hosts, pipe parameters."""
+
+from __future__ import annotations
+
+import textwrap
+
+from nbtest import EXAMPLES
+from nestbed.backend.plan import IFNAME_MAX, check_names, experiment_tag, pipe_params, plan
+from nestbed.model import GilbertElliott, Queue, Shaping
+from nestbed.spec import load
+from nestbed.spec import yaml as yaml_front_end
+from nestbed.spec.resolve import resolve
+
+
+def build(text: str):
+    document, locations = yaml_front_end.read(textwrap.dedent(text), "t.yaml")
+    return resolve(document, file="t.yaml", locations=locations)
+
+
+def test_names_are_short_deterministic_and_tagged():
+    p = plan(load(EXAMPLES / "tree.ns").experiment)
+    assert p.tag == experiment_tag("tree") and len(p.tag) == 4
+    assert check_names(p) == []
+    assert all(len(i.ifname) <= IFNAME_MAX for v in p.veths for i in (v.a, v.b))
+    assert all(ns.startswith(f"nb-{p.tag}") for ns in p.namespaces)
+    assert plan(load(EXAMPLES / "tree.ns").experiment) == p
+    assert experiment_tag("tree") != experiment_tag("tree2")
+
+
+def test_unshaped_link_is_a_direct_cable_and_shaped_goes_through_linkd():
+    exp = build(
+        """
+        nodes: [{name: a}, {name: b}, {name: c}]
+        links:
+          - {name: plain, members: [a, b]}
+          - {name: slow, members: [b, c], delay: 5ms}
+        """
+    )
+    p = plan(exp)
+    plain = [v for v in p.veths if v.link == "plain"]
+    assert len(plain) == 1 and {plain[0].a.netns, plain[0].b.netns} == {
+        "nb-" + p.tag + "-a",
+        "nb-" + p.tag + "-b",
+    }
+    slow = [v for v in p.veths if v.link == "slow"]
+    assert len(slow) == 2 and all(v.b.netns == p.fabric and v.a.no_offloads for v in slow)
+    assert [e.link for e in p.emulated] == ["slow"]
+    assert p.emulated[0].ports[0].egress == {"delay": {"delay_ns": 5_000_000}}
+
+
+def test_unshaped_lan_is_a_bridge():
+    p = plan(
+        build("nodes: [{name: a}, {name: b}, {name: c}]\nlans: [{name: l, members: [a, b, c]}]")
+    )
+    assert [(b.ifname, b.ports) for b in p.bridges] == [("br0", ("l0p0", "l0p1", "l0p2"))]
+    assert p.emulated == ()
+
+
+def test_static_routes_use_a_default_via_the_commonest_next_hop():
+    p = plan(load(EXAMPLES / "dumbbell.ns").experiment)
+    routes = {n.name: [(r.destination, r.via) for r in n.routes] for n in p.nodes}
+    assert routes["h1"] == [("default", "10.1.1.3")]
+    assert routes["r1"] == [("default", "10.1.3.3")]
+    assert routes["r2"] == [("default", "10.1.3.2")]
+
+
+def test_static_routes_follow_costs():
+    exp = build(
+        """
+        routing: static
+        nodes: [{name: a}, {name: b}, {name: c}, {name: d}]
+        links:
+          - {name: ab, members: [{node: a, cost: 5}, b]}
+          - {name: ac, members: [a, c]}
+          - {name: bd, members: [b, d]}
+          - {name: cd, members: [c, d]}
+        """
+    )
+    a = next(n for n in plan(exp).nodes if n.name == "a")
+    assert [(r.destination, r.via) for r in a.routes] == [("default", exp.links[1].port("c").ip)]
+
+
+def test_manual_and_none_routing():
+    manual = build(
+        """
+        routing: manual
+        nodes: [{name: a, routes: [{dst: c, via: b}]}, {name: b}, {name: c}]
+        links: [{name: ab, members: [a, b]}, {name: bc, members: [b, c]}]
+        """
+    )
+    a = next(n for n in plan(manual).nodes if n.name == "a")
+    assert [(r.destination, r.via) for r in a.routes] == [("10.1.2.3/32", "10.1.1.3")]
+    none = build(
+        "nodes: [{name: a}, {name: b}, {name: c}]\nlinks: [{members: [a, b]}, {members: [b, c]}]"
+    )
+    assert all(n.routes == () for n in plan(none).nodes)
+
+
+def test_hosts_and_forwarding():
+    p = plan(load(EXAMPLES / "dumbbell.ns").experiment)
+    r1 = next(n for n in p.nodes if n.name == "r1")
+    assert "10.1.3.2\tr1-bottleneck\n" in r1.hosts and "10.1.1.2\th1-access1 h1\n" in r1.hosts
+    assert r1.sysctls["net.ipv4.ip_forward"] == "1"
+    h1 = next(n for n in p.nodes if n.name == "h1")
+    assert "net.ipv4.ip_forward" not in h1.sysctls and h1.interfaces == ("eth0",)
+
+
+def test_pipe_params_for_every_shaping_field():
+    s = Shaping(
+        bandwidth_bps=1_544_000,
+        delay_s=0.02,
+        jitter_s=0.001,
+        jitter_distribution="normal",
+        gilbert_elliott=GilbertElliott(p=0.01, r=0.5),
+        drop_ordinals=(3, 7),
+        duplicate=0.01,
+        corrupt=0.001,
+        queue=Queue(kind="gred", limit=30000, limit_unit="bytes", thresh=3, maxthresh=9),
+    )
+    assert pipe_params(s) == {
+        "loss": {
+            "model": "gilbert_elliott",
+            "p": 0.01,
+            "r": 0.5,
+            "loss_in_bad": 1.0,
+            "loss_in_good": 0.0,
+        },
+        "drop_ordinals": [3, 7],
+        "queue": {
+            "limit": {"bytes": 30000},
+            "red": {
+                "thresh": 3,
+                "maxthresh": 9,
+                "q_weight": 0.002,
+                "linterm": 10.0,
+                "gentle": True,
+                "queue_in_bytes": True,
+                "mean_pktsize": 500,
+            },
+        },
+        "bandwidth": {"rate_bps": 1_544_000},
+        "delay": {
+            "delay_ns": 20_000_000,
+            "jitter_ns": 1_000_000,
+            "distribution": "normal",
+            "duplicate": 0.01,
+            "corrupt": 0.001,
+        },
+    }
+    assert pipe_params(Shaping(loss=0.1)) == {"loss": {"model": "bernoulli", "p": 0.1}}
+    assert pipe_params(Shaping()) == {}
