@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from nestbed.backend import linux
 from nestbed.backend.plan import RouteEntry, plan
+from nestbed.errors import EnvironmentProblem
 from nestbed.spec import yaml as yaml_front_end
 from nestbed.spec.resolve import resolve
 
@@ -100,7 +102,10 @@ def test_a_failed_swap_in_removes_what_it_made():
     # A route through an address no interface can reach makes the kernel refuse it midway.
     bad_node = replace(p.nodes[0], routes=(RouteEntry("10.99.0.0/16", "192.0.2.1"),))
     broken = replace(p, nodes=(bad_node, *p.nodes[1:]))
-    with pytest.raises(NetlinkError):
+    with pytest.raises(
+        EnvironmentProblem, match=re.escape("while adding route to 10.99.0.0/16 via 192.0.2.1")
+    ) as info:
         linux.swap_in(broken)
+    assert isinstance(info.value.__cause__, NetlinkError)
     assert not set(p.namespaces) & set(linux.leftovers())
     assert not (linux.NETNS_ETC / p.nodes[0].netns).exists()

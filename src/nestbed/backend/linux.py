@@ -24,7 +24,7 @@ from pyroute2 import NetNS, netns
 from pyroute2.ethtool import Ethtool
 
 from nestbed.backend.plan import NS_PREFIX, Interface, Plan
-from nestbed.errors import EnvironmentProblem, InternalError
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
 
 RUN_DIR = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed"))
 NETNS_ETC = Path("/etc/netns")
@@ -99,19 +99,28 @@ def run_dir(plan: Plan) -> Path:
 def swap_in(plan: Plan) -> None:
     """Creates everything in ``plan``; on any failure removes what it made and re-raises."""
     require_root()
+    step = ["starting"]
     try:
-        _create(plan)
-    except BaseException:
+        _create(plan, step)
+    except BaseException as exc:
         swap_out(plan)
+        if isinstance(exc, Exception) and not isinstance(exc, NestbedError):
+            raise EnvironmentProblem(
+                f"swap-in of experiment {plan.experiment} failed while {step[0]}: {exc}; "
+                "everything it had created was removed"
+            ) from exc
         raise
 
 
-def _create(plan: Plan) -> None:
+def _create(plan: Plan, step: list[str]) -> None:
+    """Builds the plan; ``step[0]`` always says what it is doing, for the error message."""
     for name in plan.namespaces:
+        step[0] = f"creating namespace {name}"
         netns.create(name)
         with NetNS(name) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
     for veth in plan.veths:
+        step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
         with NetNS(veth.a.netns) as ipr:
             ipr.link(
                 "add",
@@ -121,8 +130,10 @@ def _create(plan: Plan) -> None:
             )
     for veth in plan.veths:
         for end in (veth.a, veth.b):
+            step[0] = f"configuring {end.ifname} in {end.netns}"
             _configure(end)
     for bridge in plan.bridges:
+        step[0] = f"creating the bridge of LAN {bridge.link}"
         with NetNS(bridge.netns) as ipr:
             ipr.link("add", ifname=bridge.ifname, kind="bridge", br_stp_state=0)
             master = ipr.link_lookup(ifname=bridge.ifname)[0]
@@ -132,9 +143,11 @@ def _create(plan: Plan) -> None:
     for node in plan.nodes:
         with inside(node.netns):
             for key, value in node.sysctls.items():
+                step[0] = f"setting sysctl {key}={value} on node {node.name}"
                 Path("/proc/sys", *key.split(".")).write_text(value)
         with NetNS(node.netns) as ipr:
             for route in node.routes:
+                step[0] = f"adding route to {route.destination} via {route.via} on node {node.name}"
                 if route.destination == "default":
                     ipr.route("add", dst="0.0.0.0/0", gateway=route.via)
                 else:
@@ -143,6 +156,7 @@ def _create(plan: Plan) -> None:
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(node.hosts)
     if plan.needs_linkd:
+        step[0] = "starting nestbed-linkd"
         _start_linkd(plan)
 
 

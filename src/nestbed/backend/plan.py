@@ -180,8 +180,11 @@ def pipe_params(s: Shaping) -> dict[str, Any]:
     return params
 
 
-def plan(exp: Experiment) -> Plan:
-    """Everything swap-in creates for ``exp``, named deterministically."""
+def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
+    """Everything swap-in creates for ``exp``, named deterministically.
+
+    ``emulate_all`` sends unshaped links through nestbed-linkd too (to measure its overhead).
+    """
     tag = experiment_tag(exp.name)
     fabric = fabric_namespace(tag)
     ns = {n.name: node_namespace(tag, n.name) for n in exp.nodes}
@@ -198,8 +201,8 @@ def plan(exp: Experiment) -> Plan:
         return name
 
     for index, link in enumerate(exp.all_links):
-        direct = link.kind == "link" and not link.is_shaped
-        if direct:
+        shaped = link.is_shaped or emulate_all
+        if link.kind == "link" and not shaped:
             a, b = link.ports
             veths.append(
                 Veth(
@@ -209,7 +212,6 @@ def plan(exp: Experiment) -> Plan:
                 )
             )
             continue
-        shaped = link.is_shaped
         fabric_ends = []
         for j, port in enumerate(link.ports):
             end = f"l{index}p{j}"

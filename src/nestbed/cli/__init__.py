@@ -229,6 +229,123 @@ def delete(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> Non
     out.print(f"deleted experiment {name}")
 
 
+def _stored_name(store, target: str) -> str:  # type: ignore[no-untyped-def]
+    """An experiment name, or a file to create (or refresh) under its name first."""
+    path = Path(target)
+    if not (path.suffix and path.is_file()):
+        return target
+    loaded = _load(path, None, None)
+    exp = loaded.experiment
+    fields = dict(
+        source_text=loaded.text,
+        source_format=loaded.format,
+        source_file=str(path),
+        ir_json=exp.to_json(),
+    )
+    if store.find(exp.name) is None:
+        store.create_experiment(exp.name, **fields)
+    else:
+        store.update_ir(exp.name, **fields)
+    return exp.name
+
+
+@app.command()
+def swapin(target: Annotated[str, typer.Argument(help="Experiment name or file.")]) -> None:
+    """Build an experiment's network: namespaces, links, addresses, routes, emulation."""
+    import time
+
+    from nestbed.swap import swap_in
+
+    with _store() as store:
+        name = _stored_name(store, target)
+        start = time.monotonic()
+        p = swap_in(store, name)
+    out.print(
+        f"experiment {name} is active: {len(p.nodes)} nodes, {len(p.emulated)} emulated links "
+        f"({time.monotonic() - start:.2f} s)"
+    )
+
+
+@app.command()
+def swapout(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
+    """Tear an experiment's network down."""
+    from nestbed.swap import swap_out
+
+    with _store() as store:
+        swap_out(store, name)
+    out.print(f"experiment {name} is swapped out")
+
+
+@app.command()
+def cleanup() -> None:
+    """Remove everything nestbed left behind (after a crash) and settle experiment states."""
+    from nestbed.swap import cleanup as clean
+
+    with _store() as store:
+        settled, removed = clean(store)
+    for name in settled:
+        out.print(f"experiment {name} was cleaned up and is swapped out")
+    if removed:
+        out.print(f"removed {len(removed)} namespaces of unknown experiments: {', '.join(removed)}")
+    if not settled and not removed:
+        out.print("nothing to clean up")
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+def exec_(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
+) -> None:
+    """Run a command inside a node of an active experiment; its exit status is passed on."""
+    from nestbed.backend import linux
+    from nestbed.store import State
+    from nestbed.swap import experiment_plan
+
+    with _store() as store:
+        record = store.get(name)
+        if record.state != State.ACTIVE:
+            raise UserError(
+                f"experiment '{name}' is {record.state}, not active; "
+                f"swap it in first with `nestbed swapin {name}`"
+            )
+        p = experiment_plan(store, name)
+    if node not in {n.name for n in p.nodes}:
+        nodes = ", ".join(n.name for n in p.nodes)
+        raise UserError(f"experiment '{name}' has no node '{node}'; its nodes are {nodes}")
+    if command[:1] == ["--"]:
+        command = command[1:]
+    raise typer.Exit(linux.exec_in(p, node, command).returncode)
+
+
+@app.command()
+def validate(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A short version (about a minute).")
+    ] = False,
+    results: Annotated[
+        Path | None, typer.Option(help="Results folder (default results/validate-TIME).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Measure nestbed-linkd's delay, bandwidth and loss accuracy (Netbed paper, Tables 1-3)."""
+    import time
+
+    from nestbed.studies import validate as study
+
+    settings = study.Settings.quick() if quick else study.Settings()
+    folder = results or Path("results") / time.strftime("validate-%Y%m%d-%H%M%S")
+    with err.status("validating") as status:
+        tables = study.run(settings, folder, lambda text: status.update(f"validating: {text}"))
+    if as_json:
+        print_json(tables)
+        return
+    from nestbed.cli.render import validate_tables
+
+    out.print(validate_tables(tables))
+    out.print(f"results in {folder}")
+
+
 def run() -> None:
     """Entry point: run the app, turning nestbed's errors into one-line messages.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -109,3 +111,93 @@ def experiment_summary(exp: Experiment) -> Group:
 
 def print_summary(exp: Experiment, console: Console) -> None:
     console.print(experiment_summary(exp))
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _table(title: str, columns: dict[str, Callable[[dict], str]], rows: list[dict]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in columns:
+        table.add_column(header, justify="right")
+    for row in rows:
+        table.add_row(*(cell(row) for cell in columns.values()))
+    return table
+
+
+_VALIDATE_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
+    "delay": (
+        "Table 1: delay (RTT of echoed UDP; one-way on the shared clock)",
+        {
+            "delay ms": lambda r: f"{r['delay_ms']:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "pps": lambda r: str(r["pps"]),
+            "RTT ms": lambda r: f"{r['rtt_ms']:.3f}",
+            "stdev ms": lambda r: f"{r['rtt_stdev_ms']:.3f}",
+            "err µs": lambda r: f"{r['rtt_error_us']:+.1f}",
+            "% err": lambda r: _num(r["rtt_error_pct"], ".2f"),
+            "one-way err µs": lambda r: f"{r['one_way_error_us']:+.1f}",
+            "one-way stdev µs": lambda r: f"{r['one_way_stdev_us']:.1f}",
+            "Dummynet RTT ms": lambda r: _num(r["dummynet_rtt_ms"], ".3f"),
+        },
+    ),
+    "bandwidth": (
+        "Table 2: bandwidth (receiver goodput on the wire, offered +5 %)",
+        {
+            "configured kb/s": lambda r: f"{r['bandwidth_bps'] / 1000:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "measured kb/s": lambda r: f"{r['measured_bps'] / 1000:.2f}",
+            "% err": lambda r: _num(r["error_pct"], ".3f"),
+            "Dummynet % err": lambda r: _num(r["dummynet_error_pct"], ".2f"),
+        },
+    ),
+    "loss": (
+        "Table 3: loss (99 % Wilson interval of the measured rate)",
+        {
+            "configured %": lambda r: f"{r['loss'] * 100:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "packets": lambda r: str(r["packets"]),
+            "measured %": lambda r: f"{r['measured_loss'] * 100:.3f}",
+            "99 % interval": lambda r: "{:.3f}-{:.3f}".format(*(x * 100 for x in r["interval_99"])),
+            "inside": lambda r: "yes" if r["inside"] else "NO",
+            "% err": lambda r: _num(r["error_pct"], ".2f"),
+            "Dummynet % err": lambda r: _num(r["dummynet_error_pct"], ".1f"),
+        },
+    ),
+    "gilbert_elliott": (
+        "Gilbert-Elliott loss",
+        {
+            "loss rate %": lambda r: f"{r['loss_rate'] * 100:g}",
+            "burst": lambda r: f"{r['burst_length']:g}",
+            "packets": lambda r: str(r["packets"]),
+            "measured %": lambda r: f"{r['measured_loss_rate'] * 100:.3f}",
+            "measured burst": lambda r: f"{r['measured_burst_length']:.3f}",
+            "rate % err": lambda r: _num(r["loss_rate_error_pct"], ".2f"),
+            "burst % err": lambda r: _num(r["burst_length_error_pct"], ".2f"),
+        },
+    ),
+    "jitter": (
+        "Jitter (uniform, order kept)",
+        {
+            "delay ms": lambda r: f"{r['delay_ms']:g}",
+            "± ms": lambda r: f"{r['jitter_ms']:g}",
+            "mean ms": lambda r: f"{r['mean_ms']:.3f}",
+            "stdev ms": lambda r: f"{r['stdev_ms']:.3f}",
+            "uniform stdev ms": lambda r: f"{r['uniform_stdev_ms']:.3f}",
+            "min ms": lambda r: f"{r['min_ms']:.3f}",
+            "max ms": lambda r: f"{r['max_ms']:.3f}",
+            "reordered": lambda r: str(r["reordered"]),
+        },
+    ),
+}
+
+
+def validate_tables(tables: dict) -> Group:
+    """The accuracy tables of `nestbed validate`, laid out like the Netbed paper's."""
+    return Group(
+        *(
+            _table(title, columns, tables.get(name, []))
+            for name, (title, columns) in _VALIDATE_TABLES.items()
+        )
+    )

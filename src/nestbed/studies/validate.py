@@ -1,0 +1,396 @@
+"""`nestbed validate`: the accuracy of nestbed-linkd, measured as in the Netbed paper (§6.1).
+
+Two nodes joined by one emulated link; nestbed-probe sends UDP between them while the link's
+parameters are changed between measurements. Delay (Table 1) is the round trip of echoed
+packets and the one-way delay on the hosts' shared monotonic clock; bandwidth (Table 2) is the
+receiver's goodput on the wire while the sender offers slightly more; loss (Table 3) is the
+received proportion against a 99 % binomial interval; Gilbert-Elliott loss and jitter are
+checked too. Nothing is adjusted after the fact. The paper's Dummynet figures are printed
+beside ours.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nestbed.api import Experiment
+from nestbed.backend import linux
+from nestbed.backend.plan import Plan, plan
+from nestbed.errors import EnvironmentProblem, InternalError
+
+# Ethernet frame sizes of the paper (with FCS) and the UDP payload that makes them.
+FRAME_SIZES = {64: 18, 1518: 1472}
+PORT = 5001
+
+# The paper's Dummynet figures (Tables 1-3), quoted for comparison.
+DUMMYNET_RTT_MS = {
+    (0, 64): 0.177, (0, 1518): 1.225, (5, 64): 10.183, (5, 1518): 11.187,
+    (10, 64): 20.190, (10, 1518): 21.185, (50, 64): 100.185, (50, 1518): 101.169,
+    (300, 64): 600.126, (300, 1518): 600.953,
+}  # fmt: skip
+DUMMYNET_BW_ERR = {
+    (56_000, 64): 0.11, (56_000, 1518): 1.89, (384_000, 64): 0.05, (384_000, 1518): 0.34,
+    (1_544_000, 64): 0.04, (1_544_000, 1518): 0.11, (10_000_000, 64): 0.04,
+    (10_000_000, 1518): 0.05, (45_000_000, 1518): 0.04,
+}  # fmt: skip
+DUMMYNET_LOSS_ERR = {
+    (0.008, 64): 0.2, (0.008, 1518): 0.3, (0.025, 64): 0.4, (0.025, 1518): 1.1,
+    (0.12, 64): 0.4, (0.12, 1518): 0.7,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much to measure; ``quick()`` is the short version."""
+
+    delays_ms: tuple[float, ...] = (0, 5, 10, 50, 300)
+    bandwidths_bps: tuple[int, ...] = (
+        56_000, 384_000, 1_544_000, 10_000_000, 45_000_000, 100_000_000, 1_000_000_000,
+    )  # fmt: skip
+    losses: tuple[float, ...] = (0.008, 0.025, 0.12)
+    sizes: tuple[int, ...] = (64, 1518)
+    delay_packets: int = 5000
+    pps: dict[int, int] = field(default_factory=lambda: {64: 10_000, 1518: 5_000})
+    bandwidth_seconds: float = 5.0
+    bandwidth_min_packets: int = 200
+    loss_packets: int = 100_000
+    gilbert: tuple[tuple[float, float], ...] = ((0.05, 4.0), (0.01, 2.0))
+    gilbert_packets: int = 200_000
+    jitter_ms: tuple[tuple[float, float], ...] = ((10, 2), (50, 10))
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(
+            delays_ms=(0, 5, 50),
+            bandwidths_bps=(384_000, 10_000_000, 100_000_000),
+            losses=(0.025, 0.12),
+            delay_packets=1000,
+            bandwidth_seconds=2.0,
+            bandwidth_min_packets=60,
+            loss_packets=20_000,
+            gilbert=((0.05, 4.0),),
+            gilbert_packets=40_000,
+            jitter_ms=((10, 2),),
+        )
+
+
+def probe_binary() -> str:
+    here = Path(__file__).resolve().parents[3] / "target" / "release" / "nestbed-probe"
+    found = os.environ.get("NESTBED_PROBE") or (str(here) if here.exists() else None)
+    found = found or shutil.which("nestbed-probe")
+    if not found:
+        raise EnvironmentProblem("nestbed-probe is not built; run `make setup`")
+    return found
+
+
+class Bench:
+    """A swapped-in two-node experiment whose one link is changed between measurements."""
+
+    def __init__(self, workdir: Path):
+        exp = Experiment("validate")
+        s, r = exp.node("s"), exp.node("r")
+        exp.link(s, r, name="link0")
+        self.ir = exp.build()
+        self.plan: Plan = plan(self.ir, emulate_all=True)
+        self.workdir = workdir
+        self.receiver_ip = self.ir.links[0].port("r").ip
+        self.client: linux.LinkdClient | None = None
+
+    def __enter__(self) -> Bench:
+        linux.swap_in(self.plan)
+        self.client = linux.linkd(self.plan)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client:
+            self.client.close()
+        linux.swap_out(self.plan)
+
+    def set_link(self, params: dict[str, Any]) -> None:
+        """Both directions of the link get ``params`` (nestbed-pipe's PipeParams)."""
+        assert self.client is not None
+        for port in ("s", "r"):
+            self.client.request("set", link="link0", port=port, direction="egress", params=params)
+
+    def counters(self) -> dict[str, Any]:
+        assert self.client is not None
+        return self.client.request("counters", link="link0")
+
+    def probe(
+        self, send: list[str], recv: list[str], *, log: bool = False
+    ) -> tuple[dict, dict, Path | None]:
+        """Runs a receiver in r and a sender in s; returns both JSON summaries (and r's log)."""
+        binary = probe_binary()
+        log_path = self.workdir / "recv.csv" if log else None
+        recv_argv = [binary, "recv", "--bind", f"{self.receiver_ip}:{PORT}", *recv]
+        if log_path:
+            recv_argv += ["--log", str(log_path)]
+        receiver = subprocess.Popen(
+            ["ip", "netns", "exec", self._ns("r"), *recv_argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            time.sleep(0.2)  # the receiver binds before the first packet
+            sender = linux.exec_in(
+                self.plan,
+                "s",
+                [binary, "send", "--to", f"{self.receiver_ip}:{PORT}", *send],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            out, err = receiver.communicate(timeout=600)
+        finally:
+            if receiver.poll() is None:
+                receiver.kill()
+                receiver.wait()
+        if sender.returncode != 0 or receiver.returncode != 0:
+            raise InternalError(
+                f"nestbed-probe failed: sender {sender.returncode} {sender.stderr.strip()}; "
+                f"receiver {receiver.returncode} {err.strip()}"
+            )
+        return json.loads(sender.stdout), json.loads(out), log_path
+
+    def _ns(self, node: str) -> str:
+        return next(n.netns for n in self.plan.nodes if n.name == node)
+
+
+def _pct(measured: float, expected: float) -> float | None:
+    return abs(measured - expected) / expected * 100 if expected else None
+
+
+def measure_delay(bench: Bench, s: Settings, progress: Callable[[str], None]) -> list[dict]:
+    rows = []
+    for delay_ms in s.delays_ms:
+        bench.set_link({"delay": {"delay_ns": round(delay_ms * 1e6)}})
+        for size in s.sizes:
+            progress(f"delay {delay_ms} ms, {size}-byte frames")
+            pps = s.pps[size]
+            sent, got, _ = bench.probe(
+                ["--size", str(FRAME_SIZES[size]), "--pps", str(pps),
+                 "--count", str(s.delay_packets), "--echo-wait", str(1 + 2 * delay_ms / 1000)],
+                ["--echo", "--idle", str(2 + 2 * delay_ms / 1000)],
+            )  # fmt: skip
+            rtt = sent["echo"]["rtt"]
+            one_way = got["delay"]
+            expected_ns = 2 * delay_ms * 1e6
+            rows.append(
+                {
+                    "delay_ms": delay_ms,
+                    "frame_bytes": size,
+                    "pps": pps,
+                    "packets": sent["echo"]["received"],
+                    "rtt_ms": rtt["mean"] / 1e6,
+                    "rtt_stdev_ms": rtt["stdev"] / 1e6,
+                    "rtt_error_us": (rtt["mean"] - expected_ns) / 1e3,
+                    "rtt_error_pct": _pct(rtt["mean"], expected_ns),
+                    "one_way_error_us": (one_way["mean"] - delay_ms * 1e6) / 1e3,
+                    "one_way_stdev_us": one_way["stdev"] / 1e3,
+                    "dummynet_rtt_ms": DUMMYNET_RTT_MS.get((delay_ms, size)),
+                }
+            )
+    return rows
+
+
+def measure_bandwidth(bench: Bench, s: Settings, progress: Callable[[str], None]) -> list[dict]:
+    rows = []
+    for bps in s.bandwidths_bps:
+        bench.set_link({"bandwidth": {"rate_bps": bps}})
+        for size in s.sizes:
+            progress(f"bandwidth {bps / 1000:g} kb/s, {size}-byte frames")
+            wire_bits = (size - 4 + 24) * 8  # frame without FCS, plus the pipe's 24-byte overhead
+            seconds = max(s.bandwidth_seconds, s.bandwidth_min_packets * wire_bits / bps)
+            offered = round(bps * 1.05)
+            _, got, _ = bench.probe(
+                ["--size", str(FRAME_SIZES[size]), "--rate", str(offered),
+                 "--duration", f"{seconds:.3f}"],
+                ["--idle", str(2 + 3 * wire_bits / bps)],
+            )  # fmt: skip
+            measured = got["rate"]["wire_bps"]
+            rows.append(
+                {
+                    "bandwidth_bps": bps,
+                    "frame_bytes": size,
+                    "offered_bps": offered,
+                    "packets": got["packets"],
+                    "measured_bps": measured,
+                    "error_pct": _pct(measured, bps),
+                    "dummynet_error_pct": DUMMYNET_BW_ERR.get((bps, size)),
+                }
+            )
+    return rows
+
+
+def wilson(k: int, n: int, z: float = 2.5758) -> tuple[float, float]:
+    """The 99 % Wilson score interval of a binomial proportion k/n."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def measure_loss(bench: Bench, s: Settings, progress: Callable[[str], None]) -> list[dict]:
+    rows = []
+    for loss in s.losses:
+        bench.set_link({"loss": {"model": "bernoulli", "p": loss}})
+        for size in s.sizes:
+            progress(f"loss {loss:.1%}, {size}-byte frames")
+            sent, got, _ = bench.probe(
+                ["--size", str(FRAME_SIZES[size]), "--pps", str(s.pps[size]),
+                 "--count", str(s.loss_packets)],
+                ["--idle", "2", "--expect", str(s.loss_packets)],
+            )  # fmt: skip
+            n = sent["packets_sent"]
+            lost = n - got["unique"]
+            low, high = wilson(lost, n)
+            rows.append(
+                {
+                    "loss": loss,
+                    "frame_bytes": size,
+                    "packets": n,
+                    "measured_loss": lost / n,
+                    "receiver_socket_drops": got.get("kernel_drops"),
+                    "interval_99": [low, high],
+                    "inside": low <= loss <= high,
+                    "error_pct": _pct(lost / n, loss),
+                    "dummynet_error_pct": DUMMYNET_LOSS_ERR.get((loss, size)),
+                }
+            )
+    return rows
+
+
+def loss_bursts(log: Path, count: int) -> tuple[float, float]:
+    """Loss rate and mean burst length (runs of consecutive lost sequence numbers)."""
+    received = bytearray(count)
+    with log.open() as f:
+        for row in csv.DictReader(f):
+            seq = int(row["seq"])
+            if seq < count:
+                received[seq] = 1
+    bursts, lost, run = [], 0, 0
+    for got in received:
+        if got:
+            if run:
+                bursts.append(run)
+            run = 0
+        else:
+            lost += 1
+            run += 1
+    if run:
+        bursts.append(run)
+    return lost / count, (statistics.mean(bursts) if bursts else 0.0)
+
+
+def measure_gilbert(bench: Bench, s: Settings, progress: Callable[[str], None]) -> list[dict]:
+    rows = []
+    for rate, burst in s.gilbert:
+        progress(f"Gilbert-Elliott loss {rate:.0%}, bursts of {burst:g}")
+        q = 1 / burst
+        bench.set_link(
+            {
+                "loss": {
+                    "model": "gilbert_elliott",
+                    "p": rate * q / (1 - rate),
+                    "r": q,
+                    "loss_in_bad": 1.0,
+                    "loss_in_good": 0.0,
+                }
+            }
+        )
+        _, _, log = bench.probe(
+            ["--size", "18", "--pps", str(s.pps[64]), "--count", str(s.gilbert_packets)],
+            ["--idle", "2", "--expect", str(s.gilbert_packets)],
+            log=True,
+        )
+        assert log is not None
+        measured_rate, measured_burst = loss_bursts(log, s.gilbert_packets)
+        rows.append(
+            {
+                "loss_rate": rate,
+                "burst_length": burst,
+                "packets": s.gilbert_packets,
+                "measured_loss_rate": measured_rate,
+                "measured_burst_length": measured_burst,
+                "loss_rate_error_pct": _pct(measured_rate, rate),
+                "burst_length_error_pct": _pct(measured_burst, burst),
+            }
+        )
+    return rows
+
+
+def measure_jitter(bench: Bench, s: Settings, progress: Callable[[str], None]) -> list[dict]:
+    rows = []
+    for delay_ms, jitter_ms in s.jitter_ms:
+        progress(f"jitter {delay_ms} ms ± {jitter_ms} ms uniform")
+        bench.set_link(
+            {
+                "delay": {
+                    "delay_ns": round(delay_ms * 1e6),
+                    "jitter_ns": round(jitter_ms * 1e6),
+                    "distribution": "uniform",
+                }
+            }
+        )
+        _, got, _ = bench.probe(
+            ["--size", "18", "--pps", "2000", "--count", str(s.delay_packets)],
+            ["--idle", str(2 + delay_ms / 500)],
+        )
+        d = got["delay"]
+        rows.append(
+            {
+                "delay_ms": delay_ms,
+                "jitter_ms": jitter_ms,
+                "packets": got["packets"],
+                "mean_ms": d["mean"] / 1e6,
+                "stdev_ms": d["stdev"] / 1e6,
+                "uniform_stdev_ms": jitter_ms / math.sqrt(3),
+                "min_ms": d["min"] / 1e6,
+                "max_ms": d["max"] / 1e6,
+                "reordered": got["reordered"],
+            }
+        )
+    return rows
+
+
+def run(settings: Settings, results: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Measures everything, writes the results folder, returns the tables."""
+    linux.require_root()
+    results.mkdir(parents=True, exist_ok=True)
+    tables: dict[str, Any] = {"settings": asdict(settings)}
+    with Bench(results) as bench:
+        for name, measure in (
+            ("delay", measure_delay),
+            ("bandwidth", measure_bandwidth),
+            ("loss", measure_loss),
+            ("gilbert_elliott", measure_gilbert),
+            ("jitter", measure_jitter),
+        ):
+            tables[name] = measure(bench, settings, progress)
+            _write_csv(results / f"{name}.csv", tables[name])
+        tables["linkd_counters"] = bench.counters()
+    (results / "validate.json").write_text(json.dumps(tables, indent=2) + "\n")
+    return tables
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)

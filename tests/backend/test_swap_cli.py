@@ -1,0 +1,109 @@
+"""Swapping in and out from the command line, on real namespaces, with a real store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.root
+
+TOPOLOGY = """
+routing: static
+nodes: [{name: a}, {name: r}, {name: b}]
+links: [{members: [a, r]}, {members: [r, b]}]
+"""
+
+
+@pytest.fixture
+def cli(tmp_path):
+    db = tmp_path / "store.db"
+    made = []
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, NESTBED_DB=str(db), COLUMNS="200")
+        return subprocess.run(
+            [sys.executable, "-m", "nestbed", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+
+    def file(name: str, text: str = TOPOLOGY) -> str:
+        path = tmp_path / f"{name}-{os.getpid()}.yaml"
+        path.write_text(text)
+        made.append(path.stem)
+        return str(path)
+
+    run.file = file
+    yield run
+    for name in made:
+        run("swapout", name)
+
+
+def test_swapin_exec_swapout(cli):
+    f = cli.file("life")
+    name = f.rsplit("/", 1)[1].removesuffix(".yaml")
+    result = cli("swapin", f)
+    assert result.returncode == 0, result.stderr
+    assert f"experiment {name} is active: 3 nodes" in result.stdout
+    assert cli("exec", name, "a", "--", "ping", "-c", "1", "-W", "2", "b").returncode == 0
+    assert cli("exec", name, "a", "--", "sh", "-c", "exit 7").returncode == 7
+    again = cli("swapin", name)
+    assert again.returncode == 2
+    assert (
+        again.stderr.strip()
+        == f"error: experiment '{name}' is active and cannot become swapping-in (from active it can only become swapping-out or failed); swap it out first with `nestbed swapout {name}`"
+    )
+    missing = cli("exec", name, "zz", "--", "true")
+    assert (
+        missing.stderr.strip()
+        == f"error: experiment '{name}' has no node 'zz'; its nodes are a, r, b"
+    )
+    assert cli("swapout", name).returncode == 0
+    inactive = cli("exec", name, "a", "--", "true")
+    assert inactive.returncode == 2 and "not active" in inactive.stderr
+
+
+def test_cleanup_settles_active_experiments_and_leaves_foreign_objects_alone(cli):
+    f = cli.file("crash")
+    name = f.rsplit("/", 1)[1].removesuffix(".yaml")
+    assert cli("swapin", f).returncode == 0
+    foreign_ns, foreign_br = f"foreign-{os.getpid()}", f"fbr{os.getpid()}"[:15]
+    subprocess.run(["ip", "netns", "add", foreign_ns], check=True)
+    subprocess.run(["ip", "link", "add", foreign_br, "type", "bridge"], check=True)
+    try:
+        result = cli("cleanup")
+        assert result.returncode == 0, result.stderr
+        assert f"experiment {name} was cleaned up and is swapped out" in result.stdout
+        namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert foreign_ns in namespaces and f"-{name.split('-')[0]}" not in namespaces
+        assert (
+            subprocess.run(["ip", "link", "show", foreign_br], capture_output=True).returncode == 0
+        )
+        assert '"state": "swapped"' in cli("show", name, "--json").stdout
+    finally:
+        subprocess.run(["ip", "netns", "delete", foreign_ns], check=False)
+        subprocess.run(["ip", "link", "delete", foreign_br], check=False)
+
+
+def test_a_swap_in_that_fails_leaves_nothing_and_says_why(cli):
+    bad = cli.file(
+        "bad", TOPOLOGY.replace("{name: a}", "{name: a, sysctls: {net.ipv4.no_such_knob: 1}}")
+    )
+    name = bad.rsplit("/", 1)[1].removesuffix(".yaml")
+    result = cli("swapin", bad)
+    assert result.returncode == 3
+    assert result.stderr.startswith(
+        f"error: swap-in of experiment {name} failed while setting sysctl net.ipv4.no_such_knob=1 on node a:"
+    )
+    assert result.stderr.strip().endswith("everything it had created was removed")
+    assert "Traceback" not in result.stderr
+    assert (
+        f"-{name}"
+        not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    )
+    assert '"state": "failed"' in cli("show", name, "--json").stdout
