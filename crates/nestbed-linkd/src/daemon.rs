@@ -1,0 +1,338 @@
+//! The daemon: the control socket, the registry and the workers.
+//!
+//! The control thread accepts connections on the Unix socket (created with
+//! mode 0600); each connection gets a thread that reads JSON lines and
+//! writes one reply line per request. Requests are parsed
+//! ([`crate::protocol`]) and planned ([`crate::dispatch`]) under one lock,
+//! then carried out here: opening packet sockets, setting interfaces up or
+//! down, opening trace files, and messaging the worker that owns the link.
+//! A failed action changes nothing and gets an error reply; the daemon
+//! keeps running.
+//!
+//! On `shutdown`, SIGTERM or SIGINT, interfaces set down by `down admin`
+//! are set up again, traces are flushed, and the socket and pid file are
+//! removed.
+
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nestbed_pipe::Instant;
+use serde_json::{json, Map, Value};
+
+use crate::cli::Options;
+use crate::dispatch::{Action, LinkState, Registry};
+use crate::lateness::Histogram;
+use crate::link::Link;
+use crate::os::{self, PacketSocket};
+use crate::protocol::{error_reply, ok_reply, parse_request, MAX_LINE};
+use crate::trace::Trace;
+use crate::worker::{Command, Reply, WorkerHandle};
+
+/// The daemon's state behind the control socket.
+pub struct Daemon {
+    registry: Registry,
+    workers: Vec<WorkerHandle>,
+}
+
+fn ask<T>(worker: &WorkerHandle, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, String> {
+    let (tx, rx) = channel();
+    worker.send(make(tx))?;
+    rx.recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "worker thread did not answer".to_string())?
+}
+
+impl Daemon {
+    /// Starts `threads` workers.
+    pub fn start(threads: usize, spin_us: u64) -> io::Result<Daemon> {
+        let workers = (0..threads.max(1))
+            .map(|i| WorkerHandle::spawn(i, spin_us))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Daemon {
+            registry: Registry::new(workers.len()),
+            workers,
+        })
+    }
+
+    /// Handles one request line; returns the reply line and whether the
+    /// daemon must shut down.
+    pub fn handle_line(&mut self, line: &str) -> (String, bool) {
+        let action = match parse_request(line).and_then(|r| self.registry.plan(r)) {
+            Ok(a) => a,
+            Err(e) => return (error_reply(&e), false),
+        };
+        let shutdown = action == Action::Shutdown;
+        match self.execute(&action) {
+            Ok(fields) => {
+                self.registry.commit(&action);
+                (ok_reply(fields), shutdown)
+            }
+            Err(e) => (error_reply(&e), false),
+        }
+    }
+
+    fn execute(&mut self, action: &Action) -> Result<Map<String, Value>, String> {
+        let mut reply = Map::new();
+        match action {
+            Action::AddLink { thread, spec } => {
+                let link = Link::new(spec)?;
+                let mut sockets = Vec::new();
+                for (i, p) in spec.ports.iter().enumerate() {
+                    let s = PacketSocket::open(&p.ifname).map_err(|e| {
+                        format!("field `ports[{i}].ifname`: cannot open {:?}: {e}", p.ifname)
+                    })?;
+                    sockets.push(s);
+                }
+                let worker = &self.workers[*thread];
+                ask(worker, |r| Command::AddLink(Box::new(link), sockets, r))?;
+                reply.insert("thread".into(), (*thread).into());
+                let seeds: Vec<Value> = spec
+                    .ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        json!({
+                            "port": p.port,
+                            "egress": crate::seed::pipe_seed(spec.seed, i, crate::seed::Direction::Egress),
+                            "ingress": crate::seed::pipe_seed(spec.seed, i, crate::seed::Direction::Ingress),
+                        })
+                    })
+                    .collect();
+                reply.insert("seeds".into(), seeds.into());
+            }
+            Action::RemoveLink {
+                thread,
+                link,
+                restore_up,
+            } => {
+                ask(&self.workers[*thread], |r| {
+                    Command::RemoveLink(link.clone(), r)
+                })?;
+                set_admin(restore_up, true)?;
+            }
+            Action::Set {
+                thread,
+                link,
+                port,
+                direction,
+                params,
+            } => {
+                ask(&self.workers[*thread], |r| {
+                    Command::Set(link.clone(), *port, *direction, Box::new(params.clone()), r)
+                })?;
+                reply.insert("queue_limit".into(), json!(params.queue_limit()));
+            }
+            Action::SetState {
+                thread,
+                link,
+                state,
+                admin,
+                ifnames,
+            } => {
+                // Blackhole before the interfaces go up, admin-down after
+                // frames stop being forwarded: no window of unwanted traffic.
+                if let Some(up) = *admin {
+                    if up {
+                        ask(&self.workers[*thread], |r| {
+                            Command::SetState(link.clone(), *state, r)
+                        })?;
+                        set_admin(ifnames, true)?;
+                    } else {
+                        set_admin(ifnames, false)?;
+                        ask(&self.workers[*thread], |r| {
+                            Command::SetState(link.clone(), *state, r)
+                        })?;
+                    }
+                } else {
+                    ask(&self.workers[*thread], |r| {
+                        Command::SetState(link.clone(), *state, r)
+                    })?;
+                }
+                reply.insert("state".into(), json!(state));
+            }
+            Action::Counters { links } => {
+                let mut out = Map::new();
+                let mut threads = Vec::new();
+                for (i, w) in self.workers.iter().enumerate() {
+                    let names: Vec<String> = links
+                        .iter()
+                        .filter(|(t, _)| *t == i)
+                        .map(|(_, n)| n.clone())
+                        .collect();
+                    let (got, hist): (Vec<(String, Value)>, Histogram) =
+                        ask(w, |r| Command::Counters(names, r))?;
+                    out.extend(got);
+                    threads.push(json!({"thread": i, "lateness": hist.report()}));
+                }
+                reply.insert("links".into(), Value::Object(out));
+                reply.insert("threads".into(), threads.into());
+                reply.insert("now_ns".into(), os::monotonic_ns().into());
+            }
+            Action::TraceStart { thread, link, path } => {
+                let file = File::create(path)
+                    .map_err(|e| format!("field `path`: cannot create {path:?}: {e}"))?;
+                let t0 = os::monotonic_ns();
+                let trace = Trace::new(Box::new(file), Instant::from_nanos(t0), path.clone());
+                ask(&self.workers[*thread], |r| {
+                    Command::TraceStart(link.clone(), Box::new(trace), r)
+                })?;
+                reply.insert("t0_monotonic_ns".into(), t0.into());
+            }
+            Action::TraceStop { thread, link } => {
+                let lines = ask(&self.workers[*thread], |r| {
+                    Command::TraceStop(link.clone(), r)
+                })?;
+                reply.insert("lines".into(), lines.into());
+            }
+            Action::Status => reply = self.registry.status(),
+            Action::Shutdown => {}
+        }
+        Ok(reply)
+    }
+
+    /// Sets admin-down interfaces up again and stops the workers.
+    pub fn stop(&mut self) {
+        for entry in self.registry.links().values() {
+            if entry.state == LinkState::AdminDown {
+                for p in &entry.ports {
+                    if let Err(e) = os::set_link_up(&p.ifname, true) {
+                        eprintln!("nestbed-linkd: cannot set {} up: {e}", p.ifname);
+                    }
+                }
+            }
+        }
+        for w in &mut self.workers {
+            w.stop();
+        }
+    }
+}
+
+fn set_admin(ifnames: &[String], up: bool) -> Result<(), String> {
+    let mut done: Vec<&String> = Vec::new();
+    for name in ifnames {
+        if let Err(e) = os::set_link_up(name, up) {
+            // Roll back the ones already changed.
+            for d in done {
+                let _ = os::set_link_up(d, !up);
+            }
+            let what = if up { "up" } else { "down" };
+            return Err(format!("cannot set interface {name:?} {what}: {e}"));
+        }
+        done.push(name);
+    }
+    Ok(())
+}
+
+/// Binds the control socket with mode 0600, refusing to replace a socket a
+/// live daemon is listening on.
+fn bind_socket(path: &Path) -> io::Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{}: another daemon is listening", path.display()),
+            ));
+        }
+        fs::remove_file(path)?;
+    }
+    let old = os::umask(0o177);
+    let listener = UnixListener::bind(path);
+    os::umask(old);
+    let listener = listener?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+fn serve_connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>, stop: Arc<AtomicBool>) {
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let mut writer = io::BufWriter::new(write_half);
+    let mut reader = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = match reader
+            .by_ref()
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let too_long = n > MAX_LINE && buf.last() != Some(&b'\n');
+        let (reply, shutdown) = if too_long {
+            (
+                error_reply(&format!("request: line longer than {MAX_LINE} bytes")),
+                false,
+            )
+        } else {
+            match std::str::from_utf8(&buf) {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => match daemon.lock() {
+                    Ok(mut d) => d.handle_line(line.trim_end()),
+                    Err(_) => (error_reply("daemon state is poisoned"), false),
+                },
+                Err(_) => (error_reply("request: not valid UTF-8"), false),
+            }
+        };
+        if writer
+            .write_all(reply.as_bytes())
+            .and_then(|_| writer.write_all(b"\n"))
+            .and_then(|_| writer.flush())
+            .is_err()
+        {
+            return;
+        }
+        if shutdown {
+            stop.store(true, Ordering::SeqCst);
+            return;
+        }
+        if too_long {
+            return;
+        }
+    }
+}
+
+/// Runs the daemon until `shutdown`, SIGTERM or SIGINT.
+pub fn serve(opts: &Options) -> io::Result<()> {
+    os::catch_stop_signals()?;
+    let daemon = Arc::new(Mutex::new(Daemon::start(opts.threads, opts.spin_us)?));
+    let listener = bind_socket(&opts.socket)?;
+    listener.set_nonblocking(true)?;
+    if let Some(pid) = &opts.pidfile {
+        fs::write(pid, format!("{}\n", std::process::id()))?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    while !stop.load(Ordering::SeqCst) && !os::stop_requested() {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let (d, s) = (Arc::clone(&daemon), Arc::clone(&stop));
+                let _ = std::thread::Builder::new()
+                    .name("linkd-control".into())
+                    .spawn(move || serve_connection(stream, d, s));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => eprintln!("nestbed-linkd: accept: {e}"),
+        }
+    }
+    match daemon.lock() {
+        Ok(mut d) => d.stop(),
+        Err(p) => p.into_inner().stop(),
+    }
+    let _ = fs::remove_file(&opts.socket);
+    if let Some(pid) = &opts.pidfile {
+        let _ = fs::remove_file(pid);
+    }
+    Ok(())
+}

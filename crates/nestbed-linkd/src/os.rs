@@ -1,0 +1,542 @@
+//! Everything that talks to the kernel: the only module allowed `unsafe`.
+//!
+//! - [`PacketSocket`]: an AF_PACKET `SOCK_RAW` socket bound to one interface
+//!   for all protocols, non-blocking, ignoring the frames it sends itself,
+//!   read and written in batches with `recvmmsg`/`sendmmsg`.
+//! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
+//! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
+//!   interface (admin down).
+//! - [`monotonic_ns`], [`set_min_timer_slack`], [`umask`], signal flags.
+//!
+//! Every function returns `io::Result` with the OS error; callers add the
+//! interface or object name.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::mem;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `SOL_PACKET` option: do not deliver frames this host sends (Linux ≥ 4.20).
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `sll_pkttype` of a frame the host sent.
+const PACKET_OUTGOING: u8 = 4;
+const ETH_P_ALL: u16 = 0x0003;
+
+/// Largest frame read. Offloads are expected off, so frames are at most
+/// MTU + 18 bytes; a larger (GSO) frame is read truncated and counted.
+pub const FRAME_BUF: usize = 65_536;
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sets this thread's timer slack to 1 ns so timer wake-ups are not
+/// coalesced (the default slack is 50 µs).
+pub fn set_min_timer_slack() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    cvt(rc).map(|_| ())
+}
+
+/// Sets the process umask, returning the old one.
+pub fn umask(mask: u32) -> u32 {
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
+    let fd = cvt(fd)?;
+    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The index of interface `ifname` in this network namespace.
+pub fn if_index(ifname: &str) -> io::Result<u32> {
+    let name = CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: name is a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(index)
+    }
+}
+
+fn ifreq_for(ifname: &str) -> io::Result<libc::ifreq> {
+    let bytes = ifname.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { mem::zeroed() };
+    for (dst, &src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = src as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn if_flags(sock: &OwnedFd, req: &mut libc::ifreq) -> io::Result<libc::c_short> {
+    // SAFETY: req is a valid ifreq with a NUL-terminated name.
+    cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS,
+            req as *mut libc::ifreq,
+        )
+    })?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_flags })
+}
+
+fn control_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket call.
+    owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
+}
+
+/// Sets interface `ifname` administratively up or down (`IFF_UP`). Setting
+/// the host end of a veth down makes its peer lose carrier.
+pub fn set_link_up(ifname: &str, up: bool) -> io::Result<()> {
+    let sock = control_socket()?;
+    let mut req = ifreq_for(ifname)?;
+    let flags = if_flags(&sock, &mut req)?;
+    let up_flag = libc::IFF_UP as libc::c_short;
+    let new = if up {
+        flags | up_flag
+    } else {
+        flags & !up_flag
+    };
+    if new == flags {
+        return Ok(());
+    }
+    req.ifr_ifru.ifru_flags = new;
+    // SAFETY: req is a valid ifreq with name and flags set.
+    cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCSIFFLAGS,
+            &mut req as *mut libc::ifreq,
+        )
+    })?;
+    Ok(())
+}
+
+/// Whether interface `ifname` is administratively up.
+pub fn link_is_up(ifname: &str) -> io::Result<bool> {
+    let sock = control_socket()?;
+    let mut req = ifreq_for(ifname)?;
+    Ok(if_flags(&sock, &mut req)? & libc::IFF_UP as libc::c_short != 0)
+}
+
+/// A raw packet socket bound to one interface.
+#[derive(Debug)]
+pub struct PacketSocket {
+    fd: OwnedFd,
+    ifindex: u32,
+}
+
+/// Reusable buffers for one `recvmmsg`/`sendmmsg` batch.
+pub struct Batch {
+    bufs: Vec<Vec<u8>>,
+    addrs: Vec<libc::sockaddr_ll>,
+}
+
+impl Batch {
+    /// Buffers for up to `n` frames per call.
+    pub fn new(n: usize) -> Batch {
+        Batch {
+            bufs: (0..n).map(|_| vec![0u8; FRAME_BUF]).collect(),
+            // SAFETY: sockaddr_ll is plain old data.
+            addrs: vec![unsafe { mem::zeroed() }; n],
+        }
+    }
+}
+
+/// One frame read by [`PacketSocket::recv_batch`].
+pub struct Received<'a> {
+    /// The bytes read (truncated to [`FRAME_BUF`] if `truncated`).
+    pub data: &'a [u8],
+    /// The frame was longer than the buffer.
+    pub truncated: bool,
+}
+
+impl PacketSocket {
+    /// Opens a socket receiving every frame that arrives on `ifname` (but
+    /// not the ones sent from this host) and sending frames out of it.
+    pub fn open(ifname: &str) -> io::Result<PacketSocket> {
+        let ifindex = if_index(ifname)?;
+        // Protocol 0: receive nothing until bound, so no frame of another
+        // interface slips in between socket() and bind().
+        // SAFETY: plain socket call.
+        let fd = owned(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        let one: libc::c_int = 1;
+        // Best effort: older kernels lack it; recv_batch also checks sll_pkttype.
+        // SAFETY: valid fd and option buffer.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_IGNORE_OUTGOING,
+                &one as *const libc::c_int as *const libc::c_void,
+                mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            let size: libc::c_int = 4 << 20;
+            // SAFETY: valid fd and option buffer; failure only leaves the default.
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    &size as *const libc::c_int as *const libc::c_void,
+                    mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+        // SAFETY: sockaddr_ll is plain old data.
+        let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = ETH_P_ALL.to_be();
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: addr is a valid sockaddr_ll of the given size.
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(PacketSocket { fd, ifindex })
+    }
+
+    /// The interface index the socket is bound to.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Reads up to a batch of frames without blocking and calls `each` for
+    /// every frame received from the wire. Returns how many were read (0:
+    /// nothing pending).
+    pub fn recv_batch(
+        &self,
+        batch: &mut Batch,
+        mut each: impl FnMut(Received<'_>),
+    ) -> io::Result<usize> {
+        let n = batch.bufs.len();
+        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
+        let mut msgs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
+        for buf in batch.bufs.iter_mut() {
+            iovs.push(libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            });
+        }
+        for (addr, iov) in batch.addrs.iter_mut().zip(iovs.iter_mut()) {
+            // SAFETY: mmsghdr is plain old data.
+            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+            m.msg_hdr.msg_name = addr as *mut libc::sockaddr_ll as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+            msgs.push(m);
+        }
+        // SAFETY: msgs points at n initialised headers whose buffers live in
+        // `batch` and `iovs` for the duration of the call.
+        let got = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            let err = io::Error::last_os_error();
+            return match err.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(err),
+            };
+        }
+        let got = got as usize;
+        for ((msg, addr), buf) in msgs.iter().zip(&batch.addrs).zip(&batch.bufs).take(got) {
+            if addr.sll_pkttype == PACKET_OUTGOING {
+                continue;
+            }
+            let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let len = (msg.msg_len as usize).min(buf.len());
+            each(Received {
+                data: &buf[..len],
+                truncated,
+            });
+        }
+        Ok(got)
+    }
+
+    /// Sends frames out of the interface without blocking; returns how many
+    /// the kernel took. A refused frame (full buffer, interface down, too
+    /// big) is skipped and not counted; the others are still tried.
+    pub fn send_batch(&self, frames: &[&[u8]]) -> usize {
+        let mut iovs: Vec<libc::iovec> = frames
+            .iter()
+            .map(|f| libc::iovec {
+                iov_base: f.as_ptr() as *mut libc::c_void,
+                iov_len: f.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain old data.
+                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+                m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        let (mut next, mut ok) = (0usize, 0usize);
+        while next < msgs.len() {
+            // SAFETY: msgs[next..] and their iovecs point at live buffers for
+            // the call; the socket is bound, so no destination is needed.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    msgs[next..].as_mut_ptr(),
+                    (msgs.len() - next) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if rc > 0 {
+                next += rc as usize;
+                ok += rc as usize;
+            } else if rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            } else {
+                next += 1;
+            }
+        }
+        ok
+    }
+}
+
+impl AsRawFd for PacketSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// An epoll instance (level-triggered).
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    /// A new epoll instance.
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain call.
+        Ok(Epoll {
+            fd: owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?,
+        })
+    }
+
+    /// Watches `fd` for input, reporting `token`.
+    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: ev is valid for the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })
+            .map(|_| ())
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: ev is valid for the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) })
+            .map(|_| ())
+    }
+
+    /// Waits for events (`timeout_ms` −1: forever), appending their tokens.
+    pub fn wait(&self, tokens: &mut Vec<u64>, timeout_ms: i32) -> io::Result<()> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: events is a valid buffer of 64 entries.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return if err.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(err)
+            };
+        }
+        tokens.extend(events[..n as usize].iter().map(|e| e.u64));
+        Ok(())
+    }
+}
+
+/// A `CLOCK_MONOTONIC` timerfd, armed at absolute times.
+#[derive(Debug)]
+pub struct TimerFd {
+    fd: OwnedFd,
+}
+
+impl TimerFd {
+    /// A new, disarmed, non-blocking timer.
+    pub fn new() -> io::Result<TimerFd> {
+        // SAFETY: plain call.
+        Ok(TimerFd {
+            fd: owned(unsafe {
+                libc::timerfd_create(
+                    libc::CLOCK_MONOTONIC,
+                    libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+                )
+            })?,
+        })
+    }
+
+    /// Arms the timer to fire at `at_ns` (monotonic), or disarms it (`None`).
+    pub fn set(&self, at_ns: Option<u64>) -> io::Result<()> {
+        let value = match at_ns {
+            // A zero it_value disarms, so never pass 0 for "now".
+            Some(t) => libc::timespec {
+                tv_sec: (t.max(1) / 1_000_000_000) as libc::time_t,
+                tv_nsec: (t.max(1) % 1_000_000_000) as libc::c_long,
+            },
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: value,
+        };
+        // SAFETY: spec is valid for the call.
+        cvt(unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// Consumes expirations so the fd stops being readable.
+    pub fn drain(&self) {
+        drain_u64(self.fd.as_raw_fd());
+    }
+}
+
+impl AsRawFd for TimerFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// An eventfd used to wake a worker when a command is queued.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A new non-blocking eventfd.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain call.
+        Ok(EventFd {
+            fd: owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?,
+        })
+    }
+
+    /// Makes the fd readable.
+    pub fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64.
+        unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+
+    /// Clears the readable state.
+    pub fn drain(&self) {
+        drain_u64(self.fd.as_raw_fd());
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn drain_u64(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a valid u64; non-blocking fd.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
+}
+
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGTERM and SIGINT set a flag ([`stop_requested`]) instead of
+/// killing the process, so the daemon can restore interfaces on the way out.
+pub fn catch_stop_signals() -> io::Result<()> {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: sigaction is plain old data; the handler only stores an atomic.
+        let mut sa: libc::sigaction = unsafe { mem::zeroed() };
+        sa.sa_sigaction = on_stop_signal as *const () as libc::sighandler_t;
+        // SAFETY: valid sigaction structures.
+        cvt(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
+    }
+    Ok(())
+}
+
+/// Whether SIGTERM or SIGINT arrived.
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(Ordering::SeqCst)
+}

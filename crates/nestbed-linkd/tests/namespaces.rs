@@ -1,0 +1,538 @@
+//! Integration tests through real network namespaces (root only; skipped
+//! with a message otherwise).
+//!
+//! Each test builds its own namespaces named `nbt<pid><tag>…`: one "switch"
+//! namespace where `nestbed-linkd` runs and holds the host-side veth ends,
+//! and one namespace per node. Nothing is created in the caller's
+//! namespace, so all traffic stays inside what the test made. A Drop guard
+//! kills the daemon it started and deletes the namespaces it created (which
+//! deletes their veths), even when the test panics; each test ends by
+//! checking that none of its namespaces is left.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+struct Run {
+    argv: Vec<String>,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(argv: &[&str]) -> Run {
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    Run {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn must(argv: &[&str]) -> String {
+    let r = run(argv);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "{:?} failed: stdout {:?} stderr {:?}",
+        r.argv,
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
+}
+
+/// Everything one test created; removed on drop.
+struct Env {
+    prefix: String,
+    namespaces: Vec<String>,
+    daemon: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Env {
+    fn new(tag: &str) -> Env {
+        let prefix = format!("nbt{}{tag}", std::process::id());
+        let dir = std::env::temp_dir().join(&prefix);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut env = Env {
+            prefix,
+            namespaces: Vec::new(),
+            daemon: None,
+            dir,
+        };
+        let sw = env.sw();
+        env.add_ns(&sw);
+        env
+    }
+
+    fn sw(&self) -> String {
+        format!("{}sw", self.prefix)
+    }
+
+    fn add_ns(&mut self, ns: &str) {
+        must(&["ip", "netns", "add", ns]);
+        self.namespaces.push(ns.to_string());
+        must(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        for key in ["all", "default"] {
+            must(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{key}.disable_ipv6=1"),
+            ]);
+        }
+    }
+
+    /// A node namespace `<prefix>n<i>` with veth `<prefix>n<i>` (host end
+    /// in the switch namespace, `<prefix>h<i>`) addressed `addr/24`.
+    fn add_node(&mut self, i: usize, addr: &str) -> (String, String, String) {
+        let ns = format!("{}n{i}", self.prefix);
+        let host = format!("{}h{i}", self.prefix);
+        let node_if = format!("{}e{i}", self.prefix);
+        assert!(host.len() <= 15 && node_if.len() <= 15);
+        self.add_ns(&ns);
+        let sw = self.sw();
+        must(&[
+            "ip", "-n", &sw, "link", "add", &host, "type", "veth", "peer", "name", &node_if,
+            "netns", &ns,
+        ]);
+        must(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            &node_if,
+        ]);
+        must(&[
+            "ip", "netns", "exec", &ns, "ethtool", "-K", &node_if, "tso", "off", "gso", "off",
+            "gro", "off", "tx", "off",
+        ]);
+        must(&["ip", "-n", &ns, "link", "set", &node_if, "up"]);
+        must(&["ip", "-n", &sw, "link", "set", &host, "up"]);
+        (ns, host, node_if)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("linkd.sock")
+    }
+
+    fn start_daemon(&mut self, extra: &[&str]) -> Client {
+        let sock = self.socket();
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.sw(),
+                env!("CARGO_BIN_EXE_nestbed-linkd"),
+            ])
+            .arg("--socket")
+            .arg(&sock)
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nestbed-linkd");
+        self.daemon = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(s) = UnixStream::connect(&sock) {
+                let mode = std::fs::metadata(&sock).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                assert_eq!(mode.permissions().mode() & 0o777, 0o600, "socket mode");
+                return Client::new(s);
+            }
+            assert!(Instant::now() < deadline, "daemon socket did not appear");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn leftovers(&self) -> Vec<String> {
+        must(&["ip", "netns", "list"])
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&self.prefix))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            // Our own child only, by its pid.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in self.namespaces.drain(..).rev() {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    fn new(s: UnixStream) -> Client {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        Client {
+            writer: s.try_clone().unwrap(),
+            reader: BufReader::new(s),
+        }
+    }
+
+    fn raw(&mut self, line: &str) -> Value {
+        self.writer.write_all(line.as_bytes()).unwrap();
+        self.writer.write_all(b"\n").unwrap();
+        let mut reply = String::new();
+        self.reader.read_line(&mut reply).unwrap();
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?}: {e}"))
+    }
+
+    fn ok(&mut self, req: Value) -> Value {
+        let r = self.raw(&req.to_string());
+        assert_eq!(r["ok"], true, "request {req} got {r}");
+        r
+    }
+
+    fn err(&mut self, line: &str) -> String {
+        let r = self.raw(line);
+        assert_eq!(r["ok"], false, "request {line} got {r}");
+        r["error"].as_str().unwrap().to_string()
+    }
+}
+
+/// Pings and returns (received, mean RTT in ms).
+fn ping(ns: &str, addr: &str, count: u32, interval: &str) -> (u32, Option<f64>) {
+    let r = run(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "ping",
+        "-q",
+        "-n",
+        "-c",
+        &count.to_string(),
+        "-i",
+        interval,
+        "-W",
+        "1",
+        addr,
+    ]);
+    let received = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("received"))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("cannot read ping output: {:?} {:?}", r.stdout, r.stderr));
+    let mean = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("rtt"))
+        .and_then(|l| l.split(" = ").nth(1))
+        .and_then(|v| v.split('/').nth(1))
+        .and_then(|m| m.parse().ok());
+    (received, mean)
+}
+
+fn sys_counter(ns: &str, ifname: &str, name: &str) -> u64 {
+    must(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "cat",
+        &format!("/sys/class/net/{ifname}/statistics/{name}"),
+    ])
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+fn wait_for(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const DELAY_NS: u64 = 20_000_000;
+
+#[test]
+fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespace tests need root");
+        return;
+    }
+    let mut env = Env::new("p");
+    let (ns_a, host_a, if_a) = env.add_node(0, "10.200.7.1");
+    let (ns_b, host_b, if_b) = env.add_node(1, "10.200.7.2");
+    let mut c = env.start_daemon(&["--spin-us", "200"]);
+    let delay = json!({"delay": {"delay_ns": DELAY_NS}});
+    let added = c.ok(
+        json!({"op": "add_link", "link": "link0", "seed": 42, "ports": [
+        {"port": "a", "ifname": host_a, "egress": delay},
+        {"port": "b", "ifname": host_b, "egress": delay}]}),
+    );
+    eprintln!("add_link reply: {added}");
+
+    // (1) RTT = 2 × 20 ms. Warm up ARP first.
+    assert!(
+        ping(&ns_a, "10.200.7.2", 1, "0.2").0 == 1,
+        "warm-up ping failed"
+    );
+    let (received, mean) = ping(&ns_a, "10.200.7.2", 20, "0.05");
+    let mean = mean.expect("no RTT");
+    let expected = 2.0 * DELAY_NS as f64 / 1e6;
+    let (below, above) = (0.2, 3.0);
+    eprintln!(
+        "RTT: expected {expected:.3} ms, measured mean {mean:.3} ms (error {:+.3} ms), tolerance -{below}/+{above} ms, {received}/20 replies",
+        mean - expected
+    );
+    assert_eq!(received, 20);
+    assert!(
+        mean >= expected - below && mean <= expected + above,
+        "mean RTT {mean} ms outside {expected} -{below}/+{above} ms"
+    );
+
+    // (5) Counters match what the interfaces sent and received. Wait for
+    // the pipes to drain first.
+    std::thread::sleep(Duration::from_millis(100));
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    eprintln!("lateness: {}", counters["threads"]);
+    let a = &counters["links"]["link0"]["ports"]["a"];
+    let b = &counters["links"]["link0"]["ports"]["b"];
+    let a_tx = sys_counter(&ns_a, &if_a, "tx_packets");
+    let b_rx = sys_counter(&ns_b, &if_b, "rx_packets");
+    let b_tx = sys_counter(&ns_b, &if_b, "tx_packets");
+    let a_rx = sys_counter(&ns_a, &if_a, "rx_packets");
+    eprintln!("node a tx {a_tx} rx {a_rx}, node b tx {b_tx} rx {b_rx}; port a {a}; port b {b}");
+    assert!(a_tx >= 21 && b_tx >= 21);
+    assert_eq!(a["received"], a_tx);
+    assert_eq!(a["egress"]["counters"]["packets_in"], a_tx);
+    assert_eq!(a["egress"]["counters"]["packets_out"], a_tx);
+    assert_eq!(b["ingress"]["counters"]["packets_out"], a_tx);
+    assert_eq!(b["sent"], b_rx);
+    assert_eq!(b["sent"], a_tx);
+    assert_eq!(b["received"], b_tx);
+    assert_eq!(a["sent"], a_rx);
+    assert_eq!(a["send_failed"], 0);
+    let lateness = &counters["threads"][0]["lateness"];
+    assert_eq!(lateness["frames"], a_tx + b_tx);
+
+    // (2) Loss 1.0 at run time, then back.
+    c.ok(
+        json!({"op": "set", "link": "link0", "port": "a", "direction": "egress",
+        "params": {"loss": {"model": "bernoulli", "p": 1.0}, "delay": {"delay_ns": DELAY_NS}}}),
+    );
+    assert_eq!(
+        ping(&ns_a, "10.200.7.2", 5, "0.05").0,
+        0,
+        "loss 1.0 let a ping through"
+    );
+    c.ok(
+        json!({"op": "set", "link": "link0", "port": "a", "direction": "egress", "params": delay}),
+    );
+    assert_eq!(
+        ping(&ns_a, "10.200.7.2", 3, "0.05").0,
+        3,
+        "ping after loss removed"
+    );
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    let drops = &counters["links"]["link0"]["ports"]["a"]["egress"]["counters"]["drops"];
+    assert!(drops["loss"].as_u64().unwrap() >= 5, "loss drops {drops}");
+
+    // Blackhole: silent loss, counted.
+    c.ok(json!({"op": "down", "link": "link0", "mode": "blackhole"}));
+    assert_eq!(ping(&ns_a, "10.200.7.2", 3, "0.05").0, 0);
+    c.ok(json!({"op": "up", "link": "link0"}));
+    assert_eq!(ping(&ns_a, "10.200.7.2", 3, "0.05").0, 3);
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    assert!(
+        counters["links"]["link0"]["ports"]["a"]["blackholed"]
+            .as_u64()
+            .unwrap()
+            >= 3
+    );
+
+    // (3) Admin down: the node's interface loses carrier.
+    c.ok(json!({"op": "down", "link": "link0", "mode": "admin"}));
+    let show = must(&["ip", "-n", &ns_a, "link", "show", &if_a]);
+    eprintln!("after admin down: {show}");
+    // veth reports the lost carrier as NO-CARRIER with operstate DOWN
+    // (LOWERLAYERDOWN on some kernels).
+    assert!(
+        show.contains("NO-CARRIER")
+            && (show.contains("state DOWN") || show.contains("LOWERLAYERDOWN")),
+        "{show}"
+    );
+    assert_eq!(ping(&ns_a, "10.200.7.2", 2, "0.05").0, 0);
+    c.ok(json!({"op": "up", "link": "link0"}));
+    wait_for("carrier", 5, || {
+        !must(&["ip", "-n", &ns_a, "link", "show", &if_a]).contains("NO-CARRIER")
+            && !must(&["ip", "-n", &ns_b, "link", "show", &if_b]).contains("NO-CARRIER")
+    });
+    assert_eq!(ping(&ns_a, "10.200.7.2", 3, "0.05").0, 3, "ping after up");
+
+    // Trace: ns-2 lines for the frames of one ping.
+    let trace = env.dir.join("link0.tr");
+    c.ok(json!({"op": "trace_start", "link": "link0", "path": trace}));
+    assert_eq!(ping(&ns_a, "10.200.7.2", 2, "0.05").0, 2);
+    let stopped = c.ok(json!({"op": "trace_stop", "link": "link0"}));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    eprintln!("trace ({} lines):\n{}", stopped["lines"], text);
+    assert_eq!(
+        text.lines().count() as u64,
+        stopped["lines"].as_u64().unwrap()
+    );
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("+ ") && l.contains(" a b icmp ")));
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("r ") && l.contains(" b a icmp ")));
+    for l in text.lines() {
+        assert_eq!(l.split(' ').count(), 12, "{l}");
+    }
+
+    // (6) Bad requests get errors; the daemon keeps answering.
+    let errors = [
+        c.err("{not json"),
+        c.err(r#"{"op":"explode"}"#),
+        c.err(r#"{"op":"set","link":"link0","port":"a","direction":"egress","params":{"delay":{"delay_ns":-1}}}"#),
+        c.err(r#"{"op":"set","link":"link0","port":"a","direction":"egress","params":{"loss":{"model":"bernoulli","p":1.5}}}"#),
+        c.err(r#"{"op":"set","link":"nope","port":"a","direction":"egress","params":{}}"#),
+        c.err(r#"{"op":"set","link":"link0","port":"zz","direction":"egress","params":{}}"#),
+        c.err(r#"{"op":"status","extra":1}"#),
+        c.err(r#"{"op":"add_link","link":"l9","ports":[{"port":"a","ifname":"nosuchif0"},{"port":"b","ifname":"nosuchif1"}]}"#),
+    ];
+    for e in &errors {
+        eprintln!("error reply: {e}");
+    }
+    assert!(errors[2].contains("delay_ns"));
+    assert!(errors[3].contains("loss"));
+    assert!(errors[7].contains("ifname"));
+    let status = c.ok(json!({"op": "status"}));
+    assert_eq!(status["links"]["link0"]["seed"], 42);
+    assert_eq!(status["links"].as_object().unwrap().len(), 1);
+    assert_eq!(
+        status["links"]["link0"]["ports"][0]["egress"]["params"]["delay"]["delay_ns"],
+        DELAY_NS
+    );
+    assert_eq!(
+        ping(&ns_a, "10.200.7.2", 2, "0.05").0,
+        2,
+        "link still works"
+    );
+
+    // Admin down, then shutdown: linkd sets the interfaces up again.
+    c.ok(json!({"op": "down", "link": "link0", "mode": "admin"}));
+    c.ok(json!({"op": "shutdown"}));
+    let mut child = env.daemon.take().unwrap();
+    wait_for("daemon exit", 5, || child.try_wait().unwrap().is_some());
+    assert!(!env.socket().exists(), "socket left behind");
+    let host = must(&["ip", "-n", &env.sw(), "link", "show", &host_a]);
+    assert!(host.contains(",UP"), "host end not restored: {host}");
+
+    let prefix_env = env.prefix.clone();
+    drop(env);
+    let left: Vec<String> = must(&["ip", "netns", "list"])
+        .lines()
+        .filter(|l| l.starts_with(&prefix_env))
+        .map(String::from)
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn lan_of_three_all_pairs_ping() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespace tests need root");
+        return;
+    }
+    let mut env = Env::new("l");
+    let nodes: Vec<_> = (0..3)
+        .map(|i| env.add_node(i, &format!("10.200.8.{}", i + 1)))
+        .collect();
+    let mut c = env.start_daemon(&["--threads", "2"]);
+    let ports: Vec<Value> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, host, _))| {
+            json!({"port": format!("m{i}"), "ifname": host,
+                   "ingress": {"delay": {"delay_ns": 2_000_000}}})
+        })
+        .collect();
+    c.ok(json!({"op": "add_link", "link": "lan0", "seed": 7, "ports": ports}));
+    for (i, (ns, _, _)) in nodes.iter().enumerate() {
+        for j in 0..3 {
+            if i == j {
+                continue;
+            }
+            let (got, mean) = ping(ns, &format!("10.200.8.{}", j + 1), 3, "0.05");
+            eprintln!("m{i} → m{j}: {got}/3 replies, mean RTT {mean:?} ms (expected ≥ 4 ms)");
+            assert_eq!(got, 3, "m{i} → m{j}");
+            assert!(mean.unwrap() >= 3.8);
+        }
+    }
+    let counters = c.ok(json!({"op": "counters"}));
+    let lan = &counters["links"]["lan0"];
+    assert_eq!(lan["learned_macs"], 3, "{lan}");
+    // Unicast after learning: the third member's ingress saw only the
+    // flooded frames (ARP broadcasts), far fewer than the pings between
+    // the others.
+    let status = c.ok(json!({"op": "status"}));
+    assert_eq!(status["links"]["lan0"]["lan"], true);
+    let seeds: Vec<u64> = (0..3)
+        .flat_map(|i| {
+            ["egress", "ingress"].map(|d| {
+                status["links"]["lan0"]["ports"][i][d]["seed"]
+                    .as_u64()
+                    .unwrap()
+            })
+        })
+        .collect();
+    eprintln!("lan0 pipe seeds: {seeds:?}");
+    let prefix = env.prefix.clone();
+    assert!(env.leftovers().len() == 4);
+    drop(env);
+    let left: Vec<String> = must(&["ip", "netns", "list"])
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .map(String::from)
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -1,0 +1,63 @@
+"""`nestbed validate` on real namespaces, small: the instrument measures what linkd was told.
+
+Tolerances are loose (a busy 2-core CI machine); the accuracy figures themselves are
+benchmarks (docs/benchmarks.md), not assertions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nestbed.studies import validate
+
+pytestmark = pytest.mark.root
+
+SMALL = validate.Settings(
+    delays_ms=(20,),
+    bandwidths_bps=(2_000_000,),
+    losses=(0.1,),
+    sizes=(1518,),
+    delay_packets=300,
+    pps={64: 10000, 1518: 1000},
+    bandwidth_seconds=1.5,
+    bandwidth_min_packets=50,
+    loss_packets=5000,
+    gilbert=((0.1, 3.0),),
+    gilbert_packets=60000,
+    jitter_ms=((10, 2),),
+)
+
+
+def test_validate_measures_the_configured_link(tmp_path):
+    tables = validate.run(SMALL, tmp_path, lambda _: None)
+    (delay,) = tables["delay"]
+    assert abs(delay["rtt_ms"] - 40) < 3 and delay["packets"] == 300
+    (bandwidth,) = tables["bandwidth"]
+    assert abs(bandwidth["measured_bps"] - 2_000_000) / 2_000_000 < 0.02
+    (loss,) = tables["loss"]
+    low, high = validate.wilson(
+        round(loss["measured_loss"] * loss["packets"]), loss["packets"], z=4.0
+    )
+    assert low <= 0.1 <= high
+    (ge,) = tables["gilbert_elliott"]
+    assert abs(ge["measured_loss_rate"] - 0.1) < 0.03 and abs(ge["measured_burst_length"] - 3) < 0.6
+    (jitter,) = tables["jitter"]
+    assert 8 <= jitter["min_ms"] and jitter["max_ms"] <= 12.5 and jitter["reordered"] == 0
+    for name in ("delay", "bandwidth", "loss", "gilbert_elliott", "jitter"):
+        assert (tmp_path / f"{name}.csv").read_text().count("\n") == 2
+    assert (tmp_path / "validate.json").exists()
+
+
+def test_wilson_interval():
+    low, high = validate.wilson(50, 1000)
+    assert low < 0.05 < high and 0.03 < low and high < 0.075
+    assert validate.wilson(0, 100)[0] == 0.0
+
+
+def test_loss_bursts_from_a_receiver_log(tmp_path):
+    log = tmp_path / "recv.csv"
+    received = [0, 1, 4, 5, 6, 9]  # lost: 2-3 (burst 2), 7-8 (burst 2); 10 packets sent
+    log.write_text(
+        "seq,burst,send_ns,recv_ns,size,delay_ns\n" + "".join(f"{s},0,0,0,18,0\n" for s in received)
+    )
+    assert validate.loss_bursts(log, 10) == (0.4, 2.0)
