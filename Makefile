@@ -33,8 +33,15 @@ $(STAMPS)/venv: pyproject.toml
 rust:
 	cargo build --release --quiet
 
+NESTBED := $(VENV)/bin/nestbed
+DEMO_DB := $(STAMPS)/demo.db
+
 demo: setup
-	$(VENV)/bin/nestbed parse examples/dumbbell.ns
+	$(NESTBED) parse examples/dumbbell.ns
+	@echo; echo "Swapping the dumbbell in, pinging h3 from h1 across the 10 Mb/s, 20 ms bottleneck, swapping out:"
+	$(NESTBED) --db $(DEMO_DB) swapin examples/dumbbell.ns
+	status=0; $(NESTBED) --db $(DEMO_DB) exec dumbbell h1 -- ping -c 5 h3 || status=$$?; \
+	  $(NESTBED) --db $(DEMO_DB) swapout dumbbell; exit $$status
 
 test: setup test-rust test-python
 

@@ -140,3 +140,15 @@ def test_unknown_verb_in_an_ns_event(tmp_path):
     assert [str(p) for p in info.value.problems] == [
         "t.ns:6: event l explode: 'explode' is not a verb of link l; valid verbs are bandwidth, delay, down, plr, queue-set, reset, up"
     ]
+
+
+def test_script_errors_and_meaning_errors_are_reported_together(tmp_path):
+    path = tmp_path / "t.ns"
+    path.write_text(
+        HEAD
+        + "set a [$ns node]\nset b [$ns node]\n$ns duplex-link $a $b 10MB 1ms DropTail\nfrobnicate\n$ns run\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load(path)
+    assert [str(p)[:8] for p in info.value.problems] == ["t.ns:5: ", "t.ns:6: "]
+    assert "10MB" in str(info.value.problems[0]) and "frobnicate" in str(info.value.problems[1])

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from nestbed.errors import SpecError, UserError
+from nestbed.errors import Problem, SpecError, UserError
 from nestbed.model import Experiment, Source, Where
 from nestbed.model import Warning as IRWarning
 from nestbed.spec.resolve import resolve
@@ -54,8 +54,6 @@ def load(
         from nestbed.spec import ns
 
         t = ns.translate(path, parameters=parameters)
-        if t.errors:
-            raise SpecError(t.errors)
         document, locations = t.document, t.locations
         warnings = [
             IRWarning(
@@ -73,15 +71,26 @@ def load(
             document = _apply_yaml_parameters(document, parameters, path.name)
     if name is not None:
         document = document.model_copy(update={"name": name})
-    experiment = resolve(
-        document,
-        file=path.name,
-        source=source,
-        locations=locations,
-        warnings=warnings,
-        default_name=path.stem,
-    )
+    front_end_errors = t.errors if fmt == "ns" else []
+    try:
+        experiment = resolve(
+            document,
+            file=path.name,
+            source=source,
+            locations=locations,
+            warnings=warnings,
+            default_name=path.stem,
+        )
+    except SpecError as exc:
+        # Report the script's own errors and the resolver's together, in file order.
+        raise SpecError(_in_file_order(front_end_errors + exc.problems)) from None
+    if front_end_errors:
+        raise SpecError(_in_file_order(front_end_errors))
     return Loaded(experiment=experiment, text=text, format=fmt, file=path)
+
+
+def _in_file_order(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.line is None, p.line or 0))
 
 
 def _apply_yaml_parameters(document, parameters: dict[str, str], file: str):  # type: ignore[no-untyped-def]

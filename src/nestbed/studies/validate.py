@@ -97,19 +97,19 @@ def probe_binary() -> str:
 class Bench:
     """A swapped-in two-node experiment whose one link is changed between measurements."""
 
-    def __init__(self, workdir: Path):
-        exp = Experiment("validate")
+    def __init__(self, workdir: Path, *, through_linkd: bool = True, name: str = "validate"):
+        exp = Experiment(name)
         s, r = exp.node("s"), exp.node("r")
         exp.link(s, r, name="link0")
         self.ir = exp.build()
-        self.plan: Plan = plan(self.ir, emulate_all=True)
+        self.plan: Plan = plan(self.ir, emulate_all=through_linkd)
         self.workdir = workdir
         self.receiver_ip = self.ir.links[0].port("r").ip
         self.client: linux.LinkdClient | None = None
 
     def __enter__(self) -> Bench:
         linux.swap_in(self.plan)
-        self.client = linux.linkd(self.plan)
+        self.client = linux.linkd(self.plan) if self.plan.needs_linkd else None
         # Resolve ARP now, while the link is fast: a first packet waiting for ARP across a
         # long delay (and the packets dropped behind it) would be counted against the link.
         for src, dst in (("s", "r"), ("r", "s")):
