@@ -116,39 +116,28 @@ def test_parameters_override_options(tmp_path):
     )
 
 
-def test_resolver_errors_point_at_the_ns_line(tmp_path):
+def problems(tmp_path, lines: str) -> list[str]:
     path = tmp_path / "t.ns"
-    path.write_text(
-        HEAD
-        + "set a [$ns node]\nset b [$ns node]\n$ns duplex-link $a $b 10MB 1ms DropTail\n$ns run\n"
-    )
+    path.write_text(HEAD + "set a [$ns node]\nset b [$ns node]\n" + lines + "$ns run\n")
     with pytest.raises(SpecError) as info:
         load(path)
-    assert [str(p) for p in info.value.problems] == [
+    return [str(p) for p in info.value.problems]
+
+
+def test_resolver_errors_point_at_the_ns_line(tmp_path):
+    assert problems(tmp_path, "$ns duplex-link $a $b 10MB 1ms DropTail\n") == [
         "t.ns:5: link link0: bandwidth '10MB' has unknown unit 'MB'; write bits per second with b, kb, Mb or Gb (for example 10Mb); bytes (B) are not accepted"
     ]
 
 
 def test_unknown_verb_in_an_ns_event(tmp_path):
-    path = tmp_path / "t.ns"
-    path.write_text(
-        HEAD
-        + 'set a [$ns node]\nset b [$ns node]\nset l [$ns duplex-link $a $b 1Mb 1ms DropTail]\n$ns at 3 "$l explode"\n$ns run\n'
-    )
-    with pytest.raises(SpecError) as info:
-        load(path)
-    assert [str(p) for p in info.value.problems] == [
+    lines = 'set l [$ns duplex-link $a $b 1Mb 1ms DropTail]\n$ns at 3 "$l explode"\n'
+    assert problems(tmp_path, lines) == [
         "t.ns:6: event l explode: 'explode' is not a verb of link l; valid verbs are bandwidth, delay, down, plr, queue-set, reset, up"
     ]
 
 
 def test_script_errors_and_meaning_errors_are_reported_together(tmp_path):
-    path = tmp_path / "t.ns"
-    path.write_text(
-        HEAD
-        + "set a [$ns node]\nset b [$ns node]\n$ns duplex-link $a $b 10MB 1ms DropTail\nfrobnicate\n$ns run\n"
-    )
-    with pytest.raises(SpecError) as info:
-        load(path)
-    assert [str(p)[:8] for p in info.value.problems] == ["t.ns:5: ", "t.ns:6: "]
-    assert "10MB" in str(info.value.problems[0]) and "frobnicate" in str(info.value.problems[1])
+    found = problems(tmp_path, "$ns duplex-link $a $b 10MB 1ms DropTail\nfrobnicate\n")
+    assert [p[:8] for p in found] == ["t.ns:5: ", "t.ns:6: "]
+    assert "10MB" in found[0] and "frobnicate" in found[1]
