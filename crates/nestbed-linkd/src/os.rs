@@ -47,6 +47,15 @@ pub fn set_min_timer_slack() -> io::Result<()> {
     cvt(rc).map(|_| ())
 }
 
+/// Offers the CPU to other runnable threads (`sched_yield`). A busy-waiting
+/// worker calls it on every round so that a thread woken on its CPU (the
+/// receiver of a frame just sent, say) runs at once instead of at the next
+/// scheduler tick.
+pub fn yield_cpu() {
+    // SAFETY: plain call without arguments.
+    unsafe { libc::sched_yield() };
+}
+
 /// Sets the process umask, returning the old one.
 pub fn umask(mask: u32) -> u32 {
     // SAFETY: umask cannot fail.
@@ -151,11 +160,25 @@ pub struct PacketSocket {
     ifindex: u32,
 }
 
-/// Reusable buffers for one `recvmmsg`/`sendmmsg` batch.
+/// Room for the control messages of one received frame (a receive
+/// timestamp, with margin).
+const CMSG_BUF: usize = 64;
+
+/// Reusable buffers and headers for one `recvmmsg` batch (nothing is
+/// allocated per call).
 pub struct Batch {
     bufs: Vec<Vec<u8>>,
     addrs: Vec<libc::sockaddr_ll>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    cmsgs: Vec<[u64; CMSG_BUF / 8]>,
 }
+
+// SAFETY: the raw pointers in `iovs` and `msgs` only ever point into the
+// batch's own buffers; they are rewritten before every call and never
+// dereferenced outside `recv_batch`, so moving the batch to another thread
+// is sound.
+unsafe impl Send for Batch {}
 
 impl Batch {
     /// Buffers for up to `n` frames per call.
@@ -164,9 +187,24 @@ impl Batch {
             bufs: (0..n).map(|_| vec![0u8; FRAME_BUF]).collect(),
             // SAFETY: sockaddr_ll is plain old data.
             addrs: vec![unsafe { mem::zeroed() }; n],
+            iovs: Vec::with_capacity(n),
+            msgs: Vec::with_capacity(n),
+            cmsgs: vec![[0u64; CMSG_BUF / 8]; n],
         }
     }
 }
+
+/// Reusable headers for `sendmmsg` (nothing is allocated per call once
+/// they have grown to the batch size).
+#[derive(Default)]
+pub struct SendBatch {
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: as for `Batch`: the pointers are scratch, rewritten before every
+// call and only used inside `send_batch`.
+unsafe impl Send for SendBatch {}
 
 /// One frame read by [`PacketSocket::recv_batch`].
 pub struct Received<'a> {
@@ -174,6 +212,40 @@ pub struct Received<'a> {
     pub data: &'a [u8],
     /// The frame was longer than the buffer.
     pub truncated: bool,
+    /// When the kernel received the frame (`CLOCK_REALTIME` ns), if it
+    /// said so (`SO_TIMESTAMPNS`).
+    pub kernel_realtime_ns: Option<u64>,
+}
+
+/// `CLOCK_REALTIME` in nanoseconds.
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The `SCM_TIMESTAMPNS` timestamp in a received message's control data.
+fn rx_timestamp(hdr: &libc::msghdr) -> Option<u64> {
+    // SAFETY: hdr's control buffer is valid for msg_controllen bytes (set by
+    // the kernel after recvmmsg); the CMSG_* helpers stay inside it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                if ts.tv_sec <= 0 {
+                    return None;
+                }
+                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
 }
 
 impl PacketSocket {
@@ -216,6 +288,19 @@ impl PacketSocket {
                 )
             };
         }
+        // Best effort: the kernel's receive time of each frame
+        // (CLOCK_REALTIME), so a frame's arrival does not depend on when the
+        // worker gets round to reading it.
+        // SAFETY: valid fd and option buffer.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                &one as *const libc::c_int as *const libc::c_void,
+                mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
         // SAFETY: sockaddr_ll is plain old data.
         let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -246,21 +331,30 @@ impl PacketSocket {
         mut each: impl FnMut(Received<'_>),
     ) -> io::Result<usize> {
         let n = batch.bufs.len();
-        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
-        let mut msgs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-        for buf in batch.bufs.iter_mut() {
+        let Batch {
+            bufs,
+            addrs,
+            iovs,
+            msgs,
+            cmsgs,
+        } = batch;
+        iovs.clear();
+        msgs.clear();
+        for buf in bufs.iter_mut() {
             iovs.push(libc::iovec {
                 iov_base: buf.as_mut_ptr() as *mut libc::c_void,
                 iov_len: buf.len(),
             });
         }
-        for (addr, iov) in batch.addrs.iter_mut().zip(iovs.iter_mut()) {
+        for ((addr, iov), cmsg) in addrs.iter_mut().zip(iovs.iter_mut()).zip(cmsgs.iter_mut()) {
             // SAFETY: mmsghdr is plain old data.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
             m.msg_hdr.msg_name = addr as *mut libc::sockaddr_ll as *mut libc::c_void;
             m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
             m.msg_hdr.msg_iov = iov as *mut libc::iovec;
             m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
+            m.msg_hdr.msg_controllen = CMSG_BUF as _;
             msgs.push(m);
         }
         // SAFETY: msgs points at n initialised headers whose buffers live in
@@ -282,7 +376,7 @@ impl PacketSocket {
             };
         }
         let got = got as usize;
-        for ((msg, addr), buf) in msgs.iter().zip(&batch.addrs).zip(&batch.bufs).take(got) {
+        for ((msg, addr), buf) in msgs.iter().zip(addrs.iter()).zip(bufs.iter()).take(got) {
             if addr.sll_pkttype == PACKET_OUTGOING {
                 continue;
             }
@@ -291,6 +385,7 @@ impl PacketSocket {
             each(Received {
                 data: &buf[..len],
                 truncated,
+                kernel_realtime_ns: rx_timestamp(&msg.msg_hdr),
             });
         }
         Ok(got)
@@ -299,24 +394,25 @@ impl PacketSocket {
     /// Sends frames out of the interface without blocking; returns how many
     /// the kernel took. A refused frame (full buffer, interface down, too
     /// big) is skipped and not counted; the others are still tried.
-    pub fn send_batch(&self, frames: &[&[u8]]) -> usize {
-        let mut iovs: Vec<libc::iovec> = frames
-            .iter()
-            .map(|f| libc::iovec {
-                iov_base: f.as_ptr() as *mut libc::c_void,
-                iov_len: f.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = iovs
-            .iter_mut()
-            .map(|iov| {
-                // SAFETY: mmsghdr is plain old data.
-                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-                m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
+    pub fn send_batch<'a>(
+        &self,
+        scratch: &mut SendBatch,
+        frames: impl IntoIterator<Item = &'a [u8]>,
+    ) -> usize {
+        let SendBatch { iovs, msgs } = scratch;
+        iovs.clear();
+        msgs.clear();
+        iovs.extend(frames.into_iter().map(|f| libc::iovec {
+            iov_base: f.as_ptr() as *mut libc::c_void,
+            iov_len: f.len(),
+        }));
+        for iov in iovs.iter_mut() {
+            // SAFETY: mmsghdr is plain old data.
+            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+            msgs.push(m);
+        }
         let (mut next, mut ok) = (0usize, 0usize);
         while next < msgs.len() {
             // SAFETY: msgs[next..] and their iovecs point at live buffers for

@@ -1,9 +1,16 @@
 //! One worker thread: an epoll loop over the packet sockets of its links,
 //! an eventfd for commands from the control thread, and a timerfd armed at
-//! the earliest due time of its pipes (timer slack 1 ns; optionally a
-//! busy-wait for the last `spin_us` microseconds). Frames are read and sent
-//! in batches. Each frame's lateness (send time − due time) goes into the
-//! thread's histogram.
+//! the earliest due time of its pipes minus `spin_us` (timer slack 1 ns).
+//! Within `spin_us` of a due time the loop does not sleep: it keeps polling
+//! (epoll with a zero timeout), so frames that arrive meanwhile are read at
+//! once and the due frames leave as soon as they are due.
+//!
+//! A frame's arrival time is the kernel's receive timestamp
+//! (`SO_TIMESTAMPNS`, `CLOCK_REALTIME`, converted to `CLOCK_MONOTONIC` with
+//! an offset refreshed every 100 ms), not the time the worker read it;
+//! without a usable timestamp it is the time of the read. Frames are read
+//! and sent in batches with reused buffers. Each frame's lateness (send time
+//! − due time) goes into the thread's histogram.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -17,7 +24,7 @@ use serde_json::Value;
 use crate::dispatch::LinkState;
 use crate::lateness::Histogram;
 use crate::link::{Link, Outgoing};
-use crate::os::{self, Batch, Epoll, EventFd, PacketSocket, TimerFd};
+use crate::os::{self, Batch, Epoll, EventFd, PacketSocket, SendBatch, TimerFd};
 use crate::seed::Direction;
 use crate::trace::Trace;
 
@@ -28,6 +35,14 @@ const TOKEN_BASE: u64 = 2;
 const BATCH: usize = 64;
 /// recvmmsg calls per socket per wake-up (fairness between sockets).
 const MAX_BATCHES: usize = 4;
+/// Frame buffers kept for reuse.
+const POOL_MAX: usize = 4096;
+/// Frame buffers larger than this are not kept.
+const POOL_MAX_CAPACITY: usize = 16 * 1024;
+/// How often the CLOCK_REALTIME → CLOCK_MONOTONIC offset is re-measured.
+const OFFSET_REFRESH_NS: u64 = 100_000_000;
+/// A kernel timestamp older than this (relative to the read) is not trusted.
+const MAX_TIMESTAMP_AGE_NS: u64 = 1_000_000_000;
 
 /// A reply channel.
 pub type Reply<T> = Sender<Result<T, String>>;
@@ -108,8 +123,60 @@ struct Worker {
     slots: Vec<Option<Slot>>,
     lateness: Histogram,
     batch: Batch,
+    send_batch: SendBatch,
     out: Vec<Outgoing>,
+    pool: Vec<Vec<u8>>,
+    clock: ClockOffset,
     running: bool,
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC, to turn kernel receive timestamps into
+/// monotonic time.
+struct ClockOffset {
+    offset: i128,
+    measured_at: u64,
+}
+
+impl ClockOffset {
+    fn measure() -> ClockOffset {
+        let mut best: Option<(u64, i128, u64)> = None;
+        for _ in 0..5 {
+            let a = os::monotonic_ns();
+            let r = os::realtime_ns();
+            let b = os::monotonic_ns();
+            let width = b.saturating_sub(a);
+            let offset = i128::from(r) - i128::from(a + width / 2);
+            if best.is_none_or(|(w, _, _)| width < w) {
+                best = Some((width, offset, b));
+            }
+        }
+        let (_, offset, measured_at) = best.unwrap_or((0, 0, 0));
+        ClockOffset {
+            offset,
+            measured_at,
+        }
+    }
+
+    fn refresh(&mut self, now: u64) {
+        if now.saturating_sub(self.measured_at) >= OFFSET_REFRESH_NS {
+            *self = ClockOffset::measure();
+        }
+    }
+
+    /// The monotonic arrival time of a frame read at `read` (monotonic)
+    /// with kernel timestamp `kernel` (realtime), if that is plausible.
+    fn arrival(&self, kernel: Option<u64>, read: u64) -> u64 {
+        let Some(k) = kernel else {
+            return read;
+        };
+        let m = i128::from(k) - self.offset;
+        if m > i128::from(read) || m < i128::from(read.saturating_sub(MAX_TIMESTAMP_AGE_NS)) {
+            // After the read (an offset error), or implausibly old (the
+            // realtime clock stepped, or not a receive timestamp).
+            return read;
+        }
+        m as u64
+    }
 }
 
 fn token(slot: usize, port: usize) -> u64 {
@@ -132,7 +199,10 @@ impl Worker {
             slots: Vec::new(),
             lateness: Histogram::default(),
             batch: Batch::new(BATCH),
+            send_batch: SendBatch::default(),
             out: Vec::new(),
+            pool: Vec::new(),
+            clock: ClockOffset::measure(),
             running: true,
         })
     }
@@ -141,43 +211,41 @@ impl Worker {
         // Best effort: without it timers are up to 50 µs late.
         let _ = os::set_min_timer_slack();
         let mut tokens = Vec::with_capacity(64);
+        let mut next: Option<u64> = None;
+        let mut busy = false;
         while self.running {
-            let next = self.service();
-            let now = os::monotonic_ns();
-            match next {
-                Some(t) if t <= now + self.spin_ns => {
-                    // Due within the spin window: busy-wait, then go round
-                    // again without sleeping.
-                    while os::monotonic_ns() < t {
-                        std::hint::spin_loop();
-                    }
-                    if self.poll_sockets_nonblocking(&mut tokens) {
-                        self.handle(&tokens);
-                    }
-                    continue;
-                }
-                _ => {}
-            }
-            let at = next.map(|t| t.saturating_sub(self.spin_ns));
-            if at != self.armed && self.timer.set(at).is_ok() {
-                self.armed = at;
-            }
             tokens.clear();
-            if let Err(e) = self.epoll.wait(&mut tokens, -1) {
+            let timeout = if busy {
+                // Due within the spin window: look for input without
+                // sleeping, then go round again; but let any thread waiting
+                // for this CPU run first, or it waits for the next tick.
+                os::yield_cpu();
+                0
+            } else {
+                let at = next.map(|t| t.saturating_sub(self.spin_ns));
+                if at != self.armed && self.timer.set(at).is_ok() {
+                    self.armed = at;
+                }
+                -1
+            };
+            if let Err(e) = self.epoll.wait(&mut tokens, timeout) {
                 eprintln!("nestbed-linkd: epoll_wait: {e}");
                 return;
             }
-            self.handle(&tokens);
+            let start = os::monotonic_ns();
+            self.clock.refresh(start);
+            self.handle(&tokens, next);
+            // Frames read above carry their kernel arrival times; moving the
+            // pipes only to `start` (not past it) keeps a frame that arrived
+            // after `start` from entering a pipe whose clock is already
+            // later than its arrival.
+            next = self.service(start);
+            let now = os::monotonic_ns();
+            busy = next.is_some_and(|t| t <= now + self.spin_ns);
         }
     }
 
-    /// Checks for ready sockets without sleeping (used while spinning).
-    fn poll_sockets_nonblocking(&mut self, tokens: &mut Vec<u64>) -> bool {
-        tokens.clear();
-        self.epoll.wait(tokens, 0).is_ok() && !tokens.is_empty()
-    }
-
-    fn handle(&mut self, tokens: &[u64]) {
+    fn handle(&mut self, tokens: &[u64], deadline: Option<u64>) {
         for &t in tokens {
             match t {
                 TOKEN_COMMAND => {
@@ -193,28 +261,42 @@ impl Worker {
                 t => {
                     let slot = ((t - TOKEN_BASE) >> 16) as usize;
                     let port = ((t - TOKEN_BASE) & 0xffff) as usize;
-                    self.receive(slot, port);
+                    self.receive(slot, port, deadline);
                 }
             }
         }
     }
 
-    fn receive(&mut self, slot: usize, port: usize) {
+    /// Reads what is pending on one socket (at most `MAX_BATCHES` batches,
+    /// and no further batch once `deadline` has passed, so due frames are
+    /// not held up by a backlog of arrivals).
+    fn receive(&mut self, slot: usize, port: usize, deadline: Option<u64>) {
         let Some(Some(s)) = self.slots.get_mut(slot) else {
             return;
         };
         let Some(sock) = s.sockets.get(port) else {
             return;
         };
+        let clock = &self.clock;
+        let pool = &mut self.pool;
         for _ in 0..MAX_BATCHES {
             let link = &mut s.link;
-            let mut now = None;
+            let mut read = None;
             let got = sock.recv_batch(&mut self.batch, |frame| {
-                let t = *now.get_or_insert_with(|| Instant::from_nanos(os::monotonic_ns()));
-                link.receive(t, port, frame.data.to_vec(), frame.truncated);
+                let read = *read.get_or_insert_with(os::monotonic_ns);
+                let at = clock.arrival(frame.kernel_realtime_ns, read);
+                let mut buf = pool.pop().unwrap_or_default();
+                buf.clear();
+                buf.extend_from_slice(frame.data);
+                link.receive(Instant::from_nanos(at), port, buf, frame.truncated);
             });
             match got {
-                Ok(n) if n == BATCH => continue,
+                Ok(n) if n == BATCH => {
+                    let now = read.unwrap_or_else(os::monotonic_ns);
+                    if deadline.is_some_and(|d| now >= d) {
+                        break;
+                    }
+                }
                 Ok(_) => break,
                 // The interface went down (admin down): expected; the
                 // socket works again once it is up.
@@ -230,16 +312,20 @@ impl Worker {
         }
     }
 
-    /// Moves every link forward to now, sends what is due, and returns the
-    /// earliest next due time (monotonic ns).
-    fn service(&mut self) -> Option<u64> {
+    /// Moves every link forward to `now`, sends what is due, and returns
+    /// the earliest next due time (monotonic ns).
+    fn service(&mut self, now: u64) -> Option<u64> {
         let mut next: Option<u64> = None;
+        let now = Instant::from_nanos(now);
         for s in self.slots.iter_mut().flatten() {
-            let now = Instant::from_nanos(os::monotonic_ns());
-            self.out.clear();
             s.link.poll(now, &mut self.out);
             if !self.out.is_empty() {
-                send(s, &mut self.out, &mut self.lateness);
+                send(s, &mut self.send_batch, &self.out, &mut self.lateness);
+                for o in self.out.drain(..) {
+                    if self.pool.len() < POOL_MAX && o.frame.capacity() <= POOL_MAX_CAPACITY {
+                        self.pool.push(o.frame);
+                    }
+                }
             }
             if let Some(w) = s.link.next_wakeup() {
                 let w = w.as_nanos();
@@ -360,31 +446,26 @@ impl Worker {
     }
 }
 
-/// Sends the frames in `out` out of their ports, batched per port, and
-/// records their lateness.
-fn send(s: &mut Slot, out: &mut [Outgoing], lateness: &mut Histogram) {
-    out.sort_by_key(|o| o.port);
-    let mut start = 0;
-    while start < out.len() {
-        let port = out[start].port;
-        let end = start + out[start..].iter().take_while(|o| o.port == port).count();
-        let group = &out[start..end];
-        let frames: Vec<&[u8]> = group.iter().map(|o| o.frame.as_slice()).collect();
+/// Sends the frames in `out` out of their ports, batched per port (in
+/// order within a port), and records their lateness.
+fn send(s: &mut Slot, scratch: &mut SendBatch, out: &[Outgoing], lateness: &mut Histogram) {
+    for port in 0..s.sockets.len() {
+        let count = out.iter().filter(|o| o.port == port).count();
+        if count == 0 {
+            continue;
+        }
+        let group = || out.iter().filter(move |o| o.port == port);
         let sent_at = os::monotonic_ns();
-        let ok = s
-            .sockets
-            .get(port)
-            .map_or(0, |sock| sock.send_batch(&frames));
-        for o in group {
+        let ok = s.sockets[port].send_batch(scratch, group().map(|o| o.frame.as_slice()));
+        for o in group() {
             lateness.record(sent_at.saturating_sub(o.due.as_nanos()));
         }
         if let Some(p) = s.link.port_mut(port) {
             p.stats.sent += ok as u64;
-            p.stats.send_failed += (group.len() - ok) as u64;
-            if ok == group.len() {
-                p.stats.sent_bytes += group.iter().map(|o| o.frame.len() as u64).sum::<u64>();
+            p.stats.send_failed += (count - ok) as u64;
+            if ok == count {
+                p.stats.sent_bytes += group().map(|o| o.frame.len() as u64).sum::<u64>();
             }
         }
-        start = end;
     }
 }
