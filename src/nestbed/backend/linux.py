@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import NetNS, netns
+from pyroute2 import IPRoute, netns
 from pyroute2.ethtool import Ethtool
 
-from nestbed.backend.plan import NS_PREFIX, Interface, Plan
+from nestbed.backend.plan import NS_PREFIX, Plan
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
 
 # linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
@@ -114,72 +114,104 @@ def swap_in(plan: Plan) -> None:
         raise
 
 
+class _Netlink:
+    """One netlink socket per namespace for the whole swap-in (opening one costs a setns)."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[str, IPRoute] = {}
+
+    def __getitem__(self, namespace: str) -> IPRoute:
+        # A netlink socket belongs to the namespace it was opened in; opening it from
+        # inside (setns) avoids the helper process pyroute2's NetNS forks for each one.
+        if namespace not in self.sockets:
+            with inside(namespace):
+                self.sockets[namespace] = IPRoute()
+        return self.sockets[namespace]
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+
+
 def _create(plan: Plan, step: list[str]) -> None:
     """Builds the plan; ``step[0]`` always says what it is doing, for the error message."""
-    for name in plan.namespaces:
-        step[0] = f"creating namespace {name}"
-        netns.create(name)
-        with NetNS(name) as ipr:
-            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
-    for veth in plan.veths:
-        step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
-        with NetNS(veth.a.netns) as ipr:
-            ipr.link(
-                "add",
-                ifname=veth.a.ifname,
-                kind="veth",
-                peer={"ifname": veth.b.ifname, "net_ns_fd": veth.b.netns},
-            )
-    for veth in plan.veths:
-        for end in (veth.a, veth.b):
-            step[0] = f"configuring {end.ifname} in {end.netns}"
-            _configure(end)
-    for bridge in plan.bridges:
-        step[0] = f"creating the bridge of LAN {bridge.link}"
-        with NetNS(bridge.netns) as ipr:
-            ipr.link("add", ifname=bridge.ifname, kind="bridge", br_stp_state=0)
-            master = ipr.link_lookup(ifname=bridge.ifname)[0]
-            for port in bridge.ports:
-                ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=master)
-            ipr.link("set", index=master, state="up")
-    for node in plan.nodes:
-        with inside(node.netns):
-            for key, value in node.sysctls.items():
-                step[0] = f"setting sysctl {key}={value} on node {node.name}"
-                Path("/proc/sys", *key.split(".")).write_text(value)
-        with NetNS(node.netns) as ipr:
-            for route in node.routes:
-                step[0] = f"adding route to {route.destination} via {route.via} on node {node.name}"
-                if route.destination == "default":
-                    ipr.route("add", dst="0.0.0.0/0", gateway=route.via)
-                else:
-                    ipr.route("add", dst=route.destination, gateway=route.via)
-        etc = NETNS_ETC / node.netns
-        etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(node.hosts)
+    nl = _Netlink()
+    try:
+        _build(plan, step, nl)
+    finally:
+        nl.close()
     if plan.needs_linkd:
         step[0] = "starting nestbed-linkd"
         _start_linkd(plan)
 
 
-def _configure(end: Interface) -> None:
-    with NetNS(end.netns) as ipr:
-        index = ipr.link_lookup(ifname=end.ifname)[0]
-        if end.address:
-            ip, prefix = end.address.split("/")
-            ipr.addr("add", index=index, address=ip, prefixlen=int(prefix))
-        ipr.link("set", index=index, state="up")
-    if end.no_offloads:
-        with inside(end.netns):
-            tool = Ethtool()
-            try:
-                features = tool.get_features(end.ifname)
-                for name in _OFFLOADS:
-                    if name in features.features:
-                        features.features[name].enable = False
-                tool.set_features(end.ifname, features)
-            finally:
-                tool.close()
+def _build(plan: Plan, step: list[str], nl: _Netlink) -> None:
+    for name in plan.namespaces:
+        step[0] = f"creating namespace {name}"
+        netns.create(name)
+        nl[name].link("set", index=nl[name].link_lookup(ifname="lo")[0], state="up")
+    for veth in plan.veths:
+        step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
+        nl[veth.a.netns].link(
+            "add",
+            ifname=veth.a.ifname,
+            kind="veth",
+            peer={"ifname": veth.b.ifname, "net_ns_fd": veth.b.netns},
+        )
+    for veth in plan.veths:
+        for end in (veth.a, veth.b):
+            step[0] = f"configuring {end.ifname} in {end.netns}"
+            ipr = nl[end.netns]
+            index = ipr.link_lookup(ifname=end.ifname)[0]
+            if end.address:
+                ip, prefix = end.address.split("/")
+                ipr.addr("add", index=index, address=ip, prefixlen=int(prefix))
+            ipr.link("set", index=index, state="up")
+    for bridge in plan.bridges:
+        step[0] = f"creating the bridge of LAN {bridge.link}"
+        ipr = nl[bridge.netns]
+        ipr.link("add", ifname=bridge.ifname, kind="bridge", br_stp_state=0)
+        master = ipr.link_lookup(ifname=bridge.ifname)[0]
+        for port in bridge.ports:
+            ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=master)
+        ipr.link("set", index=master, state="up")
+    # Offloads and sysctls are set from inside each namespace, entered once.
+    no_offloads: dict[str, list[str]] = {}
+    for veth in plan.veths:
+        for end in (veth.a, veth.b):
+            if end.no_offloads:
+                no_offloads.setdefault(end.netns, []).append(end.ifname)
+    sysctls = {node.netns: node for node in plan.nodes}
+    for namespace in plan.namespaces:
+        with inside(namespace):
+            for ifname in no_offloads.get(namespace, []):
+                step[0] = f"turning offloads off on {ifname} in {namespace}"
+                _offloads_off(ifname)
+            node = sysctls.get(namespace)
+            for key, value in (node.sysctls if node else {}).items():
+                step[0] = f"setting sysctl {key}={value} on node {node.name}"  # type: ignore[union-attr]
+                Path("/proc/sys", *key.split(".")).write_text(value)
+    for node in plan.nodes:
+        ipr = nl[node.netns]
+        for route in node.routes:
+            step[0] = f"adding route to {route.destination} via {route.via} on node {node.name}"
+            dst = "0.0.0.0/0" if route.destination == "default" else route.destination
+            ipr.route("add", dst=dst, gateway=route.via)
+        etc = NETNS_ETC / node.netns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(node.hosts)
+
+
+def _offloads_off(ifname: str) -> None:
+    tool = Ethtool()
+    try:
+        features = tool.get_features(ifname)
+        for name in _OFFLOADS:
+            if name in features.features:
+                features.features[name].enable = False
+        tool.set_features(ifname, features)
+    finally:
+        tool.close()
 
 
 def _start_linkd(plan: Plan) -> None:
