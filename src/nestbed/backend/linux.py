@@ -9,12 +9,14 @@ down is deleting its namespaces (their interfaces go with them) and stopping its
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,10 +147,46 @@ def _create(plan: Plan, step: list[str]) -> None:
         _start_linkd(plan)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNET = 0x40000000
+_MS_BIND = 4096
+
+
+def _create_namespace(name: str) -> None:
+    """A named network namespace, made in a short-lived thread instead of a forked process.
+
+    The thread unshares its network namespace and bind-mounts it at /run/netns/NAME, as
+    `ip netns add` does; the mount keeps the namespace alive after the thread ends.
+    """
+    path = Path(netns.NETNS_RUN_DIR) / name
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            if _libc.unshare(_CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"unshare for namespace {name} failed")
+            os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+            source = b"/proc/thread-self/ns/net"
+            if _libc.mount(source, str(path).encode(), b"none", _MS_BIND, None) != 0:
+                raise OSError(ctypes.get_errno(), f"mounting namespace {name} failed")
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=work, name=f"netns-{name}")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
 def _build(plan: Plan, step: list[str], nl: _Netlink) -> None:
-    for name in plan.namespaces:
+    for i, name in enumerate(plan.namespaces):
         step[0] = f"creating namespace {name}"
-        netns.create(name)
+        # pyroute2 prepares /run/netns (a shared mount, as iproute2 does) on first use.
+        if i == 0:
+            netns.create(name)
+        else:
+            _create_namespace(name)
         nl[name].link("set", index=nl[name].link_lookup(ifname="lo")[0], state="up")
     for veth in plan.veths:
         step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
