@@ -43,3 +43,14 @@ def test_python_api_and_yaml_agree(tmp_path):
     from nbtest import semantic
 
     assert semantic(exp.build()) == semantic(load(tmp_path / "x.yaml").experiment)
+
+
+def test_python_api_returns_the_names_the_ir_uses():
+    exp = Experiment("x")
+    a, b, c = exp.node("a"), exp.node("b"), exp.node("c")
+    exp.link(a, b, name="core")
+    first = exp.link(b, c)
+    exp.at(1, first, "down")
+    ir = exp.build()
+    assert first.name == "link0" and ir.events[0].object == "link0"
+    assert [link.name for link in ir.links] == ["core", "link0"]

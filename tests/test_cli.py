@@ -130,3 +130,31 @@ def test_convert_to_an_unknown_format():
         2,
         "error: --to 'xml' is not a format; use --to yaml or --to ns",
     )
+
+
+def test_files_that_are_not_utf8_and_unwritable_outputs_are_one_line_errors(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"nodes: [{name: caf\xe9}]\n")
+    result = nestbed("parse", str(latin))
+    assert (
+        result.returncode == 2
+        and "is not UTF-8 text" in result.stderr
+        and "Traceback" not in result.stderr
+    )
+    result = nestbed("convert", str(DUMBBELL), "--to", "ns", "-o", str(tmp_path / "no" / "x.ns"))
+    assert result.returncode == 2 and "cannot write" in result.stderr
+
+
+def test_convert_to_ns_keeps_event_arguments_literal(tmp_path):
+    source = tmp_path / "ev.yaml"
+    source.write_text(
+        "nodes: [{name: a}, {name: b}]\nlinks: [{members: [a, b], drop_packets: [3, 5]}]\n"
+        "programs: [{name: p0, node: a, command: ls}]\n"
+        'events:\n  - {at: 1, object: p0, verb: set, args: [command, "echo [pwd] $x"]}\n'
+        '  - {at: 2, object: ns, verb: log, args: ["x{y"]}\n'
+    )
+    out = tmp_path / "ev.ns"
+    assert nestbed("convert", str(source), "--to", "ns", "-o", str(out)).returncode == 0
+    parsed = json.loads(nestbed("parse", "--json", "--name", "ev", str(out)).stdout)
+    assert [e["args"] for e in parsed["events"]] == [["command", "echo [pwd] $x"], ["x{y"]]
+    assert [p["egress"]["drop_ordinals"] for p in parsed["links"][0]["ports"]] == [[3, 5], [3, 5]]

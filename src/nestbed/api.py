@@ -62,15 +62,29 @@ class Experiment:
         return Ref(name)
 
     def link(self, a: Ref | str, b: Ref | str, *, name: str | None = None, **shaping: Any) -> Ref:
-        """A link between two nodes; shaping keys as in YAML
-        (bandwidth, delay, loss, queue, ...)."""
-        index = self._add("links", {"name": name, "members": [_name(a), _name(b)], **shaping})
-        return Ref(name or f"link{index}")
+        """A link between two nodes; shaping keys as in YAML (bandwidth, delay, loss, ...)."""
+        name = name or self._auto_name("link")
+        self._add("links", {"name": name, "members": [_name(a), _name(b)], **shaping})
+        return Ref(name)
 
     def lan(self, members: list[Ref | str], *, name: str | None = None, **shaping: Any) -> Ref:
         """A LAN; delay and loss are what a packet from one member to another sees."""
-        index = self._add("lans", {"name": name, "members": [_name(m) for m in members], **shaping})
-        return Ref(name or f"lan{index}")
+        name = name or self._auto_name("lan")
+        self._add("lans", {"name": name, "members": [_name(m) for m in members], **shaping})
+        return Ref(name)
+
+    def _auto_name(self, kind: str) -> str:
+        # Named now, so the returned handle and the IR agree whatever is declared later.
+        used = {
+            item.get("name")
+            for items in self._data.values()
+            if isinstance(items, list)
+            for item in items
+        }
+        counter = 0
+        while f"{kind}{counter}" in used:
+            counter += 1
+        return f"{kind}{counter}"
 
     def agent(self, name: str, type: str, node: Ref | str, **settings: Any) -> Ref:  # noqa: A002
         self._add("agents", {"name": name, "type": type, "node": _name(node), **settings})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import textwrap
 from dataclasses import replace
 
@@ -109,3 +110,15 @@ def test_a_failed_swap_in_removes_what_it_made():
     assert isinstance(info.value.__cause__, NetlinkError)
     assert not set(p.namespaces) & set(linux.leftovers())
     assert not (linux.NETNS_ETC / p.nodes[0].netns).exists()
+
+
+def test_swap_in_refuses_a_namespace_that_exists_and_leaves_it_alone():
+    p = plan(experiment(ROUTED, "taken"))
+    subprocess.run(["ip", "netns", "add", p.namespaces[1]], check=True)
+    try:
+        with pytest.raises(EnvironmentProblem, match="already exists"):
+            linux.swap_in(p)
+        assert p.namespaces[1] in linux.leftovers()
+        assert p.namespaces[0] not in linux.leftovers()
+    finally:
+        subprocess.run(["ip", "netns", "delete", p.namespaces[1]], check=True)

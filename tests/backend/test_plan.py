@@ -19,7 +19,7 @@ def build(text: str):
 
 def test_names_are_short_deterministic_and_tagged():
     p = plan(load(EXAMPLES / "tree.ns").experiment)
-    assert p.tag == experiment_tag("tree") and len(p.tag) == 4
+    assert p.tag == experiment_tag("tree") and len(p.tag) == 8
     assert check_names(p) == []
     assert all(len(i.ifname) <= IFNAME_MAX for v in p.veths for i in (v.a, v.b))
     assert all(ns.startswith(f"nb-{p.tag}") for ns in p.namespaces)

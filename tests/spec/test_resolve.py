@@ -389,3 +389,59 @@ def test_inert_commands_are_kept_and_warned_about():
 def test_same_document_same_bytes():
     text = TWO + "links: [{members: [a, b], bandwidth: 10Mb, delay: 20ms}]"
     assert build(text).to_json() == build(text).to_json()
+
+
+def test_only_network_sysctls_are_per_node():
+    found = problems(
+        TWO.replace(
+            "{name: a}", "{name: a, sysctls: {kernel.core_pattern: x, net.ipv4./etc/passwd: y}}"
+        )
+    )
+    assert found == [
+        "t.yaml:2: node a: sysctl 'kernel.core_pattern' is not a per-node network setting; only net.* keys (for example net.ipv4.tcp_congestion_control) apply to one node",
+        "t.yaml:2: node a: sysctl 'net.ipv4./etc/passwd' is not a per-node network setting; only net.* keys (for example net.ipv4.tcp_congestion_control) apply to one node",
+    ]
+    exp = build(TWO.replace("{name: a}", "{name: a, sysctls: {net.ipv4.tcp_ecn: 1}}"))
+    assert exp.node("a").sysctls == {"net.ipv4.tcp_ecn": "1"}
+
+
+def test_cbr_rate_zero_is_an_error_not_the_default():
+    found = problems(
+        TWO
+        + "agents: [{name: u, type: udp, node: a}]\napplications: [{name: c, type: cbr, agent: u, rate: 0}]"
+    )
+    assert found == [
+        "t.yaml:4: cbr c: rate 0 would send nothing; give a positive rate or an interval"
+    ]
+
+
+def test_a_slash_30_link_numbers_its_two_hosts_from_1():
+    exp = build(TWO + "links: [{members: [a, b], netmask: 255.255.255.252}]")
+    assert [p.ip for p in exp.links[0].ports] == ["10.1.1.1", "10.1.1.2"]
+
+
+def test_automatic_link_names_skip_every_name_in_use():
+    exp = build("nodes: [{name: link0}, {name: b}]\nlinks: [{members: [link0, b]}]")
+    assert exp.links[0].name == "link1"
+
+
+def test_queue_set_event_on_an_unnamed_link_and_one_sided_peers():
+    exp = build(
+        TWO
+        + "links: [{members: [a, b]}]\n"
+        + "agents: [{name: u, type: udp, node: a, peer: n}, {name: n, type: null, node: b}]\n"
+        + "events: [{at: 1, object: link0, verb: queue-set, args: [a, limit_, 10]}]\n"
+    )
+    assert exp.events[0].args == ("a", "limit_", "10")
+    assert [(x.name, x.peer) for x in exp.agents] == [("u", "n"), ("n", "u")]
+
+
+def test_a_manual_route_beside_a_bad_netmask_is_an_error_not_a_crash():
+    found = problems(
+        """
+routing: manual
+nodes: [{name: a, routes: [{dst: 10.9.0.0/16, via: 10.1.1.3}]}, {name: b}]
+links: [{name: l, members: [a, b], netmask: 255.0.255.0}]
+"""
+    )
+    assert "netmask '255.0.255.0' is not a valid IPv4 netmask" in found[0]

@@ -45,3 +45,7 @@ def test_write_then_read_gives_the_same_document():
     )
     again, _ = yaml_front_end.read(yaml_front_end.write(document), "t.yaml")
     assert again == document
+
+
+def test_a_self_referencing_alias_is_an_error():
+    assert problems("nodes: &x [*x]\n") == ["t.yaml: an alias refers to itself; remove the loop"]

@@ -42,9 +42,8 @@ def test_validate_measures_the_configured_link(tmp_path):
     (ge,) = tables["gilbert_elliott"]
     assert abs(ge["measured_loss_rate"] - 0.1) < 0.03 and abs(ge["measured_burst_length"] - 3) < 0.6
     (jitter,) = tables["jitter"]
-    assert (
-        jitter["min_ms"] >= 8 and jitter["max_ms"] <= 17
-    )  # late by scheduling, never early and jitter["reordered"] == 0
+    # Never early (below delay - jitter); late only by scheduling on a busy machine.
+    assert jitter["min_ms"] >= 8 and jitter["max_ms"] <= 17 and jitter["reordered"] == 0
     for name in ("delay", "bandwidth", "loss", "gilbert_elliott", "jitter"):
         assert (tmp_path / f"{name}.csv").read_text().count("\n") == 2
     assert (tmp_path / "validate.json").exists()

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +103,20 @@ def run_dir(plan: Plan) -> Path:
 def swap_in(plan: Plan) -> None:
     """Creates everything in ``plan``; on any failure removes what it made and re-raises."""
     require_root()
+    taken = sorted(set(plan.namespaces) & set(netns.listnetns()))
+    if taken:
+        raise EnvironmentProblem(
+            f"namespace {taken[0]} of experiment {plan.experiment} already exists; if no "
+            "experiment of this name is active, remove leftovers with `nestbed cleanup`"
+        )
     step = ["starting"]
+    created: list[str] = []
     try:
-        _create(plan, step)
+        _create(plan, step, created)
     except BaseException as exc:
-        swap_out(plan)
+        # Remove only what this attempt made: a namespace of the same name that existed
+        # before belongs to someone else.
+        _remove(plan, created)
         if isinstance(exc, Exception) and not isinstance(exc, NestbedError):
             raise EnvironmentProblem(
                 f"swap-in of experiment {plan.experiment} failed while {step[0]}: {exc}; "
@@ -135,11 +144,11 @@ class _Netlink:
             sock.close()
 
 
-def _create(plan: Plan, step: list[str]) -> None:
-    """Builds the plan; ``step[0]`` always says what it is doing, for the error message."""
+def _create(plan: Plan, step: list[str], created: list[str]) -> None:
+    """Builds the plan; ``step[0]`` says what it is doing, ``created`` what it has made."""
     nl = _Netlink()
     try:
-        _build(plan, step, nl)
+        _build(plan, step, nl, created)
     finally:
         nl.close()
     if plan.needs_linkd:
@@ -179,7 +188,7 @@ def _create_namespace(name: str) -> None:
         raise failure[0]
 
 
-def _build(plan: Plan, step: list[str], nl: _Netlink) -> None:
+def _build(plan: Plan, step: list[str], nl: _Netlink, created: list[str]) -> None:
     for i, name in enumerate(plan.namespaces):
         step[0] = f"creating namespace {name}"
         # pyroute2 prepares /run/netns (a shared mount, as iproute2 does) on first use.
@@ -187,6 +196,7 @@ def _build(plan: Plan, step: list[str], nl: _Netlink) -> None:
             netns.create(name)
         else:
             _create_namespace(name)
+        created.append(name)
         nl[name].link("set", index=nl[name].link_lookup(ifname="lo")[0], state="up")
     for veth in plan.veths:
         step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
@@ -228,7 +238,10 @@ def _build(plan: Plan, step: list[str], nl: _Netlink) -> None:
             node = sysctls.get(namespace)
             for key, value in (node.sysctls if node else {}).items():
                 step[0] = f"setting sysctl {key}={value} on node {node.name}"  # type: ignore[union-attr]
-                Path("/proc/sys", *key.split(".")).write_text(value)
+                target = Path("/proc/sys", *key.split("."))
+                if not key.startswith("net.") or "/" in key or ".." in key.split("."):
+                    raise InternalError(f"sysctl {key!r} is not a network setting")
+                target.write_text(value)
     for node in plan.nodes:
         ipr = nl[node.netns]
         for route in node.routes:
@@ -308,10 +321,14 @@ def _stop_linkd(directory: Path) -> None:
 
 def swap_out(plan: Plan) -> None:
     """Removes everything ``plan`` creates; safe to run on a partial or absent swap-in."""
+    _remove(plan, plan.namespaces)
+
+
+def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     directory = run_dir(plan)
     _stop_linkd(directory)
     existing = set(netns.listnetns())
-    for name in plan.namespaces:
+    for name in namespaces:
         if name in existing:
             netns.remove(name)
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)

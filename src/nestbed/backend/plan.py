@@ -29,9 +29,14 @@ IFNAME_MAX = 15
 
 
 def experiment_tag(name: str) -> str:
-    """Four base32 characters from the experiment's name: short, deterministic, in every name."""
+    """Eight base32 characters (40 bits) from the experiment's name, in every namespace name.
+
+    Deterministic, so cleanup can find an experiment's namespaces from its name; long enough
+    that two experiments on one host practically never share one (swap-in also refuses to
+    touch a namespace that already exists).
+    """
     digest = hashlib.sha256(name.encode()).digest()
-    return base64.b32encode(digest).decode()[:4].lower()
+    return base64.b32encode(digest).decode()[:8].lower()
 
 
 def fabric_namespace(tag: str) -> str:

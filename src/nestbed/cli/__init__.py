@@ -120,7 +120,12 @@ def convert(
     experiment = _load(file, None, None).experiment
     text = yaml_front_end.write(to_document(experiment)) if to == "yaml" else to_ns(experiment)
     if output:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(
+                f"cannot write {output}: {exc.strerror}; choose another --output"
+            ) from None
         err.print(f"wrote {output}")
     else:
         sys.stdout.write(text)

@@ -48,7 +48,13 @@ def load(
     fmt = file_format(path)
     if not path.is_file():
         raise UserError(f"{path}: no such experiment file; check the path")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path}: the file is not UTF-8 text (byte {exc.start} cannot be decoded); "
+            "convert it, for example with `iconv -f latin1 -t utf-8`"
+        ) from None
     source = Source(format=fmt, file=path.name, sha256=hashlib.sha256(text.encode()).hexdigest())  # type: ignore[arg-type]
     if fmt == "ns":
         from nestbed.spec import ns

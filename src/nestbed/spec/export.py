@@ -330,7 +330,23 @@ class _NsWriter:
         if link.simulated:
             raise UserError(f"{link.kind} {name} is simulated; convert to yaml to keep that")
         nodes = [p.node for p in link.ports]
-        queue = d.queue.type if d.queue and d.queue.type else "droptail"
+        kinds = {p.egress.queue.kind for p in link.ports} | {
+            p.ingress.queue.kind for p in link.ports
+        }
+        if link.kind == "link":
+            kinds = {p.egress.queue.kind for p in link.ports}
+        if len(kinds) > 1:
+            raise UserError(
+                f"{link.kind} {name} has different queue types per direction, which ns syntax "
+                "cannot express; convert to yaml"
+            )
+        if link.kind == "lan" and any(
+            q != ir.Queue() for p in link.ports for q in (p.egress.queue, p.ingress.queue)
+        ):
+            raise UserError(
+                f"LAN {name} has queue settings, which ns syntax cannot express; convert to yaml"
+            )
+        queue = kinds.pop()
         qname = {"droptail": "DropTail", "red": "RED", "gred": "GRED"}[queue]
         bw, delay = d.bandwidth or "0", d.delay or "0ms"
         if link.kind == "link":
@@ -416,6 +432,11 @@ class _NsWriter:
             )
 
     def extras(self, v: str, d: doc.LinkDoc, what: str) -> None:
+        if d.drop_packets:
+            for m in d.members:
+                node = m.node if isinstance(m, doc.MemberDoc) else m
+                ordinals = " ".join(map(str, d.drop_packets))
+                self.out(f"nb-set-link-drop-packets {v} {_var(node)} {{{ordinals}}}")
         if d.jitter:
             dist = f" {d.jitter_distribution}" if d.jitter_distribution else ""
             self.out(f"nb-set-link-jitter {v} {d.jitter}{dist}")
@@ -515,20 +536,20 @@ class _NsWriter:
             self.out(f"$ns at {format_time(ev.time_s)} {self.action(ev)}")
 
     def action(self, a: ir.Action, quote: bool = True) -> str:
+        """The event as Tcl: `[list $obj verb arg ...]`, so arguments stay literal."""
         obj = "$ns" if a.object == "ns" else _var(a.object)
-        words = [obj]
         if a.verb == "queue-set":
             link = next(x for x in self.exp.all_links if x.name == a.object)
             src, var, value = a.args
             other = next(p.node for p in link.ports if p.node != src)
-            words = [f"[[$ns link {_var(src)} {_var(other)}] queue]", "set", var, value]
+            words = [f"[[$ns link {_var(src)} {_var(other)}] queue]", "set", var, _tcl(value)]
         else:
-            words += [a.verb, *(_brace(x) for x in a.args)]
-        text = " ".join(words)
-        return '"' + text.replace('"', '\\"') + '"' if quote else text
-
-
-def _brace(word: str) -> str:
-    if word and all(c.isalnum() or c in "._-/:+=@,%" for c in word):
-        return word
-    return "{" + word + "}"
+            words = [obj, a.verb, *(_tcl(x) for x in a.args)]
+        if quote:
+            return "[list " + " ".join(words) + "]"
+        if any(_tcl(x) != x for x in a.args):
+            raise UserError(
+                f"sequence step {a.object} {a.verb} has arguments with spaces or Tcl "
+                "characters, which ns syntax for sequences cannot express; convert to yaml"
+            )
+        return " ".join(words)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -58,6 +59,8 @@ INERT_REASONS = {
     "tb-use-ipassign": "addresses are always assigned as described in the documentation",
 }
 
+# Only network sysctls are per namespace; anything else would change the host itself.
+_NET_SYSCTL = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
 _LINK_VERBS = {
     "up": 0,
     "down": 0,
@@ -300,6 +303,13 @@ class _Resolver:
                 f"node {n.name}: CPU limit {n.cpu} is not a positive number of cores; use for "
                 "example 0.5",
             )
+        for key in n.sysctls or {}:
+            if not _NET_SYSCTL.match(key):
+                self.p.error(
+                    path + ("sysctls",),
+                    f"node {n.name}: sysctl '{key}' is not a per-node network setting; only "
+                    "net.* keys (for example net.ipv4.tcp_congestion_control) apply to one node",
+                )
         routes: list[ir.Route] = []
         for j, r in enumerate(n.routes or []):
             routes += self.route(path + ("routes", j), n.name, r, links)
@@ -326,7 +336,7 @@ class _Resolver:
     def route(
         self, path: Path_, node: str, r: doc.RouteDoc, links: list[ir.Link]
     ) -> list[ir.Route]:
-        mine = [p for link in links for p in link.ports if p.node == node]
+        mine = [p for link in links for p in link.ports if p.node == node and _valid_port(p)]
         # Next hop: a node sharing a link with this one, or an address on one of its subnets.
         via_ip, via_node = None, None
         if r.via in self.kinds:
@@ -389,7 +399,9 @@ class _Resolver:
     # -- links and LANs ------------------------------------------------------------------
 
     def link_names(self) -> tuple[list[str], list[str]]:
-        used = {ld.name for ld in self.doc.links + self.doc.lans if ld.name}
+        d = self.doc
+        named = d.nodes + d.agents + d.applications + d.programs + d.timelines + d.sequences
+        used = {ld.name for ld in d.links + d.lans if ld.name} | {x.name for x in named + d.groups}
         names: tuple[list[str], list[str]] = ([], [])
         for kind, docs, out in (
             ("link", self.doc.links, names[0]),
@@ -661,10 +673,13 @@ class _Resolver:
                     continue
                 claimed.append(subnet)
             used = {p.ip for link in links + lans for p in link.ports} | set(owner)
+            # Hosts from .2 as Emulab numbers them, unless the subnet is too small for that
+            # (a /30 point-to-point link has only .1 and .2).
+            first = 2 if subnet.num_addresses - 3 >= len(link.ports) else 1
             hosts = (
                 str(h)
                 for h in subnet.hosts()
-                if int(h) - int(subnet.network_address) >= 2 and str(h) not in used
+                if int(h) - int(subnet.network_address) >= first and str(h) not in used
             )
             ports = []
             for j, port in enumerate(link.ports):
@@ -722,12 +737,14 @@ class _Resolver:
                     f"agent {a.name} is connected to {peer.name}, which is connected to "
                     f"{peer.peer}; connect each agent to one peer",
                 )
+        # `$ns connect` joins both ends; a YAML file may name the peer on one side only.
+        peer = a.peer or next((x.name for x in self.doc.agents if x.peer == a.name), None)
         return ir.Agent.model_construct(
             name=a.name,
             kind=a.type,
             variant=a.variant,
             node=a.node,
-            peer=a.peer,
+            peer=peer,
             params={k: _text(v) for k, v in (a.params or {}).items()},
         )
 
@@ -765,12 +782,17 @@ class _Resolver:
                     f"cbr {a.name}: interval 0 would send without pause; give a positive interval "
                     "or a rate",
                 )
+        if fields.get("rate_bps") == 0 and a.interval is None:
+            self.p.error(
+                path + ("rate",),
+                f"cbr {a.name}: rate 0 would send nothing; give a positive rate or an interval",
+            )
         if fields.get("packet_size_bytes") == 0:
             self.p.error(
                 path + ("packet_size",),
                 f"cbr {a.name}: packet size must be at least 1 byte",
             )
-        fields = {k: v for k, v in fields.items() if v}
+        fields = {k: v for k, v in fields.items() if v is not None}
         return ir.Application.model_construct(
             name=a.name,
             kind=a.type,
@@ -893,8 +915,11 @@ class _Resolver:
                     f"{', '.join(sorted(allowed))}",
                 )
         if verb == "queue-set":
-            link = next((x for x in self.doc.links + self.doc.lans if x.name == obj), None)
-            nodes = [m if isinstance(m, str) else m.node for m in (link.members if link else [])]
+            names = self.link_names()[0] + self.link_names()[1]
+            links = dict(zip(names, self.doc.links + self.doc.lans, strict=True))
+            group = next((g.members for g in self.doc.groups if g.name == obj), [obj])
+            members = [m for x in group if x in links for m in links[x].members]
+            nodes = [m if isinstance(m, str) else m.node for m in members]
             if args[0] not in nodes:
                 self.p.error(
                     path + ("args",),
@@ -935,6 +960,14 @@ def _text(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
+
+
+def _valid_port(port: ir.Port) -> bool:
+    try:
+        port.interface  # noqa: B018 - parsing is the check
+    except ValueError:
+        return False
+    return True
 
 
 def _valid_ip(text: str) -> bool:

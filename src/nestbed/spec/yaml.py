@@ -62,8 +62,13 @@ def read(text: str, file: str) -> tuple[ExperimentDoc, dict[str, Location]]:
         try:
             root = loader.get_single_node()
             data = loader.construct_document(root) if root is not None else None
+            locations = _locations(root, file) if root is not None else {}
         finally:
             loader.dispose()
+    except RecursionError:
+        raise SpecError(
+            [Problem("an alias refers to itself; remove the loop", file, None)]
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -81,7 +86,6 @@ def read(text: str, file: str) -> tuple[ExperimentDoc, dict[str, Location]]:
                 )
             ]
         )
-    locations = _locations(root, file) if root is not None else {}
     try:
         return ExperimentDoc.model_validate(data), locations
     except ValidationError as exc:
