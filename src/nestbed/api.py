@@ -46,6 +46,7 @@ class Experiment:
         self.name = name
         self._data: dict[str, Any] = {"name": name}
         self._locations: dict[str, Location] = {}
+        self._link_order: list[str] = []
         self._file = "<python>"
 
     def _add(self, section: str, item: dict[str, Any]) -> int:
@@ -54,6 +55,8 @@ class Experiment:
         frame = sys._getframe(2)
         self._file = Path(frame.f_code.co_filename).name
         self._locations[f"{section}.{len(items) - 1}"] = (self._file, frame.f_lineno)
+        if section in ("links", "lans"):
+            self._link_order.append(f"{section}.{len(items) - 1}")
         return len(items) - 1
 
     def node(self, name: str, **settings: Any) -> Ref:
@@ -150,4 +153,10 @@ class Experiment:
             file=self._file,
             sha256=hashlib.sha256(text.encode()).hexdigest(),
         )
-        return resolve(document, file=self._file, source=source, locations=self._locations)
+        return resolve(
+            document,
+            file=self._file,
+            source=source,
+            locations=self._locations,
+            link_order=self._link_order,
+        )

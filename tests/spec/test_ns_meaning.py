@@ -141,3 +141,15 @@ def test_script_errors_and_meaning_errors_are_reported_together(tmp_path):
     found = problems(tmp_path, "$ns duplex-link $a $b 10MB 1ms DropTail\nfrobnicate\n")
     assert [p[:8] for p in found] == ["t.ns:5: ", "t.ns:6: "]
     assert "10MB" in found[0] and "frobnicate" in found[1]
+
+
+def test_subnets_follow_creation_order_across_links_and_lans(tmp_path):
+    exp = ir(
+        tmp_path,
+        """
+        set a [$ns node]; set b [$ns node]; set c [$ns node]
+        set lan0 [$ns make-lan "$a $b $c" 100Mb 0ms]
+        set l0 [$ns duplex-link $a $b 10Mb 1ms DropTail]
+        """,
+    )
+    assert (exp.lans[0].subnet, exp.links[0].subnet) == ("10.1.1.0/24", "10.1.2.0/24")

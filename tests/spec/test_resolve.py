@@ -445,3 +445,10 @@ links: [{name: l, members: [a, b], netmask: 255.0.255.0}]
 """
     )
     assert "netmask '255.0.255.0' is not a valid IPv4 netmask" in found[0]
+
+
+def test_yaml_subnets_follow_file_order():
+    exp = build(
+        "nodes: [{name: a}, {name: b}]\nlans: [{members: [a, b]}]\nlinks: [{members: [a, b]}]\n"
+    )
+    assert (exp.lans[0].subnet, exp.links[0].subnet) == ("10.1.1.0/24", "10.1.2.0/24")

@@ -60,7 +60,7 @@ def load(
         from nestbed.spec import ns
 
         t = ns.translate(path, parameters=parameters)
-        document, locations = t.document, t.locations
+        document, locations, link_order = t.document, t.locations, t.link_order
         warnings = [
             IRWarning(
                 message=w.message,
@@ -72,6 +72,7 @@ def load(
         from nestbed.spec import yaml as yaml_front_end
 
         document, locations = yaml_front_end.read(text, path.name)
+        link_order = None  # file order, from the locations
         warnings = []
         if parameters:
             document = _apply_yaml_parameters(document, parameters, path.name)
@@ -86,6 +87,7 @@ def load(
             locations=locations,
             warnings=warnings,
             default_name=path.stem,
+            link_order=link_order,
         )
     except SpecError as exc:
         # Report the script's own errors and the resolver's together, in file order.

@@ -118,17 +118,25 @@ def resolve(
     locations: Mapping[str, Location] | None = None,
     warnings: list[ir.Warning] | None = None,
     default_name: str | None = None,
+    link_order: list[str] | None = None,
 ) -> ir.Experiment:
-    """Turns a document into the IR, or raises ``SpecError`` with every problem found."""
-    resolver = _Resolver(document, Problems(file, locations))
+    """Turns a document into the IR, or raises ``SpecError`` with every problem found.
+
+    ``link_order`` lists "links.N" and "lans.N" in the order they were created, which is the
+    order subnets are assigned in; without it, the order of their lines in the file.
+    """
+    resolver = _Resolver(document, Problems(file, locations), link_order)
     experiment = resolver.run(default_name or Path(file).stem, source, warnings or [])
     return experiment
 
 
 class _Resolver:
-    def __init__(self, document: doc.ExperimentDoc, problems: Problems):
+    def __init__(
+        self, document: doc.ExperimentDoc, problems: Problems, link_order: list[str] | None
+    ):
         self.doc = document
         self.p = problems
+        self.link_order = link_order
         self.kinds: dict[str, str] = {"ns": "ns"}  # object name -> kind
 
     # -- helpers -------------------------------------------------------------------------
@@ -626,6 +634,7 @@ class _Resolver:
         everything = [(("links", i), link) for i, link in enumerate(links)] + [
             (("lans", i), lan) for i, lan in enumerate(lans)
         ]
+        everything = self.in_creation_order(everything)
         claimed: list[ipaddress.IPv4Network] = []
         user_subnet: dict[str, ipaddress.IPv4Network] = {}
         for path, link in everything:
@@ -715,6 +724,17 @@ class _Resolver:
                 update={"ports": tuple(ports), "subnet": str(subnet)}
             )
         return [resolved[link.name] for link in links], [resolved[lan.name] for lan in lans]
+
+    def in_creation_order(self, items: list[tuple[Path_, ir.Link]]) -> list[tuple[Path_, ir.Link]]:
+        if self.link_order is not None:
+            rank = {key: i for i, key in enumerate(self.link_order)}
+        else:
+            rank = {
+                f"{section}.{i}": (self.p.locations.get(f"{section}.{i}") or ("", 0))[1] or 0
+                for (section, i), _ in items
+            }
+        # Stable: without places, links come before LANs, each in document order.
+        return sorted(items, key=lambda item: rank.get(f"{item[0][0]}.{item[0][1]}", 0))
 
     # -- traffic, programs ---------------------------------------------------------------
 

@@ -39,6 +39,7 @@ class Translation:
     locations: dict[str, tuple[str, int]] = field(default_factory=dict)
     warnings: list[Problem] = field(default_factory=list)
     errors: list[Problem] = field(default_factory=list)
+    link_order: list[str] = field(default_factory=list)  # "links.0", "lans.0", ... as created
 
 
 def translate(
@@ -104,7 +105,7 @@ def _read_output(stdout: bytes, file: str) -> Translation:
         problems = Problems(file, locations)
         describe_validation_error(exc, problems)
         return Translation(ExperimentDoc(), locations, warnings, errors + problems.errors)
-    return Translation(document, locations, warnings, errors)
+    return Translation(document, locations, warnings, errors, list(raw.get("link_order", [])))
 
 
 def _problem(raw: dict[str, object]) -> Problem:

@@ -1670,7 +1670,19 @@ proc ::nb::output {} {
         lassign $loc file line
         lappend locs $path [list a [list [list s $file] [list n $line]]]
     }
+    # Links and LANs in the order the script created them (the document lists them apart):
+    # subnets are assigned in this order, as Emulab does.
+    set created {}
+    set counts [dict create link 0 lan 0]
+    foreach h $::nb::order {
+        set kind $::nb::kind($h)
+        if {$kind in {link lan}} {
+            lappend created [list s ${kind}s.[dict get $counts $kind]]
+            dict incr counts $kind
+        }
+    }
     set top [list o [list document $doc locations [list o $locs] \
+        link_order [list a $created] \
         warnings [problems $::nb::warnings] errors [problems $::nb::errors]]]
     fconfigure stdout -encoding ascii -translation lf
     ::nb::realputs stdout [json $top]
