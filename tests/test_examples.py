@@ -70,3 +70,18 @@ def test_example_runs_in_real_ns2_with_the_stub(path, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "error" not in (result.stdout + result.stderr).lower()
+
+
+def test_unlimited_bandwidth_converted_to_ns_runs_in_ns2(tmp_path):
+    ns = _ns_binary()
+    source = tmp_path / "z.yaml"
+    source.write_text(
+        "nodes: [{name: a}, {name: b}]\nlinks: [{name: l, members: [a, b], delay: 10ms}]\n"
+        "agents: [{name: u, type: udp, node: a, peer: n}, {name: n, type: null, node: b}]\n"
+        "applications: [{name: c, type: cbr, agent: u, rate: 1Mb}]\n"
+        "events: [{at: 1, object: c, verb: start}, {at: 3, object: ns, verb: halt}]\n"
+    )
+    (tmp_path / "z.ns").write_text(to_ns(load(source).experiment))
+    shutil.copy(STUB, tmp_path / "tb_compat.tcl")
+    result = subprocess.run([ns, "z.ns"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

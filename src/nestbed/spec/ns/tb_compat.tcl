@@ -127,7 +127,15 @@ NBLink instproc unknown {args} {}
 
 nb_keep_instproc Simulator duplex-link nb-ns-duplex-link
 
+# nestbed writes bandwidth 0 for "unlimited"; ns-2 has no such rate (0 divides by zero), so
+# it becomes a rate far above anything simulated.
+proc nb_unlimited {bw} {
+    if {[string is double -strict $bw] && $bw == 0} { return 1000Gb }
+    return $bw
+}
+
 Simulator instproc duplex-link {n1 n2 bw delay type args} {
+    set bw [nb_unlimited $bw]
     set gentle [expr {$type eq "GRED"}]
     if {$gentle} { set type RED }
     eval [list $self nb-ns-duplex-link $n1 $n2 $bw $delay $type] $args
@@ -143,6 +151,7 @@ Simulator instproc duplex-link {n1 n2 bw delay type args} {
 nb_keep_instproc Simulator make-lan nb-ns-make-lan
 
 Simulator instproc make-lan {args} {
+    lset args 1 [nb_unlimited [lindex $args 1]]
     set i [lsearch -exact $args Queue/GRED]
     if {$i >= 0} { set args [lreplace $args $i $i Queue/RED] }
     return [eval [list $self nb-ns-make-lan] $args]
