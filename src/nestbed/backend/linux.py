@@ -61,13 +61,14 @@ def inside(namespace: str) -> Iterator[None]:
         netns.popns()
 
 
-def linkd_binary() -> str:
-    here = Path(__file__).resolve().parents[3] / "target" / "release" / "nestbed-linkd"
-    found = os.environ.get("NESTBED_LINKD") or (str(here) if here.exists() else None)
-    found = found or shutil.which("nestbed-linkd")
+def built_binary(name: str) -> str:
+    """A nestbed Rust binary: $NESTBED_<NAME>, this checkout's release build, or the PATH."""
+    env = "NESTBED_" + name.removeprefix("nestbed-").upper()
+    here = Path(__file__).resolve().parents[3] / "target" / "release" / name
+    found = os.environ.get(env) or (str(here) if here.exists() else None) or shutil.which(name)
     if not found:
         raise EnvironmentProblem(
-            "nestbed-linkd is not built; run `make setup` (it runs cargo build --release)"
+            f"{name} is not built; run `make setup` (it runs cargo build --release)"
         )
     return found
 
@@ -274,7 +275,7 @@ def _start_linkd(plan: Plan) -> None:
     log = (directory / "linkd.log").open("ab")
     process = subprocess.Popen(
         [
-            *("ip", "netns", "exec", plan.fabric, linkd_binary()),
+            *("ip", "netns", "exec", plan.fabric, built_binary("nestbed-linkd")),
             *("--socket", str(sock), "--spin-us", os.environ.get("NESTBED_LINKD_SPIN_US", "200")),
         ],
         stdin=subprocess.DEVNULL,
@@ -353,7 +354,16 @@ def cleanup() -> list[str]:
     return removed
 
 
+def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
+    namespace = next(n.netns for n in plan.nodes if n.name == node)
+    return ["ip", "netns", "exec", namespace, *argv]
+
+
 def exec_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
     """Runs a command in a node (with its /etc/hosts), keeping argv, status and output."""
-    namespace = next(n.netns for n in plan.nodes if n.name == node)
-    return subprocess.run(["ip", "netns", "exec", namespace, *argv], **kwargs)
+    return subprocess.run(_in_node(plan, node, argv), **kwargs)
+
+
+def start_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+    """Starts a command in a node without waiting for it."""
+    return subprocess.Popen(_in_node(plan, node, argv), **kwargs)

@@ -128,29 +128,30 @@ def _shaping_fields(s: ir.Shaping) -> dict:
     if s.corrupt:
         out["corrupt"] = s.corrupt
     if s.queue != _DEFAULT_QUEUE:
-        q = s.queue
-        fields = {
-            "type": q.kind,
-            "limit": q.limit,
-            "limit_unit": q.limit_unit,
-            "thresh": q.thresh,
-            "maxthresh": q.maxthresh,
-            "q_weight": q.q_weight,
-            "linterm": q.linterm,
-            "mean_packet_size": q.mean_packet_size_bytes,
-        }
-        default = {
-            "type": "droptail",
-            "limit": None,
-            "limit_unit": "packets",
-            "thresh": 5.0,
-            "maxthresh": 15.0,
-            "q_weight": 0.002,
-            "linterm": 10.0,
-            "mean_packet_size": 500,
-        }
-        out["queue"] = doc.QueueDoc(**{k: v for k, v in fields.items() if v != default[k]})
+        out["queue"] = doc.QueueDoc(**_queue_fields(s.queue, _DEFAULT_QUEUE))
     return out
+
+
+# Document field -> IR field of a queue.
+_QUEUE_FIELDS = {
+    "type": "kind",
+    "limit": "limit",
+    "limit_unit": "limit_unit",
+    "thresh": "thresh",
+    "maxthresh": "maxthresh",
+    "q_weight": "q_weight",
+    "linterm": "linterm",
+    "mean_packet_size": "mean_packet_size_bytes",
+}
+
+
+def _queue_fields(q: ir.Queue, default: ir.Queue) -> dict:
+    """The document fields of ``q`` that differ from ``default``."""
+    return {
+        key: getattr(q, attr)
+        for key, attr in _QUEUE_FIELDS.items()
+        if getattr(q, attr) != getattr(default, attr)
+    }
 
 
 def _link(link: ir.Link) -> doc.LinkDoc:

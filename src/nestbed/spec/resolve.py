@@ -6,6 +6,7 @@ Every problem is gathered (with its file:line when the front end knows it) befor
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -169,7 +170,7 @@ class _Resolver:
         }[str(section)]
         name = getattr(item, "name", None) or getattr(item, "at", None)
         if name is None and section in ("links", "lans"):
-            name = self.link_names()[0 if section == "links" else 1][index]
+            name = self.link_names[0 if section == "links" else 1][index]
         return f"{kind} {name}"
 
     def claim(self, path: Path_, name: str, kind: str) -> None:
@@ -216,7 +217,7 @@ class _Resolver:
                 "and '-'; rename the file or pass --name",
             )
         nodes = [self.node_names(i, n) for i, n in enumerate(d.nodes)]
-        link_names = self.link_names()
+        link_names = self.link_names
         links = [
             self.link(("links", i), ld, link_names[0][i], "link") for i, ld in enumerate(d.links)
         ]
@@ -406,6 +407,7 @@ class _Resolver:
 
     # -- links and LANs ------------------------------------------------------------------
 
+    @functools.cached_property
     def link_names(self) -> tuple[list[str], list[str]]:
         d = self.doc
         named = d.nodes + d.agents + d.applications + d.programs + d.timelines + d.sequences
@@ -935,7 +937,7 @@ class _Resolver:
                     f"{', '.join(sorted(allowed))}",
                 )
         if verb == "queue-set":
-            names = self.link_names()[0] + self.link_names()[1]
+            names = self.link_names[0] + self.link_names[1]
             links = dict(zip(names, self.doc.links + self.doc.lans, strict=True))
             group = next((g.members for g in self.doc.groups if g.name == obj), [obj])
             members = [m for x in group if x in links for m in links[x].members]

@@ -14,8 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import shutil
 import statistics
 import subprocess
 import time
@@ -27,7 +25,7 @@ from typing import Any
 from nestbed.api import Experiment
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan, plan
-from nestbed.errors import EnvironmentProblem, InternalError
+from nestbed.errors import InternalError
 
 # Ethernet frame sizes of the paper (with FCS) and the UDP payload that makes them.
 FRAME_SIZES = {64: 18, 1518: 1472}
@@ -85,15 +83,6 @@ class Settings:
         )
 
 
-def probe_binary() -> str:
-    here = Path(__file__).resolve().parents[3] / "target" / "release" / "nestbed-probe"
-    found = os.environ.get("NESTBED_PROBE") or (str(here) if here.exists() else None)
-    found = found or shutil.which("nestbed-probe")
-    if not found:
-        raise EnvironmentProblem("nestbed-probe is not built; run `make setup`")
-    return found
-
-
 class Bench:
     """A swapped-in two-node experiment whose one link is changed between measurements."""
 
@@ -135,13 +124,15 @@ class Bench:
         self, send: list[str], recv: list[str], *, log: bool = False
     ) -> tuple[dict, dict, Path | None]:
         """Runs a receiver in r and a sender in s; returns both JSON summaries (and r's log)."""
-        binary = probe_binary()
+        binary = linux.built_binary("nestbed-probe")
         log_path = self.workdir / "recv.csv" if log else None
         recv_argv = [binary, "recv", "--bind", f"{self.receiver_ip}:{PORT}", *recv]
         if log_path:
             recv_argv += ["--log", str(log_path)]
-        receiver = subprocess.Popen(
-            ["ip", "netns", "exec", self._ns("r"), *recv_argv],
+        receiver = linux.start_in(
+            self.plan,
+            "r",
+            recv_argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -167,9 +158,6 @@ class Bench:
                 f"receiver {receiver.returncode} {err.strip()}"
             )
         return json.loads(sender.stdout), json.loads(out), log_path
-
-    def _ns(self, node: str) -> str:
-        return next(n.netns for n in self.plan.nodes if n.name == node)
 
 
 def _pct(measured: float, expected: float) -> float | None:
