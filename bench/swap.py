@@ -1,17 +1,21 @@
 """Benchmark: swap-in and swap-out time of the 100-node tree, every link shaped by linkd,
-and of a 100-node linear chain, median of 3 runs. Needs root."""
+and of 100- and 1000-node linear chains, median of 3 runs: the back end alone, and the whole
+swap-in of `nestbed swapin` (store, back end, controller started and answering). Needs root."""
 
 from __future__ import annotations
 
 import itertools
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
+from nestbed import swap
 from nestbed.api import Experiment
 from nestbed.backend import linux
 from nestbed.backend.plan import plan
 from nestbed.spec import load
+from nestbed.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RUNS = 3
@@ -34,10 +38,24 @@ def timed(p) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     return middle - start, time.perf_counter() - middle
 
 
+def whole(exp) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory() as tmp, Store.open(str(Path(tmp) / "s.db")) as store:
+        store.create_experiment(
+            exp.name, source_text="", source_format="python", source_file=None,
+            ir_json=exp.to_json(),
+        )  # fmt: skip
+        start = time.perf_counter()
+        swap.swap_in(store, exp.name, results=Path(tmp) / "results")
+        middle = time.perf_counter()
+        swap.swap_out(store, exp.name)
+        return middle - start, time.perf_counter() - middle
+
+
 def main() -> None:
     cases = {
         "tree, 100 nodes, 99 shaped links": load(EXAMPLES / "tree.ns").experiment,
         "linear, 100 nodes, 99 shaped links": linear(100),
+        "linear, 1000 nodes, 999 shaped links": linear(1000),
     }
     print(f"swap-in / swap-out, median of {RUNS} runs")
     print(f"{'experiment':<38}{'in s':>8}{'out s':>8}{'per node ms':>13}")
@@ -47,6 +65,13 @@ def main() -> None:
         t_in = statistics.median(t for t, _ in times)
         t_out = statistics.median(t for _, t in times)
         print(f"{label:<38}{t_in:>8.2f}{t_out:>8.2f}{t_in / len(exp.nodes) * 1000:>13.1f}")
+    print(f"\nwhole swap-in (store, back end, controller) / swap-out, median of {RUNS} runs")
+    print(f"{'experiment':<38}{'in s':>8}{'out s':>8}")
+    tree = cases["tree, 100 nodes, 99 shaped links"]
+    times = [whole(tree) for _ in range(RUNS)]
+    t_in = statistics.median(t for t, _ in times)
+    t_out = statistics.median(t for _, t in times)
+    print(f"{'tree, 100 nodes, 99 shaped links':<38}{t_in:>8.2f}{t_out:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,22 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "nestbed"
 
 # Lower index = lower layer. A module may import its own layer and lower ones only.
-LAYERS = ["errors", "units", "model", "spec", "api", "store", "backend", "swap", "studies", "cli"]
+LAYERS = [
+    "errors",
+    "units",
+    "model",
+    "spec",
+    "api",
+    "store",
+    "backend",
+    "results",
+    "control",
+    "swap",
+    "runs",
+    "live",
+    "studies",
+    "cli",
+]
 PURE = {"errors", "units", "model", "spec", "api"}
 PLATFORM_MODULES = {"socket", "pyroute2", "ctypes", "fcntl"}
 ALLOWED_SUBPROCESS = {"spec/ns"}  # the ns-2 front end runs tclsh, by design

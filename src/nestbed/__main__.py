@@ -1,5 +1,5 @@
 """`python -m nestbed` runs the command line."""
 
-from nestbed.cli import run
+from nestbed.cli import main_entry as run
 
 run()

@@ -1,49 +1,129 @@
-"""Swapping experiments in and out: the store's state machine around the back end.
+"""Swapping experiments in and out: the store's state machine around the back end and the
+experiment's controller.
 
 Every step is a state change in the store first (defined → swapping-in → active →
 swapping-out → swapped, or failed), so a crash leaves a state that `cleanup` can finish, and
-two racing swap-ins cannot both win (the store's compare-and-set decides).
+two racing swap-ins cannot both win (the store's compare-and-set decides). Every swap-in is a
+run: its controller writes the results folder until swap-out ends the run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan, plan
-from nestbed.errors import NestbedError
+from nestbed.control import client as control
+from nestbed.errors import NestbedError, UserError
 from nestbed.model import Experiment
+from nestbed.results import manifest
 from nestbed.store import State, Store
+
+RESULTS = Path("results")
+_KEPT_IR = "ir.json"  # the IR a swap-in used, kept so swap-out undoes exactly that
+
+
+@dataclass(frozen=True)
+class Active:
+    """What a swap-in made: the plan, the run's id and its results folder."""
+
+    plan: Plan
+    run_id: int
+    results: Path
 
 
 def experiment_plan(store: Store, name: str) -> Plan:
+    """The plan of the experiment as it was swapped in (or as stored, when it is not)."""
+    kept = linux.RUN_DIR / name / _KEPT_IR
+    if kept.exists():
+        return plan(Experiment.from_json(kept.read_text()))
     return plan(Experiment.from_json(store.get(name).ir_json))
 
 
-def swap_in(store: Store, name: str) -> Plan:
-    """Builds the experiment's network; on failure everything is removed and it is `failed`."""
+def default_results(name: str) -> Path:
+    return (RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+
+
+def swap_in(
+    store: Store, name: str, *, results: Path | None = None, capture: bool = False
+) -> Active:
+    """Builds the experiment's network and starts its controller, which begins the run.
+
+    On failure everything is removed and the experiment is `failed`.
+    """
     linux.require_root()
     record = store.get(name)
     store.transition(name, State.SWAPPING_IN, expect_from=record.state, reason="swapin")
-    p = experiment_plan(store, name)
+    exp = Experiment.from_json(record.ir_json)
+    p = plan(exp)
+    folder = (results or default_results(name)).resolve()
+    run_id = None
     try:
         linux.swap_in(p)
+        kept = linux.run_dir(p) / _KEPT_IR
+        kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        kept.write_text(exp.to_json())
+        folder.mkdir(parents=True, exist_ok=True)
+        run_id = store.start_run(name, folder)
+        control.launch(p, kept, folder, run_id, capture)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
+        linux.swap_out(p)
+        if run_id is not None:
+            store.end_run(run_id, "failed")
         store.transition(name, State.FAILED, reason=reason)
         raise
     store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
-    return p
+    return Active(p, run_id, folder)
 
 
-def swap_out(store: Store, name: str) -> None:
-    """Tears the experiment's network down (also after a failed or interrupted swap-in)."""
+def end_run(store: Store, name: str, p: Plan, outcome: str, reason: str | None) -> str:
+    """Asks the controller to end the run and stop; returns the run's outcome.
+
+    A controller that is gone (crashed, killed) cannot write its tables; the manifest then
+    says so and keeps everything measured until then.
+    """
+    open_runs = [r for r in store.runs(name) if r.ended_at is None]
+    final = outcome
+    try:
+        ended = control.request(p, "finish", timeout=300, outcome=outcome, reason=reason)
+        final = ended.get("outcome", outcome)
+        with contextlib.suppress(NestbedError, OSError):
+            control.request(p, "shutdown", timeout=10)
+    except (NestbedError, OSError) as exc:
+        final = "failed"
+        for run in open_runs:
+            folder = Path(run.results_dir)
+            with contextlib.suppress(OSError, ValueError):
+                manifest.end(folder, "failed", f"the controller was lost ({exc})", None)
+                _report(folder)
+    for run in open_runs:
+        store.end_run(run.id, final)
+    return final
+
+
+def _report(folder: Path) -> None:
+    from nestbed.results.report import write_report
+
+    with contextlib.suppress(Exception):
+        write_report(folder)
+
+
+def swap_out(store: Store, name: str, *, outcome: str = "completed") -> None:
+    """Ends the run and tears the network down (also after a failed or interrupted swap-in)."""
     linux.require_root()
     record = store.get(name)
+    if record.state in (State.DEFINED, State.SWAPPED):
+        raise UserError(f"experiment {name} is {record.state}, not active; nothing to swap out")
     store.transition(name, State.SWAPPING_OUT, expect_from=record.state, reason="swapout")
+    p = experiment_plan(store, name)
     try:
-        linux.swap_out(experiment_plan(store, name))
+        end_run(store, name, p, outcome, "swapped out")
+        linux.swap_out(p)
     except BaseException as exc:
         store.transition(name, State.FAILED, reason=f"swap-out failed: {exc}")
         raise
@@ -62,17 +142,19 @@ def cleanup(store: Store) -> tuple[list[str], list[str]]:
         if record.state in (State.SWAPPING_IN, State.ACTIVE, State.SWAPPING_OUT):
             store.transition(record.name, State.FAILED, reason="cleaned up")
         if store.get(record.name).state == State.FAILED:
-            linux.swap_out(experiment_plan(store, record.name))
+            p = experiment_plan(store, record.name)
+            end_run(store, record.name, p, "failed", "cleaned up")
+            linux.swap_out(p)
             store.transition(record.name, State.SWAPPED, reason="cleaned up")
             settled.append(record.name)
     return settled, linux.cleanup()
 
 
 @contextlib.contextmanager
-def swapped_in(store: Store, name: str) -> Iterator[Plan]:
-    """`with swapped_in(store, name) as plan:` — swapped out when the block ends, however."""
-    p = swap_in(store, name)
+def swapped_in(store: Store, name: str, **options: object) -> Iterator[Active]:
+    """`with swapped_in(store, name) as active:` — swapped out when the block ends, however."""
+    active = swap_in(store, name, **options)  # type: ignore[arg-type]
     try:
-        yield p
+        yield active
     finally:
         swap_out(store, name)

@@ -12,12 +12,12 @@ def nothing_leaked():
     if os.geteuid() != 0:
         yield
         return
-    from nestbed.backend.linux import leftovers
+    from nestbed.backend.linux import traces
 
-    before = set(leftovers())
+    before = set(traces())
     yield
-    leaked = set(leftovers()) - before
-    assert not leaked, f"namespaces left behind by the tests: {sorted(leaked)}"
+    leaked = set(traces()) - before
+    assert not leaked, f"left behind by the tests: {sorted(leaked)}"
 
 
 def pytest_collection_modifyitems(items):

@@ -9,6 +9,7 @@ import textwrap
 from dataclasses import replace
 
 import pytest
+from pyroute2 import netns
 from pyroute2 import NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -118,7 +119,11 @@ def test_swap_in_refuses_a_namespace_that_exists_and_leaves_it_alone():
     try:
         with pytest.raises(EnvironmentProblem, match="already exists"):
             linux.swap_in(p)
-        assert p.namespaces[1] in linux.leftovers()
-        assert p.namespaces[0] not in linux.leftovers()
+        assert p.namespaces[1] in netns.listnetns()
+        assert p.namespaces[0] not in netns.listnetns()
+        # not nestbed's (no mark): neither a leftover nor removed by swap-out or cleanup
+        assert p.namespaces[1] not in linux.leftovers()
+        linux.swap_out(p)
+        assert p.namespaces[1] in netns.listnetns()
     finally:
         subprocess.run(["ip", "netns", "delete", p.namespaces[1]], check=True)

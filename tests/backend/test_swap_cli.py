@@ -30,6 +30,7 @@ def cli(tmp_path):
             text=True,
             env=env,
             timeout=120,
+            cwd=tmp_path,  # results folders go under results/ of the working directory
         )
 
     def file(name: str, text: str = TOPOLOGY) -> str:

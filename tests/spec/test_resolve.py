@@ -197,7 +197,7 @@ ERRORS = [
         TWO
         + "links: [{name: l, members: [a, b]}]\nevents:\n  - {at: 1, object: l, verb: bandwidth, args: [10MB]}\n",
         [
-            "t.yaml:5: event at 1: bandwidth '10MB' has unknown unit 'MB'; write bits per second with b, kb, Mb or Gb (for example 10Mb); bytes (B) are not accepted"
+            "t.yaml:5: event l bandwidth: bandwidth '10MB' has unknown unit 'MB'; write bits per second with b, kb, Mb or Gb (for example 10Mb); bytes (B) are not accepted"
         ],
     ),
     (

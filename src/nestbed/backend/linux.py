@@ -25,8 +25,9 @@ from typing import Any
 from pyroute2 import IPRoute, netns
 from pyroute2.ethtool import Ethtool
 
-from nestbed.backend.plan import NS_PREFIX, Plan
-from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
+from nestbed.backend.cgroups import Cgroups, Limits
+from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, Plan, mark
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 # linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
 # longer than 50 µs, and the delay target is 50 µs (see docs/benchmarks.md).
@@ -73,12 +74,17 @@ def built_binary(name: str) -> str:
     return found
 
 
-class LinkdClient:
-    """JSON-lines client of a running nestbed-linkd's control socket."""
+class SocketClient:
+    """JSON-lines client of a nestbed daemon's Unix socket (nestbed-linkd, the controller).
 
-    def __init__(self, path: Path):
-        self.path = path
+    A refusal the daemon marks ``"user": true`` is the user's mistake (UserError); any other
+    is an internal one.
+    """
+
+    def __init__(self, path: Path, what: str = "nestbed-linkd", timeout: float | None = None):
+        self.path, self.what = path, what
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
         self.sock.connect(str(path))
         self.reader = self.sock.makefile("r", encoding="utf-8")
 
@@ -86,10 +92,12 @@ class LinkdClient:
         self.sock.sendall((json.dumps({"op": op, **fields}) + "\n").encode())
         line = self.reader.readline()
         if not line:
-            raise InternalError(f"nestbed-linkd at {self.path} closed its control socket")
+            raise InternalError(f"{self.what} at {self.path} closed its control socket")
         reply = json.loads(line)
         if not reply.get("ok"):
-            raise InternalError(f"nestbed-linkd refused {op}: {reply.get('error')}")
+            if reply.get("user"):
+                raise UserError(str(reply.get("error")))
+            raise InternalError(f"{self.what} refused {op}: {reply.get('error')}")
         return reply
 
     def close(self) -> None:
@@ -152,6 +160,8 @@ def _create(plan: Plan, step: list[str], created: list[str]) -> None:
         _build(plan, step, nl, created)
     finally:
         nl.close()
+    step[0] = "creating the nodes' cgroups"
+    _create_cgroups(plan)
     if plan.needs_linkd:
         step[0] = "starting nestbed-linkd"
         _start_linkd(plan)
@@ -198,7 +208,9 @@ def _build(plan: Plan, step: list[str], nl: _Netlink, created: list[str]) -> Non
         else:
             _create_namespace(name)
         created.append(name)
-        nl[name].link("set", index=nl[name].link_lookup(ifname="lo")[0], state="up")
+        lo = nl[name].link_lookup(ifname="lo")[0]
+        nl[name].link("property_add", index=lo, altname=mark(plan.experiment))
+        nl[name].link("set", index=lo, state="up")
     for veth in plan.veths:
         step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
         nl[veth.a.netns].link(
@@ -207,6 +219,7 @@ def _build(plan: Plan, step: list[str], nl: _Netlink, created: list[str]) -> Non
             kind="veth",
             peer={"ifname": veth.b.ifname, "net_ns_fd": veth.b.netns},
         )
+    node_of = {n.netns: n.name for n in plan.nodes}
     for veth in plan.veths:
         for end in (veth.a, veth.b):
             step[0] = f"configuring {end.ifname} in {end.netns}"
@@ -215,12 +228,16 @@ def _build(plan: Plan, step: list[str], nl: _Netlink, created: list[str]) -> Non
             if end.address:
                 ip, prefix = end.address.split("/")
                 ipr.addr("add", index=index, address=ip, prefixlen=int(prefix))
+            owner = node_of.get(end.netns)
+            label = (owner, veth.link) if owner else (veth.link, end.ifname)
+            ipr.link("property_add", index=index, altname=mark(plan.experiment, *label))
             ipr.link("set", index=index, state="up")
     for bridge in plan.bridges:
         step[0] = f"creating the bridge of LAN {bridge.link}"
         ipr = nl[bridge.netns]
         ipr.link("add", ifname=bridge.ifname, kind="bridge", br_stp_state=0)
         master = ipr.link_lookup(ifname=bridge.ifname)[0]
+        ipr.link("property_add", index=master, altname=mark(plan.experiment, bridge.link))
         for port in bridge.ports:
             ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=master)
         ipr.link("set", index=master, state="up")
@@ -252,6 +269,28 @@ def _build(plan: Plan, step: list[str], nl: _Netlink, created: list[str]) -> Non
         etc = NETNS_ETC / node.netns
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(node.hosts)
+
+
+def _hierarchy(required: bool) -> Cgroups | None:
+    try:
+        return Cgroups.detect()
+    except EnvironmentProblem:
+        if required:
+            raise
+        return None
+
+
+def _create_cgroups(plan: Plan) -> None:
+    """A cgroup per node: its CPU and memory limits, and the controller's CPU accounting.
+
+    Without a usable cgroup hierarchy nodes without limits still work (unaccounted).
+    """
+    hierarchy = _hierarchy(required=any(n.limited for n in plan.nodes))
+    if hierarchy is None:
+        return
+    for node in plan.nodes:
+        limits = Limits(node.cpu_cores, node.cpu_pin, node.memory_bytes)
+        hierarchy.create(plan.tag, node.name, limits)
 
 
 def _offloads_off(ifname: str) -> None:
@@ -290,7 +329,7 @@ def _start_linkd(plan: Plan) -> None:
         if time.monotonic() > deadline:
             raise InternalError(f"nestbed-linkd did not start; see {directory / 'linkd.log'}")
         time.sleep(0.01)
-    client = LinkdClient(sock)
+    client = SocketClient(sock)
     try:
         for link in plan.emulated:
             client.request(**link.request())
@@ -298,13 +337,13 @@ def _start_linkd(plan: Plan) -> None:
         client.close()
 
 
-def linkd(plan: Plan) -> LinkdClient:
+def linkd(plan: Plan) -> SocketClient:
     """A client of the experiment's running nestbed-linkd."""
-    return LinkdClient(run_dir(plan) / "linkd.sock")
+    return SocketClient(run_dir(plan) / "linkd.sock")
 
 
-def _stop_linkd(directory: Path) -> None:
-    pidfile = directory / "linkd.pid"
+def _stop_pid(pidfile: Path) -> None:
+    """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds."""
     try:
         pid = int(pidfile.read_text().strip())
     except (FileNotFoundError, ValueError):
@@ -320,14 +359,47 @@ def _stop_linkd(directory: Path) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def _stop_daemons(directory: Path) -> None:
+    """The experiment's controller first (it still talks to linkd), then linkd."""
+    for name in ("controller.pid", "linkd.pid"):
+        _stop_pid(directory / name)
+
+
+def _kill_processes_in(namespaces: Iterable[str]) -> None:
+    """SIGKILLs every process whose network namespace is one of these (programs, traffic)."""
+    inodes = set()
+    for name in namespaces:
+        with contextlib.suppress(OSError):
+            inodes.add(os.stat(Path(netns.NETNS_RUN_DIR) / name).st_ino)
+    if not inodes:
+        return
+    victims = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(entry / "ns" / "net").st_ino in inodes:
+                    victims.append(int(entry.name))
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def swap_out(plan: Plan) -> None:
-    """Removes everything ``plan`` creates; safe to run on a partial or absent swap-in."""
-    _remove(plan, plan.namespaces)
+    """Removes everything ``plan`` creates; safe to run on a partial or absent swap-in.
+
+    Only namespaces carrying nestbed's mark are removed: one of the same name made by
+    someone else stays.
+    """
+    _remove(plan, [n for n in plan.namespaces if _marked(n)])
 
 
 def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     directory = run_dir(plan)
-    _stop_linkd(directory)
+    _stop_daemons(directory)
+    _kill_processes_in(namespaces)
+    hierarchy = _hierarchy(required=False)
+    if hierarchy is not None:
+        hierarchy.remove(plan.tag)
     existing = set(netns.listnetns())
     for name in namespaces:
         if name in existing:
@@ -336,18 +408,44 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def _marked(namespace: str) -> bool:
+    """Whether a namespace's loopback carries nestbed's mark (see plan.mark)."""
+    try:
+        with inside(namespace), IPRoute() as ipr:
+            lo = ipr.link("get", index=ipr.link_lookup(ifname="lo")[0])[0]
+    except (OSError, IndexError):
+        return False
+    props = lo.get_attr("IFLA_PROP_LIST")
+    names = props.get_attrs("IFLA_ALT_IFNAME") if props else []
+    return any(n.startswith(MARK_PREFIX) for n in names)
+
+
 def leftovers() -> list[str]:
-    """Namespaces nestbed made that still exist (any experiment)."""
-    return sorted(n for n in netns.listnetns() if n.startswith(NS_PREFIX))
+    """Namespaces nestbed made that still exist (any experiment): named nb-* and marked."""
+    return sorted(n for n in netns.listnetns() if n.startswith(NS_PREFIX) and _marked(n))
+
+
+def traces() -> list[str]:
+    """Everything of any experiment that exists now: namespaces, cgroups, controller and
+    linkd state directories (what a test compares before and after)."""
+    hierarchy = _hierarchy(required=False)
+    found = leftovers() + [f"cgroup {c}" for c in (hierarchy.leftovers() if hierarchy else [])]
+    if RUN_DIR.exists():
+        found += [f"run directory {d}" for d in sorted(RUN_DIR.iterdir())]
+    return found
 
 
 def cleanup() -> list[str]:
     """Removes every namespace, linkd and /etc/netns entry of any nestbed experiment."""
     if RUN_DIR.exists():
         for directory in RUN_DIR.iterdir():
-            _stop_linkd(directory)
+            _stop_daemons(directory)
             shutil.rmtree(directory, ignore_errors=True)
     removed = leftovers()
+    _kill_processes_in(removed)
+    hierarchy = _hierarchy(required=False)
+    if hierarchy is not None:
+        hierarchy.cleanup()
     for name in removed:
         netns.remove(name)
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
@@ -355,8 +453,8 @@ def cleanup() -> list[str]:
 
 
 def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
-    namespace = next(n.netns for n in plan.nodes if n.name == node)
-    return ["ip", "netns", "exec", namespace, *argv]
+    # `ip netns exec` also bind-mounts the node's /etc/hosts, then execs argv in place.
+    return ["ip", "netns", "exec", plan.node(node).netns, *argv]
 
 
 def exec_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
@@ -367,3 +465,26 @@ def exec_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess
 def start_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
     """Starts a command in a node without waiting for it."""
     return subprocess.Popen(_in_node(plan, node, argv), **kwargs)
+
+
+def wait_listening(process: subprocess.Popen, port: int, proto: str, timeout: float = 5) -> None:
+    """Waits until ``process`` (in whatever namespace) has a ``proto`` socket bound to ``port``.
+
+    /proc/PID/net shows the sockets of the process's own network namespace.
+    """
+    table = Path(f"/proc/{process.pid}/net/{proto}")
+    wanted = f":{port:04X} "
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise InternalError(f"{process.args[4]} exited with {process.returncode} at start")
+        with contextlib.suppress(OSError):
+            lines = table.read_text().splitlines()[1:]
+            # local address is the second column; TCP must be in LISTEN (0A)
+            if any(
+                wanted in f"{cols[1]} " and (proto != "tcp" or cols[3] == "0A")
+                for cols in (line.split() for line in lines)
+            ):
+                return
+        time.sleep(0.002)
+    raise InternalError(f"{process.args} did not open {proto} port {port} in {timeout} s")

@@ -39,6 +39,23 @@ def experiment_tag(name: str) -> str:
     return base64.b32encode(digest).decode()[:8].lower()
 
 
+MARK_PREFIX = "nestbed."
+_ALTNAME_MAX = 127
+
+
+def mark(experiment: str, *parts: str) -> str:
+    """The altname that marks an interface as the experiment's: ``nestbed.EXP[.PART...]``.
+
+    Every namespace's loopback carries ``nestbed.EXP``, so cleanup can tell nestbed's
+    namespaces from others that merely share the name prefix.
+    """
+    name = ".".join((MARK_PREFIX + experiment, *parts))
+    if len(name) > _ALTNAME_MAX:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+        name = name[: _ALTNAME_MAX - 13] + "." + digest
+    return name
+
+
 def fabric_namespace(tag: str) -> str:
     return f"{NS_PREFIX}{tag}"
 
@@ -116,6 +133,13 @@ class NodePlan:
     routes: tuple[RouteEntry, ...]
     sysctls: dict[str, str]
     hosts: str  # /etc/hosts for the node
+    cpu_cores: float | None = None
+    cpu_pin: tuple[int, ...] = ()
+    memory_bytes: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.cpu_cores or self.cpu_pin or self.memory_bytes)
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,22 @@ class Plan:
     @property
     def needs_linkd(self) -> bool:
         return bool(self.emulated)
+
+    def interfaces(self) -> dict[tuple[str, str], str]:
+        """(link, node) -> the node's interface on that link or LAN."""
+        node_of = {n.netns: n.name for n in self.nodes}
+        return {
+            (veth.link, node_of[end.netns]): end.ifname
+            for veth in self.veths
+            for end in (veth.a, veth.b)
+            if end.netns in node_of
+        }
+
+    def node(self, name: str) -> NodePlan:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
 
 
 def pipe_params(s: Shaping) -> dict[str, Any]:
@@ -189,6 +229,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
     """Everything swap-in creates for ``exp``, named deterministically.
 
     ``emulate_all`` sends unshaped links through nestbed-linkd too (to measure its overhead).
+    Links that events act on are emulated even when unshaped, as Emulab gives them a delay
+    node, so they can go down or change bandwidth during the run.
     """
     tag = experiment_tag(exp.name)
     fabric = fabric_namespace(tag)
@@ -205,8 +247,9 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         iface_of[(node, link)] = name
         return name
 
+    evented = evented_links(exp)
     for index, link in enumerate(exp.all_links):
-        shaped = link.is_shaped or emulate_all
+        shaped = link.is_shaped or emulate_all or link.name in evented
         if link.kind == "link" and not shaped:
             a, b = link.ports
             veths.append(
@@ -264,6 +307,9 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
                 routes=tuple(routes.get(n.name, ())),
                 sysctls=sysctls,
                 hosts=hosts,
+                cpu_cores=n.cpu_cores,
+                cpu_pin=n.cpu_pin,
+                memory_bytes=n.memory_bytes,
             )
         )
     namespaces = tuple([fabric] if (bridges or emulated) else []) + tuple(ns.values())
@@ -277,6 +323,15 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         emulated=tuple(emulated),
         namespaces=namespaces,
     )
+
+
+def evented_links(exp: Experiment) -> set[str]:
+    """Links and LANs named by any event of the file, directly or through a group."""
+    actions = [*exp.events, *(e for t in exp.timelines for e in t.events)]
+    actions += [a for s in exp.sequences for a in s.steps]
+    groups = {g.name: g.members for g in exp.groups}
+    names = {m for a in actions for m in groups.get(a.object, (a.object,))}
+    return names & {link.name for link in exp.all_links}
 
 
 def _cidr(ip: str, netmask: str) -> str:

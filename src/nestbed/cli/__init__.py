@@ -234,12 +234,17 @@ def delete(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> Non
     out.print(f"deleted experiment {name}")
 
 
-def _stored_name(store, target: str) -> str:  # type: ignore[no-untyped-def]
+def _stored_name(store, target: str, params: list[str] | None = None) -> str:  # type: ignore[no-untyped-def]
     """An experiment name, or a file to create (or refresh) under its name first."""
     path = Path(target)
     if not (path.suffix and path.is_file()):
+        if params:
+            raise UserError(
+                f"parameters (-p) apply to experiment files; '{target}' is a stored experiment "
+                "(or no such file exists)"
+            )
         return target
-    loaded = _load(path, None, None)
+    loaded = _load(path, None, params)
     exp = loaded.experiment
     fields = dict(
         source_text=loaded.text,
@@ -254,9 +259,22 @@ def _stored_name(store, target: str) -> str:  # type: ignore[no-untyped-def]
     return exp.name
 
 
+ResultsOption = Annotated[
+    Path | None,
+    typer.Option("--results", help="Results folder (default results/NAME-TIME)."),
+]
+CaptureOption = Annotated[
+    bool, typer.Option("--capture", help="Capture packets at both ends of every link.")
+]
+
+
 @app.command()
-def swapin(target: Annotated[str, typer.Argument(help="Experiment name or file.")]) -> None:
-    """Build an experiment's network: namespaces, links, addresses, routes, emulation."""
+def swapin(
+    target: Annotated[str, typer.Argument(help="Experiment name or file.")],
+    results: ResultsOption = None,
+    capture: CaptureOption = False,
+) -> None:
+    """Build an experiment's network and start its controller (the run's events begin)."""
     import time
 
     from nestbed.swap import swap_in
@@ -264,21 +282,67 @@ def swapin(target: Annotated[str, typer.Argument(help="Experiment name or file."
     with _store() as store:
         name = _stored_name(store, target)
         start = time.monotonic()
-        p = swap_in(store, name)
+        with err.status(f"swapping in {name}"):
+            active = swap_in(store, name, results=results, capture=capture)
+    p = active.plan
     out.print(
         f"experiment {name} is active: {len(p.nodes)} nodes, {len(p.emulated)} emulated links "
-        f"({time.monotonic() - start:.2f} s)"
+        f"({time.monotonic() - start:.2f} s); results in {active.results}"
     )
 
 
 @app.command()
 def swapout(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
-    """Tear an experiment's network down."""
+    """End the experiment's run and tear its network down."""
     from nestbed.swap import swap_out
 
     with _store() as store:
-        swap_out(store, name)
-    out.print(f"experiment {name} is swapped out")
+        with err.status(f"swapping out {name}"):
+            swap_out(store, name)
+        runs = store.runs(name)
+    where = f"; results in {runs[-1].results_dir}" if runs else ""
+    out.print(f"experiment {name} is swapped out{where}")
+
+
+@app.command()
+def run(
+    target: Annotated[str, typer.Argument(help="Experiment file or name.")],
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Seconds to run (default: until the last event or $ns halt)."),
+    ] = None,
+    capture: CaptureOption = False,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave the experiment active after the run.")
+    ] = False,
+    results: ResultsOption = None,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Swap in, run the events, programs and traffic, collect the results, swap out."""
+    from nestbed.runs import run_experiment
+
+    if duration is not None and duration <= 0:
+        raise UserError(f"--duration {duration} is not a positive number of seconds")
+    with _store() as store:
+        name = _stored_name(store, target, param)
+        summary = run_experiment(
+            store,
+            name,
+            duration=duration,
+            capture=capture,
+            keep=keep,
+            results=results,
+            progress=None if as_json else err,
+        )
+    if as_json:
+        print_json(summary)
+        return
+    from nestbed.cli.render import run_summary
+
+    out.print(run_summary(summary))
+    if summary["outcome"] not in ("completed", "halted"):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -296,6 +360,18 @@ def cleanup() -> None:
         out.print("nothing to clean up")
 
 
+def _active(name: str, node: str | None = None):  # type: ignore[no-untyped-def]
+    """The plan of an active experiment (and a check that ``node`` is one of its nodes)."""
+    from nestbed.runs import active_plan
+
+    with _store() as store:
+        p = active_plan(store, name)
+    if node is not None and node not in {n.name for n in p.nodes}:
+        nodes = ", ".join(n.name for n in p.nodes)
+        raise UserError(f"experiment '{name}' has no node '{node}'; its nodes are {nodes}")
+    return p
+
+
 @app.command("exec", context_settings={"allow_interspersed_args": False})
 def exec_(
     name: Annotated[str, typer.Argument(help="Experiment name.")],
@@ -304,23 +380,107 @@ def exec_(
 ) -> None:
     """Run a command inside a node of an active experiment; its exit status is passed on."""
     from nestbed.backend import linux
-    from nestbed.store import State
-    from nestbed.swap import experiment_plan
 
-    with _store() as store:
-        record = store.get(name)
-        if record.state != State.ACTIVE:
-            raise UserError(
-                f"experiment '{name}' is {record.state}, not active; "
-                f"swap it in first with `nestbed swapin {name}`"
-            )
-        p = experiment_plan(store, name)
-    if node not in {n.name for n in p.nodes}:
-        nodes = ", ".join(n.name for n in p.nodes)
-        raise UserError(f"experiment '{name}' has no node '{node}'; its nodes are {nodes}")
+    p = _active(name, node)
     if command[:1] == ["--"]:
         command = command[1:]
     raise typer.Exit(linux.exec_in(p, node, command).returncode)
+
+
+@app.command()
+def shell(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    node: Annotated[str, typer.Argument(help="Node name.")],
+) -> None:
+    """Open an interactive shell inside a node of an active experiment."""
+    import os
+
+    from nestbed.backend import linux
+
+    p = _active(name, node)
+    user_shell = os.environ.get("SHELL") or "/bin/sh"
+    raise typer.Exit(linux.exec_in(p, node, [user_shell]).returncode)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def event(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    words: Annotated[
+        list[str], typer.Argument(help="[now|+SECONDS] OBJECT VERB [ARGS...], e.g. link0 down")
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Send an event to an active experiment (Emulab's tevc): now, or in SECONDS."""
+    from nestbed.control import client as control
+
+    after = 0.0
+    if words and (words[0] == "now" or words[0].startswith("+")):
+        when, words = words[0], words[1:]
+        if when != "now":
+            try:
+                after = float(when[1:])
+            except ValueError:
+                raise UserError(
+                    f"'{when}' is not a time; write now or +SECONDS, e.g. +2.5"
+                ) from None
+    if len(words) < 2:
+        raise UserError("an event is OBJECT VERB [ARGS...], for example: link0 down")
+    p = _active(name)
+    reply = control.request(
+        p, "event", object=words[0], verb=words[1], args=words[2:], after_s=after
+    )
+    if as_json:
+        print_json(reply)
+        return
+    if "scheduled_s" in reply:
+        out.print(f"scheduled at {reply['scheduled_s']:.3f} s into the run")
+        return
+    row = reply["event"]
+    if row["outcome"] != "ok":
+        raise UserError(f"event {' '.join(words)} failed: {row['message']}")
+    detail = f": {row['message']}" if row["message"] else ""
+    out.print(f"done at {row['actual_s']:.3f} s into the run{detail}")
+
+
+@app.command()
+def status(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show an active experiment: nodes, links with live counters, programs and traffic."""
+    from nestbed.control import client as control
+
+    p = _active(name)
+    data = control.request(p, "status")
+    data.pop("ok", None)
+    data["nodes"] = [{"node": n.name, "namespace": n.netns} for n in p.nodes]
+    if as_json:
+        print_json(data)
+        return
+    from nestbed.cli.render import status_tables
+
+    out.print(status_tables(data))
+
+
+@app.command()
+def capture(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    link: Annotated[str, typer.Argument(help="Link or LAN name.")],
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds to capture (default: until Ctrl-C).")
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for the pcap files.")
+    ] = Path("."),
+) -> None:
+    """Capture packets at every end of a link or LAN (one pcap per member node)."""
+    from nestbed.runs import capture_link
+
+    p = _active(name)
+    with err.status(f"capturing on {link} (Ctrl-C stops)"):
+        files = capture_link(p, link, output, duration)
+    for f in files:
+        out.print(str(f))
 
 
 @app.command()
@@ -351,7 +511,7 @@ def validate(
     out.print(f"results in {folder}")
 
 
-def run() -> None:
+def main_entry() -> None:
     """Entry point: run the app, turning nestbed's errors into one-line messages.
 
     Usage errors are click's (exit 2); anything not a ``NestbedError`` is a bug and keeps its

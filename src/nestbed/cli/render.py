@@ -201,3 +201,89 @@ def validate_tables(tables: dict) -> Group:
             for name, (title, columns) in _VALIDATE_TABLES.items()
         )
     )
+
+
+def _rate(bps: float | None) -> str:
+    return "-" if bps is None else f"{bps / 1e6:.3f} Mb/s"
+
+
+def run_summary(s: dict) -> Group:
+    """What `nestbed run` prints: outcome, flows, event timing, programs, where the results are."""
+    reason = f" ({s['reason']})" if s.get("reason") else ""
+    duration = _num(s.get("duration_s"), ".1f")
+    head = Text(f"run of {s['experiment']}: {s['outcome']}{reason}, {duration} s")
+    flows = _table(
+        "traffic",
+        {
+            "flow": lambda f: str(f["flow"]),
+            "kind": lambda f: str(f["kind"]),
+            "path": lambda f: str(f["path"]),
+            "throughput": lambda f: _rate(f.get("throughput_bps")),
+            "loss": lambda f: (
+                _num(None if f.get("loss") is None else f["loss"] * 100, ".3f")
+                + (" %" if f.get("loss") is not None else "")
+            ),
+            "delay (ms)": lambda f: _num(f.get("delay_mean_ms"), ".3f"),
+        },
+        s.get("flows", []),
+    )
+    t = s.get("timing_ms") or {}
+    timing = Text(
+        "event timing error: "
+        + ", ".join(f"{k} {_num(t.get(k), '.3f')} ms" for k in ("p50", "p99", "max"))
+    )
+    progs = s.get("programs") or {}
+    programs = Text(
+        f"programs: {progs.get('ok', 0)} ok, {progs.get('failed', 0)} failed of "
+        f"{progs.get('total', 0)}"
+    )
+    kept = " (the experiment is still active)" if s.get("kept") else ""
+    return Group(head, flows, timing, programs, Text(f"results in {s['results']}{kept}"))
+
+
+def status_tables(data: dict) -> Group:
+    """What `nestbed status` prints."""
+    head = Text(
+        f"{data['experiment']}: run {data.get('run_id')} at {data['elapsed_s']:.1f} s, "
+        f"{data['pending_events']} events pending"
+        + (f", ended: {data['outcome'].get('outcome')}" if data.get("finished") else "")
+        + f"; results in {data['results']}"
+    )
+    nodes = _table(
+        "nodes", {"node": lambda n: n["node"], "namespace": lambda n: n["namespace"]}, data["nodes"]
+    )
+    links = _table(
+        "links",
+        {
+            "link": lambda r: r["link"],
+            "state": lambda r: r["state"],
+            "port": lambda r: r.get("port", ""),
+            "direction": lambda r: r.get("direction", ""),
+            "packets out": lambda r: str(r.get("packets_out", "")),
+            "drops": lambda r: str(r.get("drops", "")),
+            "queue": lambda r: str(r.get("queue_packets", "")),
+        },
+        data.get("link_counters") or [{"link": k, "state": v} for k, v in data["links"].items()],
+    )
+    programs = _table(
+        "programs",
+        {
+            "program": lambda p: p["program"],
+            "node": lambda p: p["node"],
+            "state": lambda p: p["state"],
+            "runs": lambda p: str(p["invocations"]),
+            "exit": lambda p: "" if p["exit_code"] is None else str(p["exit_code"]),
+        },
+        data["programs"],
+    )
+    flows = _table(
+        "traffic",
+        {
+            "flow": lambda f: f["flow"],
+            "kind": lambda f: f["kind"],
+            "running": lambda f: "yes" if f["running"] else "no",
+            "starts": lambda f: str(f["starts"]),
+        },
+        data["flows"],
+    )
+    return Group(head, nodes, links, programs, flows)

@@ -9,6 +9,7 @@ IR, byte for byte (see ``Experiment.to_json``).
 from __future__ import annotations
 
 import ipaddress
+import math
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -112,6 +113,24 @@ class Shaping(Frozen):
             or self.duplicate > 0
             or self.corrupt > 0
         )
+
+
+def lan_halves(base: Shaping) -> tuple[Shaping, Shaping]:
+    """Splits member-to-member LAN shaping into the node→switch and switch→node halves.
+
+    Delay D becomes D/2 each way and loss P becomes 1-sqrt(1-P) each way (Emulab's rule), so a
+    packet between two members sees D and P. Bandwidth applies to both halves. Jitter, the
+    Gilbert-Elliott model, duplication and corruption act once, on the sending half.
+    """
+    half_loss = 1 - math.sqrt(1 - base.loss) if base.loss else 0.0
+    egress = base.model_copy(update={"delay_s": base.delay_s / 2, "loss": half_loss})
+    ingress = Shaping(
+        bandwidth_bps=base.bandwidth_bps,
+        delay_s=base.delay_s / 2,
+        loss=half_loss,
+        queue=base.queue,
+    )
+    return egress, ingress
 
 
 class Port(Frozen):

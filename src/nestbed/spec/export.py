@@ -10,8 +10,8 @@ import math
 
 from nestbed.errors import UserError
 from nestbed.model import ir
+from nestbed.model.ir import lan_halves
 from nestbed.spec import document as doc
-from nestbed.spec.resolve import lan_halves
 from nestbed.units import format_bandwidth, format_delay, format_time
 
 _DEFAULT_QUEUE = ir.Queue()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,6 +16,8 @@ from pydantic import ValidationError
 
 from nestbed.model import ir
 from nestbed.model.base import NAME_RE
+from nestbed.model.events import check_action
+from nestbed.model.ir import lan_halves
 from nestbed.spec import document as doc
 from nestbed.spec.problems import Location, Problems, describe_validation_error
 from nestbed.units import (
@@ -62,47 +63,6 @@ INERT_REASONS = {
 
 # Only network sysctls are per namespace; anything else would change the host itself.
 _NET_SYSCTL = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
-_LINK_VERBS = {
-    "up": 0,
-    "down": 0,
-    "reset": 0,
-    "bandwidth": 1,
-    "delay": 1,
-    "plr": 1,
-    "queue-set": 3,
-}
-_VERBS: dict[str, dict[str, int | None]] = {
-    # verb -> number of arguments (None: any number)
-    "link": _LINK_VERBS,
-    "lan": _LINK_VERBS,
-    "node": {},
-    "agent": {"set": 2},
-    "cbr": {"start": 0, "stop": 0, "reset": 0, "set": 2},
-    "ftp": {"start": 0, "stop": 0, "produce": 1, "send": 1},
-    "program": {"start": 0, "run": 0, "stop": 0, "kill": None, "set": 2},
-    "ns": {
-        "halt": 0,
-        "terminate": 0,
-        "swapout": 0,
-        "log": None,
-        "message": None,
-        "linktest": None,
-    },
-    "timeline": {"start": 0, "stop": 0, "reset": 0, "run": 0},
-    "sequence": {"start": 0, "stop": 0, "reset": 0, "run": 0},
-}
-_CBR_VARS = {"packetSize_", "rate_", "interval_", "maxpkts_", "random_"}
-_PROGRAM_VARS = {"command", "dir", "timeout", "expected-exit-code"}
-_QUEUE_VARS = {
-    "limit_",
-    "queue-in-bytes_",
-    "thresh_",
-    "maxthresh_",
-    "q_weight_",
-    "linterm_",
-    "gentle_",
-    "mean_pktsize_",
-}
 _COMPATIBLE_AGENTS = {
     frozenset({"udp", "null"}),
     frozenset({"udp"}),
@@ -869,91 +829,23 @@ class _Resolver:
             self.p.error(path, f"group {g.name} is empty; add members")
         return ir.Group.model_construct(name=g.name, members=tuple(g.members))
 
-    def group_kind(self, name: str) -> str | None:
-        group = next(g for g in self.doc.groups if g.name == name)
-        kinds = {self.kinds[m] for m in group.members if m in self.kinds}
-        return kinds.pop() if len(kinds) == 1 else None
-
     def action(
         self, path: Path_, a: doc.ActionDoc, time: float | None = None
     ) -> ir.Action | ir.Event:
         args = tuple(_text(x) for x in (a.args or []))
-        where = self._where(path)
-        fields = dict(object=a.object, verb=a.verb, args=args, where=where)
-        kind = self.kinds.get(a.object)
-        if kind is None:
-            self.p.error(
-                path + ("object",),
-                f"event {a.object} {a.verb}: there is no object named '{a.object}'; events act on "
-                "nodes, links, LANs, agents, applications, programs, timelines, sequences, groups "
-                "or ns",
-            )
-        else:
-            if kind == "group":
-                kind = self.group_kind(a.object) or "group"
-            verbs = _VERBS.get(kind, {})
-            if a.verb not in verbs:
-                valid = ", ".join(sorted(verbs)) or "none"
-                self.p.error(
-                    path + ("verb",),
-                    f"event {a.object} {a.verb}: '{a.verb}' is not a verb of {kind} {a.object}; "
-                    f"valid verbs are {valid}",
-                )
-            else:
-                self.check_args(path, kind, a.object, a.verb, args, verbs[a.verb])
+        fields = dict(object=a.object, verb=a.verb, args=args, where=self._where(path))
+        groups = {g.name: g.members for g in self.doc.groups}
+        names = self.link_names[0] + self.link_names[1]
+        links = dict(zip(names, self.doc.links + self.doc.lans, strict=True))
+        members = {
+            name: [m if isinstance(m, str) else m.node for m in ld.members]
+            for name, ld in links.items()
+        }
+        for field, message in check_action(self.kinds, groups, members, a.object, a.verb, args):
+            self.p.error(path + (field,), message)
         if time is None:
             return ir.Action.model_construct(**fields)
         return ir.Event.model_construct(**fields, time_s=time)
-
-    def check_args(
-        self,
-        path: Path_,
-        kind: str,
-        obj: str,
-        verb: str,
-        args: tuple[str, ...],
-        count: int | None,
-    ) -> None:
-        label = f"event {obj} {verb}"
-        if count is not None and len(args) != count:
-            self.p.error(
-                path + ("args",),
-                f"{label}: takes {count} argument{'s' if count != 1 else ''}, got {len(args)}",
-            )
-            return
-        parse = {
-            "bandwidth": parse_bandwidth,
-            "delay": parse_delay,
-            "plr": parse_probability,
-        }.get(verb)
-        if kind in ("link", "lan") and parse:
-            self.unit(path + ("args",), parse, args[0])
-        if verb == "set":
-            allowed = {"cbr": _CBR_VARS, "program": _PROGRAM_VARS}.get(kind)
-            if allowed and args[0] not in allowed:
-                self.p.error(
-                    path + ("args",),
-                    f"{label}: '{args[0]}' cannot be set on {kind} {obj}; use one of "
-                    f"{', '.join(sorted(allowed))}",
-                )
-        if verb == "queue-set":
-            names = self.link_names[0] + self.link_names[1]
-            links = dict(zip(names, self.doc.links + self.doc.lans, strict=True))
-            group = next((g.members for g in self.doc.groups if g.name == obj), [obj])
-            members = [m for x in group if x in links for m in links[x].members]
-            nodes = [m if isinstance(m, str) else m.node for m in members]
-            if args[0] not in nodes:
-                self.p.error(
-                    path + ("args",),
-                    f"{label}: '{args[0]}' is not a member of {kind} {obj}; name the node whose "
-                    "outgoing queue to change",
-                )
-            if args[1] not in _QUEUE_VARS:
-                self.p.error(
-                    path + ("args",),
-                    f"{label}: '{args[1]}' is not a queue parameter; use one of "
-                    f"{', '.join(sorted(_QUEUE_VARS))}",
-                )
 
     def events(self, path: Path_, events: list[doc.EventDoc]) -> list[ir.Event]:
         out = []
@@ -998,24 +890,6 @@ def _valid_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def lan_halves(base: ir.Shaping) -> tuple[ir.Shaping, ir.Shaping]:
-    """Splits member-to-member LAN shaping into the node→switch and switch→node halves.
-
-    Delay D becomes D/2 each way and loss P becomes 1-sqrt(1-P) each way (Emulab's rule), so a
-    packet between two members sees D and P. Bandwidth applies to both halves. Jitter, the
-    Gilbert-Elliott model, duplication and corruption act once, on the sending half.
-    """
-    half_loss = 1 - math.sqrt(1 - base.loss) if base.loss else 0.0
-    egress = base.model_copy(update={"delay_s": base.delay_s / 2, "loss": half_loss})
-    ingress = ir.Shaping(
-        bandwidth_bps=base.bandwidth_bps,
-        delay_s=base.delay_s / 2,
-        loss=half_loss,
-        queue=base.queue,
-    )
-    return egress, ingress
 
 
 def _free_subnet(

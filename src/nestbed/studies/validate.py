@@ -94,7 +94,7 @@ class Bench:
         self.plan: Plan = plan(self.ir, emulate_all=through_linkd)
         self.workdir = workdir
         self.receiver_ip = self.ir.links[0].port("r").ip
-        self.client: linux.LinkdClient | None = None
+        self.client: linux.SocketClient | None = None
 
     def __enter__(self) -> Bench:
         linux.swap_in(self.plan)

@@ -1,0 +1,65 @@
+"""Benchmark: planned-vs-actual time of static events (issue 4's target: p99 <= 1 ms), over
+3 runs of an experiment with 400 link events and 20 program starts, 5 of them at once. Needs
+root."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import tempfile
+from pathlib import Path
+
+from nestbed.api import Experiment
+from nestbed.runs import run_experiment
+from nestbed.store import Store
+
+RUNS = 3
+
+
+def experiment() -> Experiment:
+    exp = Experiment("benchevents")
+    a, b = exp.node("a"), exp.node("b")
+    link = exp.link(a, b, name="link0", bandwidth="100Mb", delay="1ms")
+    for i in range(400):
+        exp.at(0.5 + i * 0.02, link, "delay", f"{1 + i % 5}ms")
+    for i in range(20):
+        prog = exp.program(f"p{i}", a if i % 2 else b, "true")
+        exp.at(1 + (i // 5) * 1.5, prog, "start")  # five at the same instant
+    exp.at(9, "ns", "halt")
+    return exp
+
+
+def one_run(folder: Path) -> list[float]:
+    with Store.open(str(folder / "store.db")) as store:
+        ir = experiment().build()
+        store.create_experiment(
+            ir.name, source_text="", source_format="python", source_file=None,
+            ir_json=ir.to_json(),
+        )  # fmt: skip
+        run_experiment(store, ir.name, results=folder / "results")
+    with (folder / "results" / "events.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["source"] == "static" and r["error_ms"]]
+    return [float(r["error_ms"]) for r in rows]
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    print(f"static event timing error (actual - planned), {RUNS} runs of 421 events")
+    print(f"{'run':<6}{'events':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+    p99s = []
+    for i in range(RUNS):
+        with tempfile.TemporaryDirectory() as tmp:
+            errors = one_run(Path(tmp))
+        p99s.append(pct(errors, 0.99))
+        print(
+            f"{i + 1:<6}{len(errors):>8}{pct(errors, 0.5):>9.3f}{p99s[-1]:>9.3f}{max(errors):>9.3f}"
+        )
+    print(f"median p99 {statistics.median(p99s):.3f} ms (target 1 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Starting an experiment's controller and talking to it over its socket."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend import linux
+from nestbed.backend.plan import Plan
+from nestbed.errors import EnvironmentProblem, InternalError, UserError
+
+SOCKET = "control.sock"
+_START_TIMEOUT_S = 30
+
+
+def socket_path(plan: Plan) -> Path:
+    return linux.run_dir(plan) / SOCKET
+
+
+def launch(plan: Plan, ir: Path, results: Path, run_id: int | None, capture: bool) -> None:
+    """Starts the controller of a swapped-in experiment and waits until it answers."""
+    directory = linux.run_dir(plan)
+    log = (directory / "controller.log").open("ab")
+    argv = [sys.executable, "-m", "nestbed.control", "--ir", str(ir), "--results", str(results)]
+    if run_id is not None:
+        argv += ["--run-id", str(run_id)]
+    if capture:
+        argv.append("--capture")
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
+    log.close()
+    path = socket_path(plan)
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            tail = (directory / "controller.log").read_text(errors="replace").strip()
+            last = tail.splitlines()[-1] if tail else "no output"
+            raise EnvironmentProblem(
+                f"the controller of experiment {plan.experiment} exited at start: {last}"
+            )
+        if path.exists():
+            try:
+                client = linux.SocketClient(path, "the controller", timeout=5)
+                client.request("ping")
+                client.close()
+                return
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise InternalError(f"the controller did not start; see {directory}/controller.log")
+        time.sleep(0.02)
+
+
+def request(plan: Plan, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
+    """One request to the experiment's controller."""
+    try:
+        client = linux.SocketClient(socket_path(plan), "the controller", timeout=timeout)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise UserError(
+            f"the controller of experiment {plan.experiment} is not running; swap the "
+            f"experiment out and in again (`nestbed swapout {plan.experiment}`)"
+        ) from exc
+    try:
+        return client.request(op, **fields)
+    finally:
+        client.close()

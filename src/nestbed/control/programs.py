@@ -1,0 +1,194 @@
+"""Program objects of a live experiment: commands run in their node with captured output,
+exit status, timeout and expected exit code, as Emulab's program agent runs them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from nestbed.model import Program
+from nestbed.units import parse_time
+
+# Output beyond this per stream is counted and dropped, so a program printing gigabytes
+# cannot fill the disk of the results folder.
+OUTPUT_LIMIT = 64 * 1024 * 1024
+_KILL_GRACE_S = 2.0
+
+
+@dataclass
+class Invocation:
+    number: int
+    process: subprocess.Popen
+    started_s: float
+    stdout: Path
+    stderr: Path
+    ended_s: float | None = None
+    timed_out: bool = False
+    stopped: bool = False
+
+
+class ProgramRunner:
+    """Runs one program object; every start is an invocation with its own output files."""
+
+    def __init__(
+        self,
+        program: Program,
+        run: Path,
+        spawn: Callable[..., subprocess.Popen],
+        now_s: Callable[[], float],
+        record: Callable[[dict[str, Any]], None],
+    ):
+        self.program = program
+        self.command = program.command
+        self.dir = program.dir
+        self.timeout_s = program.timeout_s
+        self.expected = program.expected_exit_code
+        self.folder = run / "programs"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.spawn, self.now_s, self.record = spawn, now_s, record
+        self.invocations: list[Invocation] = []
+        self.done = threading.Condition()
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def running(self) -> bool:
+        return bool(self.invocations) and self.invocations[-1].ended_s is None
+
+    def set(self, var: str, value: str) -> None:
+        if self.running:
+            raise ValueError(f"program {self.name} is running; set {var} before starting it")
+        if var == "command":
+            self.command = value
+        elif var == "dir":
+            self.dir = value
+        elif var == "timeout":
+            self.timeout_s = parse_time(value) or None
+        else:  # expected-exit-code
+            self.expected = int(value)
+
+    def start(self) -> Invocation:
+        if self.running:
+            raise ValueError(f"program {self.name} is already running; stop it first")
+        number = len(self.invocations)
+        stem = self.name if number == 0 else f"{self.name}.{number}"
+        stdout, stderr = self.folder / f"{stem}.stdout", self.folder / f"{stem}.stderr"
+        shell = f"cd {shlex.quote(self.dir)} && exec {self.command}" if self.dir else self.command
+        process = self.spawn(
+            self.program.node,
+            ["sh", "-c", shell],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, so stop reaches its children
+        )
+        inv = Invocation(number, process, self.now_s(), stdout, stderr)
+        self.invocations.append(inv)
+        pumps = [
+            threading.Thread(target=_pump, args=(process.stdout, stdout), daemon=True),
+            threading.Thread(target=_pump, args=(process.stderr, stderr), daemon=True),
+        ]
+        for pump in pumps:
+            pump.start()
+        threading.Thread(target=self._watch, args=(inv, pumps), daemon=True).start()
+        return inv
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Waits until the current invocation ends (for `run` and sequences)."""
+        with self.done:
+            self.done.wait_for(lambda: not self.running, timeout)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if not self.running:
+            raise ValueError(f"program {self.name} is not running")
+        inv = self.invocations[-1]
+        inv.stopped = True
+        _signal_group(inv.process, sig)
+
+    def stop_all(self) -> None:
+        """At the end of a run: stop what still runs and wait for its record."""
+        if self.running:
+            self.stop()
+            self.wait(_KILL_GRACE_S * 2)
+
+    def _watch(self, inv: Invocation, pumps: list[threading.Thread]) -> None:
+        try:
+            inv.process.wait(self.timeout_s)
+        except subprocess.TimeoutExpired:
+            inv.timed_out = True
+            _signal_group(inv.process, signal.SIGTERM)
+        try:
+            inv.process.wait(_KILL_GRACE_S if inv.timed_out or inv.stopped else None)
+        except subprocess.TimeoutExpired:
+            _signal_group(inv.process, signal.SIGKILL)
+            inv.process.wait()
+        for pump in pumps:
+            pump.join(_KILL_GRACE_S)
+        inv.ended_s = self.now_s()
+        code = inv.process.returncode
+        if inv.timed_out:
+            outcome = "timeout"
+        elif inv.stopped:
+            outcome = "killed"
+        else:
+            outcome = "ok" if code == self.expected else "failed"
+        self.record(
+            {
+                "program": self.name,
+                "node": self.program.node,
+                "command": self.command,
+                "started_s": inv.started_s,
+                "ended_s": inv.ended_s,
+                "exit_code": code,
+                "expected_exit_code": self.expected,
+                "timed_out": inv.timed_out,
+                "outcome": outcome,
+                "stdout": str(inv.stdout.relative_to(self.folder.parent)),
+                "stderr": str(inv.stderr.relative_to(self.folder.parent)),
+            }
+        )
+        with self.done:
+            self.done.notify_all()
+
+    def status(self) -> dict[str, Any]:
+        inv = self.invocations[-1] if self.invocations else None
+        return {
+            "program": self.name,
+            "node": self.program.node,
+            "state": "running" if self.running else ("ended" if inv else "never started"),
+            "invocations": len(self.invocations),
+            "exit_code": inv.process.returncode if inv and not self.running else None,
+        }
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
+
+
+def _pump(source: IO[bytes] | None, target: Path) -> None:
+    """Copies a program's output stream to its file, keeping at most OUTPUT_LIMIT bytes."""
+    if source is None:
+        return
+    kept = dropped = 0
+    with target.open("wb") as out:
+        while chunk := source.read1(65536):  # type: ignore[attr-defined]
+            room = OUTPUT_LIMIT - kept
+            if room > 0:
+                out.write(chunk[:room])
+                out.flush()
+            kept += min(room, len(chunk)) if room > 0 else 0
+            dropped += max(0, len(chunk) - max(room, 0))
+        if dropped:
+            out.write(f"\n[nestbed: {dropped} more bytes of output were dropped]\n".encode())
+    source.close()

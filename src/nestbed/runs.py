@@ -1,0 +1,124 @@
+"""Runs of experiments: swap in, let the controller work until the run is over, collect, swap
+out; and the helpers every command on an active experiment shares."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from nestbed.backend import linux
+from nestbed.backend.plan import Plan
+from nestbed.control import client as control
+from nestbed.errors import UserError
+from nestbed.model import Experiment
+from nestbed.results.report import summary
+from nestbed.store import State, Store
+from nestbed.swap import experiment_plan, swap_in, swap_out
+
+_POLL_S = 0.2
+
+
+def active_plan(store: Store, name: str) -> Plan:
+    """The plan of an experiment that must be active (a one-sentence error otherwise)."""
+    record = store.get(name)
+    if record.state != State.ACTIVE:
+        raise UserError(
+            f"experiment '{name}' is {record.state}, not active; swap it in first with "
+            f"`nestbed swapin {name}`"
+        )
+    return experiment_plan(store, name)
+
+
+def expected_end(exp: Experiment) -> float | None:
+    """When the file's static events end: `$ns halt`, else the last event (None: no events)."""
+    halts = [e.time_s for e in exp.events if e.object == "ns" and e.verb in ("halt", "terminate")]
+    if halts:
+        return min(halts)
+    return max((e.time_s for e in exp.events), default=None)
+
+
+def run_experiment(
+    store: Store,
+    name: str,
+    *,
+    duration: float | None = None,
+    capture: bool = False,
+    keep: bool = False,
+    results: Path | None = None,
+    progress: Console | None = None,
+) -> dict[str, Any]:
+    """One whole run; returns the results' summary (with the folder under ``results``).
+
+    The run ends at `$ns halt`, after ``duration`` seconds, or, without a duration, when the
+    static events are done and no program or sequence is still running. Ctrl-C ends it as
+    interrupted, keeping what was measured.
+    """
+    exp = Experiment.from_json(store.get(name).ir_json)
+    active = swap_in(store, name, results=results, capture=capture)
+    outcome = "completed"
+    try:
+        _wait(active.plan, duration, duration or expected_end(exp), progress)
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    finally:
+        if keep:
+            control.request(active.plan, "finish", timeout=300, outcome=outcome, reason=None)
+        else:
+            swap_out(store, name, outcome=outcome)
+    return {**summary(active.results), "results": str(active.results), "kept": keep}
+
+
+def _wait(p: Plan, duration: float | None, end: float | None, console: Console | None) -> None:
+    # A second Ctrl-C during teardown must not leave the network half removed.
+    previous = signal.getsignal(signal.SIGINT)
+    columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=console, disable=console is None, transient=True) as bar:
+        task = bar.add_task(f"running {p.experiment}", total=end)
+        while True:
+            status = control.request(p, "status")
+            elapsed = status["elapsed_s"]
+            bar.update(task, completed=min(elapsed, end) if end else elapsed)
+            if status["finished"]:
+                break
+            if duration is not None and elapsed >= duration:
+                break
+            if duration is None and not status["busy"]:
+                break
+            time.sleep(_POLL_S)
+    signal.signal(signal.SIGINT, previous)
+
+
+def capture_link(p: Plan, link: str, folder: Path, duration: float | None) -> list[Path]:
+    """tcpdump at every member's end of a link or LAN until ``duration`` or Ctrl-C."""
+    ends = {node: ifname for (name, node), ifname in p.interfaces().items() if name == link}
+    if not ends:
+        links = sorted({name for name, _ in p.interfaces()})
+        raise UserError(
+            f"experiment {p.experiment} has no link '{link}'; its links are {', '.join(links)}"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    files, processes = [], []
+    for node, ifname in sorted(ends.items()):
+        path = (folder / f"{link}-{node}.pcap").resolve()
+        argv = ["tcpdump", "-i", ifname, "-w", str(path), "-U", "-s", "0", "-q"]
+        processes.append(linux.start_in(p, node, argv, stderr=subprocess.DEVNULL))
+        files.append(path)
+    try:
+        if duration is None:
+            while all(proc.poll() is None for proc in processes):
+                time.sleep(_POLL_S)
+        else:
+            time.sleep(duration)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in processes:
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+    return files

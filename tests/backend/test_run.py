@@ -1,0 +1,164 @@
+"""Whole runs on real namespaces: events on time, CBR and TCP traffic, programs, link events,
+counters, the results folder; and what a run does with programs that fail or hang."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nestbed.model import Experiment
+from nestbed.runs import run_experiment
+from nestbed.spec import load
+from nestbed.store import State, Store
+
+pytestmark = pytest.mark.root
+
+# a - r - b; the a-r link is shaped (so linkd carries it) and goes down from 1.0 s to 1.5 s.
+NS_FILE = """\
+set ns [new Simulator]
+source tb_compat.tcl
+$ns rtproto Static
+set a [$ns node]
+set r [$ns node]
+set b [$ns node]
+set link0 [$ns duplex-link $a $r 100Mb 5ms DropTail]
+set link1 [$ns duplex-link $r $b 100Mb 0ms DropTail]
+set udp0 [new Agent/UDP]
+$ns attach-agent $a $udp0
+set null0 [new Agent/Null]
+$ns attach-agent $b $null0
+$ns connect $udp0 $null0
+set cbr0 [new Application/Traffic/CBR]
+$cbr0 attach-agent $udp0
+$cbr0 set packetSize_ 500
+$cbr0 set rate_ 1Mb
+set tcp0 [new Agent/TCP/Reno]
+$ns attach-agent $b $tcp0
+set sink0 [new Agent/TCPSink]
+$ns attach-agent $a $sink0
+$ns connect $tcp0 $sink0
+set ftp0 [new Application/FTP]
+$ftp0 attach-agent $tcp0
+set hello [$b program-agent -command "echo hello from \\$(hostname -s 2>/dev/null || echo b); exit 3" -expected-exit-code 3]
+set hang [$a program-agent -command "sleep 60" -timeout 0.5]
+set noisy [$a program-agent -command "echo out; echo err >&2; exit 1"]
+$ns at 0.2 "$cbr0 start"
+$ns at 0.2 "$ftp0 start"
+$ns at 0.3 "$hello start"
+$ns at 0.3 "$hang start"
+$ns at 0.3 "$noisy start"
+$ns at 1.0 "$link0 down"
+$ns at 1.5 "$link0 up"
+$ns at 2.2 "$cbr0 stop"
+$ns at 2.2 "$ftp0 stop"
+$ns at 2.5 "$ns halt"
+$ns run
+"""
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture
+def store(tmp_path):
+    db = Store.open(str(tmp_path / "store.db"))
+    yield db
+    for record in db.list():
+        if record.state not in (State.DEFINED, State.SWAPPED):
+            from nestbed.swap import swap_out
+
+            swap_out(db, record.name)
+    db.close()
+
+
+def _define(store: Store, tmp_path: Path, text: str = NS_FILE) -> str:
+    name = f"run{os.getpid()}"
+    path = tmp_path / f"{name}.ns"
+    path.write_text(text)
+    loaded = load(path)
+    exp = loaded.experiment
+    store.create_experiment(
+        exp.name,
+        source_text=loaded.text,
+        source_format="ns",
+        source_file=str(path),
+        ir_json=exp.to_json(),
+    )
+    return exp.name
+
+
+def test_a_whole_run_writes_every_table(store, tmp_path):
+    name = _define(store, tmp_path)
+    results = tmp_path / "results"
+    summary = run_experiment(store, name, results=results)
+    assert summary["outcome"] == "halted"
+    assert store.get(name).state == State.SWAPPED
+    assert [r.outcome for r in store.runs(name)] == ["halted"]
+
+    manifest = json.loads((results / "manifest.json").read_text())
+    assert manifest["outcome"] == "halted" and manifest["reason"] == "$ns halt"
+    assert manifest["ir_sha256"] and manifest["versions"]["iperf3"].startswith("iperf 3")
+    assert Experiment.from_json((results / "ir.json").read_text()).name == name
+
+    events = _rows(results / "events.csv")
+    static = [e for e in events if e["source"] == "static"]
+    assert len(static) == 10
+    for e in static:
+        assert e["outcome"] == "ok", e
+        # never early; how late is a benchmark (docs/benchmarks.md), not a test
+        assert float(e["actual_s"]) >= float(e["planned_s"]) - 1e-4
+
+    flows = {f["flow"]: f for f in _rows(results / "traffic" / "flows.csv")}
+    cbr = flows["cbr0"]
+    sent, received = int(cbr["packets_sent"]), int(cbr["packets_received"])
+    # 1 Mb/s of 500-byte datagrams is 250 per second for 2 s; half a second of it goes
+    # into the link while it is down.
+    assert 450 <= sent <= 510
+    assert 0.15 < 1 - received / sent < 0.35
+    assert float(cbr["delay_mean_ms"]) >= 5.0
+    series = _rows(results / "traffic" / "cbr0.csv")
+    by_second = {int(float(r["t_s"])): int(r["packets"]) for r in series}
+    assert by_second[1] < by_second[0] + 10 and by_second[1] <= 130  # the down half-second
+    tcp = flows["ftp0"]
+    assert int(tcp["bytes_received"]) > 100_000
+    assert tcp["source"] == "b" and tcp["destination"] == "a"
+
+    programs = {p["program"]: p for p in _rows(results / "programs.csv")}
+    assert programs["hello"]["outcome"] == "ok" and programs["hello"]["exit_code"] == "3"
+    assert "hello from" in (results / programs["hello"]["stdout"]).read_text()
+    assert programs["hang"]["outcome"] == "timeout" and programs["hang"]["timed_out"] == "True"
+    assert float(programs["hang"]["ended_s"]) - float(programs["hang"]["started_s"]) < 10
+    assert programs["noisy"]["outcome"] == "failed"
+    assert (results / programs["noisy"]["stderr"]).read_text() == "err\n"
+
+    counters = _rows(results / "links" / "counters.csv")
+    out_of_a = [
+        c for c in counters if (c["link"], c["port"], c["direction"]) == ("link0", "a", "egress")
+    ]
+    assert int(out_of_a[-1]["packets_out"]) >= received
+    assert {r["node"] for r in _rows(results / "nodes" / "usage.csv")} == {"a", "r", "b"}
+
+    report = (results / "report.md").read_text()
+    assert "cbr0" in report and "halted" in report
+    assert (results / "plots" / "throughput.png").exists()
+
+
+def test_bad_events_and_programs_do_not_stop_the_run(store, tmp_path):
+    text = NS_FILE.replace('$ns at 1.0 "$link0 down"', '$ns at 1.0 "$hello start"')
+    name = _define(store, tmp_path, text)
+    results = tmp_path / "results"
+    summary = run_experiment(store, name, results=results, duration=1.2)
+    # the duration ends the run before the halt at 2.5 s; later events are recorded as skipped
+    assert summary["outcome"] == "completed"
+    events = _rows(results / "events.csv")
+    again = [e for e in events if e["object"] == "hello" and e["planned_s"] == "1"]
+    assert again and again[0]["outcome"] in ("ok", "error")
+    skipped = [e for e in events if e["outcome"] == "skipped"]
+    assert {e["object"] for e in skipped} >= {"cbr0", "ftp0", "ns"}
+    assert store.get(name).state == State.SWAPPED
