@@ -9,8 +9,7 @@ import textwrap
 from dataclasses import replace
 
 import pytest
-from pyroute2 import netns
-from pyroute2 import NetNS
+from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from nestbed.backend import linux

@@ -79,12 +79,23 @@ def test_python_session_exec_events_status(store, tmp_path):
 
 def test_an_exception_in_the_block_still_swaps_out(store, tmp_path):
     name = f"boom{os.getpid()}"
-    with pytest.raises(RuntimeError, match="inside"):
-        with nestbed.swapin(_line(name), store=store, results=tmp_path / "r"):
-            raise RuntimeError("inside the block")
+    with (
+        pytest.raises(RuntimeError, match="inside"),
+        nestbed.swapin(_line(name), store=store, results=tmp_path / "r"),
+    ):
+        raise RuntimeError("inside the block")
     assert store.get(name).state == State.SWAPPED
     prefix = fabric_namespace(experiment_tag(name))
     assert not [n for n in linux.leftovers() if n.startswith(prefix)]
+
+
+def test_a_node_that_deletes_its_own_interfaces_still_swaps_out(store, tmp_path):
+    name = f"self{os.getpid()}"
+    with nestbed.swapin(_line(name), store=store, results=tmp_path / "r") as live:
+        assert live.exec("r", "ip link delete eth0 && ip link delete eth1").ok
+        assert not live.exec("a", ["ping", "-c", "1", "-W", "1", "b"]).ok
+        assert live.status()["links"]["link0"] == "up"  # the controller still answers
+    assert store.get(name).state == State.SWAPPED
 
 
 def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -131,7 +142,10 @@ def test_cleanup_spares_a_foreign_namespace_and_bridge(tmp_path):
         assert _cli(tmp_path, "swapin", _file(tmp_path, name), "--results", "r").returncode == 0
         done = _cli(tmp_path, "cleanup")
         assert done.returncode == 0, done.stderr
-        assert foreign in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert (
+            foreign
+            in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        )
         assert subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0
         assert name not in " ".join(linux.traces())
     finally:

@@ -46,11 +46,13 @@ $ftp0 attach-agent $tcp0
 set hello [$b program-agent -command "echo hello from \\$(hostname -s 2>/dev/null || echo b); exit 3" -expected-exit-code 3]
 set hang [$a program-agent -command "sleep 60" -timeout 0.5]
 set noisy [$a program-agent -command "echo out; echo err >&2; exit 1"]
+set flood [$a program-agent -command "head -c 70000000 /dev/zero"]
 $ns at 0.2 "$cbr0 start"
 $ns at 0.2 "$ftp0 start"
 $ns at 0.3 "$hello start"
 $ns at 0.3 "$hang start"
 $ns at 0.3 "$noisy start"
+$ns at 0.3 "$flood start"
 $ns at 1.0 "$link0 down"
 $ns at 1.5 "$link0 up"
 $ns at 2.2 "$cbr0 stop"
@@ -108,7 +110,7 @@ def test_a_whole_run_writes_every_table(store, tmp_path):
 
     events = _rows(results / "events.csv")
     static = [e for e in events if e["source"] == "static"]
-    assert len(static) == 10
+    assert len(static) == 11
     for e in static:
         assert e["outcome"] == "ok", e
         # never early; how late is a benchmark (docs/benchmarks.md), not a test
@@ -136,6 +138,9 @@ def test_a_whole_run_writes_every_table(store, tmp_path):
     assert float(programs["hang"]["ended_s"]) - float(programs["hang"]["started_s"]) < 10
     assert programs["noisy"]["outcome"] == "failed"
     assert (results / programs["noisy"]["stderr"]).read_text() == "err\n"
+    flood = (results / programs["flood"]["stdout"]).read_bytes()
+    assert programs["flood"]["outcome"] == "ok"
+    assert len(flood) < 70_000_000 and flood.endswith(b"more bytes of output were dropped]\n")
 
     counters = _rows(results / "links" / "counters.csv")
     out_of_a = [
