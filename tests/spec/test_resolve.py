@@ -452,3 +452,11 @@ def test_yaml_subnets_follow_file_order():
         "nodes: [{name: a}, {name: b}]\nlans: [{members: [a, b]}]\nlinks: [{members: [a, b]}]\n"
     )
     assert (exp.lans[0].subnet, exp.links[0].subnet) == ("10.1.1.0/24", "10.1.2.0/24")
+
+
+def test_automatic_subnets_go_past_10_1_255_into_10_2():
+    links = "  - {members: [a, b]}\n" * 300
+    exp = build("nodes: [{name: a}, {name: b}]\nlinks:\n" + links)
+    subnets = [x.subnet for x in exp.links]
+    assert subnets[254:257] == ["10.1.255.0/24", "10.2.0.0/24", "10.2.1.0/24"]
+    assert len(set(subnets)) == 300

@@ -15,6 +15,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -310,6 +311,10 @@ pub fn serve(opts: &Options) -> io::Result<()> {
         fs::write(pid, format!("{}\n", std::process::id()))?;
     }
     let stop = Arc::new(AtomicBool::new(false));
+    // Woken as soon as a client connects; the timeout only bounds how late a stop is seen.
+    let epoll = os::Epoll::new()?;
+    epoll.add(listener.as_raw_fd(), 0)?;
+    let mut ready = Vec::new();
     while !stop.load(Ordering::SeqCst) && !os::stop_requested() {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -320,7 +325,8 @@ pub fn serve(opts: &Options) -> io::Result<()> {
                     .spawn(move || serve_connection(stream, d, s));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
+                ready.clear();
+                epoll.wait(&mut ready, 100)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => eprintln!("nestbed-linkd: accept: {e}"),

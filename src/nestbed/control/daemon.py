@@ -66,6 +66,8 @@ class Controller:
         self.wake = threading.Condition(self.lock)
         self.queue: list[Pending] = []
         self.workers: dict[str, queue.SimpleQueue[Pending]] = {}
+        self.linkd_client: linux.SocketClient | None = None  # for link events, kept open
+        self.linkd_lock = threading.Lock()
         self.seq = itertools.count()
         self.ending = False
         self.finished = threading.Event()  # the run's results are all written
@@ -276,17 +278,18 @@ class Controller:
                 f"link {name} is not emulated (it is unshaped and no event in the file names "
                 "it), so it cannot change while active; give it a shaping or an event in the file"
             )
-        client = linux.linkd(self.plan)
-        try:
+        with self.linkd_lock:
+            if self.linkd_client is None:
+                self.linkd_client = linux.linkd(self.plan)
+            client = self.linkd_client
             if verb in ("up", "down"):
                 fields = {"mode": "blackhole"} if verb == "down" else {}
                 client.request(verb, link=name, **fields)
                 self.link_state[name] = verb
                 return f"link {name} is {verb}"
-            with self.lock:
-                before = self.links[name]
-                after = link_after_event(before, self._original(name), verb, args)
-                self.links[name] = after
+            before = self.links[name]
+            after = link_after_event(before, self._original(name), verb, args)
+            self.links[name] = after
             changed = 0
             for old, new in zip(before.ports, after.ports, strict=True):
                 for direction in ("egress", "ingress"):
@@ -297,8 +300,6 @@ class Controller:
                         )
                         changed += 1
             return f"{changed} pipes of {name} changed"
-        finally:
-            client.close()
 
     def _original(self, name: str) -> Link:
         return next(link for link in self.exp.all_links if link.name == name)

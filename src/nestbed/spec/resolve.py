@@ -901,10 +901,11 @@ def _free_subnet(
             f"netmask {netmask} is wider than /24, so no automatic subnet fits; give the "
             "members' addresses with tb-set-ip-link or ip"
         )
-    for third in range(start, 256):
-        subnet = ipaddress.IPv4Network(f"10.1.{third}.0/{prefix}")
+    # Block k is 10.(1 + k // 256).(k % 256).0: 10.1.1.0, 10.1.2.0, ... 10.1.255.0, 10.2.0.0 ...
+    for k in range(start, 254 * 256):
+        subnet = ipaddress.IPv4Network(f"10.{1 + k // 256}.{k % 256}.0/{prefix}")
         if not any(subnet.overlaps(c) for c in claimed):
-            return subnet, third + 1
+            return subnet, k + 1
     raise ValueError(
-        "the automatic address range 10.1.1.0-10.1.255.0 is used up; give addresses explicitly"
+        "the automatic address range 10.1.1.0-10.254.255.0 is used up; give addresses explicitly"
     )
