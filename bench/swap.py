@@ -59,12 +59,19 @@ def main() -> None:
     }
     print(f"swap-in / swap-out, median of {RUNS} runs")
     print(f"{'experiment':<38}{'in s':>8}{'out s':>8}{'per node ms':>13}")
+    medians = {}
     for label, exp in cases.items():
         p = plan(exp)
         times = [timed(p) for _ in range(RUNS)]
         t_in = statistics.median(t for t, _ in times)
         t_out = statistics.median(t for _, t in times)
+        medians[len(exp.nodes), label.split(",")[0]] = (t_in, t_out)
         print(f"{label:<38}{t_in:>8.2f}{t_out:>8.2f}{t_in / len(exp.nodes) * 1000:>13.1f}")
+    (in100, out100), (in1000, out1000) = medians[100, "linear"], medians[1000, "linear"]
+    print(
+        f"marginal cost per node (linear 100 -> 1000): swap-in {(in1000 - in100) / 0.9:.1f} ms, "
+        f"swap-out {(out1000 - out100) / 0.9:.1f} ms"
+    )
     print(f"\nwhole swap-in (store, back end, controller) / swap-out, median of {RUNS} runs")
     print(f"{'experiment':<38}{'in s':>8}{'out s':>8}")
     tree = cases["tree, 100 nodes, 99 shaped links"]

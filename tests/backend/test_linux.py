@@ -10,9 +10,8 @@ from dataclasses import replace
 
 import pytest
 from pyroute2 import NetNS, netns
-from pyroute2.netlink.exceptions import NetlinkError
 
-from nestbed.backend import linux
+from nestbed.backend import linux, netlink
 from nestbed.backend.plan import RouteEntry, plan
 from nestbed.errors import EnvironmentProblem
 from nestbed.spec import yaml as yaml_front_end
@@ -104,10 +103,11 @@ def test_a_failed_swap_in_removes_what_it_made():
     bad_node = replace(p.nodes[0], routes=(RouteEntry("10.99.0.0/16", "192.0.2.1"),))
     broken = replace(p, nodes=(bad_node, *p.nodes[1:]))
     with pytest.raises(
-        EnvironmentProblem, match=re.escape("while adding route to 10.99.0.0/16 via 192.0.2.1")
+        EnvironmentProblem,
+        match=re.escape("while adding route to 10.99.0.0/16 via 192.0.2.1 on node a: Network is"),
     ) as info:
         linux.swap_in(broken)
-    assert isinstance(info.value.__cause__, NetlinkError)
+    assert isinstance(info.value.__cause__, netlink.Refused)
     assert not set(p.namespaces) & set(linux.leftovers())
     assert not (linux.NETNS_ETC / p.nodes[0].netns).exists()
 
@@ -126,3 +126,21 @@ def test_swap_in_refuses_a_namespace_that_exists_and_leaves_it_alone():
         assert p.namespaces[1] in netns.listnetns()
     finally:
         subprocess.run(["ip", "netns", "delete", p.namespaces[1]], check=True)
+
+
+def test_interfaces_into_linkd_have_their_offloads_off_and_carry_the_mark(swapped):
+    shaped = ROUTED.replace("[a, r]}", "[a, r], bandwidth: 10Mb}")
+    p = swapped(experiment(shaped, "offl"))
+    ends = [end for v in p.veths for end in (v.a, v.b) if end.no_offloads]
+    assert ends
+    for end in ends:
+        features = subprocess.run(
+            ["ip", "netns", "exec", end.netns, "ethtool", "-k", end.ifname],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        for name in ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-checksum-ip-generic",
+                     "generic-segmentation-offload", "generic-receive-offload"):  # fmt: skip
+            assert re.search(rf"^\s*{name}: off$", features, re.M), (end.ifname, features)
+    with NetNS(p.fabric) as ipr:
+        marked = [x.get_attr("IFLA_PROP_LIST") for x in ipr.get_links()]
+    assert all(m and m.get_attr("IFLA_ALT_IFNAME").startswith("nestbed.") for m in marked)

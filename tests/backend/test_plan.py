@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import textwrap
 
 from nbtest import EXAMPLES
@@ -149,3 +150,23 @@ def test_pipe_params_for_every_shaping_field():
     }
     assert pipe_params(Shaping(loss=0.1)) == {"loss": {"model": "bernoulli", "p": 0.1}}
     assert pipe_params(Shaping()) == {}
+
+
+def test_a_chain_needs_few_routes_per_node_and_each_subnet_keeps_its_next_hop():
+    n = 300  # subnets cross from 10.1.255.0 into 10.2.0.0
+    names = ", ".join(f"{{name: n{i}}}" for i in range(n))
+    links = "".join(f"  - {{members: [n{i}, n{i + 1}]}}\n" for i in range(n - 1))
+    exp = build(f"routing: static\nnodes: [{names}]\nlinks:\n{links}")
+    routes = {node.name: node.routes for node in plan(exp).nodes}
+    assert max(len(r) for r in routes.values()) < 20  # not one route per subnet
+    for i in (1, 150, 254, 255, 298):
+        table = [(ipaddress.ip_network("0.0.0.0/0" if r.destination == "default"
+                                       else r.destination), r.via) for r in routes[f"n{i}"]]  # fmt: skip
+        left = exp.links[i - 1].port(f"n{i - 1}").ip
+        right = exp.links[i].port(f"n{i + 1}").ip if i < n - 1 else None
+        for j, link in enumerate(exp.links):
+            if j in (i - 1, i):
+                continue  # connected
+            host = ipaddress.ip_network(link.subnet)[1]
+            via = max((t for t in table if host in t[0]), key=lambda t: t[0].prefixlen)[1]
+            assert via == (left if j < i - 1 else right), (i, link.subnet)

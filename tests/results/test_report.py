@@ -325,3 +325,16 @@ def test_stale_plots_are_removed(complete: Path):
 )
 def test_human_units(value, kind, text):
     assert human(value, kind) == text
+
+
+def test_a_plot_of_many_links_shows_the_busiest_and_says_so(tmp_path: Path):
+    manifest(tmp_path)
+    header = "t_s,link,port,direction,bytes_out"
+    # Link k delivers k MB each second; the 12 busiest are link08 ... link19.
+    rows = [f"{t},link{k:02},a,egress,{k * t * 1_000_000}" for t in range(3) for k in range(20)]
+    write(tmp_path, "links/counters.csv", header, rows)
+    fig = Figure()
+    assert report._plot_links(report._load(tmp_path), fig)
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert labels == [f"link{k:02} a egress" for k in range(8, 20)]
+    assert "the 12 busiest of 20 link directions" in fig.get_suptitle()

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -22,11 +23,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import IPRoute, netns
-from pyroute2.ethtool import Ethtool
+from pyroute2 import netns
 
+from nestbed.backend import netlink, offloads
 from nestbed.backend.cgroups import Cgroups, Limits
-from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, Plan, mark
+from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, NodePlan, Plan, mark
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 # linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
@@ -38,6 +39,7 @@ NETNS_ETC = Path("/etc/netns")
 _OFFLOADS = (
     "tx-tcp-segmentation",
     "tx-tcp6-segmentation",
+    "tx-tcp-accecn-segmentation",  # kernels since 6.18
     "tx-generic-segmentation",
     "tx-udp-segmentation",
     "rx-gro",
@@ -127,39 +129,24 @@ def swap_in(plan: Plan) -> None:
         # before belongs to someone else.
         _remove(plan, created)
         if isinstance(exc, Exception) and not isinstance(exc, NestbedError):
+            # A refusal names its request; anything else is placed by the stage.
+            what = exc if isinstance(exc, netlink.Refused) else f"{step[0]}: {exc}"
             raise EnvironmentProblem(
-                f"swap-in of experiment {plan.experiment} failed while {step[0]}: {exc}; "
+                f"swap-in of experiment {plan.experiment} failed while {what}; "
                 "everything it had created was removed"
             ) from exc
         raise
 
 
-class _Netlink:
-    """One netlink socket per namespace for the whole swap-in (opening one costs a setns)."""
-
-    def __init__(self) -> None:
-        self.sockets: dict[str, IPRoute] = {}
-
-    def __getitem__(self, namespace: str) -> IPRoute:
-        # A netlink socket belongs to the namespace it was opened in; opening it from
-        # inside (setns) avoids the helper process pyroute2's NetNS forks for each one.
-        if namespace not in self.sockets:
-            with inside(namespace):
-                self.sockets[namespace] = IPRoute()
-        return self.sockets[namespace]
-
-    def close(self) -> None:
-        for sock in self.sockets.values():
-            sock.close()
-
-
 def _create(plan: Plan, step: list[str], created: list[str]) -> None:
     """Builds the plan; ``step[0]`` says what it is doing, ``created`` what it has made."""
-    nl = _Netlink()
+    _raise_file_limit(len(plan.namespaces))
+    sockets: dict[str, socket.socket] = {}
     try:
-        _build(plan, step, nl, created)
+        _build(plan, step, sockets, created)
     finally:
-        nl.close()
+        for sock in sockets.values():
+            sock.close()
     step[0] = "creating the nodes' cgroups"
     _create_cgroups(plan)
     if plan.needs_linkd:
@@ -167,18 +154,29 @@ def _create(plan: Plan, step: list[str], created: list[str]) -> None:
         _start_linkd(plan)
 
 
+def _raise_file_limit(namespaces: int) -> None:
+    """Swap-in holds a netlink socket and a namespace handle per namespace at once."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 4 * namespaces + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
 
 
-def _create_namespace(name: str) -> None:
-    """A named network namespace, made in a short-lived thread instead of a forked process.
+def _create_namespace(name: str, node: NodePlan | None) -> socket.socket:
+    """A named network namespace with its sysctls set, and a netlink socket inside it.
 
-    The thread unshares its network namespace and bind-mounts it at /run/netns/NAME, as
-    `ip netns add` does; the mount keeps the namespace alive after the thread ends.
+    Made in a short-lived thread instead of a forked process: the thread unshares its network
+    namespace, bind-mounts it at /run/netns/NAME as `ip netns add` does (the mount keeps it
+    alive after the thread ends), writes the sysctls and opens the socket, which stays in the
+    namespace.
     """
     path = Path(netns.NETNS_RUN_DIR) / name
+    made: list[socket.socket] = []
     failure: list[BaseException] = []
 
     def work() -> None:
@@ -189,6 +187,8 @@ def _create_namespace(name: str) -> None:
             source = b"/proc/thread-self/ns/net"
             if _libc.mount(source, str(path).encode(), b"none", _MS_BIND, None) != 0:
                 raise OSError(ctypes.get_errno(), f"mounting namespace {name} failed")
+            _write_sysctls(node)
+            made.append(netlink.open_socket())
         except BaseException as exc:
             failure.append(exc)
 
@@ -197,78 +197,127 @@ def _create_namespace(name: str) -> None:
     thread.join()
     if failure:
         raise failure[0]
+    return made[0]
 
 
-def _build(plan: Plan, step: list[str], nl: _Netlink, created: list[str]) -> None:
+def _write_sysctls(node: NodePlan | None) -> None:
+    """Sets a node's network sysctls in the calling thread's namespace (/proc/sys/net follows
+    the thread)."""
+    for key, value in (node.sysctls if node else {}).items():
+        if not key.startswith("net.") or "/" in key or ".." in key.split("."):
+            raise InternalError(f"sysctl {key!r} is not a network setting")
+        try:
+            Path("/proc/sys", *key.split(".")).write_text(value)
+        except OSError as exc:
+            what = f"setting sysctl {key}={value} on node {node.name}: {exc.strerror}"  # type: ignore[union-attr]
+            raise netlink.Refused(exc.errno, what) from exc
+
+
+class _Indexes:
+    """Interface indexes chosen by nestbed, so that nothing is looked up after creation."""
+
+    def __init__(self) -> None:
+        self.next: dict[str, int] = {}
+        self.of: dict[tuple[str, str], int] = {}
+
+    def take(self, namespace: str, ifname: str) -> int:
+        index = self.of[(namespace, ifname)] = self.next[namespace]
+        self.next[namespace] += 1
+        return index
+
+
+def _build(
+    plan: Plan, step: list[str], sockets: dict[str, socket.socket], created: list[str]
+) -> None:
+    """Namespaces first; then every veth pair; then addresses, marks, bridges and routes; each
+    stage one batch of netlink requests per namespace."""
+    indexes = _Indexes()
+    batches: dict[str, netlink.Batch] = {}
+    node_in = {node.netns: node for node in plan.nodes}
     for i, name in enumerate(plan.namespaces):
         step[0] = f"creating namespace {name}"
-        # pyroute2 prepares /run/netns (a shared mount, as iproute2 does) on first use.
         if i == 0:
+            # pyroute2 prepares /run/netns (a shared mount, as iproute2 does) on first use.
             netns.create(name)
+            created.append(name)
+            with inside(name):
+                _write_sysctls(node_in.get(name))
+                sockets[name] = netlink.open_socket()
         else:
-            _create_namespace(name)
-        created.append(name)
-        lo = nl[name].link_lookup(ifname="lo")[0]
-        nl[name].link("property_add", index=lo, altname=mark(plan.experiment))
-        nl[name].link("set", index=lo, state="up")
-    for veth in plan.veths:
-        step[0] = f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})"
-        nl[veth.a.netns].link(
-            "add",
-            ifname=veth.a.ifname,
-            kind="veth",
-            peer={"ifname": veth.b.ifname, "net_ns_fd": veth.b.netns},
-        )
-    node_of = {n.netns: n.name for n in plan.nodes}
+            sockets[name] = _create_namespace(name, node_in.get(name))
+            created.append(name)
+        batch = batches[name] = netlink.Batch(sockets[name])
+        indexes.next[name] = batch.max_index() + 1
+        lo = netlink.LOOPBACK_INDEX
+        netlink.add_altname(batch, lo, mark(plan.experiment), f"marking lo in {name}")
+        netlink.set_up(batch, lo, f"bringing lo up in {name}")
+    _flush(batches.values(), step, "marking and bringing up the loopbacks")
+
+    handles = {}
+    try:
+        for veth in plan.veths:
+            if veth.b.netns not in handles:
+                handles[veth.b.netns] = os.open(
+                    Path(netns.NETNS_RUN_DIR) / veth.b.netns, os.O_RDONLY
+                )
+            netlink.add_veth(
+                batches[veth.a.netns],
+                indexes.take(veth.a.netns, veth.a.ifname),
+                veth.a.ifname,
+                indexes.take(veth.b.netns, veth.b.ifname),
+                veth.b.ifname,
+                handles[veth.b.netns],
+                f"creating the veth pair of {veth.link} ({veth.a.ifname} in {veth.a.netns})",
+            )
+        _flush(batches.values(), step, "creating the veth pairs")
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+
     for veth in plan.veths:
         for end in (veth.a, veth.b):
-            step[0] = f"configuring {end.ifname} in {end.netns}"
-            ipr = nl[end.netns]
-            index = ipr.link_lookup(ifname=end.ifname)[0]
+            batch, index = batches[end.netns], indexes.of[(end.netns, end.ifname)]
+            where = f"{end.ifname} in {end.netns}"
             if end.address:
-                ip, prefix = end.address.split("/")
-                ipr.addr("add", index=index, address=ip, prefixlen=int(prefix))
-            owner = node_of.get(end.netns)
-            label = (owner, veth.link) if owner else (veth.link, end.ifname)
-            ipr.link("property_add", index=index, altname=mark(plan.experiment, *label))
-            ipr.link("set", index=index, state="up")
+                netlink.add_address(batch, index, end.address, f"adding {end.address} to {where}")
+            owner = node_in.get(end.netns)
+            label = (owner.name, veth.link) if owner else (veth.link, end.ifname)
+            netlink.add_altname(batch, index, mark(plan.experiment, *label), f"marking {where}")
+            netlink.set_up(batch, index, f"bringing {where} up")
     for bridge in plan.bridges:
-        step[0] = f"creating the bridge of LAN {bridge.link}"
-        ipr = nl[bridge.netns]
-        ipr.link("add", ifname=bridge.ifname, kind="bridge", br_stp_state=0)
-        master = ipr.link_lookup(ifname=bridge.ifname)[0]
-        ipr.link("property_add", index=master, altname=mark(plan.experiment, bridge.link))
+        batch = batches[bridge.netns]
+        what = f"creating the bridge of LAN {bridge.link}"
+        master = indexes.take(bridge.netns, bridge.ifname)
+        netlink.add_bridge(batch, master, bridge.ifname, what)
+        netlink.add_altname(batch, master, mark(plan.experiment, bridge.link), what)
         for port in bridge.ports:
-            ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=master)
-        ipr.link("set", index=master, state="up")
-    # Offloads and sysctls are set from inside each namespace, entered once.
+            netlink.set_master(batch, indexes.of[(bridge.netns, port)], master, what)
+    for node in plan.nodes:
+        for route in node.routes:
+            what = f"adding route to {route.destination} via {route.via} on node {node.name}"
+            netlink.add_route(batches[node.netns], route.destination, route.via, what)
+    _flush(batches.values(), step, "configuring addresses, bridges and routes")
+
+    # Offloads are turned off from inside each namespace (ethtool ioctls), entered once.
     no_offloads: dict[str, list[str]] = {}
     for veth in plan.veths:
         for end in (veth.a, veth.b):
             if end.no_offloads:
                 no_offloads.setdefault(end.netns, []).append(end.ifname)
-    sysctls = {node.netns: node for node in plan.nodes}
-    for namespace in plan.namespaces:
+    for namespace, ifnames in no_offloads.items():
+        step[0] = f"turning offloads off in {namespace}"
         with inside(namespace):
-            for ifname in no_offloads.get(namespace, []):
-                step[0] = f"turning offloads off on {ifname} in {namespace}"
-                _offloads_off(ifname)
-            node = sysctls.get(namespace)
-            for key, value in (node.sysctls if node else {}).items():
-                step[0] = f"setting sysctl {key}={value} on node {node.name}"  # type: ignore[union-attr]
-                target = Path("/proc/sys", *key.split("."))
-                if not key.startswith("net.") or "/" in key or ".." in key.split("."):
-                    raise InternalError(f"sysctl {key!r} is not a network setting")
-                target.write_text(value)
+            offloads.turn_off(ifnames, _OFFLOADS)
     for node in plan.nodes:
-        ipr = nl[node.netns]
-        for route in node.routes:
-            step[0] = f"adding route to {route.destination} via {route.via} on node {node.name}"
-            dst = "0.0.0.0/0" if route.destination == "default" else route.destination
-            ipr.route("add", dst=dst, gateway=route.via)
         etc = NETNS_ETC / node.netns
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(node.hosts)
+
+
+def _flush(batches: Iterable[netlink.Batch], step: list[str], stage: str) -> None:
+    step[0] = stage
+    for batch in batches:
+        batch.flush()
 
 
 def _hierarchy(required: bool) -> Cgroups | None:
@@ -291,18 +340,6 @@ def _create_cgroups(plan: Plan) -> None:
     for node in plan.nodes:
         limits = Limits(node.cpu_cores, node.cpu_pin, node.memory_bytes)
         hierarchy.create(plan.tag, node.name, limits)
-
-
-def _offloads_off(ifname: str) -> None:
-    tool = Ethtool()
-    try:
-        features = tool.get_features(ifname)
-        for name in _OFFLOADS:
-            if name in features.features:
-                features.features[name].enable = False
-        tool.set_features(ifname, features)
-    finally:
-        tool.close()
 
 
 def _start_linkd(plan: Plan) -> None:
@@ -411,12 +448,12 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
 def _marked(namespace: str) -> bool:
     """Whether a namespace's loopback carries nestbed's mark (see plan.mark)."""
     try:
-        with inside(namespace), IPRoute() as ipr:
-            lo = ipr.link("get", index=ipr.link_lookup(ifname="lo")[0])[0]
-    except (OSError, IndexError):
+        with inside(namespace):
+            sock = netlink.open_socket()
+        with sock:
+            names = netlink.altnames(sock, netlink.LOOPBACK_INDEX)
+    except OSError:
         return False
-    props = lo.get_attr("IFLA_PROP_LIST")
-    names = props.get_attrs("IFLA_ALT_IFNAME") if props else []
     return any(n.startswith(MARK_PREFIX) for n in names)
 
 

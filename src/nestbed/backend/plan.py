@@ -404,11 +404,27 @@ def static_routes(exp: Experiment) -> dict[str, list[RouteEntry]]:
             wanted[link.subnet] = via_link[(source, hop)].port(hop).ip
         if not wanted:
             continue
-        default, _ = Counter(wanted.values()).most_common(1)[0]
-        entries = [RouteEntry("default", default)]
-        entries += [RouteEntry(subnet, via) for subnet, via in wanted.items() if via != default]
-        result[source] = entries
+        result[source] = _aggregate(wanted)
     return result
+
+
+def _aggregate(wanted: dict[str, str]) -> list[RouteEntry]:
+    """Routes for ``wanted`` (subnet -> next hop): a default via the commonest next hop, and
+    the other subnets of each next hop collapsed into the fewest prefixes covering exactly
+    them (a chain's subnets 10.1.1.0/24 ... 10.1.64.0/24 become a handful of prefixes).
+
+    The collapsed prefixes cover no address outside their subnets, so every address routes
+    as it would with one route per subnet.
+    """
+    default, _ = Counter(wanted.values()).most_common(1)[0]
+    by_hop: dict[str, list[ipaddress.IPv4Network]] = {}
+    for subnet, via in wanted.items():
+        if via != default:
+            by_hop.setdefault(via, []).append(ipaddress.IPv4Network(subnet))
+    entries = [RouteEntry("default", default)]
+    for via, subnets in by_hop.items():
+        entries += [RouteEntry(str(net), via) for net in ipaddress.collapse_addresses(subnets)]
+    return entries
 
 
 def check_names(p: Plan) -> list[str]:

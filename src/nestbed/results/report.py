@@ -28,6 +28,7 @@ TABLES = (
 )
 LINK_VERBS = {"up", "down", "bandwidth", "delay", "plr"}
 MAX_EVENT_ROWS = 50
+MAX_LINES = 12  # lines per plot
 DASH = "—"
 UNITS = {
     "rate": [(1e9, "Gb/s"), (1e6, "Mb/s"), (1e3, "kb/s"), (1, "b/s")],
@@ -196,7 +197,8 @@ def _per_second(group: pd.DataFrame, values: pd.Series) -> pd.Series:
 
 def _plot_series(r: _Run, fig: Figure, column: str, scale: float, ylabel: str) -> bool:
     ax = fig.subplots()
-    for flow, series in r.series.items():
+    flows = _busiest(iter(r.series.items()), "bytes", fig, "flows", "traffic/")
+    for flow, series in flows:
         s = series.assign(_t=_num(series, "t_s"), _y=_num(series, column) / scale)
         if column == "throughput_bps" and s["_y"].isna().all():
             s["_y"] = _num(series, "bytes") * 8 / scale  # 1-s bins: bytes × 8 is b/s
@@ -225,9 +227,26 @@ def _plot_delay(r: _Run, fig: Figure) -> bool:
     return _plot_series(r, fig, "delay_mean_ms", 1, "one-way delay, mean per second (ms)")
 
 
+def _busiest(
+    groups: Iterator[tuple[str, pd.DataFrame]], column: str, fig: Figure, what: str, table: str
+) -> list[tuple[str, pd.DataFrame]]:
+    """The MAX_LINES groups with the largest ``column`` (a cumulative counter), so a plot of a
+    large experiment stays readable (and fast: a legend of hundreds of lines takes seconds);
+    the figure says how many it leaves out."""
+    everything = list(groups)
+    if len(everything) <= MAX_LINES:
+        return everything
+    ranked = sorted(everything, key=lambda kv: -np.nan_to_num(_num(kv[1], column).max()))
+    fig.suptitle(f"the {MAX_LINES} busiest of {len(everything)} {what}; all are in {table}",
+                 fontsize="small")  # fmt: skip
+    return sorted(ranked[:MAX_LINES], key=lambda kv: kv[0])
+
+
 def _plot_links(r: _Run, fig: Figure) -> bool:
     rate_ax, drop_ax = fig.subplots(2, 1, sharex=True)
-    for name, g in _by_key(r.tables["links/counters.csv"], ["link", "port", "direction"]):
+    table = "links/counters.csv"
+    groups = _by_key(r.tables[table], ["link", "port", "direction"])
+    for name, g in _busiest(groups, "bytes_out", fig, "link directions", table):
         drops = sum(_num(g, c).fillna(0) for c in ("drops_loss", "drops_queue", "drops_other"))
         rate = _per_second(g, _num(g, "bytes_out")) * 8 / 1e6
         if rate.notna().any():
@@ -248,7 +267,8 @@ def _plot_events(r: _Run, fig: Figure) -> bool:
 
 def _plot_cpu(r: _Run, fig: Figure) -> bool:
     ax = fig.subplots()
-    for node, g in _by_key(r.tables["nodes/usage.csv"], ["node"]):
+    table = "nodes/usage.csv"
+    for node, g in _busiest(_by_key(r.tables[table], ["node"]), "cpu_s", fig, "nodes", table):
         cores = _per_second(g, _num(g, "cpu_s"))
         if cores.notna().any():
             ax.plot(g["_t"], cores, label=node)
