@@ -20,3 +20,22 @@ def semantic(exp: Any) -> Any:
         return o
 
     return strip(exp.model_dump(mode="json"))
+
+
+def build(text: str) -> Any:
+    """The IR of a YAML experiment given as (indented) text, as file t.yaml."""
+    import textwrap
+
+    from nestbed.spec import yaml as yaml_front_end
+    from nestbed.spec.resolve import resolve
+
+    document, locations = yaml_front_end.read(textwrap.dedent(text), "t.yaml")
+    return resolve(document, file="t.yaml", locations=locations)
+
+
+def experiment(text: str, name: str) -> Any:
+    """Like build, named NAME-PID so that parallel test runs do not collide."""
+    import os
+
+    exp = build(text)
+    return exp.model_copy(update={"name": f"{name}-{os.getpid()}"})

@@ -20,6 +20,7 @@ LAYERS = [
     "store",
     "backend",
     "results",
+    "linktest",
     "control",
     "swap",
     "runs",

@@ -16,10 +16,12 @@ from nestbed.backend import linux
 from nestbed.backend.plan import Plan
 from nestbed.control import client as control
 from nestbed.errors import UserError
-from nestbed.model import Experiment
+from nestbed.linktest.expect import with_links
+from nestbed.linktest.run import Notify, Report, check_level, linktest, set_aside, write
+from nestbed.model import Experiment, Link
 from nestbed.results.report import summary
 from nestbed.store import State, Store
-from nestbed.swap import experiment_plan, swap_in, swap_out
+from nestbed.swap import experiment_plan, swap_in, swap_out, swapped_in_experiment
 
 _POLL_S = 0.2
 
@@ -33,6 +35,37 @@ def active_plan(store: Store, name: str) -> Plan:
             f"`nestbed swapin {name}`"
         )
     return experiment_plan(store, name)
+
+
+def linktest_active(
+    store: Store, name: str, level: int, progress: Notify | None = None
+) -> tuple[Report, Path | None]:
+    """Runs linktest on an active experiment, against its links as events have left them;
+    the report goes into the run's results folder (returned) as well."""
+    check_level(level)
+    p = active_plan(store, name)
+    before = _link_settings(p)
+    changed = [Link.model_validate(x) for x in before["changed_links"]]
+    down = {link for link, state in before["links"].items() if state == "down"}
+    exp = with_links(swapped_in_experiment(store, name), changed)
+    report = linktest(p, exp, level, down=down, progress=progress)
+    after = _link_settings(p)
+    set_aside(report, _differ(before, after))
+    folder = write(report, Path(after["results"])) if after.get("results") else None
+    return report, folder
+
+
+def _link_settings(p: Plan) -> dict[str, Any]:
+    status = control.request(p, "status")
+    return {k: status.get(k) or {} for k in ("links", "changed_links", "results")}
+
+
+def _differ(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    """Links whose state or settings differ between two statuses."""
+    names = {n for n in before["links"] if before["links"][n] != after["links"].get(n)}
+    settings = [{x["name"]: x for x in s["changed_links"]} for s in (before, after)]
+    return names | {n for n in settings[0].keys() | settings[1].keys()
+                    if settings[0].get(n) != settings[1].get(n)}  # fmt: skip
 
 
 def expected_end(exp: Experiment) -> float | None:
@@ -52,6 +85,8 @@ def run_experiment(
     keep: bool = False,
     results: Path | None = None,
     progress: Console | None = None,
+    linktest: int | None = None,
+    linktest_strict: bool = False,
 ) -> dict[str, Any]:
     """One whole run; returns the results' summary (with the folder under ``results``).
 
@@ -60,7 +95,10 @@ def run_experiment(
     interrupted, keeping what was measured.
     """
     exp = Experiment.from_json(store.get(name).ir_json)
-    active = swap_in(store, name, results=results, capture=capture)
+    active = swap_in(
+        store, name, results=results, capture=capture, linktest=linktest,
+        linktest_strict=linktest_strict, progress=progress.log if progress else None,
+    )  # fmt: skip
     outcome = "completed"
     try:
         _wait(active.plan, duration, duration or expected_end(exp), progress)
@@ -71,7 +109,10 @@ def run_experiment(
             control.request(active.plan, "finish", timeout=300, outcome=outcome, reason=None)
         else:
             swap_out(store, name, outcome=outcome)
-    return {**summary(active.results), "results": str(active.results), "kept": keep}
+    found = {**summary(active.results), "results": str(active.results), "kept": keep}
+    if active.linktest is not None:
+        found["linktest"] = {k: v for k, v in active.linktest.to_json().items() if k != "checks"}
+    return found
 
 
 def _wait(p: Plan, duration: float | None, end: float | None, console: Console | None) -> None:

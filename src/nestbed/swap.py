@@ -18,7 +18,10 @@ from pathlib import Path
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan, plan
 from nestbed.control import client as control
-from nestbed.errors import NestbedError, UserError
+from nestbed.errors import EnvironmentProblem, NestbedError, UserError
+from nestbed.linktest.run import Notify, Report, check_level
+from nestbed.linktest.run import linktest as run_linktest
+from nestbed.linktest.run import write as write_linktest
 from nestbed.model import Experiment
 from nestbed.results import manifest
 from nestbed.store import State, Store
@@ -34,14 +37,20 @@ class Active:
     plan: Plan
     run_id: int
     results: Path
+    linktest: Report | None = None  # the linktest run at swap-in, if one was asked for
+
+
+def swapped_in_experiment(store: Store, name: str) -> Experiment:
+    """The experiment as it was swapped in (or as stored, when it is not)."""
+    kept = linux.RUN_DIR / name / _KEPT_IR
+    if kept.exists():
+        return Experiment.from_json(kept.read_text())
+    return Experiment.from_json(store.get(name).ir_json)
 
 
 def experiment_plan(store: Store, name: str) -> Plan:
     """The plan of the experiment as it was swapped in (or as stored, when it is not)."""
-    kept = linux.RUN_DIR / name / _KEPT_IR
-    if kept.exists():
-        return plan(Experiment.from_json(kept.read_text()))
-    return plan(Experiment.from_json(store.get(name).ir_json))
+    return plan(swapped_in_experiment(store, name))
 
 
 def default_results(name: str) -> Path:
@@ -49,13 +58,24 @@ def default_results(name: str) -> Path:
 
 
 def swap_in(
-    store: Store, name: str, *, results: Path | None = None, capture: bool = False
+    store: Store,
+    name: str,
+    *,
+    results: Path | None = None,
+    capture: bool = False,
+    linktest: int | None = None,
+    linktest_strict: bool = False,
+    progress: Notify | None = None,
 ) -> Active:
     """Builds the experiment's network and starts its controller, which begins the run.
 
-    On failure everything is removed and the experiment is `failed`.
+    With ``linktest`` a linktest of that level runs on the finished network before the run
+    begins (its report in the results folder); with ``linktest_strict`` a failed check fails
+    the swap-in. On failure everything is removed and the experiment is `failed`.
     """
     linux.require_root()
+    if linktest is not None:
+        check_level(linktest)
     record = store.get(name)
     store.transition(name, State.SWAPPING_IN, expect_from=record.state, reason="swapin")
     exp = Experiment.from_json(record.ir_json)
@@ -68,6 +88,9 @@ def swap_in(
         kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         kept.write_text(exp.to_json())
         folder.mkdir(parents=True, exist_ok=True)
+        checked = None
+        if linktest is not None:
+            checked = _linktest(p, exp, linktest, folder, linktest_strict, progress)
         run_id = store.start_run(name, folder)
         control.launch(p, kept, folder, run_id, capture)
     except BaseException as exc:
@@ -78,7 +101,22 @@ def swap_in(
         store.transition(name, State.FAILED, reason=reason)
         raise
     store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
-    return Active(p, run_id, folder)
+    return Active(p, run_id, folder, checked)
+
+
+def _linktest(
+    p: Plan, exp: Experiment, level: int, folder: Path, strict: bool, progress: Notify | None
+) -> Report:
+    report = run_linktest(p, exp, level, progress=progress)
+    where = write_linktest(report, folder)
+    if strict and report.failures:
+        first = report.failures[0]
+        raise EnvironmentProblem(
+            f"linktest level {level} found {len(report.failures)} failed checks (first: "
+            f"{first.link} {first.direction}: {first.reason}); the experiment was swapped out; "
+            f"the report is {where / 'linktest.md'}"
+        )
+    return report
 
 
 def end_run(store: Store, name: str, p: Plan, outcome: str, reason: str | None) -> str:

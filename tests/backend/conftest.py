@@ -20,6 +20,27 @@ def nothing_leaked():
     assert not leaked, f"left behind by the tests: {sorted(leaked)}"
 
 
+@pytest.fixture
+def swapped():
+    """Swaps in plans of experiments for one test; all swapped out however the test ends."""
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    made = []
+
+    def swap(exp):
+        p = plan(exp)
+        made.append(p)
+        linux.swap_in(p)
+        return p
+
+    yield swap
+    for p in made:
+        linux.swap_out(p)
+    for p in made:
+        assert not set(p.namespaces) & set(linux.leftovers())
+
+
 def pytest_collection_modifyitems(items):
     if os.geteuid() == 0:
         return

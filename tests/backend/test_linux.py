@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import textwrap
 from dataclasses import replace
 
 import pytest
 from pyroute2 import NetNS, netns
 
+from nbtest import experiment
 from nestbed.backend import linux, netlink
 from nestbed.backend.plan import RouteEntry, plan
 from nestbed.errors import EnvironmentProblem
-from nestbed.spec import yaml as yaml_front_end
-from nestbed.spec.resolve import resolve
 
 pytestmark = pytest.mark.root
-
-
-def experiment(text: str, name: str):
-    document, locations = yaml_front_end.read(textwrap.dedent(text), "t.yaml")
-    document = document.model_copy(update={"name": f"{name}-{os.getpid()}"})
-    return resolve(document, file="t.yaml", locations=locations)
-
-
-@pytest.fixture
-def swapped():
-    made = []
-
-    def swap(exp):
-        p = plan(exp)
-        made.append(p)
-        linux.swap_in(p)
-        return p
-
-    yield swap
-    for p in made:
-        linux.swap_out(p)
-    for p in made:
-        assert not set(p.namespaces) & set(linux.leftovers())
 
 
 ROUTED = """

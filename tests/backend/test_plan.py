@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-import textwrap
 
-from nbtest import EXAMPLES
+from nbtest import EXAMPLES, build
 from nestbed.backend.plan import IFNAME_MAX, check_names, experiment_tag, pipe_params, plan
 from nestbed.model import GilbertElliott, Queue, Shaping
 from nestbed.spec import load
-from nestbed.spec import yaml as yaml_front_end
-from nestbed.spec.resolve import resolve
-
-
-def build(text: str):
-    document, locations = yaml_front_end.read(textwrap.dedent(text), "t.yaml")
-    return resolve(document, file="t.yaml", locations=locations)
 
 
 def test_names_are_short_deterministic_and_tagged():

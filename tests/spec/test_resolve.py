@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import math
-import textwrap
 
 import pytest
 
+from nbtest import build
 from nestbed.errors import SpecError
-from nestbed.spec import yaml as yaml_front_end
-from nestbed.spec.resolve import resolve
-
-
-def build(text: str):
-    text = textwrap.dedent(text)
-    document, locations = yaml_front_end.read(text, "t.yaml")
-    return resolve(document, file="t.yaml", locations=locations)
 
 
 def problems(text: str) -> list[str]:

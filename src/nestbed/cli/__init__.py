@@ -268,11 +268,27 @@ CaptureOption = Annotated[
 ]
 
 
+LinktestOption = Annotated[
+    int | None,
+    typer.Option(
+        "--linktest",
+        metavar="LEVEL",
+        help="Run linktest at this level (1-4) on the network before the run begins.",
+    ),
+]
+LinktestStrictOption = Annotated[
+    bool,
+    typer.Option("--linktest-strict", help="A failed linktest check fails the swap-in."),
+]
+
+
 @app.command()
 def swapin(
     target: Annotated[str, typer.Argument(help="Experiment name or file.")],
     results: ResultsOption = None,
     capture: CaptureOption = False,
+    linktest: LinktestOption = None,
+    linktest_strict: LinktestStrictOption = False,
 ) -> None:
     """Build an experiment's network and start its controller (the run's events begin)."""
     import time
@@ -282,9 +298,16 @@ def swapin(
     with _store() as store:
         name = _stored_name(store, target)
         start = time.monotonic()
-        with err.status(f"swapping in {name}"):
-            active = swap_in(store, name, results=results, capture=capture)
+        with err.status(f"swapping in {name}") as status:
+            active = swap_in(
+                store, name, results=results, capture=capture, linktest=linktest,
+                linktest_strict=linktest_strict, progress=status.update,
+            )  # fmt: skip
     p = active.plan
+    if active.linktest is not None:
+        from nestbed.cli.render import linktest_tables
+
+        out.print(linktest_tables(active.linktest.to_json()))
     out.print(
         f"experiment {name} is active: {len(p.nodes)} nodes, {len(p.emulated)} emulated links "
         f"({time.monotonic() - start:.2f} s); results in {active.results}"
@@ -317,6 +340,8 @@ def run(
     ] = False,
     results: ResultsOption = None,
     param: ParamOption = None,
+    linktest: LinktestOption = None,
+    linktest_strict: LinktestStrictOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Swap in, run the events, programs and traffic, collect the results, swap out."""
@@ -334,6 +359,8 @@ def run(
             keep=keep,
             results=results,
             progress=None if as_json else err,
+            linktest=linktest,
+            linktest_strict=linktest_strict,
         )
     if as_json:
         print_json(summary)
@@ -460,6 +487,40 @@ def status(
     from nestbed.cli.render import status_tables
 
     out.print(status_tables(data))
+
+
+@app.command()
+def linktest(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    level: Annotated[
+        int,
+        typer.Option(
+            "--level", help="1 latency, 2 + routing, 3 + loss, 4 + bandwidth (as Emulab's)."
+        ),
+    ] = 3,
+    as_json: JsonOption = False,
+) -> None:
+    """Check that an active experiment's links, routes and shaping are what its file asked
+    for; exits with 1 when a check fails."""
+    from nestbed.runs import linktest_active
+
+    with _store() as store:
+        if as_json:
+            report, folder = linktest_active(store, name, level)
+        else:
+            with err.status(f"linktest of {name}, level {level}") as status:
+                report, folder = linktest_active(store, name, level, status.update)
+    data = report.to_json() | {"folder": str(folder) if folder else None}
+    if as_json:
+        print_json(data)
+    else:
+        from nestbed.cli.render import linktest_tables
+
+        out.print(linktest_tables(data))
+        if folder:
+            out.print(f"report in {folder}")
+    if report.failures:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -287,3 +287,36 @@ def status_tables(data: dict) -> Group:
         data["flows"],
     )
     return Group(head, nodes, links, programs, flows)
+
+
+_VERDICT_STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
+
+
+def linktest_tables(report: dict) -> Group:
+    """A table per level of a linktest report (its JSON form), then the counts."""
+    from nestbed.linktest.run import LEVELS
+
+    parts: list[Table | Text] = []
+    for level, title in LEVELS.items():
+        rows = [c for c in report["checks"] if c["level"] == level]
+        if not rows:
+            continue
+        table = Table(title=f"level {level}: {title}", title_justify="left")
+        for col in ("link", "direction", "expected", "measured", "verdict", "reason"):
+            table.add_column(col, overflow="fold")
+        for c in rows:
+            verdict = Text(c["verdict"], style=_VERDICT_STYLE.get(c["verdict"], ""))
+            table.add_row(c["link"], c["direction"], c["expected"], c["measured"], verdict,
+                          c["reason"])  # fmt: skip
+        parts.append(table)
+    counts = report["counts"]
+    style = "bold red" if counts["fail"] else "green"
+    parts.append(
+        Text(
+            f"linktest of {report['experiment']}, level {report['level']}: {counts['pass']} "
+            f"passed, {counts['fail']} failed, {counts['skip']} skipped in "
+            f"{report['seconds']:.1f} s",
+            style=style,
+        )
+    )
+    return Group(*parts)

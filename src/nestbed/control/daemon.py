@@ -29,8 +29,11 @@ from nestbed.control.client import SOCKET
 from nestbed.control.programs import ProgramRunner
 from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
 from nestbed.errors import NestbedError
+from nestbed.linktest.expect import with_links
+from nestbed.linktest.run import linktest, set_aside
+from nestbed.linktest.run import write as write_linktest
 from nestbed.model import Action, Experiment, Link
-from nestbed.model.events import check_event, link_after_event
+from nestbed.model.events import LINKTEST_DEFAULT, check_event, link_after_event
 from nestbed.results import manifest
 from nestbed.results.tables import (
     EVENT_COLUMNS,
@@ -57,6 +60,9 @@ class Pending:
     timeline: str | None = field(compare=False, default=None)
 
 
+LINKTEST_WAIT_S = 120  # a run that ends during a linktest waits this long for its report
+
+
 class Controller:
     def __init__(self, exp: Experiment, run: Path, *, run_id: int | None, capture: bool):
         self.exp, self.run, self.run_id, self.capture = exp, run, run_id, capture
@@ -80,6 +86,8 @@ class Controller:
         self.timelines_pending: dict[str, int] = {}
         self.sequences: dict[str, threading.Event] = {}  # name -> stop flag, while running
         self.processes: list[subprocess.Popen] = []  # captures
+        self.linktest_threads: list[threading.Thread] = []
+        self.linktests: list[dict[str, Any]] = []  # summaries of finished linktests
         self.t0 = time.monotonic()
         run.mkdir(parents=True, exist_ok=True)
         binaries = {"nestbed-linkd": linux.built_binary("nestbed-linkd")}
@@ -346,7 +354,34 @@ class Controller:
             return "the run ends"
         if verb in ("log", "message"):
             return " ".join(args)
-        return "linktest is not available yet; the event was skipped"
+        # linktest runs for seconds to minutes: on its own thread, so later events stay on time.
+        level = int(args[0]) if args else LINKTEST_DEFAULT
+        thread = threading.Thread(target=self._linktest, args=(level,), name="linktest")
+        self.linktest_threads.append(thread)
+        thread.start()
+        return f"linktest level {level} started; its report goes to linktest/ in the results"
+
+    def current_experiment(self) -> tuple[Experiment, set[str]]:
+        """The experiment with every link as events have left it, and the links now down."""
+        with self.lock:
+            return (
+                with_links(self.exp, self.links.values()),
+                {name for name, state in self.link_state.items() if state == "down"},
+            )
+
+    def _linktest(self, level: int) -> None:
+        exp, down = self.current_experiment()
+        try:
+            report = linktest(self.plan, exp, level, down=down)
+            after, now_down = self.current_experiment()
+            set_aside(report, {x.name for x in after.all_links if x not in exp.all_links}
+                      | (down ^ now_down))  # fmt: skip
+            folder = write_linktest(report, self.run)
+            summary = {**report.to_json()["counts"], "level": level, "folder": str(folder)}
+        except Exception as exc:  # reported in status; the run goes on
+            summary = {"level": level, "error": f"{type(exc).__name__}: {exc}"}
+        with self.lock:
+            self.linktests.append(summary)
 
     def _end_by_event(self, verb: str, outcome: str, reason: str) -> None:
         self.finish(outcome, reason)
@@ -488,6 +523,12 @@ class Controller:
             or any(p.running for p in self.programs.values())
             or bool(self.sequences),
             "links": {name: self.link_state[name] for name in self.links},
+            "changed_links": [
+                link.model_dump(mode="json")
+                for name, link in self.links.items()
+                if link != self._original(name)
+            ],
+            "linktests": list(self.linktests),
             "link_counters": self._live_counters(),
             "programs": [p.status() for p in self.programs.values()],
             "flows": [
@@ -552,6 +593,8 @@ class Controller:
             flag.set()
         for prog in self.programs.values():
             prog.stop_all()
+        for thread in self.linktest_threads:
+            thread.join(timeout=LINKTEST_WAIT_S)
         problems = self._collect_traffic()
         for process in self.processes:
             process.send_signal(signal.SIGINT)

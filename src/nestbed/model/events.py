@@ -41,6 +41,8 @@ VERBS: dict[str, dict[str, int | None]] = {
     "timeline": {"start": 0, "stop": 0, "reset": 0, "run": 0},
     "sequence": {"start": 0, "stop": 0, "reset": 0, "run": 0},
 }
+LINKTEST_LEVELS = ("1", "2", "3", "4")
+LINKTEST_DEFAULT = 3
 CBR_VARS = {"packetSize_", "rate_", "interval_", "maxpkts_", "random_"}
 PROGRAM_VARS = {"command", "dir", "timeout", "expected-exit-code"}
 QUEUE_VARS = {
@@ -130,6 +132,10 @@ def check_action(
                     f"{', '.join(sorted(allowed))}",
                 )
             )
+    if verb == "linktest" and (len(args) > 1 or (args and args[0] not in LINKTEST_LEVELS)):
+        problems.append(
+            ("args", f"{label}: takes an optional level, 1 to 4 (default {LINKTEST_DEFAULT})")
+        )
     if verb == "queue-set":
         nodes = [n for m in members for n in link_members.get(m, ())]
         if args[0] not in nodes:

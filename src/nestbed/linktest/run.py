@@ -1,0 +1,624 @@
+"""Runs linktest on a swapped-in experiment: nestbed-probe between the nodes for latency, loss
+and bandwidth, datagrams from inside every node's namespace for routing; tests in rounds where
+each node takes part in one test at a time. Level N runs levels 1 to N, as in Emulab."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import csv
+import fcntl
+import json
+import math
+import select
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nestbed.backend import linux
+from nestbed.backend.plan import Plan
+from nestbed.errors import UserError
+from nestbed.linktest import expect, stats
+from nestbed.linktest.expect import Direction, Route
+from nestbed.model import Experiment
+
+LEVELS = {
+    1: "connectivity and latency",
+    2: "routing",
+    3: "loss",
+    4: "bandwidth",
+}
+LATENCY_PROBES = 40
+LATENCY_PAYLOAD = 64
+LOSS_PAYLOAD = 64
+LOSS_MAX_PPS = 10_000
+# Of a shaped direction's rate: probes are paced evenly, so below the rate no queue builds.
+LOSS_MAX_UTILIZATION = 0.5
+LOSS_ROUND_PPS = 40_000  # summed rate of a round's loss tests: well within linkd's capacity
+BANDWIDTH_SECONDS = 2.0
+BANDWIDTH_OVERDRIVE = 1.05
+BANDWIDTH_MIN_PACKETS = 200
+BANDWIDTH_ROUND_LOAD_BPS = 400e6
+BLOCK_SECONDS = 0.02  # goodput is taken per block of arrivals at least this long
+BLOCK_MIN_FRAMES = 20  # summed offered load of a round, so linkd keeps up
+ROUTING_PORT = 39_999
+FIRST_PORT = 40_000
+
+
+@dataclass
+class Check:
+    """One row of the report."""
+
+    level: int
+    link: str  # the link or LAN; for routing, the path's links
+    direction: str
+    expected: str
+    measured: str
+    verdict: str  # pass, fail or skip
+    reason: str = ""
+    numbers: dict[str, float | int | None] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    experiment: str
+    level: int
+    checks: list[Check]
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    level_seconds: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.verdict == "fail"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "level": self.level,
+            "seconds": round(self.seconds, 2),
+            "level_seconds": self.level_seconds,
+            "alpha": stats.ALPHA,
+            "passed": not self.failures,
+            "counts": {
+                v: sum(c.verdict == v for c in self.checks) for v in ("pass", "fail", "skip")
+            },
+            "notes": self.notes,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+Notify = Callable[[str], None]  # told what linktest is doing
+
+
+def check_level(level: int) -> int:
+    if level not in LEVELS:
+        raise UserError(f"linktest level {level} does not exist; use 1 to 4 ({_levels()})")
+    return level
+
+
+def set_aside(report: Report, links: Iterable[str]) -> None:
+    """Turns the checks of links that events changed while linktest ran into skips: what they
+    measured belongs to neither setting."""
+    changed = set(links)
+    if not changed:
+        return
+    for c in report.checks:
+        if c.verdict != "skip" and changed & set(c.link.split()):
+            c.verdict = "skip"
+            c.reason = "an event changed the link during the test; " + (c.reason or "measured")
+    report.notes.append(f"events changed {', '.join(sorted(changed))} during the test")
+
+
+def _levels() -> str:
+    return ", ".join(f"{k} {v}" for k, v in LEVELS.items())
+
+
+def linktest(
+    plan: Plan,
+    exp: Experiment,
+    level: int = 3,
+    *,
+    down: Iterable[str] = (),
+    progress: Notify | None = None,
+) -> Report:
+    """Runs levels 1..``level`` on the live experiment ``plan`` built from ``exp`` (with any
+    link changes events made since); ``down`` are links an event took down."""
+    check_level(level)
+    say = progress or (lambda _: None)
+    with _exclusive(plan, say):
+        return _linktest(plan, exp, level, set(down), say)
+
+
+@contextlib.contextmanager
+def _exclusive(plan: Plan, say: Notify) -> Iterator[None]:
+    """One linktest at a time per experiment: two would use the same ports in the same nodes
+    and load each other's links."""
+    directory = linux.run_dir(plan)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with (directory / "linktest.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("waiting for another linktest of this experiment to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _linktest(plan: Plan, exp: Experiment, level: int, down: set[str], say: Notify) -> Report:
+    started = time.monotonic()
+    report = Report(exp.name, level, [])
+    tester = _Tester(plan, report)
+    directions = expect.directions(exp, down)
+    clock = _Clock(report)
+    say(f"level 1: {LEVELS[1]} of {len(directions)} directions")
+    tester.warm_up(directions)
+    tester.latency(directions)
+    clock.lap(1)
+    if level >= 2:
+        tables = {n.name: [(r.destination, r.via) for r in n.routes] for n in plan.nodes}
+        forwarding = {n.name for n in plan.nodes if n.sysctls.get("net.ipv4.ip_forward") == "1"}
+        found = expect.routes(exp, tables, forwarding, down)
+        say(f"level 2: {LEVELS[2]} of {len(found)} node pairs")
+        tester.routing(found)
+        clock.lap(2)
+    if level >= 3:
+        say(f"level 3: {LEVELS[3]} of {len(directions)} directions")
+        tester.loss(directions)
+        clock.lap(3)
+    if level >= 4:
+        shaped = [d for d in directions if d.rate_bps and not d.down]
+        say(f"level 4: {LEVELS[4]} of {len(shaped)} shaped directions")
+        tester.bandwidth(shaped)
+        clock.lap(4)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+class _Clock:
+    def __init__(self, report: Report):
+        self.report, self.last = report, time.monotonic()
+
+    def lap(self, level: int) -> None:
+        now = time.monotonic()
+        self.report.level_seconds[level] = round(now - self.last, 2)
+        self.last = now
+
+
+@dataclass
+class _Probe:
+    """One nestbed-probe test: a receiver in ``dst`` and a sender in ``src``."""
+
+    src: str
+    dst: str
+    dst_ip: str
+    src_ip: str
+    send: list[str]  # arguments after `send --to IP:PORT --bind IP`
+    recv: list[str]  # arguments after `recv --bind IP:PORT`
+    sent: dict[str, Any] | None = None
+    received: dict[str, Any] | None = None
+
+
+class _Tester:
+    def __init__(self, plan: Plan, report: Report):
+        self.plan, self.report = plan, report
+        self.probe = linux.built_binary("nestbed-probe")
+
+    def add(self, level: int, d: Direction | Route, **fields: Any) -> None:
+        link = d.link if isinstance(d, Direction) else " ".join(h.link for h in d.hops) or "-"
+        self.report.checks.append(Check(level, link, d.label, **fields))
+
+    # -- nestbed-probe rounds ------------------------------------------------------------
+
+    def run_probes(self, probes: Sequence[_Probe], load_bps: Sequence[float] = (),
+                   max_load_bps: float = math.inf) -> None:  # fmt: skip
+        """Runs the probes in rounds; fills in each one's ``sent`` and ``received`` summaries."""
+        users = [(p.src, p.dst) for p in probes]
+        for members in expect.rounds(users, load_bps, max_load_bps):
+            self._round([probes[i] for i in members])
+
+    def _round(self, probes: Sequence[_Probe]) -> None:
+        receivers: list[subprocess.Popen] = []
+        senders: list[subprocess.Popen] = []
+        try:
+            for k, p in enumerate(probes):
+                port = FIRST_PORT + k
+                argv = [self.probe, "recv", "--bind", f"{p.dst_ip}:{port}", *p.recv]
+                receivers.append(self._start(p.dst, argv))
+            for k, r in enumerate(receivers):
+                linux.wait_listening(r, FIRST_PORT + k, "udp")
+            for k, p in enumerate(probes):
+                to = f"{p.dst_ip}:{FIRST_PORT + k}"
+                argv = [self.probe, "send", "--to", to, "--bind", p.src_ip, *p.send]
+                senders.append(self._start(p.src, argv))
+            for p, s in zip(probes, senders, strict=True):
+                p.sent = _summary(s)
+            for p, r in zip(probes, receivers, strict=True):
+                p.received = _summary(r)
+        finally:
+            for process in receivers + senders:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
+    def _start(self, node: str, argv: list[str]) -> subprocess.Popen:
+        return linux.start_in(
+            self.plan, node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    # -- level 1 -------------------------------------------------------------------------
+
+    def warm_up(self, directions: Sequence[Direction]) -> None:
+        """One datagram along every direction first, so each node has its neighbours'
+        addresses resolved (ARP) before delays are measured: the kernel holds a packet while
+        it asks, which would add a round trip to the first probe."""
+        live = [d for d in directions if not d.down]
+        if not live:
+            return
+        with _Datagrams(self.plan, {d.src for d in live} | {d.dst for d in live}) as datagrams:
+            for i, d in enumerate(live):
+                datagrams.send(d.src, d.dst_ip, i)
+            datagrams.collect(wait=0.3 + 3 * max(d.delay_s(16) + d.jitter_s for d in live))
+
+    def latency(self, directions: Sequence[Direction]) -> None:
+        alpha = stats.per_test_alpha(len(directions))
+        probes = []
+        for d in directions:
+            serialization = d.delay_s(LATENCY_PAYLOAD) - sum(s.delay_s for s in d.stages)
+            interval = max(0.005, 4 * serialization)
+            # Stops at the last probe, or this long after the last that arrived.
+            idle = 0.5 + 2 * (d.delay_s(LATENCY_PAYLOAD) + d.jitter_s) + 4 * interval
+            probes.append(
+                _Probe(
+                    d.src,
+                    d.dst,
+                    d.dst_ip,
+                    d.src_ip,
+                    [
+                        "--size",
+                        str(LATENCY_PAYLOAD),
+                        "--count",
+                        str(LATENCY_PROBES),
+                        "--interval",
+                        f"{interval:.6f}",
+                    ],
+                    [
+                        "--count",
+                        str(LATENCY_PROBES),
+                        "--idle",
+                        f"{idle:.3f}",
+                        "--expect",
+                        str(LATENCY_PROBES),
+                    ],
+                )
+            )
+        self.run_probes(probes)
+        for d, p in zip(directions, probes, strict=True):
+            self._latency_verdict(d, p, alpha)
+
+    def _latency_verdict(self, d: Direction, p: _Probe, alpha: float) -> None:
+        expected = d.delay_s(LATENCY_PAYLOAD)
+        tolerance = stats.delay_tolerance(expected, d.jitter_s)
+        got = (p.received or {}).get("delay", {})
+        n = int((p.received or {}).get("unique", 0))
+        numbers: dict[str, float | int | None] = {
+            "expected_ms": round(expected * 1e3, 4),
+            "tolerance_ms": round(tolerance * 1e3, 4),
+            "received": n,
+            "sent": (p.sent or {}).get("packets_sent"),
+        }
+        if d.down:
+            verdict = stats.Verdict(n == 0, f"{n} probes crossed a link that is down" if n else "")
+            self.add(1, d, expected="nothing (link down)", measured=f"{n} received",
+                     verdict=_word(verdict), reason=verdict.reason, numbers=numbers)  # fmt: skip
+            return
+        if n == 0:
+            self.add(1, d, expected=f"{expected * 1e3:.3f} ms", measured="no probe arrived",
+                     verdict="fail", reason=f"none of {LATENCY_PROBES} probes arrived",
+                     numbers=numbers)  # fmt: skip
+            return
+        mean = got["mean_ns"] / 1e9
+        stdev = (got.get("stdev_ns") or 0) / 1e9
+        numbers |= {"mean_ms": round(mean * 1e3, 4), "stdev_ms": round(stdev * 1e3, 4)}
+        verdict = stats.delay_test(mean, stdev, n, expected, tolerance, alpha)
+        self.add(1, d, expected=f"{expected * 1e3:.3f} ± {tolerance * 1e3:.3f} ms",
+                 measured=f"{mean * 1e3:.3f} ms (sd {stdev * 1e3:.3f}, n {n})",
+                 verdict=_word(verdict), reason=verdict.reason, numbers=numbers)  # fmt: skip
+
+    # -- level 2 -------------------------------------------------------------------------
+
+    def routing(self, found: Sequence[Route]) -> None:
+        """One datagram per pass to every pair still unproven, from a UDP socket opened inside
+        the source node to a socket inside the destination: a route that works delivers at
+        least one of its copies with probability 1 − α/m, one that should not works never."""
+        if not found:
+            return
+        alpha = stats.per_test_alpha(len(found))
+        copies = [stats.delivery_copies(r.delivered, alpha) for r in found]
+        arrived = _Datagrams(self.plan, {r.src for r in found} | {r.dst for r in found})
+        with arrived:
+            for _ in range(max(copies)):
+                due = [i for i, r in enumerate(found)
+                       if copies[i] > 0 and not (r.reaches and arrived.got[i])]  # fmt: skip
+                if not due:
+                    break
+                for i in due:
+                    arrived.send(found[i].src, found[i].dst_ip, i)
+                    copies[i] -= 1
+                arrived.collect(wait=0.2 + max(_path_delay(found[i]) for i in due))
+        for i, r in enumerate(found):
+            n = arrived.got[i]
+            numbers = {"delivered": n, "path_delivery": round(r.delivered, 6)}
+            path = " ".join(f"{h.src}→{h.dst}" for h in r.hops) if r.reaches else r.why
+            if r.reaches:
+                ok = n > 0
+                reason = "" if ok else f"no datagram arrived along {path}"
+                self.add(2, r, expected=f"reaches via {path}", measured=f"{n} arrived",
+                         verdict="pass" if ok else "fail", reason=reason,
+                         numbers=numbers)  # fmt: skip
+            else:
+                ok = n == 0
+                reason = "" if ok else f"{n} datagrams arrived though {r.why}"
+                self.add(2, r, expected=f"unreachable: {r.why}", measured=f"{n} arrived",
+                         verdict="pass" if ok else "fail", reason=reason,
+                         numbers=numbers)  # fmt: skip
+
+    # -- level 3 -------------------------------------------------------------------------
+
+    def loss(self, directions: Sequence[Direction]) -> None:
+        alpha = stats.per_test_alpha(len(directions))
+        plans = []
+        for d in directions:
+            bursty = d.bursty
+            rho = 0.0
+            if bursty is not None and bursty.gilbert_elliott is not None:
+                ge = bursty.gilbert_elliott
+                rho = stats.lag1_correlation(ge.p, ge.r)
+            n = stats.loss_packets(d.loss, alpha, rho) if not d.down else 200
+            pps = LOSS_MAX_PPS
+            if d.rate_bps:
+                pps = min(pps, LOSS_MAX_UTILIZATION * d.rate_bps / expect.wire_bits(LOSS_PAYLOAD))
+            plans.append((d, n, pps, rho))
+        probes = [
+            _Probe(
+                d.src,
+                d.dst,
+                d.dst_ip,
+                d.src_ip,
+                ["--size", str(LOSS_PAYLOAD), "--count", str(n), "--pps", f"{pps:.3f}"],
+                [
+                    "--count",
+                    str(n),
+                    "--expect",
+                    str(n),
+                    "--idle",
+                    f"{0.5 + 2 * d.delay_s(LOSS_PAYLOAD) + 4 / pps:.3f}",
+                ],
+            )
+            for d, n, pps, _ in plans
+        ]
+        self.run_probes(probes, [pps for _, _, pps, _ in plans], LOSS_ROUND_PPS)
+        for (d, n, pps, rho), p in zip(plans, probes, strict=True):
+            sent = int((p.sent or {}).get("packets_sent", 0))
+            unique = int((p.received or {}).get("unique", 0))
+            # Datagrams the receiving socket overflowed on were lost by the host, not the link.
+            host = int((p.received or {}).get("kernel_drops", 0))
+            lost = max(sent - unique - host, 0)
+            sent -= host
+            verdict = stats.loss_test(lost, sent, d.loss, alpha, rho)
+            if host:
+                verdict = stats.Verdict(
+                    verdict.passed, f"{verdict.reason}; the receiver's socket dropped {host}"
+                )
+            numbers = {"configured": round(d.loss, 6), "sent": sent, "lost": lost,
+                       "pps": round(pps, 1), "planned": n}  # fmt: skip
+            measured = f"{lost / sent:.2%} ({lost} of {sent})" if sent else "nothing sent"
+            self.add(3, d, expected=f"{d.loss:.2%}" + (" bursty" if rho else ""),
+                     measured=measured, verdict=_word(verdict), reason=verdict.reason,
+                     numbers=numbers)  # fmt: skip
+
+    # -- level 4 -------------------------------------------------------------------------
+
+    def bandwidth(self, directions: Sequence[Direction]) -> None:
+        runnable, probes, offered = [], [], []
+        with tempfile.TemporaryDirectory(prefix="nestbed-linktest-") as logs:
+            for d in directions:
+                payload = _bandwidth_payload(d.rate_bps)
+                if payload is None:
+                    least = expect.wire_bits(64) * BANDWIDTH_MIN_PACKETS / BANDWIDTH_SECONDS
+                    reason = (f"{_rate(d.rate_bps)} is too slow for a bandwidth test (needs at "
+                              f"least {_rate(least)}); skipped")  # fmt: skip
+                    self.add(4, d, expected=_rate(d.rate_bps), measured="-", verdict="skip",
+                             reason=reason)  # fmt: skip
+                    continue
+                # Loss before the narrowest stage thins what reaches its queue; send more.
+                before = 1 - (1 - d.loss) / (1 - d.loss_after_bottleneck())
+                rate = min(BANDWIDTH_OVERDRIVE * d.rate_bps / max(1 - before, 1 / 3),
+                           3 * d.rate_bps)  # fmt: skip
+                log = Path(logs) / f"{len(probes)}.csv"
+                runnable.append((d, payload, rate, log))
+                offered.append(rate)
+                send = ["--size", str(payload), "--rate", f"{rate:.0f}",
+                        "--duration", str(BANDWIDTH_SECONDS), "--sndbuf", str(4 << 20)]  # fmt: skip
+                wait = BANDWIDTH_SECONDS + 1 + 2 * d.delay_s(payload)
+                recv = ["--duration", f"{wait:.3f}", "--log", str(log)]
+                probes.append(_Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv))
+            self.run_probes(probes, offered, BANDWIDTH_ROUND_LOAD_BPS)
+            for (d, payload, rate, log), p in zip(runnable, probes, strict=True):
+                self._bandwidth_verdict(
+                    d, payload, rate, p, _block_rate(log, expect.wire_bits(payload))
+                )
+
+    def _bandwidth_verdict(self, d: Direction, payload: int, offered: float, p: _Probe,
+                           measured: float | None) -> None:  # fmt: skip
+        """``measured`` is the median goodput of blocks of arrivals (see _block_rate); the
+        expected one is the narrowest stage's rate, thinned by any loss after it."""
+        received = p.received or {}
+        goodput = (received.get("rate") or {}).get("wire_bps")
+        achieved = (p.sent or {}).get("achieved_wire_rate_bps") or 0
+        tolerance = stats.RATE_TOLERANCE
+        expected = d.rate_bps * (1 - d.loss_after_bottleneck())
+        numbers = {"expected_bps": round(expected), "measured_bps": measured and round(measured),
+                   "goodput_bps": goodput and round(goodput), "tolerance": tolerance,
+                   "offered_bps": round(offered), "sender_bps": round(achieved),
+                   "payload": payload, "received": received.get("packets", 0)}  # fmt: skip
+        shown = f"{_rate(expected)} ± {tolerance:.1%}"
+        if measured is None:
+            self.add(4, d, expected=shown, measured="nothing arrived",
+                     verdict="fail", reason="fewer than two datagrams arrived",
+                     numbers=numbers)  # fmt: skip
+            return
+        error = measured / expected - 1
+        if achieved < d.rate_bps and error < -tolerance:
+            self.add(4, d, expected=shown, measured=_rate(measured), verdict="skip",
+                     reason=f"the sender reached only {_rate(achieved)}, not above the link's "
+                            "rate; inconclusive", numbers=numbers)  # fmt: skip
+            return
+        ok = abs(error) <= tolerance
+        reason = "" if ok else f"delivered {_rate(measured)}, {error:+.1%} off the expected rate"
+        shown_goodput = f", goodput {_rate(goodput)}" if goodput else ""
+        self.add(4, d, expected=shown, measured=f"{_rate(measured)} ({error:+.2%}{shown_goodput})",
+                 verdict="pass" if ok else "fail", reason=reason, numbers=numbers)  # fmt: skip
+
+
+def _block_rate(log: Path, bits: int) -> float | None:
+    """Median goodput (wire bits per second) over blocks of consecutive arrivals, each block
+    spanning at least BLOCK_SECONDS, from a receiver log. A block in which a descheduled sender
+    left the queue empty, or the receiver read a backlog at once, is an outlier the median
+    ignores; goodput over the whole test would count it."""
+    try:
+        at = pd.read_csv(log, usecols=["recv_ns"])["recv_ns"].to_numpy(dtype=np.int64)
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return None
+    if at.size < 2:
+        return None
+    typical = float(np.median(np.diff(at)))
+    size = max(BLOCK_MIN_FRAMES, int(BLOCK_SECONDS * 1e9 / typical) if typical > 0 else 0)
+    starts = np.arange(0, at.size - size, size)
+    if starts.size == 0:
+        starts, size = np.array([0]), at.size - 1
+    spans = (at[starts + size] - at[starts]) / 1e9
+    rates = size * bits / spans[spans > 0]
+    return float(np.median(rates)) if rates.size else None
+
+
+def _bandwidth_payload(rate_bps: int) -> int | None:
+    """The largest payload (up to a full frame) that still gives BANDWIDTH_MIN_PACKETS in the
+    test; None when even 64-byte payloads would not."""
+    frames = rate_bps * BANDWIDTH_SECONDS / BANDWIDTH_MIN_PACKETS  # bits per packet
+    payload = min(1472, int(frames / 8) - expect.FRAME_HEADERS - expect.WIRE_OVERHEAD)
+    return payload if payload >= 64 else None
+
+
+def _path_delay(r: Route) -> float:
+    return sum(h.delay_s(16) + h.jitter_s for h in r.hops)
+
+
+def _summary(process: subprocess.Popen) -> dict[str, Any] | None:
+    out, _ = process.communicate(timeout=120)
+    with contextlib.suppress(ValueError):
+        return json.loads(out)
+    return None
+
+
+def _word(verdict: stats.Verdict) -> str:
+    return "pass" if verdict.passed else "fail"
+
+
+def _rate(bps: float) -> str:
+    for unit, scale in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.0f} b/s"
+
+
+class _Datagrams:
+    """A UDP socket inside each node's namespace, to send from and receive on; datagrams
+    carry the index of their test."""
+
+    _FORMAT = struct.Struct("!I")
+
+    def __init__(self, plan: Plan, nodes: Iterable[str]):
+        self.sockets: dict[str, socket.socket] = {}
+        for name in sorted(nodes):
+            with linux.inside(plan.node(name).netns):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.bind(("0.0.0.0", ROUTING_PORT))
+            sock.setblocking(False)
+            self.sockets[name] = sock
+        self.got: collections.Counter[int] = collections.Counter()
+
+    def __enter__(self) -> _Datagrams:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+
+    def send(self, node: str, ip: str, test: int) -> None:
+        with contextlib.suppress(OSError):  # unreachable is an answer, not an error
+            self.sockets[node].sendto(self._FORMAT.pack(test), (ip, ROUTING_PORT))
+
+    def collect(self, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(list(self.sockets.values()), [], [], left)
+            for sock in ready:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    while True:
+                        data = sock.recv(64)
+                        if len(data) == self._FORMAT.size:
+                            (test,) = self._FORMAT.unpack(data)
+                            self.got[test] += 1
+
+
+def write(report: Report, folder: Path) -> Path:
+    """Writes the report into ``folder``/linktest (linktest-2, -3 ... when one exists):
+    checks.csv, linktest.json and linktest.md."""
+    target = folder / "linktest"
+    k = 1
+    while target.exists():
+        k += 1
+        target = folder / f"linktest-{k}"
+    target.mkdir(parents=True)
+    (target / "linktest.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    with (target / "checks.csv").open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["level", "link", "direction", "expected", "measured", "verdict", "reason"])
+        for c in report.checks:
+            out.writerow([c.level, c.link, c.direction, c.expected, c.measured, c.verdict,
+                          c.reason])  # fmt: skip
+    (target / "linktest.md").write_text(markdown(report))
+    return target
+
+
+def markdown(report: Report) -> str:
+    lines = [f"# linktest of {report.experiment}, level {report.level}", ""]
+    counts = report.to_json()["counts"]
+    lines.append(
+        f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in "
+        f"{report.seconds:.1f} s; each level's chance of any false failure is at most "
+        f"{stats.ALPHA:.0%} (Bonferroni)."
+    )
+    for level, title in LEVELS.items():
+        rows = [c for c in report.checks if c.level == level]
+        if not rows:
+            continue
+        lines += ["", f"## Level {level}: {title}", "",
+                  "| link | direction | expected | measured | verdict | reason |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"| {c.link} | {c.direction} | {c.expected} | {c.measured} | {c.verdict} | {c.reason} |"
+            for c in rows
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,192 @@
+"""linktest's expectations, statistics and round planning, without root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nbtest import EXAMPLES, build
+from nestbed.backend.plan import plan
+from nestbed.linktest import expect, stats
+from nestbed.linktest.run import (
+    Check,
+    Report,
+    _bandwidth_payload,
+    _block_rate,
+    markdown,
+    set_aside,
+)
+from nestbed.spec import load
+
+CHAIN = """
+routing: {routing}
+nodes: [{{name: a}}, {{name: r}}, {{name: b}}]
+links:
+  - {{name: ar, members: [a, r], bandwidth: 10Mb, delay: 10ms}}
+  - {{name: rb, members: [r, b], bandwidth: 1Mb, delay: 5ms, loss: 0.05}}
+"""
+
+
+def chain(routing: str = "static"):
+    return build(CHAIN.format(routing=routing))
+
+
+def route_tables(exp):
+    p = plan(exp)
+    tables = {n.name: [(r.destination, r.via) for r in n.routes] for n in p.nodes}
+    forwarding = {n.name for n in p.nodes if n.sysctls.get("net.ipv4.ip_forward") == "1"}
+    return tables, forwarding
+
+
+def test_a_direction_expects_its_delay_plus_serialization_at_its_rate():
+    d = {(x.link, x.src): x for x in expect.directions(chain())}
+    ar = d[("ar", "a")]
+    # 64-byte payload: 64 + 42 header + 24 wire bytes = 1040 bits, 104 µs at 10 Mb/s.
+    assert ar.delay_s(64) == pytest.approx(0.010 + 1040 / 10e6)
+    assert (ar.rate_bps, ar.loss, ar.label) == (10_000_000, 0.0, "a → r")
+    rb = d[("rb", "r")]
+    assert rb.rate_bps == 1_000_000 and rb.loss == pytest.approx(0.05)
+    assert len(d) == 4
+
+
+def test_a_lan_direction_passes_the_senders_egress_and_the_receivers_ingress():
+    exp = load(EXAMPLES / "lan.ns").experiment
+    d = {(x.src, x.dst): x for x in expect.directions(exp) if x.link == "lan0"}
+    assert len(d) == 12  # every ordered pair of four members
+    # n-0 ↔ n-1: 10 ms in two halves, each serializing at 100 Mb/s. far's attachment (its
+    # tb-set-node-lan-params) loses 0.01 on the way to far.
+    assert d[("n-0", "n-1")].delay_s(0) == pytest.approx(0.010 + 2 * 66 * 8 / 100e6)
+    far = next(p for p in exp.lans[0].ports if p.node == "far")
+    assert d[("n-0", "far")].loss == pytest.approx(far.ingress.loss) and far.ingress.loss > 0
+    assert d[("far", "n-0")].rate_bps == 10_000_000
+
+
+def test_static_routes_reach_every_node_and_manual_ones_only_what_they_name():
+    exp = chain()
+    found = {r.label: r for r in expect.routes(exp, *route_tables(exp))}
+    assert sorted(found) == ["a → b (10.1.2.3)", "b → a (10.1.1.2)"]
+    ab = found["a → b (10.1.2.3)"]
+    assert ab.reaches and [h.label for h in ab.hops] == ["a → r", "r → b"]
+    assert ab.delivered == pytest.approx(0.95)
+
+    none = chain("none")
+    found = expect.routes(none, *route_tables(none))
+    assert all(not r.reaches for r in found)
+    assert found[0].why == "a has no route to it"
+
+
+def test_a_route_through_a_node_that_does_not_forward_is_unreachable():
+    exp = chain()
+    tables, _ = route_tables(exp)
+    found = expect.routes(exp, tables, forwarding=set())
+    assert {r.why for r in found} == {"r does not forward"}
+
+
+def test_a_routing_loop_is_found():
+    exp = chain("manual")
+    r_ip = exp.links[0].port("r").ip
+    a_ip = exp.links[0].port("a").ip
+    tables = {"a": [("default", r_ip)], "r": [("10.1.2.3/32", a_ip)]}  # r sends b's address back
+    found = {r.src: r for r in expect.routes(exp, tables, {"r"})}
+    assert not found["a"].reaches and "loop" in found["a"].why
+
+
+def test_a_down_link_makes_its_directions_lose_everything():
+    exp = chain()
+    d = {(x.link, x.src): x for x in expect.directions(exp, down={"rb"})}
+    assert d[("rb", "r")].loss == 1.0 and d[("ar", "a")].loss == 0.0
+    found = expect.routes(exp, *route_tables(exp), down={"rb"})
+    assert {r.why for r in found} == {"link rb is down"}
+
+
+def test_with_links_replaces_links_by_name():
+    exp = chain()
+    changed = exp.links[0].model_copy(update={"subnet": "10.9.9.0/24"})
+    assert expect.with_links(exp, [changed]).links == (changed, exp.links[1])
+
+
+def test_rounds_never_put_a_node_in_two_tests_and_respect_the_load():
+    users = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a"), ("e", "f")]
+    made = expect.rounds(users)
+    assert sorted(i for r in made for i in r) == list(range(5))
+    for r in made:
+        nodes = [n for i in r for n in users[i]]
+        assert len(nodes) == len(set(nodes))
+    assert made == [[0, 2, 4], [1, 3]]
+    assert expect.rounds(users, [3, 3, 3, 3, 3], max_load_bps=6) == [[0, 2], [1, 3], [4]]
+
+
+def test_the_delay_test_allows_the_tolerance_and_catches_more():
+    alpha = stats.per_test_alpha(10)
+    assert stats.delay_test(0.0102, 0.0001, 40, 0.010, 0.00035, alpha).passed
+    late = stats.delay_test(0.0150, 0.0001, 40, 0.010, 0.00035, alpha)
+    assert not late.passed and "more than 10.000 ms" in late.reason
+    # A noisy mean that is not shown to be outside the tolerance passes.
+    assert stats.delay_test(0.0105, 0.005, 40, 0.010, 0.00035, alpha).passed
+    assert not stats.delay_test(0.010, 0.0, 1, 0.010, 0.00035, alpha).passed
+
+
+def test_loss_sample_sizes_grow_as_loss_shrinks_and_with_burstiness():
+    alpha = stats.per_test_alpha(8)
+    sizes = [stats.loss_packets(p, alpha) for p in (0.2, 0.05, 0.01)]
+    assert sizes == sorted(sizes) and sizes[0] >= 100
+    assert stats.loss_packets(0.05, alpha, correlation=0.8) > sizes[1]
+    assert stats.loss_packets(0.0, alpha) == stats.ZERO_LOSS_PACKETS
+    assert stats.loss_packets(1e-6, alpha) == stats.MAX_LOSS_PACKETS
+
+
+def test_the_loss_test_has_the_power_it_was_sized_for():
+    """Simulated: a correct link passes nearly always; one with twice the loss fails."""
+    rng = np.random.default_rng(1)
+    alpha = stats.per_test_alpha(8)
+    p = 0.05
+    n = stats.loss_packets(p, alpha)
+    right = [stats.loss_test(int(rng.binomial(n, p)), n, p, alpha).passed for _ in range(200)]
+    wrong = [stats.loss_test(int(rng.binomial(n, 2 * p)), n, p, alpha).passed for _ in range(200)]
+    assert sum(right) >= 197
+    assert sum(wrong) <= 200 * (1 - stats.POWER) + 5
+
+
+def test_zero_loss_directions_tolerate_a_few_host_drops_only():
+    alpha = stats.per_test_alpha(8)
+    assert stats.loss_test(1, 2000, 0.0, alpha).passed
+    assert not stats.loss_test(40, 2000, 0.0, alpha).passed
+
+
+def test_delivery_copies_make_a_lossy_route_show_itself():
+    alpha = 1e-4
+    k = stats.delivery_copies(0.5, alpha)
+    assert 0.5**k <= alpha < 0.5 ** (k - 1)
+    assert stats.delivery_copies(1.0, alpha) == 2
+
+
+def test_block_rate_ignores_an_idle_gap_and_a_backlog(tmp_path: Path):
+    bits = 1538 * 8
+    gap = bits / 10e6  # 10 Mb/s
+    times = np.arange(2000) * gap
+    times[1000:] += 0.05  # the sender stalled: the link idled 50 ms
+    times[1500:1510] = times[1500]  # the receiver read ten at once
+    log = tmp_path / "r.csv"
+    rows = [f"{i},0,0,{int(t * 1e9)},1472,0" for i, t in enumerate(times)]
+    log.write_text("seq,burst,send_ns,recv_ns,size,delay_ns\n" + "\n".join(rows) + "\n")
+    assert _block_rate(log, bits) == pytest.approx(10e6, rel=0.002)
+    whole = (times.size - 1) * bits / (times[-1] - times[0])
+    assert whole < 0.985 * 10e6  # goodput over the whole test would have been 2 % low
+
+
+def test_bandwidth_payload_shrinks_for_slow_links_and_gives_up_below_a_floor():
+    assert _bandwidth_payload(100_000_000) == 1472
+    assert 64 <= _bandwidth_payload(500_000) < 1472
+    assert _bandwidth_payload(50_000) is None
+
+
+def test_checks_of_links_changed_during_the_test_become_skips():
+    report = Report("x", 1, [Check(1, "ar", "a → r", "", "", "fail", "late"),
+                             Check(2, "ar rb", "a → b", "", "", "pass"),
+                             Check(1, "rb", "r → b", "", "", "pass")])  # fmt: skip
+    set_aside(report, {"ar"})
+    assert [c.verdict for c in report.checks] == ["skip", "skip", "pass"]
+    assert report.checks[0].reason.startswith("an event changed the link")
+    assert "| ar | a → r |" in markdown(report)
