@@ -25,6 +25,7 @@ LAYERS = [
     "swap",
     "runs",
     "live",
+    "sweep",
     "studies",
     "cli",
 ]

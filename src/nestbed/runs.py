@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,20 @@ from nestbed.backend.plan import Plan
 from nestbed.control import client as control
 from nestbed.errors import UserError
 from nestbed.linktest.expect import with_links
-from nestbed.linktest.run import Notify, Report, check_level, linktest, set_aside, write
+from nestbed.linktest.levels import Notify, check_level
 from nestbed.model import Experiment, Link
 from nestbed.results.report import summary
 from nestbed.store import State, Store
-from nestbed.swap import experiment_plan, swap_in, swap_out, swapped_in_experiment
+from nestbed.swap import (
+    Active,
+    end_run,
+    experiment_plan,
+    swap_in,
+    swap_out,
+    swapped_in_experiment,
+)
 
-_POLL_S = 0.2
+_POLL_S = 0.05  # a status request costs well under a millisecond
 
 
 def active_plan(store: Store, name: str) -> Plan:
@@ -39,9 +47,11 @@ def active_plan(store: Store, name: str) -> Plan:
 
 def linktest_active(
     store: Store, name: str, level: int, progress: Notify | None = None
-) -> tuple[Report, Path | None]:
+) -> tuple[Any, Path | None]:
     """Runs linktest on an active experiment, against its links as events have left them;
     the report goes into the run's results folder (returned) as well."""
+    from nestbed.linktest.run import linktest, set_aside, write
+
     check_level(level)
     p = active_plan(store, name)
     before = _link_settings(p)
@@ -87,6 +97,7 @@ def run_experiment(
     progress: Console | None = None,
     linktest: int | None = None,
     linktest_strict: bool = False,
+    report: bool = True,
 ) -> dict[str, Any]:
     """One whole run; returns the results' summary (with the folder under ``results``).
 
@@ -98,6 +109,7 @@ def run_experiment(
     active = swap_in(
         store, name, results=results, capture=capture, linktest=linktest,
         linktest_strict=linktest_strict, progress=progress.log if progress else None,
+        report=report,
     )  # fmt: skip
     outcome = "completed"
     try:
@@ -113,6 +125,14 @@ def run_experiment(
     if active.linktest is not None:
         found["linktest"] = {k: v for k, v in active.linktest.to_json().items() if k != "checks"}
     return found
+
+
+def wait_for_run(store: Store, name: str, active: Active, duration: float | None) -> str:
+    """Waits for a run as `run_experiment` does, then ends it, keeping the network; returns
+    its outcome."""
+    exp = Experiment.from_json(store.get(name).ir_json)
+    _wait(active.plan, duration, duration or expected_end(exp), None)
+    return end_run(store, name, active.plan, "completed", None, stop=False)
 
 
 def _wait(p: Plan, duration: float | None, end: float | None, console: Console | None) -> None:
@@ -132,7 +152,8 @@ def _wait(p: Plan, duration: float | None, end: float | None, console: Console |
             if duration is None and not status["busy"]:
                 break
             time.sleep(_POLL_S)
-    signal.signal(signal.SIGINT, previous)
+    if threading.current_thread() is threading.main_thread():  # sweeps run runs in threads
+        signal.signal(signal.SIGINT, previous)
 
 
 def capture_link(p: Plan, link: str, folder: Path, duration: float | None) -> list[Path]:

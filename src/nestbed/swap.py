@@ -14,14 +14,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan, plan
 from nestbed.control import client as control
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
-from nestbed.linktest.run import Notify, Report, check_level
-from nestbed.linktest.run import linktest as run_linktest
-from nestbed.linktest.run import write as write_linktest
+from nestbed.linktest.levels import Notify, check_level
 from nestbed.model import Experiment
 from nestbed.results import manifest
 from nestbed.store import State, Store
@@ -37,7 +36,7 @@ class Active:
     plan: Plan
     run_id: int
     results: Path
-    linktest: Report | None = None  # the linktest run at swap-in, if one was asked for
+    linktest: Any = None  # the linktest.run.Report of the linktest at swap-in, if one was asked for
 
 
 def swapped_in_experiment(store: Store, name: str) -> Experiment:
@@ -66,6 +65,7 @@ def swap_in(
     linktest: int | None = None,
     linktest_strict: bool = False,
     progress: Notify | None = None,
+    report: bool = True,
 ) -> Active:
     """Builds the experiment's network and starts its controller, which begins the run.
 
@@ -92,7 +92,7 @@ def swap_in(
         if linktest is not None:
             checked = _linktest(p, exp, linktest, folder, linktest_strict, progress)
         run_id = store.start_run(name, folder)
-        control.launch(p, kept, folder, run_id, capture)
+        control.launch(p, kept, folder, run_id, capture, report=report)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
         linux.swap_out(p)
@@ -104,10 +104,62 @@ def swap_in(
     return Active(p, run_id, folder, checked)
 
 
+def next_run(
+    store: Store, name: str, exp: Experiment, results: Path, *, report: bool = True
+) -> Active:
+    """Ends the active run and starts another on the same network, with every pipe set to
+    ``exp``'s shaping through linkd (a sweep's link-reuse mode: ``exp`` may differ from the
+    swapped-in experiment in link shaping only)."""
+    record = store.get(name)
+    if record.state != State.ACTIVE:
+        raise UserError(f"experiment {name} is {record.state}, not active; swap it in first")
+    before = experiment_plan(store, name)
+    p = plan(exp)
+    if p.nodes != before.nodes or p.veths != before.veths or p.bridges != before.bridges:
+        raise UserError(
+            f"the next run of {name} changes more than link shaping; run it as its own experiment"
+        )
+    runs_before = len(store.runs(name))
+    end_run(store, name, before, "completed", "the next run of a sweep", stop=False)
+    client = linux.linkd(p)
+    try:
+        for old, new in zip(before.emulated, p.emulated, strict=True):
+            for was, port in zip(old.ports, new.ports, strict=True):
+                for direction in ("egress", "ingress"):
+                    params = getattr(port, direction)
+                    if params != getattr(was, direction):
+                        client.request("set", link=new.link, port=port.port,
+                                       direction=direction, params=params)  # fmt: skip
+    finally:
+        client.close()
+    kept = linux.run_dir(p) / _KEPT_IR
+    kept.write_text(exp.to_json())
+    folder = results.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    run_id = store.start_run(name, folder)
+    try:
+        # The controller process stays; it starts the new run itself (no new process).
+        control.request(p, "next_run", ir=str(kept), results=str(folder), run_id=run_id,
+                        reused=runs_before, report=report)  # fmt: skip
+    except BaseException:
+        store.end_run(run_id, "failed")
+        raise
+    return Active(p, run_id, folder)
+
+
+def run_linktest(p: Plan, exp: Experiment, level: int, progress: Notify | None) -> Any:
+    # Imported here: linktest's statistics (scipy) take a second to import.
+    from nestbed.linktest.run import linktest
+
+    return linktest(p, exp, level, progress=progress)
+
+
 def _linktest(
     p: Plan, exp: Experiment, level: int, folder: Path, strict: bool, progress: Notify | None
-) -> Report:
-    report = run_linktest(p, exp, level, progress=progress)
+) -> Any:
+    from nestbed.linktest.run import write as write_linktest
+
+    report = run_linktest(p, exp, level, progress)
     where = write_linktest(report, folder)
     if strict and report.failures:
         first = report.failures[0]
@@ -119,8 +171,11 @@ def _linktest(
     return report
 
 
-def end_run(store: Store, name: str, p: Plan, outcome: str, reason: str | None) -> str:
-    """Asks the controller to end the run and stop; returns the run's outcome.
+def end_run(
+    store: Store, name: str, p: Plan, outcome: str, reason: str | None, *, stop: bool = True
+) -> str:
+    """Asks the controller to end the run and (with ``stop``) to exit; returns the run's
+    outcome.
 
     A controller that is gone (crashed, killed) cannot write its tables; the manifest then
     says so and keeps everything measured until then.
@@ -130,8 +185,9 @@ def end_run(store: Store, name: str, p: Plan, outcome: str, reason: str | None) 
     try:
         ended = control.request(p, "finish", timeout=300, outcome=outcome, reason=reason)
         final = ended.get("outcome", outcome)
-        with contextlib.suppress(NestbedError, OSError):
-            control.request(p, "shutdown", timeout=10)
+        if stop:
+            with contextlib.suppress(NestbedError, OSError):
+                control.request(p, "shutdown", timeout=10)
     except (NestbedError, OSError) as exc:
         final = "failed"
         for run in open_runs:

@@ -114,7 +114,7 @@ def test_every_example_passes(swapped, example, level):
 def test_a_strict_linktest_that_fails_fails_the_swap_in_and_removes_everything(
     tmp_path: Path, monkeypatch
 ):
-    def failing(p, exp, level, **_):
+    def failing(p, exp, level, progress):
         return Report(exp.name, level, [Check(1, "ar", "a → r", "10 ms", "0 ms", "fail", "x")])
 
     monkeypatch.setattr(swap, "run_linktest", failing)

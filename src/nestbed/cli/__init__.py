@@ -545,6 +545,113 @@ def capture(
 
 
 @app.command()
+def sweep(
+    target: Annotated[
+        Path, typer.Argument(help="A sweep file (YAML), or an experiment file with --grid/--zip.")
+    ],
+    grid: Annotated[
+        list[str] | None,
+        typer.Option("--grid", "-g", help="NAME=V1,V2,...: every value with every other grid."),
+    ] = None,
+    zipped: Annotated[
+        list[str] | None,
+        typer.Option("--zip", help="NAME=V1,V2,...: zipped lists vary together."),
+    ] = None,
+    repeat: Annotated[int | None, typer.Option(help="Repetitions of every point.")] = None,
+    shuffle: Annotated[bool | None, typer.Option(help="Run points in a random order.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of that order.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds each run lasts.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds after which a run is cut and marked timeout.")
+    ] = None,
+    parallel: Annotated[
+        str | None, typer.Option(help="Runs side by side: a number, or auto (cores / 2).")
+    ] = None,
+    reuse_links: Annotated[
+        bool | None,
+        typer.Option(help="When only links change, reuse one network and reset its links."),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="A Dask scheduler address (tcp://HOST:8786).")
+    ] = None,
+    max_points: Annotated[
+        int | None, typer.Option(help="Allow more runs than the 10 000 allowed by default.")
+    ] = None,
+    results: Annotated[
+        Path | None, typer.Option(help="Sweep folder (default results/sweep-NAME-TIME).")
+    ] = None,
+    plot: Annotated[
+        list[str] | None,
+        typer.Option(help="METRIC:X or METRIC:X:Y, plotted after the sweep (repeatable)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run an experiment over a grid of parameter values, with repetitions; resumable."""
+    import os
+    import time
+
+    from nestbed.sweep import execute, table
+    from nestbed.sweep.spec import Sweep, from_flags, load_sweep
+
+    options = {"repetitions": repeat, "shuffle": shuffle, "seed": seed, "duration": duration,
+               "timeout": timeout, "reuse_links": reuse_links}  # fmt: skip
+    if target.suffix.lower() in (".yaml", ".yml") and not (grid or zipped):
+        spec = load_sweep(target)
+        given = {k: v for k, v in options.items() if v is not None}
+        spec = Sweep(spec.experiment, spec.doc.model_copy(update=given), spec.file)
+    else:
+        spec = from_flags(target, grid or [], zipped or [], **options)
+    workers = parallel or str(spec.doc.parallel)
+    if workers == "auto":
+        count = max((os.cpu_count() or 2) // 2, 1)
+    elif workers.isdigit() and int(workers) >= 1:
+        count = int(workers)
+    else:
+        raise UserError(f"--parallel {workers} is not a number of runs or auto")
+    stem = (spec.file or spec.experiment).stem
+    folder = results or Path("results") / f"sweep-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = folder.resolve()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    columns = [BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=err, disable=as_json) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        def update(done: int, total: int, row: dict) -> None:
+            bar.update(task, completed=done, total=total)
+            if row.get("outcome") not in ("completed", "halted"):
+                err.print(f"point {row['point']}: {row.get('outcome')}: {row.get('reason')}")
+
+        rows = execute.run_sweep(
+            spec, folder, parallel=count, cluster=cluster, max_points=max_points,
+            progress=execute.Progress(update),
+        )  # fmt: skip
+    data = table.write_tables(rows, folder)
+    made = [
+        str(table.plot(data, *_plot_spec(p), folder / "plots" / f"{p.replace(':', '_')}.png"))
+        for p in plot or []
+    ]
+    outcomes = data["outcome"].value_counts().to_dict() if not data.empty else {}
+    summary = {"folder": str(folder), "runs": len(data), "outcomes": outcomes, "plots": made}
+    if as_json:
+        print_json(summary)
+    else:
+        counts = ", ".join(f"{n} {o}" for o, n in outcomes.items())
+        out.print(f"sweep of {len(data)} runs ({counts}); table, summary and runs in {folder}")
+        for path in made:
+            out.print(path)
+    if any(o not in ("completed", "halted") for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _plot_spec(text: str) -> tuple[str, str, str | None]:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UserError(f"--plot {text!r} is not METRIC:X or METRIC:X:Y")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else None
+
+
+@app.command()
 def validate(
     quick: Annotated[
         bool, typer.Option("--quick", help="A short version (about a minute).")

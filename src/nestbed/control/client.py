@@ -20,8 +20,13 @@ def socket_path(plan: Plan) -> Path:
     return linux.run_dir(plan) / SOCKET
 
 
-def launch(plan: Plan, ir: Path, results: Path, run_id: int | None, capture: bool) -> None:
-    """Starts the controller of a swapped-in experiment and waits until it answers."""
+def launch(
+    plan: Plan, ir: Path, results: Path, run_id: int | None, capture: bool, *, report: bool = True
+) -> None:
+    """Starts the controller of a swapped-in experiment and waits until it answers.
+
+    Without ``report`` the run's tables are written but not report.md and its plots (a
+    sweep's runs: a second or two each)."""
     directory = linux.run_dir(plan)
     log = (directory / "controller.log").open("ab")
     argv = [sys.executable, "-m", "nestbed.control", "--ir", str(ir), "--results", str(results)]
@@ -29,6 +34,8 @@ def launch(plan: Plan, ir: Path, results: Path, run_id: int | None, capture: boo
         argv += ["--run-id", str(run_id)]
     if capture:
         argv.append("--capture")
+    if not report:
+        argv.append("--no-report")
     process = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
     )

@@ -29,9 +29,6 @@ from nestbed.control.client import SOCKET
 from nestbed.control.programs import ProgramRunner
 from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
 from nestbed.errors import NestbedError
-from nestbed.linktest.expect import with_links
-from nestbed.linktest.run import linktest, set_aside
-from nestbed.linktest.run import write as write_linktest
 from nestbed.model import Action, Experiment, Link
 from nestbed.model.events import LINKTEST_DEFAULT, check_event, link_after_event
 from nestbed.results import manifest
@@ -64,14 +61,24 @@ LINKTEST_WAIT_S = 120  # a run that ends during a linktest waits this long for i
 
 
 class Controller:
-    def __init__(self, exp: Experiment, run: Path, *, run_id: int | None, capture: bool):
+    def __init__(
+        self,
+        exp: Experiment,
+        run: Path,
+        *,
+        run_id: int | None,
+        capture: bool,
+        reused: int = 0,
+        report: bool = True,
+    ):
         self.exp, self.run, self.run_id, self.capture = exp, run, run_id, capture
+        self.report = report
         self.plan: Plan = plan(exp)
         self.directory = linux.run_dir(self.plan)
         self.lock = threading.RLock()
         self.wake = threading.Condition(self.lock)
         self.queue: list[Pending] = []
-        self.workers: dict[str, queue.SimpleQueue[Pending]] = {}
+        self.workers: dict[str, queue.SimpleQueue[Pending | None]] = {}
         self.linkd_client: linux.SocketClient | None = None  # for link events, kept open
         self.linkd_lock = threading.Lock()
         self.seq = itertools.count()
@@ -93,7 +100,11 @@ class Controller:
         binaries = {"nestbed-linkd": linux.built_binary("nestbed-linkd")}
         binaries |= {"nestbed-probe": linux.built_binary("nestbed-probe"), "iperf3": "iperf3"}
         seeds = {e.link: e.seed for e in self.plan.emulated}
-        options = {"capture": capture}
+        options: dict[str, Any] = {"capture": capture}
+        if reused:
+            # A sweep's link-reuse mode: the network (and linkd's cumulative counters) served
+            # this many runs before this one; only link shaping was reset in between.
+            options["reused_network_runs_before"] = reused
         manifest.start(run, exp, run_id=run_id, seeds=seeds, binaries=binaries, options=options)
         self.events = Table(run / "events.csv", EVENT_COLUMNS)
         self.program_rows = Table(run / "programs.csv", PROGRAM_COLUMNS)
@@ -212,7 +223,7 @@ class Controller:
                 pass
             self._worker(item.action.object).put(item)
 
-    def _worker(self, obj: str) -> queue.SimpleQueue[Pending]:
+    def _worker(self, obj: str) -> queue.SimpleQueue[Pending | None]:
         """The thread that carries out one object's events, in order.
 
         Starting a process takes milliseconds; with a thread per object, events due at the
@@ -225,9 +236,11 @@ class Controller:
             ).start()
         return self.workers[obj]
 
-    def _work(self, items: queue.SimpleQueue[Pending]) -> None:
+    def _work(self, items: queue.SimpleQueue[Pending | None]) -> None:
         while True:
             item = items.get()
+            if item is None:  # retired: the next run of this process has its own threads
+                return
             self.perform(item.action, item.source, item.planned_s)
             if item.timeline:
                 with self.wake:
@@ -363,6 +376,8 @@ class Controller:
 
     def current_experiment(self) -> tuple[Experiment, set[str]]:
         """The experiment with every link as events have left it, and the links now down."""
+        from nestbed.linktest.expect import with_links
+
         with self.lock:
             return (
                 with_links(self.exp, self.links.values()),
@@ -370,6 +385,10 @@ class Controller:
             )
 
     def _linktest(self, level: int) -> None:
+        # Imported here: linktest's statistics (scipy) would add a second to every start.
+        from nestbed.linktest.run import linktest, set_aside
+        from nestbed.linktest.run import write as write_linktest
+
         exp, down = self.current_experiment()
         try:
             report = linktest(self.plan, exp, level, down=down)
@@ -609,9 +628,10 @@ class Controller:
             reason = "; ".join(filter(None, [reason, *problems]))
         manifest.end(self.run, outcome, reason, duration)
         try:
-            from nestbed.results.report import write_report
+            if self.report:
+                from nestbed.results.report import write_report
 
-            write_report(self.run)
+                write_report(self.run)
         except Exception as exc:
             (self.run / "report.error").write_text(traceback.format_exc())
             reason = f"{reason}; the report failed: {exc}" if reason else f"report failed: {exc}"
@@ -641,38 +661,14 @@ class Controller:
 
     # -- the socket -------------------------------------------------------------------------
 
-    def serve(self, path: Path) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o077)  # root only
-        try:
-            server.bind(str(path))
-        finally:
-            os.umask(old)
-        server.listen(16)
-        self.server = server
-        (self.directory / "controller.pid").write_text(f"{os.getpid()}\n")
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return  # closed by shutdown
-            threading.Thread(target=self._client, args=(conn,), daemon=True).start()
-
-    def _client(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("r", encoding="utf-8") as reader:
-            for line in reader:
-                try:
-                    reply = {"ok": True, **self.handle(json.loads(line))}
-                except (ValueError, KeyError, TypeError) as exc:
-                    reply = {"ok": False, "error": str(exc), "user": True}
-                except Exception as exc:
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                conn.sendall((json.dumps(reply) + "\n").encode())
-                if reply.get("shutdown"):
-                    self.server.close()
-                    return
+    def retire(self) -> None:
+        """After the run finished: ends its event threads and closes its linkd client."""
+        for items in self.workers.values():
+            items.put(None)
+        with self.linkd_lock:
+            if self.linkd_client is not None:
+                self.linkd_client.close()
+                self.linkd_client = None
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -696,7 +692,76 @@ class Controller:
             return self.finish(request.get("outcome", "completed"), request.get("reason"))
         if op == "shutdown":
             return {"shutdown": True}
-        raise ValueError(f"unknown request {op!r}; use ping, status, event, finish or shutdown")
+        raise ValueError(
+            f"unknown request {op!r}; use ping, status, event, finish, next_run or shutdown"
+        )
+
+
+class Host:
+    """The controller process: serves the control socket and hands each request to the
+    current run's Controller. A sweep's link-reuse mode starts the next run in the same
+    process (`next_run`), a few milliseconds instead of a new process's second."""
+
+    def __init__(self, controller: Controller):
+        self.current = controller
+
+    def serve(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o077)  # root only
+        try:
+            server.bind(str(path))
+        finally:
+            os.umask(old)
+        server.listen(16)
+        self.server = server
+        (self.current.directory / "controller.pid").write_text(f"{os.getpid()}\n")
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed by shutdown
+            threading.Thread(target=self._client, args=(conn,), daemon=True).start()
+
+    def _client(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("r", encoding="utf-8") as reader:
+            for line in reader:
+                try:
+                    reply = {"ok": True, **self.handle(json.loads(line))}
+                except (ValueError, KeyError, TypeError) as exc:
+                    reply = {"ok": False, "error": str(exc), "user": True}
+                except Exception as exc:
+                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                conn.sendall((json.dumps(reply) + "\n").encode())
+                if reply.get("shutdown"):
+                    self.server.close()
+                    return
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") != "next_run":
+            return self.current.handle(request)
+        previous = self.current
+        if not previous.finished.is_set():
+            raise ValueError("the current run has not finished; finish it first")
+        exp = Experiment.from_json(Path(request["ir"]).read_text())
+        if plan(exp).tag != previous.plan.tag:
+            raise ValueError(f"next_run of another experiment ({exp.name}) in {previous.exp.name}")
+        previous.retire()
+        following = Controller(
+            exp,
+            Path(request["results"]),
+            run_id=request.get("run_id"),
+            capture=False,
+            reused=int(request.get("reused", 0)),
+            report=bool(request.get("report", True)),
+        )
+        following.start()
+        self.current = following
+        return {"run_id": following.run_id, "results": str(following.run)}
+
+    def finish_current(self, outcome: str, reason: str) -> None:
+        self.current.finish(outcome, reason)
 
 
 def _starts(flow: Flow) -> int:
@@ -731,18 +796,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--run-id", type=int)
     parser.add_argument("--capture", action="store_true")
+    parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args(argv)
     exp = Experiment.from_json(args.ir.read_text())
-    controller = Controller(exp, args.results, run_id=args.run_id, capture=args.capture)
+    controller = Controller(
+        exp,
+        args.results,
+        run_id=args.run_id,
+        capture=args.capture,
+        report=not args.no_report,
+    )
+
+    host = Host(controller)
 
     def on_signal(signum: int, _frame: Any) -> None:
         threading.Thread(
-            target=controller.finish,
+            target=host.finish_current,
             args=("interrupted", f"the controller got {signal.Signals(signum).name}"),
         ).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     controller.start()
-    controller.serve(controller.directory / SOCKET)
+    host.serve(controller.directory / SOCKET)
     return 0

@@ -84,9 +84,14 @@ class ProgramRunner:
         stem = self.name if number == 0 else f"{self.name}.{number}"
         stdout, stderr = self.folder / f"{stem}.stdout", self.folder / f"{stem}.stderr"
         shell = f"cd {shlex.quote(self.dir)} && exec {self.command}" if self.dir else self.command
+        # A folder of its own in the results, where it may leave files (metrics.json: figures
+        # a sweep puts in its table).
+        own = self.folder / self.name
+        own.mkdir(exist_ok=True)
         process = self.spawn(
             self.program.node,
             ["sh", "-c", shell],
+            env={**os.environ, "NESTBED_PROGRAM_DIR": str(own), "NESTBED_NODE": self.program.node},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,

@@ -16,7 +16,7 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,17 +26,11 @@ import pandas as pd
 
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan
-from nestbed.errors import UserError
 from nestbed.linktest import expect, stats
 from nestbed.linktest.expect import Direction, Route
+from nestbed.linktest.levels import LEVELS, Notify, check_level
 from nestbed.model import Experiment
 
-LEVELS = {
-    1: "connectivity and latency",
-    2: "routing",
-    3: "loss",
-    4: "bandwidth",
-}
 LATENCY_PROBES = 40
 LATENCY_PAYLOAD = 64
 LOSS_PAYLOAD = 64
@@ -51,6 +45,8 @@ BANDWIDTH_ROUND_LOAD_BPS = 400e6
 BLOCK_SECONDS = 0.02  # goodput is taken per block of arrivals at least this long
 BLOCK_MIN_FRAMES = 20  # summed offered load of a round, so linkd keeps up
 ROUTING_PORT = 39_999
+WARM_UP_ATTEMPTS = 6
+ARP_RETRY_S = 1.1  # the kernel asks again after net.ipv4.neigh.*.retrans_time_ms (1 s)
 FIRST_PORT = 40_000
 
 
@@ -97,15 +93,6 @@ class Report:
         }
 
 
-Notify = Callable[[str], None]  # told what linktest is doing
-
-
-def check_level(level: int) -> int:
-    if level not in LEVELS:
-        raise UserError(f"linktest level {level} does not exist; use 1 to 4 ({_levels()})")
-    return level
-
-
 def set_aside(report: Report, links: Iterable[str]) -> None:
     """Turns the checks of links that events changed while linktest ran into skips: what they
     measured belongs to neither setting."""
@@ -117,10 +104,6 @@ def set_aside(report: Report, links: Iterable[str]) -> None:
             c.verdict = "skip"
             c.reason = "an event changed the link during the test; " + (c.reason or "measured")
     report.notes.append(f"events changed {', '.join(sorted(changed))} during the test")
-
-
-def _levels() -> str:
-    return ", ".join(f"{k} {v}" for k, v in LEVELS.items())
 
 
 def linktest(
@@ -258,16 +241,23 @@ class _Tester:
     # -- level 1 -------------------------------------------------------------------------
 
     def warm_up(self, directions: Sequence[Direction]) -> None:
-        """One datagram along every direction first, so each node has its neighbours'
-        addresses resolved (ARP) before delays are measured: the kernel holds a packet while
-        it asks, which would add a round trip to the first probe."""
+        """Datagrams along every direction until one arrives, so each node has its
+        neighbours' addresses resolved (ARP) before delays are measured: the kernel holds
+        packets while it asks, which would add a round trip, or a second when a lossy link
+        lost the question, to the first probes."""
         live = [d for d in directions if not d.down]
         if not live:
             return
+        wait = 0.3 + 3 * max(d.delay_s(16) + d.jitter_s for d in live)
         with _Datagrams(self.plan, {d.src for d in live} | {d.dst for d in live}) as datagrams:
-            for i, d in enumerate(live):
-                datagrams.send(d.src, d.dst_ip, i)
-            datagrams.collect(wait=0.3 + 3 * max(d.delay_s(16) + d.jitter_s for d in live))
+            for attempt in range(WARM_UP_ATTEMPTS):
+                due = [i for i, _ in enumerate(live) if not datagrams.got[i]]
+                if not due:
+                    return
+                for i in due:
+                    datagrams.send(live[i].src, live[i].dst_ip, i)
+                # After a first try, what is missing waits for the kernel's next ARP request.
+                datagrams.collect(wait=wait if attempt == 0 else max(wait, ARP_RETRY_S))
 
     def latency(self, directions: Sequence[Direction]) -> None:
         alpha = stats.per_test_alpha(len(directions))

@@ -6,6 +6,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import pydantic
+import yaml as pyyaml
+
 from nestbed.errors import Problem, SpecError, UserError
 from nestbed.model import Experiment, Source, Where
 from nestbed.model import Warning as IRWarning
@@ -102,14 +105,55 @@ def _in_file_order(problems: list[Problem]) -> list[Problem]:
 
 
 def _apply_yaml_parameters(document, parameters: dict[str, str], file: str):  # type: ignore[no-untyped-def]
-    known = dict(document.parameters or {})
-    unknown = sorted(set(parameters) - set(known))
-    if unknown:
-        raise UserError(
-            f"{file}: parameter {unknown[0]} is not declared; declare it under `parameters:` "
-            f"(declared: {', '.join(sorted(known)) or 'none'})"
-        )
-    raise UserError(
-        f"{file}: parameters of YAML experiments are declared but not yet substituted into "
-        "fields; use an ns file with $ns define-template-parameter for parameter sweeps"
-    )
+    """Sets YAML fields named by dotted paths (``links.bottleneck.bandwidth=10Mb``: list items
+    by their name, or by index) and declared ``parameters:`` by their name."""
+    data = document.model_dump(by_alias=True, exclude_unset=True)
+    declared = dict(data.get("parameters") or {})
+    for path, raw in parameters.items():
+        value = pyyaml.safe_load(raw) if raw.strip() else raw
+        if "." not in path:
+            if path not in declared:
+                raise UserError(
+                    f"{file}: parameter {path} is neither declared under `parameters:` nor a "
+                    "field path like links.NAME.bandwidth; declare it or give the field's path"
+                )
+            declared[path] = value
+            data["parameters"] = declared
+            continue
+        _set_field(data, path, value, file)
+    try:
+        return type(document).model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        given = ", ".join(parameters)
+        raise UserError(f"{file}: after setting {given}: {where}: {first['msg']}") from None
+
+
+def _set_field(data: dict, path: str, value: object, file: str) -> None:
+    """Walks ``path`` through mappings and lists (items by name or index) and sets its end."""
+    parts = path.split(".")
+    node: object = data
+    for depth, part in enumerate(parts[:-1]):
+        here = ".".join(parts[: depth + 1])
+        if isinstance(node, dict):
+            if part not in node:
+                raise UserError(f"{file}: field path {path}: there is no field {here}")
+            node = node[part]
+        elif isinstance(node, list):
+            named = [x for x in node if isinstance(x, dict) and x.get("name") == part]
+            if named:
+                node = named[0]
+            elif part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                names = ", ".join(str(x.get("name")) for x in node if isinstance(x, dict))
+                raise UserError(
+                    f"{file}: field path {path}: no item named {part} in {'.'.join(parts[:depth])}"
+                    f" (its items: {names or 'unnamed; use an index'})"
+                )
+        else:
+            raise UserError(f"{file}: field path {path}: {here} is a value, not a section")
+    if not isinstance(node, dict):
+        raise UserError(f"{file}: field path {path}: its parent is not a section")
+    node[parts[-1]] = value

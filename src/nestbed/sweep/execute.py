@@ -1,0 +1,339 @@
+"""Running a sweep: each point a whole run (or, when only links change, one network reused
+with its links reset between points), side by side when the machine allows, on a Dask cluster
+when given one; every finished point is recorded at once, so a sweep resumes where it
+stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nestbed.errors import NestbedError, UserError
+from nestbed.model import Experiment
+from nestbed.spec import load
+from nestbed.store import State, Store
+from nestbed.sweep.metrics import metrics
+from nestbed.sweep.spec import Point, Sweep, expand
+
+DESCRIPTION = "sweep.json"
+LOG = "points.jsonl"  # one line per finished point, appended as each finishes
+
+
+@dataclass
+class Progress:
+    """What the sweep tells its caller: called with (finished, total, last row)."""
+
+    update: Callable[[int, int, dict[str, Any]], None] = lambda done, total, row: None
+
+
+def run_sweep(
+    sweep: Sweep,
+    folder: Path,
+    *,
+    parallel: int = 1,
+    cluster: str | None = None,
+    max_points: int | None = None,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Runs every point not yet recorded in ``folder`` (so an interrupted sweep resumes) and
+    returns all rows, finished earlier or now."""
+    points = expand(sweep, max_points) if max_points else expand(sweep)
+    folder.mkdir(parents=True, exist_ok=True)
+    _check_same_sweep(sweep, points, folder)
+    _check_parameters(sweep, points)
+    done = {row["point"]: row for row in read_rows(folder)}
+    todo = [p for p in points if p.key not in done]
+    report = (progress or Progress()).update
+    finished = len(points) - len(todo)
+    store_url = str(folder / "store.db")
+    _settle_leftovers(store_url)
+    rows = list(done.values())
+    record = _Recorder(folder)
+
+    def finish(row: dict[str, Any]) -> None:
+        nonlocal finished
+        record(row)
+        rows.append(row)
+        finished += 1
+        report(finished, len(points), row)
+
+    if not todo:
+        return rows
+    if sweep.doc.reuse_links and cluster is None:
+        reused = _reusable(sweep, todo)
+        if reused is not None:
+            for row in _run_reusing(sweep, todo, reused, folder, store_url):
+                finish(row)
+            return rows
+    if cluster is not None:
+        for row in _run_on_cluster(sweep, todo, folder, cluster):
+            finish(row)
+        return rows
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        pending: set[Future[dict[str, Any]]] = set()
+        queue = iter(todo)
+        try:
+            for point in queue:
+                pending.add(pool.submit(run_point, sweep, point, folder, store_url))
+                if len(pending) >= parallel:
+                    ready, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in ready:
+                        finish(future.result())
+            for future in pending:
+                finish(future.result())
+        except KeyboardInterrupt:
+            # Points still running end as interrupted (their runs swap out) and are not
+            # recorded, so a resumed sweep runs them again.
+            for future in pending:
+                future.cancel()
+            raise
+    return rows
+
+
+def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[str, Any]:
+    """One whole run of one point; never raises for a failure of the point itself."""
+    from nestbed.runs import run_experiment
+
+    name = point_name(sweep, point)
+    started = time.monotonic()
+    results = folder / "runs" / point.key
+    row = _row(point, results)
+    try:
+        exp = load(sweep.experiment, name=name, parameters=point.parameters).experiment
+        limit = sweep.doc.duration or sweep.doc.timeout
+        with Store.open(store_url) as store:
+            _fresh(store, name, exp)
+            summary = run_experiment(
+                store, name, duration=limit, results=results, report=sweep.doc.run_reports
+            )
+        row["outcome"] = summary["outcome"]
+        row["reason"] = summary.get("reason")
+        elapsed = summary.get("duration_s") or 0
+        if sweep.doc.duration is None and sweep.doc.timeout and elapsed >= sweep.doc.timeout:
+            row["outcome"], row["reason"] = "timeout", f"still running after {sweep.doc.timeout} s"
+    except KeyboardInterrupt:
+        raise
+    except NestbedError as exc:
+        row["outcome"], row["reason"] = "failed", str(exc)
+    except Exception as exc:  # a bug, but the other points go on
+        row["outcome"], row["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+    row["seconds"] = round(time.monotonic() - started, 3)
+    if results.exists():
+        row |= metrics(results)
+    return row
+
+
+def point_name(sweep: Sweep, point: Point) -> str:
+    stem = (sweep.file or sweep.experiment).stem
+    return f"{stem}-{point.key}"
+
+
+def _row(point: Point, results: Path) -> dict[str, Any]:
+    return {
+        "point": point.key,
+        "index": point.index,
+        "repetition": point.repetition,
+        **{f"param.{k}": v for k, v in point.parameters.items()},
+        "outcome": None,
+        "reason": None,
+        "results": str(results),
+    }
+
+
+def _fresh(store: Store, name: str, exp: Experiment) -> None:
+    """The point's experiment, stored anew (a crashed earlier attempt may have left it)."""
+    from nestbed.swap import swap_out
+
+    with contextlib.suppress(NestbedError):
+        record = store.get(name)
+        if record.state not in (State.DEFINED, State.SWAPPED):
+            swap_out(store, name, outcome="failed")
+        store.delete_experiment(name)
+    store.create_experiment(
+        name, source_text="", source_format="python", source_file=None, ir_json=exp.to_json()
+    )
+
+
+def _settle_leftovers(store_url: str) -> None:
+    """A sweep killed mid-point leaves that point's experiment active: swap it out."""
+    from nestbed.swap import swap_out
+
+    if not Path(store_url).exists():
+        return
+    with Store.open(store_url) as store:
+        for record in store.list():
+            if record.state not in (State.DEFINED, State.SWAPPED):
+                with contextlib.suppress(NestbedError):
+                    swap_out(store, record.name, outcome="failed")
+
+
+class _Recorder:
+    """Appends finished points to points.jsonl (flushed, so a crash loses none)."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / LOG
+        self.lock = threading.Lock()
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        with self.lock, self.path.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_rows(folder: Path) -> list[dict[str, Any]]:
+    """Rows of finished points; a line cut short by a crash is ignored."""
+    rows = []
+    path = folder / LOG
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                rows.append(json.loads(line))
+    return rows
+
+
+def _check_same_sweep(sweep: Sweep, points: list[Point], folder: Path) -> None:
+    description = {
+        "experiment": str(sweep.experiment),
+        "points": sorted([p.key, p.parameters] for p in points),
+    }
+    path = folder / DESCRIPTION
+    if path.exists():
+        before = json.loads(path.read_text())
+        if before != description:
+            raise UserError(
+                f"{folder} holds the results of a different sweep; give another --results "
+                "folder, or delete that one to start over"
+            )
+        return
+    path.write_text(json.dumps(description, indent=2) + "\n")
+
+
+def _check_parameters(sweep: Sweep, points: list[Point]) -> None:
+    """Loads the experiment with the first point's values: a parameter it does not use is an
+    error now, not a failure of every point."""
+    load(sweep.experiment, parameters=points[0].parameters)
+    unused = [n for n in sweep.parameter_names if not _used(sweep, n, points[0])]
+    if unused:
+        raise UserError(
+            f"parameter {unused[0]} does not change experiment {sweep.experiment.name}; "
+            "check its name (Tcl: set opt(NAME) or $ns define-template-parameter NAME; YAML: "
+            "a field path like links.NAME.bandwidth)"
+        )
+
+
+def _used(sweep: Sweep, name: str, point: Point) -> bool:
+    """Whether two different values of ``name`` give different experiments."""
+    values = {point.parameters.get(name)} | {
+        s.get(name) for s in [p.parameters for p in expand(sweep, 10**9)]
+    }
+    values.discard(None)
+    if len(values) < 2:
+        return True  # one value: nothing to compare; loading it already checked the name
+    a, b = sorted(values)[:2]
+    first = load(sweep.experiment, parameters={**point.parameters, name: a}).experiment
+    second = load(sweep.experiment, parameters={**point.parameters, name: b}).experiment
+    return _semantic(first) != _semantic(second)
+
+
+def _semantic(exp: Experiment) -> str:
+    data = exp.model_dump(mode="json", exclude={"source", "parameters", "warnings"})
+    return json.dumps(data, sort_keys=True)
+
+
+# -- reusing one network for points that change only links -------------------------------------
+
+
+def _reusable(sweep: Sweep, points: list[Point]) -> dict[str, Experiment] | None:
+    """The points' experiments when they differ only in their links' shaping (so one network
+    serves them all), else None."""
+    from nestbed.backend.plan import plan
+
+    exps = {p.key: load(sweep.experiment, parameters=p.parameters).experiment for p in points}
+    shapes = {_without_shaping(e) for e in exps.values()}
+    wiring = {_wiring(plan(e)) for e in exps.values()}
+    return exps if len(shapes) == 1 and len(wiring) == 1 else None
+
+
+def _without_shaping(exp: Experiment) -> str:
+    data = exp.model_dump(mode="json", exclude={"source", "parameters", "warnings"})
+    for link in data["links"] + data["lans"]:
+        for port in link["ports"]:
+            port.pop("egress"), port.pop("ingress")
+    return json.dumps(data, sort_keys=True)
+
+
+def _wiring(p: Any) -> str:
+    """The plan without pipe parameters: which links go through linkd, which are cables."""
+    return repr((p.nodes, p.veths, p.bridges, [(e.link, e.lan) for e in p.emulated]))
+
+
+def _run_reusing(
+    sweep: Sweep, points: list[Point], exps: dict[str, Experiment], folder: Path, store_url: str
+) -> Iterator[dict[str, Any]]:
+    """Swaps in once; before each point, sets every pipe to the point's shaping through linkd
+    and starts a new run (a new controller, clock at 0) on the same network."""
+    from nestbed.runs import wait_for_run
+    from nestbed.swap import next_run, swap_in, swap_out
+
+    name = f"{(sweep.file or sweep.experiment).stem}-reused"
+    reports = sweep.doc.run_reports
+    first = exps[points[0].key].model_copy(update={"name": name})
+    with Store.open(store_url) as store:
+        _fresh(store, name, first)
+        active = None
+        try:
+            for point in points:
+                started = time.monotonic()
+                results = folder / "runs" / point.key
+                row = _row(point, results) | {"reused_network": True}
+                exp = exps[point.key].model_copy(update={"name": name})
+                try:
+                    if active is None:
+                        active = swap_in(store, name, results=results, report=reports)
+                    else:
+                        active = next_run(store, name, exp, results, report=reports)
+                    outcome = wait_for_run(
+                        store, name, active, sweep.doc.duration or sweep.doc.timeout
+                    )
+                    row["outcome"], row["reason"] = outcome, None
+                except NestbedError as exc:
+                    row["outcome"], row["reason"] = "failed", str(exc)
+                row["seconds"] = round(time.monotonic() - started, 3)
+                if results.exists():
+                    row |= metrics(results)
+                yield row
+        finally:
+            with contextlib.suppress(NestbedError):
+                if store.get(name).state == State.ACTIVE:
+                    swap_out(store, name)
+
+
+# -- a Dask cluster ---------------------------------------------------------------------------
+
+
+def _run_on_cluster(
+    sweep: Sweep, points: list[Point], folder: Path, address: str
+) -> Iterator[dict[str, Any]]:
+    """Each point is a task on a Dask worker, which runs it with its own nestbed; rows come
+    back as points finish. A worker runs one point at a time (it holds the machine's
+    namespaces), so give each machine one worker with one thread."""
+    from distributed import Client, as_completed
+
+    with Client(address, timeout="10s") as client:
+        futures = [
+            client.submit(
+                run_point, sweep, p, folder, str(folder / "store.db"), key=p.key, pure=False
+            )
+            for p in points
+        ]
+        for future in as_completed(futures):
+            yield future.result()
