@@ -20,6 +20,8 @@ LAYERS = [
     "store",
     "backend",
     "results",
+    "analysis",
+    "simulate",
     "linktest",
     "control",
     "swap",

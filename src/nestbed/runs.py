@@ -98,6 +98,7 @@ def run_experiment(
     linktest: int | None = None,
     linktest_strict: bool = False,
     report: bool = True,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """One whole run; returns the results' summary (with the folder under ``results``).
 
@@ -113,7 +114,7 @@ def run_experiment(
     )  # fmt: skip
     outcome = "completed"
     try:
-        _wait(active.plan, duration, duration or expected_end(exp), progress)
+        _wait(active.plan, duration, duration or expected_end(exp), progress, timeout)
     except KeyboardInterrupt:
         outcome = "interrupted"
     finally:
@@ -127,15 +128,25 @@ def run_experiment(
     return found
 
 
-def wait_for_run(store: Store, name: str, active: Active, duration: float | None) -> str:
+def wait_for_run(
+    store: Store, name: str, active: Active, duration: float | None, timeout: float | None
+) -> str:
     """Waits for a run as `run_experiment` does, then ends it, keeping the network; returns
     its outcome."""
     exp = Experiment.from_json(store.get(name).ir_json)
-    _wait(active.plan, duration, duration or expected_end(exp), None)
+    _wait(active.plan, duration, duration or expected_end(exp), None, timeout)
     return end_run(store, name, active.plan, "completed", None, stop=False)
 
 
-def _wait(p: Plan, duration: float | None, end: float | None, console: Console | None) -> None:
+def _wait(
+    p: Plan,
+    duration: float | None,
+    end: float | None,
+    console: Console | None,
+    timeout: float | None = None,
+) -> None:
+    """Until the run is over: finished, ``duration`` reached, or (without a duration) its
+    events and programs done; ``timeout`` cuts a run that would go on longer."""
     # A second Ctrl-C during teardown must not leave the network half removed.
     previous = signal.getsignal(signal.SIGINT)
     columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
@@ -150,6 +161,8 @@ def _wait(p: Plan, duration: float | None, end: float | None, console: Console |
             if duration is not None and elapsed >= duration:
                 break
             if duration is None and not status["busy"]:
+                break
+            if timeout is not None and elapsed >= timeout:
                 break
             time.sleep(_POLL_S)
     if threading.current_thread() is threading.main_thread():  # sweeps run runs in threads

@@ -7,6 +7,7 @@ category's code (user 2, environment 3, internal 4). Anything else is a bug and,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -649,6 +650,134 @@ def _plot_spec(text: str) -> tuple[str, str, str | None]:
     if len(parts) not in (2, 3) or not all(parts):
         raise UserError(f"--plot {text!r} is not METRIC:X or METRIC:X:Y")
     return parts[0], parts[1], parts[2] if len(parts) == 3 else None
+
+
+@app.command()
+def simulate(
+    file: Annotated[Path, typer.Argument(help="An ns-2 experiment file.")],
+    duration: Annotated[
+        float | None, typer.Option(help="Simulated seconds (default: $ns halt or the last event).")
+    ] = None,
+    results: Annotated[
+        Path | None, typer.Option(help="Results folder (default results/NAME-sim-TIME).")
+    ] = None,
+    param: ParamOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the same experiment file in the ns-2 simulator, into the same results schema."""
+    import time
+
+    from nestbed.simulate import simulate as run_simulation
+
+    if duration is not None and duration <= 0:
+        raise UserError(f"--duration {duration} is not a positive number of seconds")
+    folder = results or Path("results") / f"{file.stem}-sim-{time.strftime('%Y%m%d-%H%M%S')}"
+    with contextlib.nullcontext() if as_json else err.status(f"simulating {file.name} in ns-2"):
+        summary = run_simulation(
+            file, folder.resolve(), parameters=_parameters(param), duration=duration
+        )
+    if as_json:
+        print_json(summary)
+        return
+    from nestbed.cli.render import run_summary
+
+    out.print(run_summary(summary))
+    for item in summary.get("not_simulated", []):
+        err.print(f"not simulated: {item}")
+
+
+@app.command()
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="Two or more results folders.")],
+    tolerance: Annotated[
+        float,
+        typer.Option(help="Relative for throughput and delay, absolute for loss (0.02 = 2 %)."),
+    ] = 0.02,
+    output: Annotated[
+        Path | None, typer.Option(help="Folder for compare.json, compare.md and plots.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare runs (simulated or emulated) flow by flow; exits with 1 beyond the tolerance."""
+    from nestbed.simulate import compare as run_comparison
+    from nestbed.simulate import format_table
+
+    result = run_comparison(runs, tolerance=tolerance, output=output)
+    if as_json:
+        print_json(result)
+    else:
+        out.print(format_table(result))
+        for sentence in result["differences"]:
+            err.print(sentence)
+    if not result["agree"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def analyze(
+    targets: Annotated[
+        list[Path], typer.Argument(help="Captures (pcap, pcapng), or a run's results folder.")
+    ],
+    cpu: Annotated[
+        Path | None, typer.Option(help="A CPU-availability table (nestbed-cpumon's CSV).")
+    ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output folder (default: the run folder's analysis/, or results/analyze-TIME)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Throughput-anomaly analysis of TCP transfers: normal, network-limited or host anomaly,
+    with the evidence (the virtualized-testbed paper; docs/analyze.md)."""
+    import time
+
+    from nestbed.analysis import analyze as run_analysis
+
+    pcaps: list[Path] = []
+    addresses = None
+    run = None
+    for target in targets:
+        if target.is_dir():
+            run = target
+            found = sorted((target / "pcaps").glob("*.pcap*"))
+            if not found:
+                raise UserError(
+                    f"{target} has no captures in pcaps/; run the experiment with --capture"
+                )
+            pcaps += found
+            addresses = _node_addresses(target / "ir.json") or addresses
+        elif target.exists():
+            pcaps.append(target)
+        else:
+            raise UserError(f"{target}: no such capture or results folder; check the path")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    default = run / "analysis" if run else Path("results") / f"analyze-{stamp}"
+    folder = (results or default).resolve()
+    busy = contextlib.nullcontext() if as_json else err.status(f"analyzing {len(pcaps)} captures")
+    with busy:
+        summary = run_analysis(pcaps, folder, cpu=cpu, addresses=addresses)
+    if as_json:
+        print_json(summary)
+        return
+    from nestbed.cli.render import analysis_table
+
+    out.print(analysis_table(summary))
+    out.print(f"tables, plots and report in {folder}")
+
+
+def _node_addresses(ir: Path) -> dict[str, list[str]] | None:
+    if not ir.exists():
+        return None
+    from nestbed.model import Experiment
+
+    exp = Experiment.from_json(ir.read_text())
+    found: dict[str, list[str]] = {}
+    for link in exp.all_links:
+        for port in link.ports:
+            found.setdefault(port.node, []).append(port.ip)
+    return found
 
 
 @app.command()

@@ -320,3 +320,18 @@ def linktest_tables(report: dict) -> Group:
         )
     )
     return Group(*parts)
+
+
+def analysis_table(summary: dict) -> Group:
+    """One row per TCP transfer of an analysis: its path, verdict and the reason."""
+    table = Table(title="TCP transfers", title_justify="left")
+    for col in ("transfer", "from → to", "verdict", "reason"):
+        table.add_column(col, overflow="fold")
+    style = {"normal": "green", "network-limited": "yellow", "host anomaly": "bold red"}
+    for t in summary["transfers"]:
+        path = f"{t['src']}:{t['sport']} → {t['dst']}:{t['dport']}"
+        verdict = Text(t["verdict"], style=style.get(t["verdict"], ""))
+        table.add_row(str(t["transfer"]), path, verdict, t.get("reason", ""))
+    unusable = summary.get("unusable") or {}
+    note = ", ".join(f"{n} {reason}" for reason, n in sorted(unusable.items()) if n)
+    return Group(table, Text(f"packets not used: {note or 'none'}"))

@@ -108,17 +108,15 @@ def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[
     row = _row(point, results)
     try:
         exp = load(sweep.experiment, name=name, parameters=point.parameters).experiment
-        limit = sweep.doc.duration or sweep.doc.timeout
+        doc = sweep.doc
         with Store.open(store_url) as store:
             _fresh(store, name, exp)
-            summary = run_experiment(
-                store, name, duration=limit, results=results, report=sweep.doc.run_reports
-            )
+            summary = run_experiment(store, name, duration=doc.duration, timeout=doc.timeout,
+                                     results=results, report=doc.run_reports)  # fmt: skip
         row["outcome"] = summary["outcome"]
         row["reason"] = summary.get("reason")
-        elapsed = summary.get("duration_s") or 0
-        if sweep.doc.duration is None and sweep.doc.timeout and elapsed >= sweep.doc.timeout:
-            row["outcome"], row["reason"] = "timeout", f"still running after {sweep.doc.timeout} s"
+        if _cut(doc.duration, doc.timeout, summary.get("duration_s")):
+            row["outcome"], row["reason"] = "timeout", f"still running after {doc.timeout} s"
     except KeyboardInterrupt:
         raise
     except NestbedError as exc:
@@ -129,6 +127,13 @@ def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[
     if results.exists():
         row |= metrics(results)
     return row
+
+
+def _cut(duration: float | None, timeout: float | None, ran: float | None) -> bool:
+    """Whether the timeout, not the run's own end or its duration, ended it."""
+    if timeout is None or ran is None or (duration is not None and duration <= timeout):
+        return False
+    return ran >= timeout
 
 
 def point_name(sweep: Sweep, point: Point) -> str:
@@ -301,9 +306,11 @@ def _run_reusing(
                         active = swap_in(store, name, results=results, report=reports)
                     else:
                         active = next_run(store, name, exp, results, report=reports)
-                    outcome = wait_for_run(
-                        store, name, active, sweep.doc.duration or sweep.doc.timeout
-                    )
+                    doc = sweep.doc
+                    outcome = wait_for_run(store, name, active, doc.duration, doc.timeout)
+                    ran = json.loads((results / "manifest.json").read_text()).get("duration_s")
+                    if _cut(doc.duration, doc.timeout, ran):
+                        outcome = "timeout"
                     row["outcome"], row["reason"] = outcome, None
                 except NestbedError as exc:
                     row["outcome"], row["reason"] = "failed", str(exc)

@@ -1,0 +1,126 @@
+"""Sequence number over time of one TCP flow (the plot of the Netbed paper's Figure 8), from
+(time, seq) arrays of any source: an ns-2 trace (``tcp/FLOW.csv``) or a pcap of an emulated run.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from numpy.typing import ArrayLike, NDArray
+
+from nestbed.errors import UserError
+
+
+def _array(values: ArrayLike) -> NDArray[np.float64]:
+    return np.asarray(values, dtype=float).reshape(-1)
+
+
+@dataclass(frozen=True)
+class SeqTrace:
+    """One flow's segments as its sender saw them: times (s) and sequence numbers of data
+    segments sent, of segments dropped in the network and of ACKs received (optional).
+
+    ``unit`` names the sequence numbers: ns-2 counts segments; a real stack counts bytes
+    (subtract the initial sequence number, or divide by the MSS to compare with ns-2).
+    """
+
+    label: str
+    sent_t_s: NDArray[np.float64]
+    sent_seq: NDArray[np.float64]
+    dropped_t_s: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    dropped_seq: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    acked_t_s: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    acked_seq: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    unit: str = "segment"
+
+    @classmethod
+    def of(
+        cls,
+        label: str,
+        sent: tuple[ArrayLike, ArrayLike],
+        *,
+        dropped: tuple[ArrayLike, ArrayLike] | None = None,
+        acked: tuple[ArrayLike, ArrayLike] | None = None,
+        unit: str = "segment",
+    ) -> SeqTrace:
+        """A trace from (time, seq) pairs of arrays, checked to have matching lengths."""
+        pairs = {"sent": sent, "dropped": dropped or ((), ()), "acked": acked or ((), ())}
+        arrays: dict[str, NDArray[np.float64]] = {}
+        for name, (t, seq) in pairs.items():
+            arrays[f"{name}_t_s"], arrays[f"{name}_seq"] = _array(t), _array(seq)
+            if arrays[f"{name}_t_s"].shape != arrays[f"{name}_seq"].shape:
+                raise ValueError(f"{label}: {name} times and sequence numbers differ in length")
+        return cls(label, unit=unit, **arrays)
+
+    @property
+    def retransmitted(self) -> NDArray[np.bool_]:
+        """Which sent segments repeat a sequence number already sent."""
+        if self.sent_seq.size == 0:
+            return np.zeros(0, dtype=bool)
+        before = np.concatenate([[-np.inf], np.maximum.accumulate(self.sent_seq)[:-1]])
+        return self.sent_seq <= before
+
+
+def read_tcp_table(path: Path, label: str | None = None) -> SeqTrace:
+    """The sequence trace of a simulated run's ``tcp/FLOW.csv`` (t_s, event, seq)."""
+    columns: dict[str, tuple[list[float], list[float]]] = {
+        e: ([], []) for e in ("send", "drop", "ack")
+    }
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                if row.get("event") in columns:
+                    t, seq = columns[row["event"]]
+                    t.append(float(row["t_s"]))
+                    seq.append(float(row["seq"]))
+    except (OSError, KeyError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable TCP sequence table ({exc})") from None
+    return SeqTrace.of(
+        label or path.stem,
+        columns["send"],
+        dropped=columns["drop"],
+        acked=columns["ack"],
+    )
+
+
+def plot_sequence(
+    traces: Sequence[SeqTrace],
+    output: Path,
+    *,
+    title: str | None = None,
+    start_s: float | None = None,
+    end_s: float | None = None,
+) -> Path:
+    """Draws one panel per trace (one above the other, same time axis): segments sent as dots,
+    retransmissions circled, drops as crosses, ACKs as a step line; writes OUTPUT (PNG)."""
+    if not traces:
+        raise ValueError("no sequence traces to plot")
+    fig = Figure(figsize=(9, 3.2 * len(traces) + 0.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(traces), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, tr in zip(axes, traces, strict=True):
+        again = tr.retransmitted
+        ax.plot(tr.sent_t_s[~again], tr.sent_seq[~again], ".", ms=3, label="sent")
+        if again.any():
+            ax.plot(tr.sent_t_s[again], tr.sent_seq[again], "o", mfc="none", ms=7,
+                    color="tab:red", label="retransmitted")  # fmt: skip
+        if tr.dropped_t_s.size:
+            ax.plot(tr.dropped_t_s, tr.dropped_seq, "x", ms=8, color="black", label="dropped")
+        if tr.acked_t_s.size:
+            ax.step(tr.acked_t_s, tr.acked_seq, where="post", lw=0.8, color="tab:green",
+                    label="ACKed")  # fmt: skip
+        ax.set(ylabel=f"sequence number ({tr.unit}s)", title=tr.label)
+        ax.legend(loc="upper left", fontsize="small")
+        ax.set_xlim(start_s, end_s)
+    axes[-1].set_xlabel("time since start (s)")
+    if title:
+        fig.suptitle(title)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=100)
+    return output
