@@ -706,9 +706,7 @@ def compare(
     if as_json:
         print_json(result)
     else:
-        out.print(format_table(result))
-        for sentence in result["differences"]:
-            err.print(sentence)
+        out.print(format_table(result))  # with a line for every difference beyond tolerance
     if not result["agree"]:
         raise typer.Exit(1)
 
