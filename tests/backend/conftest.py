@@ -14,10 +14,27 @@ def nothing_leaked():
         return
     from nestbed.backend.linux import traces
 
-    before = set(traces())
+    before = _everything(traces())
     yield
-    leaked = set(traces()) - before
+    leaked = _everything(traces()) - before
     assert not leaked, f"left behind by the tests: {sorted(leaked)}"
+
+
+def _everything(marked: list[str]) -> set[str]:
+    """nestbed's traces, every nb- namespace, marked or not (an empty namespace made by
+    mistake carries no mark, and would otherwise escape the check), and nestbed's parent
+    cgroups."""
+    from pyroute2 import netns
+
+    from nestbed.backend.cgroups import PARENT, Cgroups
+    from nestbed.errors import EnvironmentProblem
+
+    found = set(marked) | {f"namespace {n}" for n in netns.listnetns() if n.startswith("nb-")}
+    try:
+        hierarchies = set(Cgroups.detect().hierarchies.values())
+    except EnvironmentProblem:
+        hierarchies = set()
+    return found | {f"cgroup {h / PARENT}" for h in hierarchies if (h / PARENT).exists()}
 
 
 @pytest.fixture

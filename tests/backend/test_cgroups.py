@@ -308,6 +308,23 @@ def test_fake_cleanup_keeps_what_is_not_nestbeds(tmp_path, fake_kernel):
         assert (parent / "other").is_dir() and (parent / "nb-file").is_file()
 
 
+def test_removing_the_last_experiment_removes_nestbeds_parent_cgroups(tmp_path, fake_kernel):
+    for cgroups in (
+        Cgroups.detect(fake_v2(tmp_path / "v2")),
+        Cgroups.detect(fake_v1(tmp_path / "v1")),
+    ):
+        cgroups.create("aaaa", "n1", Limits(cpu_pin=(1,)))
+        cgroups.create("bbbb", "n1", Limits())
+        parents = {h / PARENT for h in cgroups.hierarchies.values()}
+        cgroups.remove("aaaa")
+        # bbbb still has its cgroups there, except under cpuset, which only aaaa used.
+        kept = {cgroups.hierarchies[c] / PARENT for c in ("cpu", "memory")}
+        assert all(p.is_dir() for p in kept)
+        assert cgroups.version == 2 or not (cgroups.hierarchies["cpuset"] / PARENT).exists()
+        cgroups.remove("bbbb")
+        assert not any(p.exists() for p in parents)
+
+
 def test_cpulist():
     assert _cpulist((5, 0, 1, 2, 2)) == "0-2,5"
     assert _cpulist((3,)) == "3"

@@ -118,3 +118,14 @@ def test_interfaces_into_linkd_have_their_offloads_off_and_carry_the_mark(swappe
     with NetNS(p.fabric) as ipr:
         marked = [x.get_attr("IFLA_PROP_LIST") for x in ipr.get_links()]
     assert all(m and m.get_attr("IFLA_ALT_IFNAME").startswith("nestbed.") for m in marked)
+
+
+def test_swapping_out_what_was_never_swapped_in_creates_nothing():
+    """Checking whether a missing namespace carries the mark must not create it (pyroute2's
+    pushns of a name creates a missing namespace)."""
+    p = plan(experiment(ROUTED, "ghost"))
+    before = set(netns.listnetns())
+    linux.swap_out(p)
+    assert set(netns.listnetns()) == before
+    with pytest.raises(FileNotFoundError), linux.inside(p.namespaces[0]):
+        pass

@@ -236,7 +236,20 @@ class Cgroups:
             cg = self._existing(name)
             if cg.paths:  # unless it went away meanwhile
                 cg._destroy()
+        self._drop_parents()
         return names
+
+    def _drop_parents(self) -> None:
+        """Removes nestbed's parent cgroups once no experiment has a cgroup under them, so a
+        host with nothing swapped in keeps nothing of nestbed."""
+        for hierarchy in set(self.hierarchies.values()):
+            parent = hierarchy / PARENT
+            try:
+                if any(entry.is_dir() for entry in parent.iterdir()):
+                    continue  # a cgroup of another experiment, or someone else's
+                os.rmdir(parent)
+            except OSError:  # gone already, or a swap-in is filling it right now
+                continue
 
     def _prepare_parent(self, parent: Path) -> None:
         _mkdir(parent, exist_ok=True)

@@ -56,8 +56,18 @@ def require_root() -> None:
 
 @contextlib.contextmanager
 def inside(namespace: str) -> Iterator[None]:
-    """Runs the block with this thread in ``namespace`` (for /proc/sys and ethtool ioctls)."""
-    netns.pushns(namespace)
+    """Runs the block with this thread in ``namespace`` (for /proc/sys and ethtool ioctls);
+    FileNotFoundError when it does not exist.
+
+    Given a name, pyroute2's pushns *creates* a missing namespace (open with O_CREAT): checking
+    an experiment that was half swapped in would leave empty namespaces behind. So the
+    namespace is opened here, without creating it, and pyroute2 gets the descriptor.
+    """
+    handle = os.open(Path(netns.NETNS_RUN_DIR) / namespace, os.O_RDONLY)
+    try:
+        netns.pushns(handle)
+    finally:
+        os.close(handle)
     try:
         yield
     finally:
