@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -147,8 +146,6 @@ def _wait(
 ) -> None:
     """Until the run is over: finished, ``duration`` reached, or (without a duration) its
     events and programs done; ``timeout`` cuts a run that would go on longer."""
-    # A second Ctrl-C during teardown must not leave the network half removed.
-    previous = signal.getsignal(signal.SIGINT)
     columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=console, disable=console is None, transient=True) as bar:
         task = bar.add_task(f"running {p.experiment}", total=end)
@@ -165,8 +162,6 @@ def _wait(
             if timeout is not None and elapsed >= timeout:
                 break
             time.sleep(_POLL_S)
-    if threading.current_thread() is threading.main_thread():  # sweeps run runs in threads
-        signal.signal(signal.SIGINT, previous)
 
 
 def capture_link(p: Plan, link: str, folder: Path, duration: float | None) -> list[Path]:

@@ -23,6 +23,7 @@ from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.linktest.levels import Notify, check_level
 from nestbed.model import Experiment
 from nestbed.results import manifest
+from nestbed.results.folders import make_folder
 from nestbed.store import State, Store
 
 RESULTS = Path("results")
@@ -87,7 +88,7 @@ def swap_in(
         kept = linux.run_dir(p) / _KEPT_IR
         kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         kept.write_text(exp.to_json())
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         checked = None
         if linktest is not None:
             checked = _linktest(p, exp, linktest, folder, linktest_strict, progress)
@@ -95,10 +96,13 @@ def swap_in(
         control.launch(p, kept, folder, run_id, capture, report=report)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
-        linux.swap_out(p)
         if run_id is not None:
             store.end_run(run_id, "failed")
         store.transition(name, State.FAILED, reason=reason)
+        # After the state: a teardown that fails too must not hide the first error (cleanup
+        # finds what is left).
+        with contextlib.suppress(Exception):
+            linux.swap_out(p)
         raise
     store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
     return Active(p, run_id, folder, checked)
@@ -135,7 +139,7 @@ def next_run(
     kept = linux.run_dir(p) / _KEPT_IR
     kept.write_text(exp.to_json())
     folder = results.resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     run_id = store.start_run(name, folder)
     try:
         # The controller process stays; it starts the new run itself (no new process).

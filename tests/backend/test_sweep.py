@@ -75,7 +75,9 @@ def test_points_that_change_only_links_reuse_one_network(tmp_path: Path):
 
 def test_a_parameter_the_experiment_does_not_use_is_refused_before_any_run(tmp_path: Path):
     sweep = from_flags(ARMADA, ["bw=10Mb,20Mb", "colour=red,blue"], [])
-    with pytest.raises(UserError, match=r"parameter colour does not change experiment armada\.ns"):
+    with pytest.raises(
+        UserError, match=r"armada\.ns: parameter 'colour' is given but the file neither"
+    ):
         execute.run_sweep(sweep, tmp_path)
     assert not (tmp_path / "runs").exists()
 

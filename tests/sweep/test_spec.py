@@ -12,7 +12,7 @@ from nestbed.errors import UserError
 from nestbed.spec import load
 from nestbed.sweep import table
 from nestbed.sweep.metrics import metrics
-from nestbed.sweep.spec import expand, from_flags, load_sweep, settings
+from nestbed.sweep.spec import expand, from_flags, load_sweep, settings, with_options
 
 
 def sweep_file(tmp_path: Path, text: str) -> Path:
@@ -143,3 +143,16 @@ def test_metrics_come_from_programs_and_their_metrics_json(tmp_path: Path):
     found = metrics(tmp_path)
     assert found["program.transfer.seconds"] == pytest.approx(1.75)
     assert found["program.transfer.goodput"] == 9.5
+
+
+def test_a_name_in_both_grid_and_zip_is_refused(tmp_path: Path):
+    sweep = load_sweep(sweep_file(tmp_path, "grid: {bw: [1Mb]}\nzip: [{bw: [2Mb, 3Mb]}]\n"))
+    with pytest.raises(UserError, match="parameter bw is given in more than one of grid and zip"):
+        expand(sweep)
+
+
+def test_command_line_options_over_a_file_are_validated(tmp_path: Path):
+    sweep = load_sweep(sweep_file(tmp_path, "grid: {bw: [1Mb]}\n"))
+    with pytest.raises(UserError, match="repetitions: Input should be greater than or equal to 1"):
+        with_options(sweep, {"repetitions": 0, "duration": None})
+    assert with_options(sweep, {"repetitions": 3}).doc.repetitions == 3

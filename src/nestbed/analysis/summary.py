@@ -14,6 +14,7 @@ from nestbed.analysis.cpu import cpu_evidence, node_of, read_cpu
 from nestbed.analysis.runner import run_analyzer
 from nestbed.analysis.verdict import Thresholds, capture_position, judge
 from nestbed.errors import UserError
+from nestbed.results.folders import make_folder
 
 
 def analyze(
@@ -48,7 +49,7 @@ def analyze(
     for p in pcaps:
         if not p.is_file():
             raise UserError(f"the capture {p} does not exist")
-    output.mkdir(parents=True, exist_ok=True)
+    make_folder(output)
     report = run_analyzer(pcaps, output, bin_s=bin_s)
     cpu_table = read_cpu(cpu) if cpu is not None else None
     idle = tables.read_idle(output) if cpu_table is not None else None

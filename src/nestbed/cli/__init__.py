@@ -592,16 +592,20 @@ def sweep(
     import time
 
     from nestbed.sweep import execute, table
-    from nestbed.sweep.spec import Sweep, from_flags, load_sweep
+    from nestbed.sweep.spec import from_flags, load_sweep, with_options
 
     options = {"repetitions": repeat, "shuffle": shuffle, "seed": seed, "duration": duration,
                "timeout": timeout, "reuse_links": reuse_links}  # fmt: skip
     if target.suffix.lower() in (".yaml", ".yml") and not (grid or zipped):
-        spec = load_sweep(target)
-        given = {k: v for k, v in options.items() if v is not None}
-        spec = Sweep(spec.experiment, spec.doc.model_copy(update=given), spec.file)
+        spec = with_options(load_sweep(target), options)
     else:
         spec = from_flags(target, grid or [], zipped or [], **options)
+    plots = [_plot_spec(p) for p in plot or []]
+    for _, x, y in plots:
+        for name in filter(None, (x, y)):
+            if name not in spec.parameter_names:
+                known = ", ".join(spec.parameter_names)
+                raise UserError(f"--plot: the sweep has no parameter {name}; it has {known}")
     workers = parallel or str(spec.doc.parallel)
     if workers == "auto":
         count = max((os.cpu_count() or 2) // 2, 1)
@@ -629,8 +633,8 @@ def sweep(
         )  # fmt: skip
     data = table.write_tables(rows, folder)
     made = [
-        str(table.plot(data, *_plot_spec(p), folder / "plots" / f"{p.replace(':', '_')}.png"))
-        for p in plot or []
+        str(table.plot(data, *spec_, folder / "plots" / f"{text.replace(':', '_')}.png"))
+        for text, spec_ in zip(plot or [], plots, strict=True)
     ]
     outcomes = data["outcome"].value_counts().to_dict() if not data.empty else {}
     summary = {"folder": str(folder), "runs": len(data), "outcomes": outcomes, "plots": made}
@@ -669,8 +673,6 @@ def simulate(
 
     from nestbed.simulate import simulate as run_simulation
 
-    if duration is not None and duration <= 0:
-        raise UserError(f"--duration {duration} is not a positive number of seconds")
     folder = results or Path("results") / f"{file.stem}-sim-{time.strftime('%Y%m%d-%H%M%S')}"
     with contextlib.nullcontext() if as_json else err.status(f"simulating {file.name} in ns-2"):
         summary = run_simulation(
@@ -770,7 +772,13 @@ def _node_addresses(ir: Path) -> dict[str, list[str]] | None:
         return None
     from nestbed.model import Experiment
 
-    exp = Experiment.from_json(ir.read_text())
+    try:
+        exp = Experiment.from_json(ir.read_text())
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise UserError(
+            f"{ir} is not a readable ir.json ({type(exc).__name__}); give the captures "
+            "themselves instead of the run folder"
+        ) from None
     found: dict[str, list[str]] = {}
     for link in exp.all_links:
         for port in link.ports:

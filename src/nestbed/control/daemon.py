@@ -621,7 +621,12 @@ class Controller:
                 process.wait(5)
         duration = self.now_s()
         self.sampling.set()
-        self.sample(_linkd_or_none(self.plan))
+        final = _linkd_or_none(self.plan)
+        try:
+            self.sample(final)
+        finally:
+            if final is not None:
+                final.close()
         for table in (self.events, self.program_rows, self.link_rows, self.node_rows):
             table.close()
         if problems:

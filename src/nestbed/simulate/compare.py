@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
+from nestbed.results.folders import make_folder
 from nestbed.results.report import human
 
 # metric -> (how a difference is judged, unit kind for `human`, name in sentences)
@@ -141,7 +142,9 @@ def compare(
     if len(runs) < 2:
         raise UserError("compare needs at least two run folders")
     if not tolerance >= 0:
-        raise UserError(f"tolerance {tolerance} is negative; give a fraction such as 0.02")
+        raise UserError(
+            f"tolerance {tolerance} is not a non-negative fraction; give one such as 0.02"
+        )
     loaded = [load_run(Path(p), label) for p, label in zip(runs, _labels(runs), strict=True)]
     base, others = loaded[0], loaded[1:]
     by_run = [{str(r["flow"]): r for r in run.flows.to_dict("records")} for run in loaded]
@@ -299,7 +302,7 @@ def _plot(runs: list[Run], column: str, scale: float, ylabel: str, path: Path) -
 
 
 def _write(output: Path, result: dict[str, Any], runs: list[Run]) -> dict[str, Any]:
-    output.mkdir(parents=True, exist_ok=True)
+    make_folder(output)
     plots = []
     for column, scale, ylabel in SERIES:
         name = f"plots/{column.split('_')[0]}.png"

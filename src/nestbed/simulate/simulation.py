@@ -12,6 +12,7 @@ from nestbed import spec
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.model import Experiment, Where
 from nestbed.results import manifest
+from nestbed.results.folders import make_folder
 from nestbed.results.report import summary, write_report
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, write_table
 from nestbed.simulate import ns2
@@ -111,7 +112,7 @@ def _where(where: Where | None) -> str:
 def _prepare(results: Path) -> None:
     if results.exists() and (not results.is_dir() or any(results.iterdir())):
         raise UserError(f"results folder {results} is not empty; choose a new folder")
-    results.mkdir(parents=True, exist_ok=True)
+    make_folder(results)
 
 
 _TCL_WHERE = re.compile(r'\(file "([^"]+)" line (\d+)\)')

@@ -18,6 +18,7 @@ from typing import Any
 
 from nestbed.errors import NestbedError, UserError
 from nestbed.model import Experiment
+from nestbed.results.folders import make_folder
 from nestbed.spec import load
 from nestbed.store import State, Store
 from nestbed.sweep.metrics import metrics
@@ -46,9 +47,9 @@ def run_sweep(
     """Runs every point not yet recorded in ``folder`` (so an interrupted sweep resumes) and
     returns all rows, finished earlier or now."""
     points = expand(sweep, max_points) if max_points else expand(sweep)
-    folder.mkdir(parents=True, exist_ok=True)
+    _check_parameters(sweep, points)  # before the folder is claimed by this sweep
+    make_folder(folder)
     _check_same_sweep(sweep, points, folder)
-    _check_parameters(sweep, points)
     done = {row["point"]: row for row in read_rows(folder)}
     todo = [p for p in points if p.key not in done]
     report = (progress or Progress()).update
@@ -77,7 +78,13 @@ def run_sweep(
         for row in _run_on_cluster(sweep, todo, folder, cluster):
             finish(row)
         return rows
-    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+    if parallel <= 1:
+        # In this thread, so that Ctrl-C reaches the running point at once: it ends as
+        # interrupted, is swapped out and not recorded (a pool thread would run it to its end).
+        for point in todo:
+            finish(run_point(sweep, point, folder, store_url))
+        return rows
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
         pending: set[Future[dict[str, Any]]] = set()
         queue = iter(todo)
         try:
@@ -223,30 +230,44 @@ def _check_same_sweep(sweep: Sweep, points: list[Point], folder: Path) -> None:
 
 
 def _check_parameters(sweep: Sweep, points: list[Point]) -> None:
-    """Loads the experiment with the first point's values: a parameter it does not use is an
-    error now, not a failure of every point."""
-    load(sweep.experiment, parameters=points[0].parameters)
-    unused = [n for n in sweep.parameter_names if not _used(sweep, n, points[0])]
-    if unused:
-        raise UserError(
-            f"parameter {unused[0]} does not change experiment {sweep.experiment.name}; "
-            "check its name (Tcl: set opt(NAME) or $ns define-template-parameter NAME; YAML: "
-            "a field path like links.NAME.bandwidth)"
-        )
+    """A parameter that does not change the experiment is refused now (a typo in its name
+    would run the same experiment N times); a value that makes a bad experiment is left to
+    fail its own points."""
+    base, loaded = _first_good(sweep, points)
+    ignored = [w.message for w in loaded.warnings if "it is ignored" in w.message]
+    if ignored:  # the ns front end's word for a parameter the file does not use
+        raise UserError(f"{sweep.experiment.name}: {ignored[0]}")
+    for name in sweep.parameter_names:
+        values = list(dict.fromkeys(p.parameters[name] for p in points if name in p.parameters))
+        seen: set[str] = set()
+        for value in values:
+            try:
+                exp = load(sweep.experiment, parameters={**base, name: value}).experiment
+            except NestbedError:
+                continue
+            seen.add(_semantic(exp))
+            if len(seen) > 1:
+                break
+        if len(values) > 1 and len(seen) == 1:
+            raise UserError(
+                f"parameter {name} does not change experiment {sweep.experiment.name}; check "
+                "its name (Tcl: set opt(NAME) or $ns define-template-parameter NAME; YAML: a "
+                "field path like links.NAME.bandwidth)"
+            )
 
 
-def _used(sweep: Sweep, name: str, point: Point) -> bool:
-    """Whether two different values of ``name`` give different experiments."""
-    values = {point.parameters.get(name)} | {
-        s.get(name) for s in [p.parameters for p in expand(sweep, 10**9)]
-    }
-    values.discard(None)
-    if len(values) < 2:
-        return True  # one value: nothing to compare; loading it already checked the name
-    a, b = sorted(values)[:2]
-    first = load(sweep.experiment, parameters={**point.parameters, name: a}).experiment
-    second = load(sweep.experiment, parameters={**point.parameters, name: b}).experiment
-    return _semantic(first) != _semantic(second)
+def _first_good(sweep: Sweep, points: list[Point]) -> tuple[dict[str, str], Experiment]:
+    """The first setting that makes a valid experiment (a bad one fails only its points);
+    when none does, the first one's error."""
+    first: NestbedError | None = None
+    for setting in dict.fromkeys(json.dumps(p.parameters, sort_keys=True) for p in points):
+        parameters = json.loads(setting)
+        try:
+            return parameters, load(sweep.experiment, parameters=parameters).experiment
+        except NestbedError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 def _semantic(exp: Experiment) -> str:

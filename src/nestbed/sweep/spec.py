@@ -104,6 +104,13 @@ def from_flags(
     return Sweep(experiment.resolve(), _validate(doc, "the command line"))
 
 
+def with_options(sweep: Sweep, options: dict[str, Any]) -> Sweep:
+    """The sweep with command-line options over its file's, validated as the file is."""
+    given = {k: v for k, v in options.items() if v is not None}
+    doc = _validate(sweep.doc.model_dump() | given, "the command line")
+    return Sweep(sweep.experiment, doc, sweep.file)
+
+
 def _validate(data: Any, where: str) -> SweepDoc:
     if not isinstance(data, dict):
         raise UserError(f"{where}: a sweep is a mapping with experiment, grid, zip, points ...")
@@ -119,6 +126,12 @@ def settings(doc: SweepDoc) -> list[dict[str, str]]:
     """Every parameter setting: explicit points, then the grid's product with each zip group
     (zipped lists vary together and must have the same length)."""
     found = [{k: _text(v) for k, v in p.items()} for p in doc.points]
+    named = list(doc.grid) + [n for group in doc.zip for n in group]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    if twice:
+        raise UserError(
+            f"parameter {twice[0]} is given in more than one of grid and zip; give it once"
+        )
     for group in doc.zip:
         lengths = {len(v) for v in group.values()}
         if len(lengths) > 1:
