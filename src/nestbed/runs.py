@@ -176,7 +176,7 @@ def capture_link(p: Plan, link: str, folder: Path, duration: float | None) -> li
     files, processes = [], []
     for node, ifname in sorted(ends.items()):
         path = (folder / f"{link}-{node}.pcap").resolve()
-        argv = ["tcpdump", "-i", ifname, "-w", str(path), "-U", "-s", "0", "-q"]
+        argv = linux.capture_argv(ifname, path)
         processes.append(linux.start_in(p, node, argv, stderr=subprocess.DEVNULL))
         files.append(path)
     try:

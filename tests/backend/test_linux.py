@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 from dataclasses import replace
 
@@ -118,6 +119,25 @@ def test_interfaces_into_linkd_have_their_offloads_off_and_carry_the_mark(swappe
     with NetNS(p.fabric) as ipr:
         marked = [x.get_attr("IFLA_PROP_LIST") for x in ipr.get_links()]
     assert all(m and m.get_attr("IFLA_ALT_IFNAME").startswith("nestbed.") for m in marked)
+
+
+def test_no_interface_of_nodes_or_fabric_speaks_ipv6(swapped):
+    # A fabric end with IPv6 on sends router solicitations and MLD reports into its node at
+    # times of its own choosing: noise in every capture of an IPv4 experiment.
+    p = swapped(experiment(ROUTED.replace("[a, r]}", "[a, r], bandwidth: 10Mb}"), "quiet"))
+    assert p.fabric in p.namespaces
+    for namespace in p.namespaces:
+        with NetNS(namespace) as ipr:
+            names = [x.get_attr("IFLA_IFNAME") for x in ipr.get_links()]
+            v6 = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6)]
+        assert v6 == [], (namespace, v6)
+        for name in names:
+            off = subprocess.run(
+                ["ip", "netns", "exec", namespace, "sysctl", "-n",
+                 f"net.ipv6.conf.{name}.disable_ipv6"],
+                capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+            assert off.strip() == "1", (namespace, name)
 
 
 def test_swapping_out_what_was_never_swapped_in_creates_nothing():

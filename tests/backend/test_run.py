@@ -167,3 +167,50 @@ def test_bad_events_and_programs_do_not_stop_the_run(store, tmp_path):
     skipped = [e for e in events if e["outcome"] == "skipped"]
     assert {e["object"] for e in skipped} >= {"cbr0", "ftp0", "ns"}
     assert store.get(name).state == State.SWAPPED
+
+
+# One chosen packet dropped by linkd (drop-by-ordinal) in a TCP transfer of about 1 s over a
+# link whose queue cannot fill in that time, captured at both ends.
+ONE_DROP = """\
+set ns [new Simulator]
+source tb_compat.tcl
+$ns rtproto Static
+set a [$ns node]
+set b [$ns node]
+set wire [$ns duplex-link $a $b 10Mb 10ms DropTail]
+$ns queue-limit $a $b 1000
+nb-set-link-drop-packets $wire $a 60
+set tcp [new Agent/TCP/Newreno]
+$ns attach-agent $a $tcp
+set sink [new Agent/TCPSink]
+$ns attach-agent $b $sink
+$ns connect $tcp $sink
+set ftp [new Application/FTP]
+$ftp attach-agent $tcp
+$ns at 0.2 "$ftp start"
+$ns at 1.5 "$ftp stop"
+$ns at 2.0 "$ns halt"
+$ns run
+"""
+
+
+def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, tmp_path):
+    name = _define(store, tmp_path, ONE_DROP)
+    results = tmp_path / "results"
+    run_experiment(store, name, results=results, capture=True)
+    wire = [c for c in _rows(results / "links" / "counters.csv")
+            if (c["link"], c["port"], c["direction"]) == ("wire", "a", "egress")]  # fmt: skip
+    assert (wire[-1]["drops_other"], wire[-1]["drops_queue"]) == ("1", "0")
+
+    from nestbed.results.seqplot import read_tcp_table
+
+    trace = read_tcp_table(results / "tcp" / "ftp.csv")
+    assert trace.unit == "byte"
+    assert trace.sent_seq.size >= 200  # 1448-byte segments at 10 Mb/s for a second
+    [recovery] = trace.recoveries()  # the captures see exactly linkd's drop
+    assert recovery["recovery"] == "fast retransmit"
+    assert recovery["duplicate_acks"] >= 3
+    assert (
+        "1 segment dropped in the network: 1 fast retransmit" in (results / "report.md").read_text()
+    )
+    assert (results / "plots" / "tcp-ftp.png").is_file()

@@ -127,3 +127,38 @@ $ns at 2.5 "$ns halt"
     d = changed["flows"][0]["metrics"]["throughput_bps"]["differences"]["run2"]
     assert d["relative"] == pytest.approx(0.5, abs=0.005) and d["beyond"]
     assert changed["flows"][0]["metrics"]["delay_mean_ms"]["differences"]["run2"]["absolute"] == 0
+
+
+def test_tcp_tables_are_compared_by_how_each_drop_was_recovered(tmp_path: Path) -> None:
+    a = run_folder(tmp_path / "sim", [flow("f", 1e6, "", 0.0)], backend="ns-2")
+    b = run_folder(tmp_path / "emu", [flow("f", 1e6, "", 0.0)])
+    (a / "tcp").mkdir()
+    (b / "tcp").mkdir()
+    # ns-2: segment 3 dropped, three duplicate ACKs of 2, resent at once.
+    (a / "tcp" / "f.csv").write_text(
+        "t_s,event,seq\n1.0,send,1\n1.0,send,2\n1.0,send,3\n1.0,drop,3\n1.0,send,4\n1.0,send,5\n"
+        "1.0,send,6\n1.1,ack,1\n1.1,ack,2\n1.2,ack,2\n1.2,ack,2\n1.2,ack,2\n1.2,send,3\n1.3,ack,6\n"
+    )
+    # Linux: byte 1448 dropped, no duplicate ACKs (the tail of a flight), resent 0.4 s later.
+    (b / "tcp" / "f.csv").write_text(
+        "t_s,event,seq,bytes,session\n1.0,send,0,1448,0\n1.0,send,1448,1448,0\n"
+        "1.0,drop,1448,1448,0\n1.1,ack,1448,0,0\n1.4,send,1448,1448,0\n1.5,ack,2896,0,0\n"
+    )
+    result = compare([a, b], output=tmp_path / "cmp")
+    [tcp] = result["tcp"]
+    assert [r["recovery"] for r in tcp["runs"]["sim"]["recoveries"]] == ["fast retransmit"]
+    assert tcp["runs"]["sim"]["recoveries"][0]["duplicate_acks"] == 3
+    [timer] = tcp["runs"]["emu"]["recoveries"]
+    assert (timer["recovery"], timer["seq"], timer["duplicate_acks"]) == ("timer", 1448, 0)
+    assert timer["resent_s"] - timer["dropped_s"] == pytest.approx(0.4)
+    assert not tcp["all_fast_retransmit"]
+    assert "f in emu: 1 segment dropped in the network: 1 timer" in format_table(result)
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "  - byte 1448 dropped at 1.000 s, 0 duplicate ACKs, timer" in md
+    assert (tmp_path / "cmp" / "plots" / "tcp-f.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_runs_without_flows_say_there_is_nothing_to_compare(tmp_path: Path) -> None:
+    a, b = run_folder(tmp_path / "a", []), run_folder(tmp_path / "b", [])
+    text = format_table(compare([a, b]))
+    assert text == "no traffic flows in these runs to compare (programs are not compared)"

@@ -12,6 +12,7 @@ from sim_helpers import Simulate
 
 from nbtest import EXAMPLES
 from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.results.seqplot import read_tcp_table
 from nestbed.results.tables import FLOW_COLUMNS, FLOW_SERIES_COLUMNS, LINK_COLUMNS
 from nestbed.simulate.ns2 import Ended
 from nestbed.simulate.simulation import _failure
@@ -270,6 +271,11 @@ def test_one_drop_is_one_drop_and_one_fast_retransmit(
     bottleneck = last(counters(results), "bottleneck", "r1")
     assert (bottleneck.drops_other, bottleneck.drops_loss, bottleneck.drops_queue) == (1, 0, 0)
     assert (results / "plots" / "tcp-ftp.png").is_file()
+    [recovery] = read_tcp_table(results / "tcp" / "ftp.csv").recoveries()
+    assert (recovery["seq"], recovery["recovery"]) == (segment, "fast retransmit")
+    assert (
+        "1 segment dropped in the network: 1 fast retransmit" in (results / "report.md").read_text()
+    )
 
 
 def test_full_tcp_counts_bytes_and_each_segment_once(sim: Simulate) -> None:

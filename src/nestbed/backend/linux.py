@@ -27,7 +27,7 @@ from pyroute2 import netns
 
 from nestbed.backend import netlink, offloads
 from nestbed.backend.cgroups import Cgroups, Limits
-from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, NodePlan, Plan, mark
+from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, Plan, mark
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 # linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
@@ -177,7 +177,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
 
 
-def _create_namespace(name: str, node: NodePlan | None) -> socket.socket:
+def _create_namespace(name: str, sysctls: tuple[str, dict[str, str]]) -> socket.socket:
     """A named network namespace with its sysctls set, and a netlink socket inside it.
 
     Made in a short-lived thread instead of a forked process: the thread unshares its network
@@ -197,7 +197,7 @@ def _create_namespace(name: str, node: NodePlan | None) -> socket.socket:
             source = b"/proc/thread-self/ns/net"
             if _libc.mount(source, str(path).encode(), b"none", _MS_BIND, None) != 0:
                 raise OSError(ctypes.get_errno(), f"mounting namespace {name} failed")
-            _write_sysctls(node)
+            _write_sysctls(*sysctls)
             made.append(netlink.open_socket())
         except BaseException as exc:
             failure.append(exc)
@@ -210,16 +210,16 @@ def _create_namespace(name: str, node: NodePlan | None) -> socket.socket:
     return made[0]
 
 
-def _write_sysctls(node: NodePlan | None) -> None:
-    """Sets a node's network sysctls in the calling thread's namespace (/proc/sys/net follows
+def _write_sysctls(who: str, sysctls: dict[str, str]) -> None:
+    """Sets network sysctls of WHO in the calling thread's namespace (/proc/sys/net follows
     the thread)."""
-    for key, value in (node.sysctls if node else {}).items():
+    for key, value in sysctls.items():
         if not key.startswith("net.") or "/" in key or ".." in key.split("."):
             raise InternalError(f"sysctl {key!r} is not a network setting")
         try:
             Path("/proc/sys", *key.split(".")).write_text(value)
         except OSError as exc:
-            what = f"setting sysctl {key}={value} on node {node.name}: {exc.strerror}"  # type: ignore[union-attr]
+            what = f"setting sysctl {key}={value} on {who}: {exc.strerror}"
             raise netlink.Refused(exc.errno, what) from exc
 
 
@@ -251,10 +251,10 @@ def _build(
             netns.create(name)
             created.append(name)
             with inside(name):
-                _write_sysctls(node_in.get(name))
+                _write_sysctls(*plan.sysctls(name))
                 sockets[name] = netlink.open_socket()
         else:
-            sockets[name] = _create_namespace(name, node_in.get(name))
+            sockets[name] = _create_namespace(name, plan.sysctls(name))
             created.append(name)
         batch = batches[name] = netlink.Batch(sockets[name])
         indexes.next[name] = batch.max_index() + 1
@@ -502,6 +502,15 @@ def cleanup() -> list[str]:
 def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
     # `ip netns exec` also bind-mounts the node's /etc/hosts, then execs argv in place.
     return ["ip", "netns", "exec", plan.node(node).netns, *argv]
+
+
+def capture_argv(ifname: str, path: Path) -> list[str]:
+    """tcpdump writing every whole frame on IFNAME to PATH as it arrives.
+
+    Immediate mode: otherwise libpcap hands packets over in blocks retired once a second, and
+    the block still open when tcpdump is stopped is lost, the last second of every capture.
+    """
+    return ["tcpdump", "-i", ifname, "-w", str(path), "-U", "-s", "0", "-q", "--immediate-mode"]
 
 
 def exec_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess:

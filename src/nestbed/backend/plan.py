@@ -64,6 +64,12 @@ def node_namespace(tag: str, node: str) -> str:
     return f"{NS_PREFIX}{tag}-{node}"
 
 
+# IPv6 off everywhere, fabric included: experiments are IPv4, and link-local chatter (router
+# solicitations, MLD reports at random times) would cross the emulated links, counted by their
+# pipes (drop-by-ordinal included) and seen in every capture.
+QUIET = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+
+
 @dataclass(frozen=True)
 class Interface:
     """One end of a veth pair: in namespace ``netns`` with name ``ifname``."""
@@ -156,6 +162,13 @@ class Plan:
     @property
     def needs_linkd(self) -> bool:
         return bool(self.emulated)
+
+    def sysctls(self, namespace: str) -> tuple[str, dict[str, str]]:
+        """Who lives in NAMESPACE (a node's name, or "the fabric") and its sysctls."""
+        for node in self.nodes:
+            if node.netns == namespace:
+                return f"node {node.name}", node.sysctls
+        return "the fabric", dict(QUIET)
 
     def interfaces(self) -> dict[tuple[str, str], str]:
         """(link, node) -> the node's interface on that link or LAN."""
@@ -295,7 +308,7 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
     hosts = _hosts(exp, iface_of)
     nodes = []
     for n in exp.nodes:
-        sysctls = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+        sysctls = dict(QUIET)
         if len(node_ifaces[n.name]) > 1:
             sysctls["net.ipv4.ip_forward"] = "1"
         sysctls.update(n.sysctls)

@@ -176,6 +176,7 @@ class Controller:
         if self.capture:
             self._start_captures()
         self.t0 = time.monotonic()
+        self.t0_unix = time.time()  # captures are stamped in Unix time
         for event in self.exp.events:
             self.push(event, "static", event.time_s)
         for prog in self.programs.values():
@@ -190,8 +191,7 @@ class Controller:
         folder = self.run / "pcaps"
         folder.mkdir(exist_ok=True)
         for (link, node), ifname in sorted(self.plan.interfaces().items()):
-            argv = ["tcpdump", "-i", ifname, "-w", str(folder / f"{link}-{node}.pcap"), "-U"]
-            argv += ["-s", "0", "-q"]
+            argv = linux.capture_argv(ifname, folder / f"{link}-{node}.pcap")
             process = self.spawn(node, argv, folder / f"{link}-{node}.log")
             self.processes.append(process)
         time.sleep(0.3)  # tcpdump needs a moment before it captures
@@ -619,6 +619,8 @@ class Controller:
             process.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(5)
+        if self.capture:
+            problems += self._tcp_tables()
         duration = self.now_s()
         self.sampling.set()
         final = _linkd_or_none(self.plan)
@@ -662,6 +664,32 @@ class Controller:
             rows.append(row)
             write_table(self.run / "traffic" / f"{flow.name}.csv", FLOW_SERIES_COLUMNS, series)
         write_table(self.run / "traffic" / "flows.csv", FLOW_COLUMNS, rows)
+        return problems
+
+    def _tcp_tables(self) -> list[str]:
+        """tcp/FLOW.csv of every FTP flow, from the captures at its two ends."""
+        from nestbed.results.segments import write_tcp_table
+
+        def pcaps(node: str) -> list[Path]:
+            found = [self.run / "pcaps" / f"{link}-{n}.pcap" for link, n in self.plan.interfaces()
+                     if n == node]  # fmt: skip
+            return [p for p in found if p.is_file()]
+
+        problems = []
+        for flow in self.flows.values():
+            if flow.kind != "ftp" or not any(s.sender for s in flow.sessions):
+                continue
+            try:
+                write_tcp_table(
+                    self.run / "tcp" / f"{flow.name}.csv",
+                    pcaps(flow.source),
+                    pcaps(flow.destination),
+                    set(_addresses(self.exp, flow.source)),
+                    [(flow.address, s.port) for s in flow.sessions if s.sender],
+                    self.t0_unix,
+                )
+            except (OSError, ValueError) as exc:
+                problems.append(f"the TCP segments of {flow.name} could not be read: {exc}")
         return problems
 
     # -- the socket -------------------------------------------------------------------------
@@ -785,6 +813,10 @@ def _linkd_or_none(p: Plan) -> linux.SocketClient | None:
     with contextlib.suppress(OSError):
         return linux.linkd(p)
     return None
+
+
+def _addresses(exp: Experiment, node: str) -> list[str]:
+    return [p.ip for link in exp.all_links for p in link.ports if p.node == node and p.ip]
 
 
 def _cgroups(p: Plan) -> dict[str, NodeCgroup]:

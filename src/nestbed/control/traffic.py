@@ -22,6 +22,7 @@ from nestbed.model import Agent, Application
 _PORT_BASE = 20000
 _SESSIONS = 64
 _CONGESTION = {"reno": "reno", "newreno": "reno", "sack": "reno", "fack": "reno", "vegas": "vegas"}
+_SEGMENT = 1448  # a full TCP segment's payload on a 1500-byte MTU with timestamps
 _HEADER = 12  # nestbed-probe's header: the smallest datagram it sends
 
 
@@ -316,6 +317,11 @@ class FtpFlow(Flow):
     def sender_argv(self, port: int, files: dict[str, Path], amount: int | None) -> list[str]:
         argv = ["iperf3", "-c", self.address, "-p", str(port), "-J", "-i", "1"]
         argv += ["-n", str(amount)] if amount else ["-t", "86400"]
+        window = self.agent.params.get("window_")
+        if window:
+            # ns-2's window_ caps the packets in flight; the nearest a real stack offers is
+            # a socket buffer of that many full segments (iperf3 sets it on both ends).
+            argv += ["-w", str(int(float(window)) * _SEGMENT)]
         algorithm = _CONGESTION.get(self.agent.variant or "")
         if algorithm and algorithm in _available_congestion():
             argv += ["-C", algorithm]

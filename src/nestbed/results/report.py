@@ -5,6 +5,7 @@ A failed run may leave some tables, empty ones or none; the report then says wha
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ import pandas as pd
 # figure registry that would keep every plot alive in a long-running controller.
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from nestbed.errors import UserError
+from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
 TABLES = (
     "events.csv",
@@ -384,8 +388,39 @@ def _link_section(r: _Run) -> list[str]:
     return _markdown(totals.reset_index(), LINKS)
 
 
+def _tcp_traces(r: _Run) -> Iterator[tuple[str, SeqTrace]]:
+    flows = {f: row for f, row in _by_key(_flows(r), ["flow"])}
+    backend = (r.manifest.get("options") or {}).get("backend") or "emulated"
+    for path in sorted((r.folder / "tcp").glob("*.csv")):
+        row = flows.get(path.stem)
+        where = ""
+        if row is not None:
+            where = f" ({_text(row, 'source').iloc[0]}→{_text(row, 'destination').iloc[0]})"
+        with contextlib.suppress(UserError):
+            yield path.stem, read_tcp_table(path, f"{path.stem}{where}, {backend}")
+
+
+def _tcp_section(r: _Run) -> list[str]:
+    lines = []
+    for flow, trace in _tcp_traces(r):
+        recoveries = trace.recoveries()
+        lines.append(f"- {flow}: {describe_recoveries(recoveries)}")
+    return lines or ["_No TCP segment tables (`tcp/`): a simulated run, or a run with "
+                     "`--capture`, has them._"]  # fmt: skip
+
+
+def _draw_tcp(r: _Run) -> list[str]:
+    made = []
+    for flow, trace in _tcp_traces(r):
+        name = f"tcp-{flow}.png"
+        plot_sequence([trace], r.folder / "plots" / name)
+        made.append(f"![{flow}: sequence numbers over time](plots/{name})")
+    return made
+
+
 SECTIONS = [("Flows", _flow_section), ("Events", _event_section),
-            ("Programs", _program_section), ("Links", _link_section)]  # fmt: skip
+            ("Programs", _program_section), ("Links", _link_section),
+            ("TCP recovery", _tcp_section)]  # fmt: skip
 
 
 def write_report(run: Path) -> Path:
@@ -395,7 +430,7 @@ def write_report(run: Path) -> Path:
     lines = _header(r)
     for title, section in SECTIONS:
         lines += ["", f"## {title}", "", *section(r)]
-    images = _draw(r)
+    images = _draw(r) + _draw_tcp(r)
     lines += ["", "## Plots", "", *(images or ["_No plots: the run recorded no series to draw._"])]
     path = run / "report.md"
     path.write_text("\n".join(lines) + "\n")

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from nestbed.errors import UserError
 from nestbed.results.folders import make_folder
 from nestbed.results.report import human
+from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
 # metric -> (how a difference is judged, unit kind for `human`, name in sentences)
 METRICS: dict[str, tuple[str, str, str]] = {
@@ -39,6 +40,7 @@ class Run:
     manifest: dict[str, Any]
     flows: pd.DataFrame
     series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    tcp: dict[str, SeqTrace] = field(default_factory=dict)  # tcp/FLOW.csv by flow
 
     @property
     def backend(self) -> str:
@@ -84,6 +86,8 @@ def load_run(folder: Path, label: str) -> Run:
     for path in sorted((folder / "traffic").glob("*.csv")):
         if path.name != "flows.csv":
             run.series[path.stem] = _read_csv(path)
+    for path in sorted((folder / "tcp").glob("*.csv")):
+        run.tcp[path.stem] = read_tcp_table(path, f"{path.stem}, {label} ({run.backend})")
     return run
 
 
@@ -187,11 +191,37 @@ def compare(
         "differences": sentences,
         "agree": not sentences,
         "table": table(flows, loaded),
+        "tcp": tcp_recovery(loaded),
         "files": {},
     }
     if output is not None:
         result["files"] = _write(Path(output), result, loaded)
     return result
+
+
+def tcp_recovery(runs: list[Run]) -> list[dict[str, Any]]:
+    """For every flow with a TCP segment table in some run: each run's drops and how the
+    sender recovered from each (``SeqTrace.recoveries``), with a sentence per run, and whether
+    every drop in every run that has the table was recovered by fast retransmit."""
+    out = []
+    for name in dict.fromkeys(n for r in runs for n in r.tcp):
+        per_run = {}
+        for run in runs:
+            if name in run.tcp:
+                recoveries = run.tcp[name].recoveries()
+                per_run[run.label] = {
+                    "unit": run.tcp[name].unit,
+                    "recoveries": recoveries,
+                    "summary": describe_recoveries(recoveries),
+                }
+        drops = [r for v in per_run.values() for r in v["recoveries"]]
+        out.append({
+            "flow": name,
+            "runs": per_run,
+            "all_fast_retransmit": bool(drops)
+            and all(r["recovery"] == "fast retransmit" for r in drops),
+        })  # fmt: skip
+    return out
 
 
 def _sentence(flow: str, words: str, run: str, base: str, d: dict[str, Any], how: str) -> str:
@@ -234,6 +264,8 @@ def table(flows: list[dict[str, Any]], runs: list[Run]) -> dict[str, list[Any]]:
 def format_table(result: dict[str, Any]) -> str:
     """The comparison as plain monospaced text (for terminals without rich)."""
     t = result["table"]
+    if not t["rows"]:
+        return "no traffic flows in these runs to compare (programs are not compared)"
     cells = [t["columns"], *t["rows"]]
     widths = [max(len(str(row[i])) for row in cells) for i in range(len(t["columns"]))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -241,6 +273,9 @@ def format_table(result: dict[str, Any]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     for sentence in result["differences"]:
         lines.append(f"! {sentence}")
+    for flow in result.get("tcp", []):
+        for label, data in flow["runs"].items():
+            lines.append(f"{flow['flow']} in {label}: {data['summary']}")
     return "\n".join(lines)
 
 
@@ -256,6 +291,15 @@ def _markdown(result: dict[str, Any], plots: list[str]) -> str:
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in t["rows"]]
     lines += ["", "## Beyond the tolerance", ""]
     lines += [f"- {s}" for s in result["differences"]] or ["None."]
+    if result.get("tcp"):
+        lines += ["", "## TCP recovery", ""]
+        for flow in result["tcp"]:
+            for label, data in flow["runs"].items():
+                lines.append(f"- {flow['flow']} in {label}: {data['summary']}")
+                for r in data["recoveries"]:
+                    dups = f"{r['duplicate_acks']} duplicate ACK{'s' * (r['duplicate_acks'] != 1)}"
+                    lines.append(f"  - {data['unit']} {r['seq']:g} dropped at "
+                                 f"{r['dropped_s']:.3f} s, {dups}, {r['recovery']}")  # fmt: skip
     if plots:
         lines += ["", "## Plots", "", *(f"![{p}]({p})" for p in plots)]
     return "\n".join(lines) + "\n"
@@ -310,6 +354,11 @@ def _write(output: Path, result: dict[str, Any], runs: list[Run]) -> dict[str, A
             plots.append(name)
         else:
             (output / name).unlink(missing_ok=True)
+    for name in dict.fromkeys(n for r in runs for n in r.tcp):
+        plot = f"plots/tcp-{name}.png"
+        plot_sequence([r.tcp[name] for r in runs if name in r.tcp], output / plot,
+                      title=f"{name}: sequence numbers over time")  # fmt: skip
+        plots.append(plot)
     files = {
         "json": str(output / "compare.json"),
         "markdown": str(output / "compare.md"),

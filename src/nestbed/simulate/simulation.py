@@ -17,7 +17,6 @@ from nestbed.results.report import summary, write_report
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, write_table
 from nestbed.simulate import ns2
 from nestbed.simulate.scope import event_rows, not_simulated, program_rows
-from nestbed.simulate.seqplot import plot_sequence, read_tcp_table
 from nestbed.simulate.trace import Converter
 
 
@@ -185,12 +184,5 @@ def _close(
         "notes": converter.notes,
     }
     manifest.write(results, m)
-    for flow in converter.flows:
-        table = results / "tcp" / f"{flow.name}.csv"
-        if flow.kind == "ftp" and table.is_file():
-            title = f"{flow.name} ({flow.source}→{flow.destination}), simulated in ns-2"
-            plot_sequence(
-                [read_tcp_table(table, title)], results / "plots" / f"tcp-{flow.name}.png"
-            )
     manifest.end(results, outcome, reason, end_s)
     write_report(results)

@@ -1,6 +1,6 @@
-"""Sequence number over time of one TCP flow (the plot of the Netbed paper's Figure 8), from
-(time, seq) arrays of any source: an ns-2 trace (``tcp/FLOW.csv``) or a pcap of an emulated run.
-"""
+"""Sequence number over time of one TCP flow (the plot of the Netbed paper's Figure 8), and
+how it recovered from each drop, from (time, seq) arrays of any source: ``tcp/FLOW.csv`` of a
+simulated or an emulated run, or arrays of the caller's."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import csv
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -15,6 +16,11 @@ from matplotlib.figure import Figure
 from numpy.typing import ArrayLike, NDArray
 
 from nestbed.errors import UserError
+
+DUPACK_THRESHOLD = 3
+# A retransmission later than this after the third duplicate ACK was the timer's: both Linux
+# and ns-2 (minrto_) never time out sooner.
+MIN_RTO_S = 0.2
 
 
 def _array(values: ArrayLike) -> NDArray[np.float64]:
@@ -58,6 +64,40 @@ class SeqTrace:
                 raise ValueError(f"{label}: {name} times and sequence numbers differ in length")
         return cls(label, unit=unit, **arrays)
 
+    def recoveries(self) -> list[dict[str, Any]]:
+        """How the sender recovered each segment the network dropped.
+
+        ``fast retransmit`` when at least three duplicate ACKs (ACKs repeating the one before
+        them) came back after the drop and the segment was sent again less than
+        ``MIN_RTO_S`` after the third; ``timer`` when it was sent again otherwise (a
+        retransmission timeout, or Linux's tail loss probe); ``not resent`` when the trace ends
+        first. Unit-free: ns-2's ACKs name the last segment in
+        order, a real stack's the next byte expected; both repeat while a segment is missing.
+        """
+        out = []
+        for t, seq in zip(self.dropped_t_s, self.dropped_seq, strict=True):
+            again = np.flatnonzero((self.sent_seq == seq) & (self.sent_t_s > t))
+            resent = float(self.sent_t_s[again[0]]) if again.size else None
+            window = (self.acked_t_s > t) & (
+                self.acked_t_s <= (resent if resent is not None else np.inf)
+            )
+            previous = np.concatenate([[np.nan], self.acked_seq[:-1]])
+            dup_times = self.acked_t_s[window & (self.acked_seq == previous)]
+            if resent is None:
+                how = "not resent"
+            elif dup_times.size >= DUPACK_THRESHOLD and resent - dup_times[2] < MIN_RTO_S:
+                how = "fast retransmit"
+            else:
+                how = "timer"
+            out.append({
+                "seq": float(seq),
+                "dropped_s": float(t),
+                "resent_s": resent,
+                "duplicate_acks": int(dup_times.size),
+                "recovery": how,
+            })  # fmt: skip
+        return out
+
     @property
     def retransmitted(self) -> NDArray[np.bool_]:
         """Which sent segments repeat a sequence number already sent."""
@@ -67,14 +107,35 @@ class SeqTrace:
         return self.sent_seq <= before
 
 
+def describe_recoveries(recoveries: list[dict[str, Any]]) -> str:
+    """One sentence: how many drops, and how each kind of recovery went."""
+    if not recoveries:
+        return "no segment was dropped in the network"
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for r in recoveries:
+        kinds.setdefault(r["recovery"], []).append(r)
+    parts = []
+    for how, items in kinds.items():
+        took = [r["resent_s"] - r["dropped_s"] for r in items if r["resent_s"] is not None]
+        after = f", resent {np.median(took):.3f} s after the drop (median)" if took else ""
+        parts.append(f"{len(items)} {how}{after}")
+    n = len(recoveries)
+    return f"{n} segment{'s' if n > 1 else ''} dropped in the network: " + "; ".join(parts)
+
+
 def read_tcp_table(path: Path, label: str | None = None) -> SeqTrace:
-    """The sequence trace of a simulated run's ``tcp/FLOW.csv`` (t_s, event, seq)."""
+    """The sequence trace of a run's ``tcp/FLOW.csv`` (t_s, event, seq): a simulated run's in
+    segments, an emulated run's (which has a ``bytes`` column) in bytes."""
+    unit = "segment"
     columns: dict[str, tuple[list[float], list[float]]] = {
         e: ([], []) for e in ("send", "drop", "ack")
     }
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            for row in csv.DictReader(f):
+            reader = csv.DictReader(f)
+            if "bytes" in (reader.fieldnames or ()):
+                unit = "byte"
+            for row in reader:
                 if row.get("event") in columns:
                     t, seq = columns[row["event"]]
                     t.append(float(row["t_s"]))
@@ -86,6 +147,7 @@ def read_tcp_table(path: Path, label: str | None = None) -> SeqTrace:
         columns["send"],
         dropped=columns["drop"],
         acked=columns["ack"],
+        unit=unit,
     )
 
 
