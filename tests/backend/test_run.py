@@ -214,3 +214,24 @@ def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, tmp_p
         "1 segment dropped in the network: 1 fast retransmit" in (results / "report.md").read_text()
     )
     assert (results / "plots" / "tcp-ftp.png").is_file()
+
+
+def test_ftp_send_delivers_exactly_what_it_was_asked_to(store, tmp_path):
+    # A slow link keeps much of the transfer in flight when the sender has written its last
+    # byte: all of it must still arrive and be counted.
+    text = ONE_DROP.replace("nb-set-link-drop-packets $wire $a 60\n", "")
+    text = text.replace("10Mb 10ms", "2Mb 50ms")
+    text = text.replace(
+        '$ns at 0.2 "$ftp start"\n$ns at 1.5 "$ftp stop"', '$ns at 0.2 "$ftp send 300000"'
+    )
+    text = text.replace('$ns at 2.0 "$ns halt"', '$ns at 3.0 "$ns halt"')
+    name = _define(store, tmp_path, text)
+    results = tmp_path / "results"
+    run_experiment(store, name, results=results)
+    [ftp] = _rows(results / "traffic" / "flows.csv")
+    assert (ftp["bytes_sent"], ftp["bytes_received"]) == ("300000", "300000")
+    # 300 kB at 2 Mb/s take at least 1.2 s of the link.
+    assert float(ftp["throughput_bps"]) <= 2e6
+    series = _rows(results / "traffic" / "ftp.csv")
+    assert sum(int(r["bytes"]) for r in series) == 300_000
+    assert all(float(r["t_s"]) >= 0.2 for r in series)

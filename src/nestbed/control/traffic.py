@@ -1,4 +1,5 @@
-"""Traffic agents of a live experiment: CBR over UDP with nestbed-probe, FTP over TCP with iperf3.
+"""Traffic agents of a live experiment: CBR over UDP with nestbed-probe, FTP over TCP with
+nestbed.control.bulk.
 
 Each `start` is a session: a receiver already listening in the destination node (started ahead,
 so a start event costs one process spawn) and a sender in the source node. Raw output of every
@@ -11,6 +12,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,25 +308,32 @@ class CbrFlow(Flow):
 
 
 class FtpFlow(Flow):
-    """A bulk TCP transfer with iperf3, unlimited or of a given size (``produce``, ``send``)."""
+    """A bulk TCP transfer (nestbed.control.bulk), unlimited or of a given size (``produce``,
+    ``send``: that many bytes delivered)."""
 
     kind, proto = "ftp", "tcp"
-    stop_signal = signal.SIGINT  # iperf3 prints its JSON report when interrupted
+    stop_signal = signal.SIGINT
 
-    def receiver_argv(self, port: int, files: dict[str, Path]) -> list[str]:
-        return ["iperf3", "-s", "-1", "-J", "-B", self.address, "-p", str(port)]
-
-    def sender_argv(self, port: int, files: dict[str, Path], amount: int | None) -> list[str]:
-        argv = ["iperf3", "-c", self.address, "-p", str(port), "-J", "-i", "1"]
-        argv += ["-n", str(amount)] if amount else ["-t", "86400"]
+    def _bulk(self, role: str, port: int) -> list[str]:
+        argv = [sys.executable, "-m", "nestbed.control.bulk", role, "--port", str(port)]
+        argv += ["--bind" if role == "recv" else "--to", self.address]
         window = self.agent.params.get("window_")
         if window:
             # ns-2's window_ caps the packets in flight; the nearest a real stack offers is
-            # a socket buffer of that many full segments (iperf3 sets it on both ends).
-            argv += ["-w", str(int(float(window)) * _SEGMENT)]
+            # a receive buffer (and a send buffer) of that many full segments.
+            argv += ["--window", str(int(float(window)) * _SEGMENT)]
+        return argv
+
+    def receiver_argv(self, port: int, files: dict[str, Path]) -> list[str]:
+        return self._bulk("recv", port)
+
+    def sender_argv(self, port: int, files: dict[str, Path], amount: int | None) -> list[str]:
+        argv = self._bulk("send", port)
+        if amount:
+            argv += ["--bytes", str(amount)]
         algorithm = _CONGESTION.get(self.agent.variant or "")
         if algorithm and algorithm in _available_congestion():
-            argv += ["-C", algorithm]
+            argv += ["--congestion", algorithm]
         elif self.agent.variant and self.agent.variant not in ("fulltcp", "linux"):
             note = f"TCP variant {self.agent.variant} ran as the kernel's default"
             if note not in self.notes:
@@ -338,28 +347,25 @@ class FtpFlow(Flow):
         sent = received = retransmits = 0
         seconds = 0.0
         series: list[dict[str, Any]] = []
-        for s in self.sessions:
+        for k, s in enumerate(self.sessions):
             if not s.sender:
                 continue
             client, server = _json(s.files["send"]), _json(s.files["recv"])
-            end_c, end_s = client.get("end", {}), server.get("end", {})
-            sent += int(end_c.get("sum_sent", {}).get("bytes", 0))
-            retransmits += int(end_c.get("sum_sent", {}).get("retransmits", 0))
-            received += int(end_s.get("sum_received", {}).get("bytes", 0))
-            seconds += float(end_s.get("sum_received", {}).get("seconds", 0.0))
-            resent = [i.get("sum", {}).get("retransmits") for i in client.get("intervals", [])]
-            for k, interval in enumerate(server.get("intervals", [])):
-                total = interval.get("sum", {})
+            sent += int(client.get("bytes", 0))
+            retransmits += int(client.get("retransmits", 0))
+            received += int(server.get("bytes", 0))
+            seconds += float(server.get("seconds", 0.0))
+            if client.get("error"):
+                self.notes.append(f"session {k}: {client['error']}")
+            first_ns = server.get("first_ns")
+            for second, nbytes in enumerate(server.get("intervals", [])):
                 series.append(
                     {
-                        "t_s": (s.started_s or 0) + float(total.get("start", 0)),
-                        "bytes": total.get("bytes"),
-                        "throughput_bps": total.get("bits_per_second"),
-                        "retransmits": resent[k] if k < len(resent) else None,
+                        "t_s": (first_ns - t0_ns) / 1e9 + second,
+                        "bytes": nbytes,
+                        "throughput_bps": nbytes * 8,
                     }
                 )
-            if client.get("error") and "interrupt" not in client["error"]:
-                self.notes.append(f"iperf3: {client['error']}")
         row = self._row(
             bytes_sent=sent,
             bytes_received=received,

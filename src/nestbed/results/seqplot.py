@@ -18,8 +18,8 @@ from numpy.typing import ArrayLike, NDArray
 from nestbed.errors import UserError
 
 DUPACK_THRESHOLD = 3
-# A retransmission later than this after the third duplicate ACK was the timer's: both Linux
-# and ns-2 (minrto_) never time out sooner.
+# A retransmission later than this after the last ACK came after a silence: a timer's. Neither
+# Linux nor ns-2 (minrto_) times out sooner.
 MIN_RTO_S = 0.2
 
 
@@ -68,24 +68,26 @@ class SeqTrace:
         """How the sender recovered each segment the network dropped.
 
         ``fast retransmit`` when at least three duplicate ACKs (ACKs repeating the one before
-        them) came back after the drop and the segment was sent again less than
-        ``MIN_RTO_S`` after the third; ``timer`` when it was sent again otherwise (a
-        retransmission timeout, or Linux's tail loss probe); ``not resent`` when the trace ends
-        first. Unit-free: ns-2's ACKs name the last segment in
-        order, a real stack's the next byte expected; both repeat while a segment is missing.
+        them, short of the segment) came back after the drop and the segment was resent less
+        than ``MIN_RTO_S`` after an ACK (in answer to ACKs, not after a silence); ``timer``
+        when it was resent otherwise (a retransmission timeout, or Linux's tail loss probe);
+        ``not resent`` when the trace ends first.
         """
         out = []
+        previous = np.concatenate([[np.nan], self.acked_seq[:-1]])
         for t, seq in zip(self.dropped_t_s, self.dropped_seq, strict=True):
             again = np.flatnonzero((self.sent_seq == seq) & (self.sent_t_s > t))
             resent = float(self.sent_t_s[again[0]]) if again.size else None
-            window = (self.acked_t_s > t) & (
-                self.acked_t_s <= (resent if resent is not None else np.inf)
-            )
-            previous = np.concatenate([[np.nan], self.acked_seq[:-1]])
-            dup_times = self.acked_t_s[window & (self.acked_seq == previous)]
+            until = resent if resent is not None else np.inf
+            window = (self.acked_t_s > t) & (self.acked_t_s <= until)
+            # ns-2's ACKs name the last segment received, a real stack's the next byte
+            # expected. With SACK, duplicates stuck at an earlier hole tell of later ones too.
+            short = self.acked_seq < seq if self.unit == "segment" else self.acked_seq <= seq
+            dup_times = self.acked_t_s[window & short & (self.acked_seq == previous)]
+            last_ack = self.acked_t_s[self.acked_t_s <= until].max(initial=-np.inf)
             if resent is None:
                 how = "not resent"
-            elif dup_times.size >= DUPACK_THRESHOLD and resent - dup_times[2] < MIN_RTO_S:
+            elif dup_times.size >= DUPACK_THRESHOLD and resent - last_ack < MIN_RTO_S:
                 how = "fast retransmit"
             else:
                 how = "timer"
