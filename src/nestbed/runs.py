@@ -98,18 +98,22 @@ def run_experiment(
     linktest_strict: bool = False,
     report: bool = True,
     timeout: float | None = None,
+    cpumon: str | list[str] | None = None,
+    cpumon_duty: float | None = None,
+    capture_nodes: str | list[str] | None = None,
 ) -> dict[str, Any]:
     """One whole run; returns the results' summary (with the folder under ``results``).
 
     The run ends at `$ns halt`, after ``duration`` seconds, or, without a duration, when the
     static events are done and no program or sequence is still running. Ctrl-C ends it as
-    interrupted, keeping what was measured.
+    interrupted, keeping what was measured. ``cpumon``, ``cpumon_duty`` and
+    ``capture_nodes`` as in `swap.swap_in`.
     """
     exp = Experiment.from_json(store.get(name).ir_json)
     active = swap_in(
         store, name, results=results, capture=capture, linktest=linktest,
         linktest_strict=linktest_strict, progress=progress.log if progress else None,
-        report=report,
+        report=report, cpumon=cpumon, cpumon_duty=cpumon_duty, capture_nodes=capture_nodes,
     )  # fmt: skip
     outcome = "completed"
     try:

@@ -67,19 +67,32 @@ def swap_in(
     linktest_strict: bool = False,
     progress: Notify | None = None,
     report: bool = True,
+    cpumon: str | list[str] | None = None,
+    cpumon_duty: float | None = None,
+    capture_nodes: str | list[str] | None = None,
 ) -> Active:
     """Builds the experiment's network and starts its controller, which begins the run.
 
     With ``linktest`` a linktest of that level runs on the finished network before the run
     begins (its report in the results folder); with ``linktest_strict`` a failed check fails
-    the swap-in. On failure everything is removed and the experiment is `failed`.
+    the swap-in. ``cpumon`` ("all", or node names) runs nestbed-cpumon in those nodes for the
+    whole run, looping ``cpumon_duty`` of each second (nodes/cpu.csv in the results).
+    ``capture_nodes`` limits ``capture`` to those nodes' ends of their links. On failure
+    everything is removed and the experiment is `failed`.
     """
     linux.require_root()
     if linktest is not None:
         check_level(linktest)
     record = store.get(name)
+    stored = Experiment.from_json(record.ir_json)
+    if cpumon_duty is not None and not 0 < cpumon_duty <= 1:
+        raise UserError(f"--cpumon-duty {cpumon_duty} is not a fraction in (0, 1]; write e.g. 0.1")
+    monitored = named_nodes(stored, cpumon, "--cpumon")
+    if monitored:
+        linux.built_binary("nestbed-cpumon")  # a missing build is one sentence here
+    captured = named_nodes(stored, capture_nodes, "--capture-nodes")
     store.transition(name, State.SWAPPING_IN, expect_from=record.state, reason="swapin")
-    exp = Experiment.from_json(record.ir_json)
+    exp = stored
     p = plan(exp)
     folder = (results or default_results(name)).resolve()
     run_id = None
@@ -93,7 +106,9 @@ def swap_in(
         if linktest is not None:
             checked = _linktest(p, exp, linktest, folder, linktest_strict, progress)
         run_id = store.start_run(name, folder)
-        control.launch(p, kept, folder, run_id, capture, report=report)
+        control.launch(p, kept, folder, run_id, capture or bool(captured), report=report,
+                       cpumon=monitored, cpumon_duty=cpumon_duty,
+                       capture_nodes=captured)  # fmt: skip
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
         if run_id is not None:
@@ -106,6 +121,25 @@ def swap_in(
         raise
     store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
     return Active(p, run_id, folder, checked)
+
+
+def named_nodes(exp: Experiment, value: str | list[str] | None, option: str) -> tuple[str, ...]:
+    """The nodes an option's value names: "all", or names (a list, or one string with
+    commas); a UserError for a node the experiment lacks."""
+    if not value:
+        return ()
+    names = [value] if isinstance(value, str) else list(value)
+    wanted = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    nodes = [n.name for n in exp.nodes]
+    if "all" in wanted:
+        return tuple(nodes)
+    unknown = [n for n in wanted if n not in nodes]
+    if unknown:
+        raise UserError(
+            f"experiment {exp.name} has no node '{unknown[0]}' for {option}; its nodes are "
+            f"{', '.join(nodes)} (or write all)"
+        )
+    return tuple(dict.fromkeys(wanted))
 
 
 def next_run(
@@ -209,6 +243,25 @@ def _report(folder: Path) -> None:
 
     with contextlib.suppress(Exception):
         write_report(folder)
+
+
+def define_anew(
+    store: Store,
+    exp: Experiment,
+    *,
+    source_text: str = "",
+    source_format: str = "python",
+    source_file: str | None = None,
+) -> None:
+    """Stores EXP under its name afresh: an earlier attempt that crashed may have left it
+    defined, or even active (then it is swapped out as failed first)."""
+    with contextlib.suppress(NestbedError):
+        record = store.get(exp.name)
+        if record.state not in (State.DEFINED, State.SWAPPED):
+            swap_out(store, exp.name, outcome="failed")
+        store.delete(exp.name)
+    store.create_experiment(exp.name, source_text=source_text, source_format=source_format,
+                            source_file=source_file, ir_json=exp.to_json())  # fmt: skip
 
 
 def swap_out(store: Store, name: str, *, outcome: str = "completed") -> None:

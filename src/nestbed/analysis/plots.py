@@ -108,15 +108,20 @@ PLOTS: list[tuple[str, str, Callable[[_Data, Figure, float], bool]]] = [
 
 
 def draw(
-    folder: Path, transfers: list[dict[str, Any]], cpu: pd.DataFrame | None, bin_s: float
+    folder: Path,
+    transfers: list[dict[str, Any]],
+    cpu: pd.DataFrame | None,
+    bin_s: float,
+    into: Path | None = None,
 ) -> list[tuple[str, str]]:
-    """Draws folder/plots/*.png that have data; returns (file, caption) of each drawn."""
+    """Draws folder/plots/*.png (or ``into``/plots/*.png: a study's chosen transfers of an
+    analysis in ``folder``) that have data; returns (file, caption) of each drawn."""
     d = _Data(folder, transfers, cpu)
     made = []
     for name, caption, plot in PLOTS:
         fig = Figure(figsize=(9, 4.5), layout="constrained")
         FigureCanvasAgg(fig)
-        path = folder / "plots" / name
+        path = (into or folder) / "plots" / name
         if plot(d, fig, bin_s):
             fig.axes[0].legend(loc="best", fontsize="x-small")
             path.parent.mkdir(exist_ok=True)

@@ -281,6 +281,29 @@ LinktestStrictOption = Annotated[
     bool,
     typer.Option("--linktest-strict", help="A failed linktest check fails the swap-in."),
 ]
+CpumonOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cpumon",
+        metavar="NODES",
+        help="Run the CPU-availability monitor in these nodes (comma-separated, or all); "
+        "rows in nodes/cpu.csv.",
+    ),
+]
+CaptureNodesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--capture-nodes",
+        metavar="NODES",
+        help="Capture only these nodes' link ends (comma-separated); implies --capture.",
+    ),
+]
+CpumonDutyOption = Annotated[
+    float | None,
+    typer.Option(
+        "--cpumon-duty", metavar="FRACTION", help="Share of each second it loops (default 0.1)."
+    ),
+]
 
 
 @app.command()
@@ -290,6 +313,9 @@ def swapin(
     capture: CaptureOption = False,
     linktest: LinktestOption = None,
     linktest_strict: LinktestStrictOption = False,
+    cpumon: CpumonOption = None,
+    cpumon_duty: CpumonDutyOption = None,
+    capture_nodes: CaptureNodesOption = None,
 ) -> None:
     """Build an experiment's network and start its controller (the run's events begin)."""
     import time
@@ -302,7 +328,8 @@ def swapin(
         with err.status(f"swapping in {name}") as status:
             active = swap_in(
                 store, name, results=results, capture=capture, linktest=linktest,
-                linktest_strict=linktest_strict, progress=status.update,
+                linktest_strict=linktest_strict, progress=status.update, cpumon=cpumon,
+                cpumon_duty=cpumon_duty, capture_nodes=capture_nodes,
             )  # fmt: skip
     p = active.plan
     if active.linktest is not None:
@@ -343,6 +370,9 @@ def run(
     param: ParamOption = None,
     linktest: LinktestOption = None,
     linktest_strict: LinktestStrictOption = False,
+    cpumon: CpumonOption = None,
+    cpumon_duty: CpumonDutyOption = None,
+    capture_nodes: CaptureNodesOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Swap in, run the events, programs and traffic, collect the results, swap out."""
@@ -362,6 +392,9 @@ def run(
             progress=None if as_json else err,
             linktest=linktest,
             linktest_strict=linktest_strict,
+            cpumon=cpumon,
+            cpumon_duty=cpumon_duty,
+            capture_nodes=capture_nodes,
         )
     if as_json:
         print_json(summary)
@@ -719,7 +752,11 @@ def analyze(
         list[Path], typer.Argument(help="Captures (pcap, pcapng), or a run's results folder.")
     ],
     cpu: Annotated[
-        Path | None, typer.Option(help="A CPU-availability table (nestbed-cpumon's CSV).")
+        Path | None,
+        typer.Option(
+            help="A CPU-availability table (nestbed-cpumon's CSV; default: a run folder's "
+            "nodes/cpu.csv)."
+        ),
     ] = None,
     results: Annotated[
         Path | None,
@@ -748,6 +785,9 @@ def analyze(
                 )
             pcaps += found
             addresses = _node_addresses(target / "ir.json") or addresses
+            monitored = target / "nodes" / "cpu.csv"
+            if cpu is None and monitored.is_file():  # the run's --cpumon
+                cpu = monitored
         elif target.exists():
             pcaps.append(target)
         else:
@@ -828,3 +868,9 @@ def main_entry() -> None:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             err.print(f"error: {line}", style="red", markup=False)
         sys.exit(exc.exit_code)
+
+
+# Sub-command groups defined in their own modules (they import the helpers above).
+from nestbed.cli.study import study as _study  # noqa: E402
+
+app.add_typer(_study, name="study")

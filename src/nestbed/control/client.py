@@ -21,12 +21,23 @@ def socket_path(plan: Plan) -> Path:
 
 
 def launch(
-    plan: Plan, ir: Path, results: Path, run_id: int | None, capture: bool, *, report: bool = True
+    plan: Plan,
+    ir: Path,
+    results: Path,
+    run_id: int | None,
+    capture: bool,
+    *,
+    report: bool = True,
+    cpumon: tuple[str, ...] = (),
+    cpumon_duty: float | None = None,
+    capture_nodes: tuple[str, ...] = (),
 ) -> None:
     """Starts the controller of a swapped-in experiment and waits until it answers.
 
     Without ``report`` the run's tables are written but not report.md and its plots (a
-    sweep's runs: a second or two each)."""
+    sweep's runs: a second or two each). ``cpumon`` names the nodes where nestbed-cpumon runs
+    (looping ``cpumon_duty`` of each second); ``capture_nodes`` the only nodes whose link
+    ends are captured (all when empty)."""
     directory = linux.run_dir(plan)
     log = (directory / "controller.log").open("ab")
     argv = [sys.executable, "-m", "nestbed.control", "--ir", str(ir), "--results", str(results)]
@@ -36,6 +47,12 @@ def launch(
         argv.append("--capture")
     if not report:
         argv.append("--no-report")
+    for node in cpumon:
+        argv += ["--cpumon", node]
+    for node in capture_nodes:
+        argv += ["--capture-node", node]
+    if cpumon_duty is not None:
+        argv += ["--cpumon-duty", str(cpumon_duty)]
     process = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
     )

@@ -26,6 +26,7 @@ from nestbed.backend import linux
 from nestbed.backend.cgroups import Cgroups, NodeCgroup
 from nestbed.backend.plan import Plan, pipe_params, plan
 from nestbed.control.client import SOCKET
+from nestbed.control.cpumon import CPU_COLUMNS, DEFAULT_DUTY, CpuMonitor
 from nestbed.control.programs import ProgramRunner
 from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
 from nestbed.errors import NestbedError
@@ -70,8 +71,12 @@ class Controller:
         capture: bool,
         reused: int = 0,
         report: bool = True,
+        cpumon: tuple[str, ...] = (),
+        cpumon_duty: float = DEFAULT_DUTY,
+        capture_nodes: tuple[str, ...] = (),  # empty: every node's link ends
     ):
         self.exp, self.run, self.run_id, self.capture = exp, run, run_id, capture
+        self.cpumon_duty, self.capture_nodes = cpumon_duty, capture_nodes
         self.report = report
         self.plan: Plan = plan(exp)
         self.directory = linux.run_dir(self.plan)
@@ -99,8 +104,14 @@ class Controller:
         run.mkdir(parents=True, exist_ok=True)
         binaries = {"nestbed-linkd": linux.built_binary("nestbed-linkd")}
         binaries |= {"nestbed-probe": linux.built_binary("nestbed-probe"), "iperf3": "iperf3"}
+        if cpumon:
+            binaries["nestbed-cpumon"] = linux.built_binary("nestbed-cpumon")
         seeds = {e.link: e.seed for e in self.plan.emulated}
         options: dict[str, Any] = {"capture": capture}
+        if cpumon:
+            options |= {"cpumon": list(cpumon), "cpumon_duty": cpumon_duty}
+        if capture and capture_nodes:
+            options["capture_nodes"] = list(capture_nodes)
         if reused:
             # A sweep's link-reuse mode: the network (and linkd's cumulative counters) served
             # this many runs before this one; only link shaping was reset in between.
@@ -110,6 +121,12 @@ class Controller:
         self.program_rows = Table(run / "programs.csv", PROGRAM_COLUMNS)
         self.link_rows = Table(run / "links" / "counters.csv", LINK_COLUMNS)
         self.node_rows = Table(run / "nodes" / "usage.csv", NODE_COLUMNS)
+        self.cpu_rows = Table(run / "nodes" / "cpu.csv", CPU_COLUMNS) if cpumon else None
+        self.monitors = [
+            CpuMonitor(node, _addresses(exp, node), self.cgroups.get(node), self.cpu_rows,
+                       self.now_s)
+            for node in cpumon if self.cpu_rows is not None
+        ]  # fmt: skip
         self.event_index = itertools.count()
         self.programs = {
             p.name: ProgramRunner(p, run, self.spawn, self.now_s, self.program_rows.add)
@@ -175,6 +192,9 @@ class Controller:
             flow.prepare()
         if self.capture:
             self._start_captures()
+        binary = linux.built_binary("nestbed-cpumon") if self.monitors else ""
+        for monitor in self.monitors:
+            monitor.start(self.spawn, binary, self.cpumon_duty)
         self.t0 = time.monotonic()
         self.t0_unix = time.time()  # captures are stamped in Unix time
         for event in self.exp.events:
@@ -191,6 +211,8 @@ class Controller:
         folder = self.run / "pcaps"
         folder.mkdir(exist_ok=True)
         for (link, node), ifname in sorted(self.plan.interfaces().items()):
+            if self.capture_nodes and node not in self.capture_nodes:
+                continue
             argv = linux.capture_argv(ifname, folder / f"{link}-{node}.pcap")
             process = self.spawn(node, argv, folder / f"{link}-{node}.log")
             self.processes.append(process)
@@ -615,6 +637,8 @@ class Controller:
         for thread in self.linktest_threads:
             thread.join(timeout=LINKTEST_WAIT_S)
         problems = self._collect_traffic()
+        for monitor in self.monitors:
+            monitor.stop()
         for process in self.processes:
             process.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -631,6 +655,8 @@ class Controller:
                 final.close()
         for table in (self.events, self.program_rows, self.link_rows, self.node_rows):
             table.close()
+        if self.cpu_rows is not None:
+            self.cpu_rows.close()
         if problems:
             reason = "; ".join(filter(None, [reason, *problems]))
         manifest.end(self.run, outcome, reason, duration)
@@ -834,6 +860,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", type=int)
     parser.add_argument("--capture", action="store_true")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--cpumon", action="append", default=[], metavar="NODE")
+    parser.add_argument("--cpumon-duty", type=float, default=DEFAULT_DUTY)
+    parser.add_argument("--capture-node", action="append", default=[], metavar="NODE")
     args = parser.parse_args(argv)
     exp = Experiment.from_json(args.ir.read_text())
     controller = Controller(
@@ -842,6 +871,9 @@ def main(argv: list[str] | None = None) -> int:
         run_id=args.run_id,
         capture=args.capture,
         report=not args.no_report,
+        cpumon=tuple(args.cpumon),
+        cpumon_duty=args.cpumon_duty,
+        capture_nodes=tuple(args.capture_node),
     )
 
     host = Host(controller)

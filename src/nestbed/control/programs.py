@@ -8,6 +8,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,7 +92,13 @@ class ProgramRunner:
         process = self.spawn(
             self.program.node,
             ["sh", "-c", shell],
-            env={**os.environ, "NESTBED_PROGRAM_DIR": str(own), "NESTBED_NODE": self.program.node},
+            env={
+                **os.environ,
+                "NESTBED_PROGRAM_DIR": str(own),
+                "NESTBED_NODE": self.program.node,
+                # the Python that runs nestbed, for programs written with it (its studies)
+                "NESTBED_PYTHON": sys.executable,
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,

@@ -102,7 +102,7 @@ def _text(table: pd.DataFrame, column: str) -> pd.Series:
     return table[column].fillna("").astype(str)
 
 
-def _value(x: Any) -> float | None:
+def number(x: Any) -> float | None:
     """A number for JSON; None where the table had none."""
     try:
         v = float(x)
@@ -113,7 +113,7 @@ def _value(x: Any) -> float | None:
 
 def human(x: Any, kind: str) -> str:
     """A cell in human units: `9.52 Mb/s`, `20.1 ms`, `0.5 %`, `1.5 MB`, `1,234`, `2.000 s`."""
-    v = _value(x)
+    v = number(x)
     if v is None:
         return DASH
     if kind == "count":
@@ -166,12 +166,12 @@ def summary(run: Path) -> dict[str, Any]:
     programs = _text(r.tables["programs.csv"], "outcome")
     flows = [
         {**{k: f[k] for k in ("flow", "kind", "path")},
-         **{k: _value(f.get(k)) for k in ("throughput_bps", "loss", "delay_mean_ms")}}
+         **{k: number(f.get(k)) for k in ("throughput_bps", "loss", "delay_mean_ms")}}
         for f in _flows(r).to_dict("records")
     ]  # fmt: skip
     return {
         **{k: m.get(k) for k in ("experiment", "run_id", "outcome", "reason")},
-        "duration_s": _value(m.get("duration_s")),
+        "duration_s": number(m.get("duration_s")),
         "flows": flows,
         "timing_ms": _timing(r.tables["events.csv"]),
         # Killed at teardown or still running then is not a failure of the program itself.

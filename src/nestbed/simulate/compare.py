@@ -5,7 +5,6 @@ the flows' time series overlaid, and the differences beyond a tolerance flagged.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
 from nestbed.results.folders import make_folder
-from nestbed.results.report import human
+from nestbed.results.report import human, number
 from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
 # metric -> (how a difference is judged, unit kind for `human`, name in sentences)
@@ -97,14 +96,6 @@ def _labels(runs: list[Path]) -> list[str]:
     return [n if names.count(n) == 1 else f"{i + 1}:{n}" for i, n in enumerate(names)]
 
 
-def _number(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
-
-
 def _difference(
     base: float | None, other: float | None, how: str, tolerance: float
 ) -> dict[str, Any] | None:
@@ -168,7 +159,7 @@ def compare(
             "metrics": {},
         }
         for metric, (how, _, words) in METRICS.items():
-            values = [_number(r.get(metric)) if r is not None else None for r in rows]
+            values = [number(r.get(metric)) if r is not None else None for r in rows]
             if all(v is None for v in values):
                 continue  # not measured for this kind of flow (delay of FTP)
             diffs = {}

@@ -108,6 +108,7 @@ def run_sweep(
 def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[str, Any]:
     """One whole run of one point; never raises for a failure of the point itself."""
     from nestbed.runs import run_experiment
+    from nestbed.swap import define_anew
 
     name = point_name(sweep, point)
     started = time.monotonic()
@@ -117,7 +118,7 @@ def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[
         exp = load(sweep.experiment, name=name, parameters=point.parameters).experiment
         doc = sweep.doc
         with Store.open(store_url) as store:
-            _fresh(store, name, exp)
+            define_anew(store, exp)
             summary = run_experiment(store, name, duration=doc.duration, timeout=doc.timeout,
                                      results=results, report=doc.run_reports)  # fmt: skip
         row["outcome"] = summary["outcome"]
@@ -158,20 +159,6 @@ def _row(point: Point, results: Path) -> dict[str, Any]:
         "reason": None,
         "results": str(results),
     }
-
-
-def _fresh(store: Store, name: str, exp: Experiment) -> None:
-    """The point's experiment, stored anew (a crashed earlier attempt may have left it)."""
-    from nestbed.swap import swap_out
-
-    with contextlib.suppress(NestbedError):
-        record = store.get(name)
-        if record.state not in (State.DEFINED, State.SWAPPED):
-            swap_out(store, name, outcome="failed")
-        store.delete_experiment(name)
-    store.create_experiment(
-        name, source_text="", source_format="python", source_file=None, ir_json=exp.to_json()
-    )
 
 
 def _settle_leftovers(store_url: str) -> None:
@@ -308,13 +295,13 @@ def _run_reusing(
     """Swaps in once; before each point, sets every pipe to the point's shaping through linkd
     and starts a new run (a new controller, clock at 0) on the same network."""
     from nestbed.runs import wait_for_run
-    from nestbed.swap import next_run, swap_in, swap_out
+    from nestbed.swap import define_anew, next_run, swap_in, swap_out
 
     name = f"{(sweep.file or sweep.experiment).stem}-reused"
     reports = sweep.doc.run_reports
     first = exps[points[0].key].model_copy(update={"name": name})
     with Store.open(store_url) as store:
-        _fresh(store, name, first)
+        define_anew(store, first)
         active = None
         try:
             for point in points:

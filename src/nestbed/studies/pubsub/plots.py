@@ -1,6 +1,5 @@
-"""Figures in the style of the paper's Figure 2 (formats) and Figure 4 (formats × compressors).
-
-Both read the frame `metrics.measure` returns; error bars are its 95 % confidence intervals.
+"""Figures in the style of the paper's Figure 2 (formats), Figure 4 (formats × compressors) and
+Figure 5 (loss scenarios); error bars are 95 % confidence intervals.
 """
 
 from __future__ import annotations
@@ -37,23 +36,43 @@ def _bars(axes: Axes, frame: pd.DataFrame, metric: str, scale: float, x_labels: 
     axes.tick_params(axis="x", rotation=45)
 
 
-def figure2(summary: pd.DataFrame, compressor: str = "none") -> Figure:
-    """(A) efficiency, (B) serialization and (C) deserialization time of each format."""
+def figure2(
+    summary: pd.DataFrame, compressor: str = "none", delivery: pd.DataFrame | None = None
+) -> Figure:
+    """(A) efficiency, (B) serialization and (C) deserialization time of each format, and with
+    `delivery` (a `study.summarize_delivery` frame) (D) its delivery time without loss."""
     frame = summary[summary["compressor"] == compressor]
     if frame.empty:
         raise UserError(f"figure 2 needs rows with compressor {compressor!r}")
     labels = list(frame["format"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4), layout="constrained")
     panels = [
         ("efficiency", 1.0, "(A) serialization efficiency", "content / stream bytes"),
         ("serialize_s", MS, "(B) serialization time", "ms"),
         ("deserialize_s", MS, "(C) deserialization time", "ms"),
     ]
-    for ax, (metric, scale, title, unit) in zip(axes, panels, strict=True):
+    lossless = _lossless(delivery, compressor)
+    fig, axes = plt.subplots(1, 3 + (lossless is not None), figsize=(17, 4), layout="constrained")
+    for ax, (metric, scale, title, unit) in zip(axes, panels, strict=False):
         _bars(ax, frame, metric, scale, labels)
         ax.set_title(title)
         ax.set_ylabel(unit)
+    if lossless is not None:
+        qos = lossless["qos"].iloc[0]
+        _bars(axes[3], lossless.set_index("format").reindex(labels), "delivery_s", MS, labels)
+        axes[3].set_title(f"(D) delivery (round-trip) time, {qos}")
+        axes[3].set_ylabel("ms")
     return fig
+
+
+def _lossless(delivery: pd.DataFrame | None, compressor: str) -> pd.DataFrame | None:
+    """The delivery rows of the no-loss scenario (reliable QoS when measured) for `compressor`."""
+    if delivery is None or delivery.empty:
+        return None
+    rows = delivery[(delivery["scenario"] == "none") & (delivery["compressor"] == compressor)]
+    if rows.empty:
+        return None
+    qos = "reliable" if "reliable" in set(rows["qos"]) else rows["qos"].iloc[0]
+    return rows[rows["qos"] == qos]
 
 
 def figure4(summary: pd.DataFrame) -> Figure:
@@ -81,13 +100,60 @@ def figure4(summary: pd.DataFrame) -> Figure:
     return fig
 
 
-def write_figures(summary: pd.DataFrame, directory: Path) -> tuple[Path, Path]:
-    """Write figure2.png and figure4.png into `directory`; return their paths."""
+def figure5(delivery: pd.DataFrame, qos: str) -> Figure:
+    """Per lossy scenario (rows): (A) latency of the delivered messages (serialize, compress,
+    deliver, decompress, deserialize) and (B) lost messages, per format grouped by compressor."""
+    rows = delivery[(delivery["qos"] == qos) & (delivery["scenario"] != "none")]
+    scenarios = list(dict.fromkeys(rows["scenario"]))
+    if not scenarios:
+        raise UserError(f"figure 5 needs rows of a lossy scenario with QoS {qos!r}")
+    formats = list(dict.fromkeys(rows["format"]))
+    compressors = list(dict.fromkeys(rows["compressor"]))
+    fig, axes = plt.subplots(
+        len(scenarios), 2, figsize=(14, 4.2 * len(scenarios)), layout="constrained", squeeze=False
+    )
+    width = 0.8 / len(compressors)
+    x = np.arange(len(formats))
+    for line, scenario in zip(axes, scenarios, strict=True):
+        here = rows[rows["scenario"] == scenario]
+        for i, compressor in enumerate(compressors):
+            frame = here[here["compressor"] == compressor].set_index("format").reindex(formats)
+            means, errors = _means_and_errors(frame, "latency_s", MS)
+            line[0].bar(x + i * width, means, width, yerr=errors, capsize=2, label=compressor)
+            lost = frame["lost_fraction"].to_numpy(dtype=float) * 100
+            line[1].bar(x + i * width, lost, width, label=compressor)
+        for ax in line:
+            ax.set_xticks(x + width * (len(compressors) - 1) / 2, formats, rotation=45)
+        line[0].set_title(f"(A) performance, {scenario} loss ({qos})")
+        line[0].set_ylabel("latency of delivered messages, ms")
+        # With few survivors the t interval can reach below zero; a latency cannot.
+        line[0].set_ylim(bottom=0)
+        line[1].set_title(f"(B) resiliency, {scenario} loss ({qos})")
+        line[1].set_ylabel("lost messages, %")
+        line[1].set_ylim(0, 105)  # a share: the same scale in every panel, even with none lost
+    axes[0][0].legend(title="compressor")
+    return fig
+
+
+def write_figures(
+    summary: pd.DataFrame, directory: Path, delivery: pd.DataFrame | None = None
+) -> list[Path]:
+    """Write figure2.png and figure4.png into `directory`, and with `delivery` (a
+    `study.summarize_delivery` frame) Figure 2's delivery panel and figure5.png (best effort,
+    the QoS that loses messages) plus figure5-reliable.png when measured; return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = (directory / "figure2.png", directory / "figure4.png")
-    for fig, path in zip((figure2(summary), figure4(summary)), paths, strict=True):
+    made = [
+        (directory / "figure2.png", figure2(summary, delivery=delivery)),
+        (directory / "figure4.png", figure4(summary)),
+    ]
+    lossy = None if delivery is None or delivery.empty else delivery[delivery["scenario"] != "none"]
+    if lossy is not None and not lossy.empty:
+        for qos in dict.fromkeys(lossy["qos"]):
+            name = "figure5.png" if qos == "best-effort" else f"figure5-{qos}.png"
+            made.append((directory / name, figure5(delivery, qos)))
+    for path, fig in made:
         try:
             fig.savefig(path, dpi=120)
         finally:
             plt.close(fig)
-    return paths
+    return [path for path, _ in made]
