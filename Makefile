@@ -8,8 +8,11 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 # Debian packages nestbed uses: Tcl for the ns-2 front end, ns-2 itself for simulation and
 # compatibility tests, PostgreSQL for shared stores (and its tests), iproute2/ethtool/tcpdump/
-# iperf3 for the back end and measurements.
-APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv
+# iperf3 for the back end and measurements, tcptrace and tshark as the trace analyzer's peers
+# (tests/analysis/test_tcptrace.py, bench/analyze.py; time for its peak-memory figures), and
+# liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO).
+APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv \
+	tcptrace tshark time liblzo2-dev
 
 .PHONY: setup demo test test-python test-rust bench lint format schemas clean
 
@@ -20,6 +23,7 @@ apt:
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
+	  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 

@@ -6,7 +6,9 @@
 //!   already sent.
 //! - **RTT sample** (Karn's rule): an ACK that advances the cumulative acknowledgment to
 //!   exactly the end of a segment gives `t_ack - t_send` of that segment, unless any segment
-//!   it acknowledges was ever retransmitted (those samples are ambiguous).
+//!   it acknowledges was ever retransmitted, or any byte at or below the ACK was sent again
+//!   after that segment (as tcptrace: the ACK may answer that later transmission, e.g. a
+//!   duplicate ACK that a spurious retransmission releases). Those samples are ambiguous.
 //! - **Packet spacing** (the anomaly paper, §5.4): the idle time between the reception of a
 //!   packet and the sending of the next one. A reception counts when it lets the sender send
 //!   (it acknowledges new data or moves the window's right edge, and leaves at least one MSS
@@ -108,6 +110,9 @@ pub struct Half {
     /// IP packet bytes of the segment with the largest payload.
     pub packet_size: u32,
     outstanding: VecDeque<Sent>,
+    /// Retransmissions (t ns, first byte) since the oldest outstanding segment was sent:
+    /// the only ones that can make a later sample ambiguous.
+    retx: VecDeque<(i64, i64)>,
     snd_una: Option<i64>,
     right_edge: Option<i64>,
     /// Last ACK from the receiver that advanced the cumulative acknowledgment, ns.
@@ -240,6 +245,7 @@ impl Half {
             self.retrans_segments += 1;
             self.retrans_bytes += (end.min(nxt) - start) as u64;
             self.bin(bin).retransmits += 1;
+            self.retx.push_back((t_ns, start));
             self.mark_retransmitted(start, end.min(nxt));
             // The wait before a retransmission is loss recovery, not the sender's spacing.
             self.spacing_skipped_retransmit += self.pending.len() as u64;
@@ -343,6 +349,14 @@ impl Half {
         }
         let mut last: Option<Sent> = None;
         let mut ambiguous = false;
+        // The latest retransmission of any byte below this ACK, acknowledged before or not.
+        let latest_retx = self
+            .retx
+            .iter()
+            .filter(|r| r.1 < ack)
+            .map(|r| r.0)
+            .max()
+            .unwrap_or(i64::MIN);
         while let Some(s) = self.outstanding.front_mut() {
             if s.end <= ack {
                 ambiguous |= s.retransmitted;
@@ -355,13 +369,19 @@ impl Half {
             }
         }
         if let Some(s) = last {
-            if s.end == ack && !ambiguous && t_ns >= s.t_ns {
+            if s.end == ack && !ambiguous && latest_retx <= s.t_ns && t_ns >= s.t_ns {
                 let rtt = t_ns - s.t_ns;
                 self.rtt.push((t_ns, rtt));
                 let b = self.bin(bin);
                 b.rtt_samples += 1;
                 b.rtt_sum_ns += rtt;
             }
+        }
+        // Segments are queued in the order they were first sent, so the front is the oldest:
+        // a retransmission before it cannot follow any segment still to be sampled.
+        let oldest = self.outstanding.front().map_or(i64::MAX, |s| s.t_ns);
+        while self.retx.front().is_some_and(|r| r.0 < oldest) {
+            self.retx.pop_front();
         }
     }
 
@@ -422,6 +442,33 @@ mod tests {
         assert_eq!(h.rtt.len(), 1);
         assert_eq!((h.retrans_segments, h.retrans_bytes), (1, 100));
         assert_eq!(h.acked_bytes, 200);
+    }
+
+    #[test]
+    fn no_sample_for_a_segment_sent_before_a_later_transmission_below_it() {
+        let mut h = Half::default();
+        h.on_ack(0, &seg(0, 0, 0, flags::ACK, 60000), Some(0), 0);
+        h.on_send(0, &seg(0, 0, 100, flags::ACK, 0), 0);
+        h.on_send(MS, &seg(100, 0, 100, flags::ACK, 0), 0);
+        h.on_send(5 * MS, &seg(0, 0, 100, flags::ACK, 0), 0); // first segment again
+        h.on_send(6 * MS, &seg(200, 0, 100, flags::ACK, 0), 0);
+        h.on_ack(20 * MS, &seg(0, 100, 0, flags::ACK, 60000), Some(0), 0);
+        // Acknowledges only the second segment, but it was sent before the retransmission
+        // below it, which this ACK may answer: no sample (tcptrace's rule too).
+        h.on_ack(21 * MS, &seg(0, 200, 0, flags::ACK, 60000), Some(0), 0);
+        assert!(h.rtt.is_empty(), "{:?}", h.rtt);
+        // The third was sent after the retransmission: its ACK is its own.
+        h.on_ack(26 * MS, &seg(0, 300, 0, flags::ACK, 60000), Some(0), 0);
+        assert_eq!(h.rtt, vec![(26 * MS, 20 * MS)]);
+        // A spurious retransmission of acknowledged bytes (it releases a duplicate ACK at
+        // the receiver) makes the segments sent before it ambiguous, not those after it.
+        h.on_send(28 * MS, &seg(300, 0, 100, flags::ACK, 0), 0);
+        h.on_send(30 * MS, &seg(0, 0, 100, flags::ACK, 0), 0);
+        h.on_send(31 * MS, &seg(400, 0, 100, flags::ACK, 0), 0);
+        h.on_ack(48 * MS, &seg(0, 400, 0, flags::ACK, 60000), Some(0), 0);
+        h.on_ack(51 * MS, &seg(0, 500, 0, flags::ACK, 60000), Some(0), 0);
+        assert_eq!(h.rtt, vec![(26 * MS, 20 * MS), (51 * MS, 20 * MS)]);
+        assert_eq!(h.retrans_segments, 2);
     }
 
     #[test]
