@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -68,34 +69,87 @@ def _put(rows: np.ndarray, at: int, values: np.ndarray, dtype: str) -> None:
     rows[:, at : at + width] = values.astype(dtype).view(np.uint8).reshape(-1, width)
 
 
-def build(path: Path, flows: int = FLOWS, segments: int = SEGMENTS) -> int:
-    """Writes the synthetic capture; returns its number of records."""
+SYN, FIN, ACK = 0x02, 0x01, 0x10
+CHUNK = 1_000_000  # records built in memory at a time (the 20 M capture would need ~20 GB)
+SEQUENTIAL_EVERY_NS = 14_000_000  # a new connection every 14 ms: about 10 open at once
+
+
+def build(path: Path, flows: int = FLOWS, segments: int = SEGMENTS, *,
+          sequential: bool = False) -> int:  # fmt: skip
+    """Writes the synthetic capture; returns its number of records. ``sequential``: each
+    flow a whole connection (handshake, data, FINs both ways), one starting every 14 ms
+    (each lasts about 0.15 s), with ports and initial sequence numbers varying: the memory
+    of an analyzer that keeps closed connections grows with their number."""
     rng = np.random.default_rng(7)
     flow = np.repeat(np.arange(flows), segments)
     i = np.tile(np.arange(segments), flows)
-    start = rng.integers(0, RTT_NS, flows)[flow]
+    if sequential:
+        start = (np.arange(flows) * SEQUENTIAL_EVERY_NS + RTT_NS)[flow]
+        isn = (np.arange(flows, dtype=np.int64) * 1_000_003 + 999) & 0xFFFFFFFF
+    else:
+        start = rng.integers(0, RTT_NS, flows)[flow]
+        isn = np.full(flows, 999, dtype=np.int64)
     t_data = start + (i // WINDOW) * (RTT_NS + 10_000) + (i % WINDOW) * 12_000
-    seq = (1_000 + i * MSS) & 0xFFFFFFFF
+    seq = (isn[flow] + 1 + i * MSS) & 0xFFFFFFFF
     again = rng.random(flow.size) < 0.001  # retransmitted 5 ms later
-    kinds = [  # (time, flow, seq, ack, from the sender)
-        (t_data, flow, seq, np.zeros_like(seq), True),
-        (t_data[again] + 5_000_000, flow[again], seq[again], np.zeros_like(seq[again]), True),
-        (t_data + RTT_NS, flow, np.zeros_like(seq), (seq + MSS) & 0xFFFFFFFF, False),
+    zero = np.zeros_like(seq)
+    kinds = [  # (time, flow, seq, ack, from the sender, flags)
+        (t_data, flow, seq, zero, True, ACK),
+        (t_data[again] + 5_000_000, flow[again], seq[again], zero[again], True, ACK),
+        (t_data + RTT_NS, flow, zero, (seq + MSS) & 0xFFFFFFFF, False, ACK),
     ]
+    if sequential:  # the receiver's ISN is 2^32 - 1, so its later segments have seq 0
+        f = np.arange(flows)
+        t0 = f * SEQUENTIAL_EVERY_NS
+        last = t0 + RTT_NS + ((segments - 1) // WINDOW) * (RTT_NS + 10_000) + 2 * RTT_NS
+        fin = (isn + 1 + segments * MSS) & 0xFFFFFFFF
+        ones = np.ones_like(isn)
+        kinds += [
+            (t0, f, isn, 0 * isn, True, SYN),
+            (
+                t0 + RTT_NS - 20_000,
+                f,
+                ones * 0xFFFFFFFF,
+                (isn + 1) & 0xFFFFFFFF,
+                False,
+                SYN | ACK,
+            ),
+            (t0 + RTT_NS - 10_000, f, (isn + 1) & 0xFFFFFFFF, 0 * isn, True, ACK),
+            (last, f, fin, 0 * isn, True, FIN | ACK),
+            (last + RTT_NS, f, 0 * isn, (fin + 1) & 0xFFFFFFFF, False, FIN | ACK),
+            (last + RTT_NS + 10_000, f, (fin + 1) & 0xFFFFFFFF, ones, True, ACK),
+        ]
     t = np.concatenate([k[0] for k in kinds]) + 1_700_000_000 * 10**9
     f = np.concatenate([k[1] for k in kinds])
     s = np.concatenate([k[2] for k in kinds])
     a = np.concatenate([k[3] for k in kinds])
-    data = np.concatenate([np.full(k[0].size, k[4]) for k in kinds])
+    data = np.concatenate([np.full(k[0].size, j < 2) for j, k in enumerate(kinds)])
+    sender = np.concatenate([np.full(k[0].size, k[4]) for k in kinds])
+    fl = np.concatenate([np.full(k[0].size, k[5], dtype=np.uint8) for k in kinds])
+    port = 40_000 + f if flows <= 25_000 else 1024 + f % 64_000
+    # With the handshake captured the window counts (docs/analyze.md, packet spacing): the
+    # largest unscaled one leaves an MSS open after each ACK of the 44-segment flight.
+    window = 65535 if sequential else 16384
     order = np.argsort(t, kind="stable")
-    t, f, s, a, data = t[order], f[order], s[order], a[order], data[order]
+    t, port, s, a, data, sender, fl = (x[order] for x in (t, port, s, a, data, sender, fl))
+    with path.open("wb") as out:
+        out.write(np.array([0xA1B2C3D4, 0x00040002, 0, 0, SNAPLEN, 1], dtype="<u4").tobytes())
+        for at in range(0, t.size, CHUNK):
+            part = slice(at, at + CHUNK)
+            out.write(_records(t[part], port[part], s[part], a[part], data[part],
+                               sender[part], fl[part], window))  # fmt: skip
+    return int(t.size)
+
+
+def _records(t: np.ndarray, ports: np.ndarray, s: np.ndarray, a: np.ndarray, data: np.ndarray,
+             sender: np.ndarray, fl: np.ndarray, window: int) -> bytes:  # fmt: skip
+    """The pcap records (header and frame) of segments already in capture order, advertising
+    ``window`` bytes."""
     full = {True: _frame(MSS), False: _frame(0)}
     caplen = {d: min(SNAPLEN, full[d].size) for d in (True, False)}
     size = np.where(data, 16 + caplen[True], 16 + caplen[False])
-    offsets = np.concatenate([[0], np.cumsum(size)[:-1]]) + 24
-    buf = np.zeros(24 + int(size.sum()), dtype=np.uint8)
-    header = np.array([0xA1B2C3D4, 0x00040002, 0, 0, SNAPLEN, 1], dtype="<u4")
-    buf[:24] = header.view(np.uint8)
+    offsets = np.concatenate([[0], np.cumsum(size)[:-1]])
+    buf = np.zeros(int(size.sum()), dtype=np.uint8)
     for d in (True, False):
         m = data == d
         rows = np.tile(np.concatenate([np.zeros(16, np.uint8), full[d][: caplen[d]]]), (m.sum(), 1))
@@ -103,18 +157,21 @@ def build(path: Path, flows: int = FLOWS, segments: int = SEGMENTS) -> int:
         _put(rows, 4, (t[m] % 10**9) // 1000, "<u4")
         _put(rows, 8, np.full(m.sum(), caplen[d]), "<u4")
         _put(rows, 12, np.full(m.sum(), full[d].size), "<u4")
-        ports = (40_000 + f[m], np.full(m.sum(), 5001))
-        sport, dport = ports if d else ports[::-1]
-        if not d:  # ACKs come from the receiver: swap the addresses too
-            rows[:, 16 + 26 : 16 + 30], rows[:, 16 + 30 : 16 + 34] = (
-                rows[:, 16 + 30 : 16 + 34].copy(), rows[:, 16 + 26 : 16 + 30].copy())  # fmt: skip
+        port = ports[m]
+        back = ~sender[m]  # from the receiver: swap the addresses and ports
+        sport = np.where(back, 5001, port)
+        dport = np.where(back, port, 5001)
+        src = rows[:, 16 + 26 : 16 + 30].copy()
+        rows[back, 16 + 26 : 16 + 30] = rows[back, 16 + 30 : 16 + 34]
+        rows[back, 16 + 30 : 16 + 34] = src[back]
         _put(rows, 16 + 34, sport, ">u2")
         _put(rows, 16 + 36, dport, ">u2")
         _put(rows, 16 + 38, s[m], ">u4")
         _put(rows, 16 + 42, a[m], ">u4")
+        rows[:, 16 + 47] = fl[m]
+        _put(rows, 16 + 48, np.full(m.sum(), window), ">u2")
         buf[offsets[m][:, None] + np.arange(rows.shape[1])] = rows
-    path.write_bytes(buf.tobytes())
-    return int(t.size)
+    return buf.tobytes()
 
 
 def _ip(*argv: str) -> None:
@@ -307,18 +364,40 @@ def agreement(pcap: Path, work: Path) -> None:
               f"| {mean * 1e3:.3f} / {r[f'RTT_avg_{way}']} |")  # fmt: skip
 
 
-def memory_growth(tmp: Path) -> None:
-    """Peak memory of nestbed-analyze on synthetic captures of growing size."""
-    binary = analyzer_binary()
-    print("\nnestbed-analyze memory on growing captures (200 flows, as the synthetic one):")
-    print("| records | file MB | peak RSS MB | wall s |")
-    print("|---|---|---|---|")
-    for segments in (1250, 5000, 20000):
-        pcap = tmp / f"grow{segments}.pcap"
-        n = build(pcap, segments=segments)
-        r = timed([binary, str(pcap)], tmp / "grow.out")
-        print(f"| {n:,} | {pcap.stat().st_size / 1e6:.0f} | {r.rss_mb:.0f} | {r.wall_s:.2f} |")
-        pcap.unlink()
+# Growing captures: (segments per flow, flows) of the concurrent layout (200 transfers at
+# once, as the synthetic capture) and of the sequential one (200-segment connections one
+# after another, about 10 open at once), for about 0.5, 2, 8 and 20 million records.
+GROWTH = {
+    "concurrent": [(1250, 200), (5000, 200), (20000, 200), (50000, 200)],
+    "sequential": [(200, 1232), (200, 4926), (200, 19704), (200, 49261)],
+}
+
+
+def memory_growth(tmp: Path, runs: int, baseline: str | None, largest: int) -> None:
+    """Peak memory and time of nestbed-analyze (and of a ``baseline`` build of it) on
+    synthetic captures of growing size, without and with --tables; medians of ``runs``."""
+    binaries = [("nestbed-analyze", analyzer_binary())]
+    if baseline:
+        binaries.append(("baseline", baseline))
+    print("\nnestbed-analyze on growing captures (medians; RSS is /usr/bin/time's %M):")
+    print("| layout | records | file MB | tables | binary | wall s | CPU s | M packets/CPU-s "
+          "| peak RSS MB | peak open connections |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for layout, sizes in GROWTH.items():
+        for segments, flows in sizes[:largest]:
+            pcap = tmp / f"grow-{layout}-{segments}-{flows}.pcap"
+            n = build(pcap, flows=flows, segments=segments, sequential=layout == "sequential")
+            for tables in (False, True):
+                for label, binary in binaries:
+                    argv = [binary, *(["--tables", str(tmp / "grow-tables")] * tables), str(pcap)]
+                    r, _ = median_run(argv, runs, tmp / "grow.out")
+                    peak = re.search(r'"peak_open_connections":(\d+)', r.output)
+                    print(f"| {layout} | {n:,} | {pcap.stat().st_size / 1e6:.0f} "
+                          f"| {'yes' if tables else 'no'} | {label} | {r.wall_s:.2f} "
+                          f"| {r.cpu_s:.2f} | {n / r.cpu_s / 1e6:.2f} | {r.rss_mb:.0f} "
+                          f"| {peak.group(1) if peak else '—'} |", flush=True)  # fmt: skip
+                    shutil.rmtree(tmp / "grow-tables", ignore_errors=True)
+            pcap.unlink()
 
 
 def main() -> None:
@@ -326,11 +405,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--tshark-runs", type=int, default=3, help="on the bulk capture")
     parser.add_argument("--quick", action="store_true", help="no analyze(), no memory growth")
+    parser.add_argument("--memory-only", action="store_true", help="only the growing captures")
+    parser.add_argument("--memory-runs", type=int, default=3)
+    parser.add_argument("--sizes", type=int, default=4, help="growing captures: the first N "
+                        "of 0.5, 2, 8, 20 million records")  # fmt: skip
+    parser.add_argument("--baseline", metavar="BINARY",
+                        help="another nestbed-analyze build to time beside this one")  # fmt: skip
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
           f"{os.cpu_count()} cores")  # fmt: skip
-    with tempfile.TemporaryDirectory() as name:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("NESTBED_BENCH_TMP")) as name:
         tmp = Path(name)
+        if args.memory_only:
+            memory_growth(tmp, args.memory_runs, args.baseline, args.sizes)
+            return
         bulk = tmp / "bulk.pcap"
         how = capture_bulk(bulk)
         if how is None:
@@ -359,7 +447,7 @@ def main() -> None:
             print(f"analyze() with plots:       {n / whole / 1e6:.2f} M packets/s ({whole:.2f} s)")
             print(f"transfers: {len(summary['transfers'])}, verdicts: {summary['verdicts']}")
             pcap.unlink()
-            memory_growth(tmp)
+            memory_growth(tmp, args.memory_runs, args.baseline, args.sizes)
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"this process's children: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime:.0f} "
           "s user")  # fmt: skip

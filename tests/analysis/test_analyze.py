@@ -219,3 +219,37 @@ def test_a_capture_started_mid_transfer_still_shows_the_host_anomaly(folder: Pat
     assert t["verdict"] == "host anomaly", t["reason"]
     e = t["evidence"]
     assert e["window_scale_known"] is False and e["capture_position"] == "sender"
+
+
+def _nearest_rank(values: list[float], p: float) -> float:
+    """The nearest-rank percentile the analyzer reports (docs/analyze.md, Speed)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), -(-p * len(ordered) // 100)))
+    return ordered[int(rank) - 1]
+
+
+def test_summary_percentiles_are_within_a_thousandth_of_the_samples(
+    folder: Path, stalled_pcap: Path
+):
+    """The report's percentiles come from a log-bucketed histogram past 256 samples: within
+    0.1 % of the exact ones, computed here from every sample in rtt.csv and spacing.csv;
+    counts, min, max and mean are exact."""
+    lossy = write_pcap(folder / "lossy-pct.pcap", records(simulate(LOSSY)))
+    report = run_analyzer([stalled_pcap, lossy], folder / "percentiles", bin_s=1.0)
+    checked = 0
+    for name, column in (("rtt", "rtt_s"), ("spacing", "spacing_s")):
+        table = pd.read_csv(folder / "percentiles" / f"{name}.csv")
+        for t in report["transfers"]:
+            values = table.loc[table["transfer"] == t["transfer"], column].tolist()
+            stats = t[name]
+            assert stats["count"] == len(values)
+            if len(values) <= 256:
+                continue
+            checked += 1
+            assert stats["min_s"] == pytest.approx(min(values), abs=1e-9)
+            assert stats["max_s"] == pytest.approx(max(values), abs=1e-9)
+            assert stats["mean_s"] == pytest.approx(sum(values) / len(values), rel=1e-9)
+            for p in (50, 90, 99):
+                exact = _nearest_rank(values, p)
+                assert stats[f"p{p}_s"] == pytest.approx(exact, rel=1e-3, abs=1e-9), (name, p)
+    assert checked >= 3, "no distribution large enough for the histogram"

@@ -19,6 +19,7 @@
 use std::collections::VecDeque;
 
 use crate::decode::{flags, Segment};
+use crate::stats::Dist;
 
 /// Sequence numbers unwrapped into a 64-bit space starting at the first one seen.
 #[derive(Clone, Copy, Debug, Default)]
@@ -52,6 +53,32 @@ struct Sent {
     end: i64,
     t_ns: i64,
     retransmitted: bool,
+}
+
+/// The tables a [`Row`] belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// An RTT sample (`rtt.csv`).
+    Rtt,
+    /// A spacing sample (`spacing.csv`).
+    Spacing,
+    /// An idle time (no table: only the statistics and the bins have it).
+    Idle,
+    /// A change of the advertised window (`window.csv`), bytes.
+    Window,
+}
+
+/// One sample as it arises, at `t_ns`: a duration in ns, or a window in bytes. Rows wait in
+/// [`Half::rows`] only until the connection table hands them to the CSV writers (after each
+/// segment), so memory does not grow with the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// Which table.
+    pub table: Table,
+    /// Time of the sample, ns.
+    pub t_ns: i64,
+    /// The sample.
+    pub value: i64,
 }
 
 /// Per-bin counters of one direction.
@@ -128,16 +155,23 @@ pub struct Half {
     pub rwnd_min: Option<u64>,
     /// Largest amount of data in flight (sent, not acknowledged), bytes.
     pub inflight_max: u64,
-    /// Advertised window over time: (t ns, bytes) at each change.
-    pub window: Vec<(i64, u64)>,
-    /// RTT samples: (t of the ACK ns, rtt ns).
-    pub rtt: Vec<(i64, i64)>,
+    /// RTT samples (Karn), ns.
+    pub rtt: Dist,
     pending: Vec<i64>,
-    /// Spacing samples: (t of the send ns, spacing ns).
-    pub spacing: Vec<(i64, i64)>,
-    /// Idle time before sends: (t of the send ns, idle ns); per bin, spread over the bins the
-    /// idle interval spans.
-    pub idle: Vec<(i64, i64)>,
+    /// Spacing samples, ns.
+    pub spacing: Dist,
+    /// Idle time before sends, ns; per bin, spread over the bins the idle interval spans.
+    pub idle: Dist,
+    /// Samples not yet written out (only when `keep_rows`): RTT, spacing and idle samples and
+    /// window changes, in the order they arose. A direction that has not carried payload yet
+    /// keeps its window changes here until it does (they belong to its table then), or until
+    /// its connection is dropped.
+    pub rows: Vec<Row>,
+    /// Whether to record [`Half::rows`] (the tables were asked for).
+    pub keep_rows: bool,
+    /// Provisional transfer number, given at the first payload (the final numbering, by
+    /// connection, is known only at the end of the capture).
+    pub transfer: Option<usize>,
     /// Receptions whose next send was a retransmission (recovery, not spacing).
     pub spacing_skipped_retransmit: u64,
     /// Per-bin counters, in time order.
@@ -151,6 +185,7 @@ impl Half {
     pub fn new(t0_ns: i64, bin_ns: i64) -> Half {
         Half {
             binning: (t0_ns, bin_ns),
+            keep_rows: true,
             ..Half::default()
         }
     }
@@ -270,11 +305,12 @@ impl Half {
             }
             if !retransmission && !self.pending.is_empty() {
                 let first = self.pending[0];
-                for &r in &self.pending {
-                    self.spacing.push((t_ns, (t_ns - r).max(0)));
+                for i in 0..self.pending.len() {
+                    let spacing = (t_ns - self.pending[i]).max(0);
+                    self.sample(Table::Spacing, t_ns, spacing);
                 }
                 let idle = (t_ns - first).max(0);
-                self.idle.push((t_ns, idle));
+                self.sample(Table::Idle, t_ns, idle);
                 self.spread_idle(t_ns - idle, t_ns, bin);
                 self.pending.clear();
             }
@@ -306,7 +342,13 @@ impl Half {
         if !syn {
             if self.rwnd != Some(rwnd) {
                 self.rwnd = Some(rwnd);
-                self.window.push((t_ns, rwnd));
+                if self.keep_rows {
+                    self.rows.push(Row {
+                        table: Table::Window,
+                        t_ns,
+                        value: rwnd as i64,
+                    });
+                }
             }
             self.rwnd_max = Some(self.rwnd_max.map_or(rwnd, |m| m.max(rwnd)));
             self.rwnd_min = Some(self.rwnd_min.map_or(rwnd, |m| m.min(rwnd)));
@@ -371,7 +413,7 @@ impl Half {
         if let Some(s) = last {
             if s.end == ack && !ambiguous && latest_retx <= s.t_ns && t_ns >= s.t_ns {
                 let rtt = t_ns - s.t_ns;
-                self.rtt.push((t_ns, rtt));
+                self.sample(Table::Rtt, t_ns, rtt);
                 let b = self.bin(bin);
                 b.rtt_samples += 1;
                 b.rtt_sum_ns += rtt;
@@ -382,6 +424,29 @@ impl Half {
         let oldest = self.outstanding.front().map_or(i64::MAX, |s| s.t_ns);
         while self.retx.front().is_some_and(|r| r.0 < oldest) {
             self.retx.pop_front();
+        }
+    }
+
+    /// Adds a duration sample to its statistics and, when tables are written, to the rows.
+    fn sample(&mut self, table: Table, t_ns: i64, value: i64) {
+        match table {
+            Table::Rtt => self.rtt.add(value),
+            Table::Spacing => self.spacing.add(value),
+            Table::Idle => self.idle.add(value),
+            Table::Window => {}
+        }
+        if self.keep_rows {
+            self.rows.push(Row { table, t_ns, value });
+        }
+    }
+
+    /// The sender's data and FIN were all acknowledged (or there were none): nothing it sent
+    /// can still give a sample.
+    pub fn all_acked(&self) -> bool {
+        match (self.snd_nxt, self.snd_una) {
+            (Some(nxt), Some(una)) => una >= nxt,
+            (None, _) => true,
+            (Some(_), None) => false,
         }
     }
 
@@ -419,6 +484,15 @@ mod tests {
 
     const MS: i64 = 1_000_000;
 
+    /// The rows of one table, as (t ns, value).
+    fn rows(h: &Half, table: Table) -> Vec<(i64, i64)> {
+        h.rows
+            .iter()
+            .filter(|r| r.table == table)
+            .map(|r| (r.t_ns, r.value))
+            .collect()
+    }
+
     #[test]
     fn sequence_numbers_unwrap_past_2_32() {
         let mut s = SeqSpace::default();
@@ -429,24 +503,24 @@ mod tests {
 
     #[test]
     fn karn_takes_no_sample_from_retransmitted_data() {
-        let mut h = Half::default();
+        let mut h = Half::new(0, 0);
         h.on_ack(0, &seg(0, 1000, 0, flags::ACK, 60000), Some(0), 0);
         h.on_send(0, &seg(1000, 0, 100, flags::ACK, 0), 0);
         h.on_send(MS, &seg(1100, 0, 100, flags::ACK, 0), 0);
         // Clean sample: the first segment acked 20 ms after it was sent.
         h.on_ack(20 * MS, &seg(0, 1100, 0, flags::ACK, 60000), Some(0), 0);
-        assert_eq!(h.rtt, vec![(20 * MS, 20 * MS)]);
+        assert_eq!(rows(&h, Table::Rtt), vec![(20 * MS, 20 * MS)]);
         // The second segment is retransmitted; its ACK gives no sample.
         h.on_send(200 * MS, &seg(1100, 0, 100, flags::ACK, 0), 0);
         h.on_ack(220 * MS, &seg(0, 1200, 0, flags::ACK, 60000), Some(0), 0);
-        assert_eq!(h.rtt.len(), 1);
+        assert_eq!(rows(&h, Table::Rtt).len(), 1);
         assert_eq!((h.retrans_segments, h.retrans_bytes), (1, 100));
         assert_eq!(h.acked_bytes, 200);
     }
 
     #[test]
     fn no_sample_for_a_segment_sent_before_a_later_transmission_below_it() {
-        let mut h = Half::default();
+        let mut h = Half::new(0, 0);
         h.on_ack(0, &seg(0, 0, 0, flags::ACK, 60000), Some(0), 0);
         h.on_send(0, &seg(0, 0, 100, flags::ACK, 0), 0);
         h.on_send(MS, &seg(100, 0, 100, flags::ACK, 0), 0);
@@ -456,10 +530,14 @@ mod tests {
         // Acknowledges only the second segment, but it was sent before the retransmission
         // below it, which this ACK may answer: no sample (tcptrace's rule too).
         h.on_ack(21 * MS, &seg(0, 200, 0, flags::ACK, 60000), Some(0), 0);
-        assert!(h.rtt.is_empty(), "{:?}", h.rtt);
+        assert!(
+            rows(&h, Table::Rtt).is_empty(),
+            "{:?}",
+            rows(&h, Table::Rtt)
+        );
         // The third was sent after the retransmission: its ACK is its own.
         h.on_ack(26 * MS, &seg(0, 300, 0, flags::ACK, 60000), Some(0), 0);
-        assert_eq!(h.rtt, vec![(26 * MS, 20 * MS)]);
+        assert_eq!(rows(&h, Table::Rtt), vec![(26 * MS, 20 * MS)]);
         // A spurious retransmission of acknowledged bytes (it releases a duplicate ACK at
         // the receiver) makes the segments sent before it ambiguous, not those after it.
         h.on_send(28 * MS, &seg(300, 0, 100, flags::ACK, 0), 0);
@@ -467,21 +545,27 @@ mod tests {
         h.on_send(31 * MS, &seg(400, 0, 100, flags::ACK, 0), 0);
         h.on_ack(48 * MS, &seg(0, 400, 0, flags::ACK, 60000), Some(0), 0);
         h.on_ack(51 * MS, &seg(0, 500, 0, flags::ACK, 60000), Some(0), 0);
-        assert_eq!(h.rtt, vec![(26 * MS, 20 * MS), (51 * MS, 20 * MS)]);
+        assert_eq!(
+            rows(&h, Table::Rtt),
+            vec![(26 * MS, 20 * MS), (51 * MS, 20 * MS)]
+        );
         assert_eq!(h.retrans_segments, 2);
     }
 
     #[test]
     fn spacing_runs_from_each_reception_to_the_next_new_send() {
-        let mut h = Half::default();
+        let mut h = Half::new(0, 0);
         h.on_ack(0, &seg(0, 0, 0, flags::ACK, 60000), Some(0), 0);
         h.on_send(0, &seg(0, 0, 1000, flags::ACK, 0), 0);
         h.on_send(0, &seg(1000, 0, 1000, flags::ACK, 0), 0);
         h.on_ack(10 * MS, &seg(0, 1000, 0, flags::ACK, 60000), Some(0), 0);
         h.on_ack(11 * MS, &seg(0, 2000, 0, flags::ACK, 60000), Some(0), 0);
         h.on_send(15 * MS, &seg(2000, 0, 1000, flags::ACK, 0), 0);
-        assert_eq!(h.spacing, vec![(15 * MS, 5 * MS), (15 * MS, 4 * MS)]);
-        assert_eq!(h.idle, vec![(15 * MS, 5 * MS)]);
+        assert_eq!(
+            rows(&h, Table::Spacing),
+            vec![(15 * MS, 5 * MS), (15 * MS, 4 * MS)]
+        );
+        assert_eq!(rows(&h, Table::Idle), vec![(15 * MS, 5 * MS)]);
     }
 
     #[test]
@@ -497,7 +581,7 @@ mod tests {
 
     #[test]
     fn a_closed_window_gives_no_spacing_sample() {
-        let mut h = Half::default();
+        let mut h = Half::new(0, 0);
         h.on_ack(0, &seg(0, 0, 0, flags::ACK, 2000), Some(0), 0);
         h.on_send(0, &seg(0, 0, 1000, flags::ACK, 0), 0);
         h.on_send(0, &seg(1000, 0, 1000, flags::ACK, 0), 0);
@@ -505,27 +589,27 @@ mod tests {
         h.on_ack(10 * MS, &seg(0, 2000, 0, flags::ACK, 0), Some(0), 0);
         h.on_ack(50 * MS, &seg(0, 2000, 0, flags::ACK, 4000), Some(0), 0);
         h.on_send(51 * MS, &seg(2000, 0, 1000, flags::ACK, 0), 0);
-        assert_eq!(h.spacing, vec![(51 * MS, MS)]);
+        assert_eq!(rows(&h, Table::Spacing), vec![(51 * MS, MS)]);
     }
 
     #[test]
     fn without_the_handshake_the_window_does_not_gate_spacing() {
-        let mut h = Half::default();
+        let mut h = Half::new(0, 0);
         h.on_ack(0, &seg(0, 0, 0, flags::ACK, 500), None, 0);
         h.on_send(0, &seg(0, 0, 1000, flags::ACK, 0), 0);
         h.on_send(0, &seg(1000, 0, 1000, flags::ACK, 0), 0);
         // The unscaled 500 looks closed, but the real scale is unknown.
         h.on_ack(10 * MS, &seg(0, 1000, 0, flags::ACK, 500), None, 0);
         h.on_send(12 * MS, &seg(2000, 0, 1000, flags::ACK, 0), 0);
-        assert_eq!(h.spacing, vec![(12 * MS, 2 * MS)]);
+        assert_eq!(rows(&h, Table::Spacing), vec![(12 * MS, 2 * MS)]);
     }
 
     #[test]
     fn window_is_scaled_except_on_syn() {
-        let mut h = Half::default();
+        let mut h = Half::new(0, 0);
         h.on_ack(0, &seg(0, 0, 0, flags::SYN | flags::ACK, 1000), Some(7), 0);
         h.on_ack(1, &seg(0, 0, 0, flags::ACK, 1000), Some(7), 0);
-        assert_eq!(h.window, vec![(1, 128_000)]);
+        assert_eq!(rows(&h, Table::Window), vec![(1, 128_000)]);
         assert_eq!(h.rwnd_max, Some(128_000));
     }
 }

@@ -30,11 +30,12 @@ use std::path::{Path, PathBuf};
 
 pub use error::AnalyzeError;
 use flows::Flows;
-use report::{Report, Tables, FORMAT_VERSION};
+use report::{Output, Report, FORMAT_VERSION};
 
 /// Analyzes each capture on its own (a transfer seen in two captures appears twice, with the
 /// same 4-tuple and `first_seq`), binning time series by `bin_s` seconds; writes the CSV tables
-/// into `tables` when given.
+/// into `tables` when given. Streams: memory grows with the connections open at once (and
+/// their bins), not with the length of the captures.
 pub fn analyze(
     files: &[PathBuf],
     bin_s: f64,
@@ -46,7 +47,7 @@ pub fn analyze(
         )));
     }
     let bin_ns = ((bin_s * 1e9).round() as i64).max(1);
-    let mut out = tables.map(Tables::create).transpose()?;
+    let mut out = Output::new(tables)?;
     let mut report = Report {
         version: FORMAT_VERSION,
         bin_s,
@@ -54,28 +55,14 @@ pub fn analyze(
         transfers: Vec::new(),
     };
     for (index, file) in files.iter().enumerate() {
-        let mut flows = Flows::new(bin_ns);
-        let info = capture::read_capture(file, |frame| flows.record(frame))?;
+        out.start_capture(index);
+        let mut flows = Flows::new(bin_ns, tables.is_some());
+        let info = capture::read_capture(file, |frame| flows.record(frame, &mut out))?;
+        flows.finish(&mut out);
         report
             .captures
             .push(report::capture_summary(index, file, &info, &flows));
-        for (cid, c) in flows.connections.iter().enumerate() {
-            for side in 0..2 {
-                if c.halves[side].data_segments == 0 {
-                    continue;
-                }
-                let id = report.transfers.len();
-                report
-                    .transfers
-                    .push(report::transfer_summary((id, index, cid), c, side));
-                if let Some(t) = out.as_mut() {
-                    t.write(id, c, side, bin_ns)?;
-                }
-            }
-        }
     }
-    if let Some(t) = out {
-        t.finish()?;
-    }
+    report.transfers = out.finish()?;
     Ok(report)
 }

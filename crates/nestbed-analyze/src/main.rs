@@ -2,6 +2,7 @@
 //! on stdout (and writes CSV tables with `--tables DIR`), human messages on stderr.
 //! Exit codes: 0 done, 2 a usage error (one sentence on stderr), 1 a system failure.
 
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -39,11 +40,19 @@ fn main() -> ExitCode {
                 report.transfers.len(),
                 unusable
             );
-            println!(
-                "{}",
-                serde_json::to_string(&report).expect("reports serialize")
-            );
-            ExitCode::SUCCESS
+            // Straight to stdout: a report of many transfers is not held twice as a string.
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            let written = serde_json::to_writer(&mut out, &report)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+                .and_then(|()| out.flush());
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("nestbed-analyze: writing the report: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Err(e) => {
             eprintln!("nestbed-analyze: {e}");

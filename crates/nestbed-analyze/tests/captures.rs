@@ -305,3 +305,118 @@ fn tables_hold_every_sample() {
         .sum();
     assert_eq!(bytes, t.unique_bytes);
 }
+
+/// Rows per transfer number in one table.
+fn rows_per_transfer(path: &std::path::Path) -> std::collections::BTreeMap<usize, usize> {
+    let mut n = std::collections::BTreeMap::new();
+    for l in fs::read_to_string(path).unwrap().lines().skip(1) {
+        *n.entry(l.split(',').next().unwrap().parse().unwrap())
+            .or_insert(0) += 1;
+    }
+    n
+}
+
+#[test]
+fn closed_connections_are_dropped_so_memory_does_not_grow_with_their_number() {
+    let dir = folder("sequential");
+    let shape = Shape {
+        segments: 30,
+        ..clean_shape()
+    };
+    let n = 200;
+    // One connection every 3 s, longer than a closed connection lingers.
+    let mut segs = Vec::new();
+    for i in 0..n {
+        segs.extend(closed_transfer(
+            &shape,
+            30000 + i as u16,
+            i as i64 * 3000 * MS,
+        ));
+    }
+    let path = dir.join("seq.pcap");
+    write_pcap(
+        &path,
+        1,
+        65535,
+        &records(Link::Ethernet, false, &segs),
+        false,
+    );
+    let out = dir.join("tables");
+    let r = analyze(&[path], 1.0, Some(&out)).unwrap();
+    let c = &r.captures[0];
+    assert_eq!(c.connections, n);
+    assert_eq!(c.late_segments, 0);
+    assert!(c.peak_open_connections <= 2, "{}", c.peak_open_connections);
+    assert_eq!(r.transfers.len(), n);
+    let rtt = rows_per_transfer(&out.join("rtt.csv"));
+    for (i, t) in r.transfers.iter().enumerate() {
+        assert_eq!(t.transfer, i);
+        assert_eq!(t.sport, 30000 + i as u16);
+        assert!(t.fin_seen);
+        assert_eq!(t.data_segments, 30);
+        assert_eq!(rtt[&i], t.rtt.count);
+    }
+    // The same connections at once: all of them are held.
+    let mut overlapped = Vec::new();
+    for i in 0..n {
+        overlapped.extend(closed_transfer(&shape, 30000 + i as u16, i as i64 * MS));
+    }
+    overlapped.sort_by_key(|s| s.0);
+    let path = dir.join("overlapped.pcap");
+    write_pcap(
+        &path,
+        1,
+        65535,
+        &records(Link::Ethernet, false, &overlapped),
+        false,
+    );
+    let r = analyze(&[path], 1.0, None).unwrap();
+    assert_eq!(r.captures[0].peak_open_connections, n);
+}
+
+#[test]
+fn tables_are_numbered_by_connection_whatever_sends_first() {
+    let dir = folder("renumber");
+    let shape = clean_shape();
+    // Connection 0 opens first but sends its data 5 s later; connection 1 sends at once.
+    let mut segs: Vec<(i64, Tcp)> = closed_transfer(&shape, 31000, 0)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (t, s))| (if i < 3 { t } else { t + 5000 * MS }, s))
+        .collect();
+    segs.extend(closed_transfer(&shape, 32000, MS));
+    segs.sort_by_key(|s| s.0);
+    let path = dir.join("two.pcap");
+    write_pcap(
+        &path,
+        1,
+        65535,
+        &records(Link::Ethernet, false, &segs),
+        false,
+    );
+    let out = dir.join("tables");
+    let r = analyze(&[path], 0.1, Some(&out)).unwrap();
+    assert_eq!(r.transfers.len(), 2);
+    assert_eq!(
+        (r.transfers[0].sport, r.transfers[0].connection),
+        (31000, 0)
+    );
+    assert_eq!(
+        (r.transfers[1].sport, r.transfers[1].connection),
+        (32000, 1)
+    );
+    let rtt = rows_per_transfer(&out.join("rtt.csv"));
+    let series = fs::read_to_string(out.join("series.csv")).unwrap();
+    for t in &r.transfers {
+        assert_eq!(rtt[&t.transfer], t.rtt.count);
+        // Transfer 0 began 5 s into its connection; its series rows say so.
+        let first_bin: f64 = series
+            .lines()
+            .skip(1)
+            .find(|l| l.split(',').next() == Some(&t.transfer.to_string()))
+            .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+            .unwrap();
+        let want = if t.transfer == 0 { 5.0 } else { 0.0 };
+        assert!((first_bin - want).abs() < 0.2, "{first_bin}");
+    }
+}

@@ -19,6 +19,8 @@ pub struct Tcp {
     pub window: u16,
     pub wscale: Option<u8>,
     pub len: usize,
+    /// A's port instead of [`PORT_A`] when not 0 (several connections in one capture).
+    pub port_a: u16,
 }
 
 pub const A4: [u8; 4] = [10, 0, 0, 1];
@@ -30,10 +32,11 @@ pub const PORT_B: u16 = 5001;
 
 /// The IP packet (v4 or v6) of a segment.
 pub fn ip_packet(v6: bool, t: &Tcp) -> Vec<u8> {
+    let port_a = if t.port_a == 0 { PORT_A } else { t.port_a };
     let (sp, dp) = if t.from_a {
-        (PORT_A, PORT_B)
+        (port_a, PORT_B)
     } else {
-        (PORT_B, PORT_A)
+        (PORT_B, port_a)
     };
     let mut h = TcpHeader::new(sp, dp, t.seq, t.window);
     h.syn = t.syn;
@@ -316,4 +319,52 @@ pub fn folder(name: &str) -> PathBuf {
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// The segments of `shape`'s transfer from A's port `port_a`, starting at `t0` ns, closed
+/// by FINs both ways (A's, B's ACK and FIN, A's last ACK) `rtt_ns` after the last ACK.
+pub fn closed_transfer(shape: &Shape, port_a: u16, t0: i64) -> Vec<(i64, Tcp)> {
+    let mut segs = transfer(shape);
+    let end = segs.last().unwrap().0;
+    let a_fin = ISN_A
+        .wrapping_add(1)
+        .wrapping_add((shape.segments * shape.mss) as u32);
+    let (rtt, us) = (shape.rtt_ns, US);
+    segs.extend([
+        (
+            end + us,
+            Tcp {
+                from_a: true,
+                seq: a_fin,
+                ack: Some(ISN_B + 1),
+                fin: true,
+                window: 1000,
+                ..Tcp::default()
+            },
+        ),
+        (
+            end + us + rtt,
+            Tcp {
+                from_a: false,
+                seq: ISN_B + 1,
+                ack: Some(a_fin.wrapping_add(1)),
+                fin: true,
+                window: 1000,
+                ..Tcp::default()
+            },
+        ),
+        (
+            end + 2 * us + rtt,
+            Tcp {
+                from_a: true,
+                seq: a_fin.wrapping_add(1),
+                ack: Some(ISN_B + 2),
+                window: 1000,
+                ..Tcp::default()
+            },
+        ),
+    ]);
+    segs.into_iter()
+        .map(|(t, s)| (t0 + t, Tcp { port_a, ..s }))
+        .collect()
 }
