@@ -3,8 +3,8 @@
 //! Each probe datagram starts with a 12-byte header (sequence number, burst id, send
 //! timestamp on `CLOCK_MONOTONIC`, see [`header`]); the receiver turns arrivals into loss,
 //! duplication, reordering and one-way delay, and can echo datagrams back for round trips.
-//! `nestbed validate` uses it to measure emulated links; traffic generation and calibration
-//! use it later.
+//! `nestbed validate` uses it to measure emulated links, the controller for CBR traffic, and
+//! `nestbed calibrate` for bursts with per-packet send, receive and echo logs.
 //!
 //! Modules, from pure to platform:
 //! - [`header`]: the wire format, encode/decode.

@@ -93,6 +93,13 @@ struct SendArgs {
     /// Send buffer to request, bytes (SO_SNDBUFFORCE when permitted, else SO_SNDBUF).
     #[arg(long, value_name = "BYTES")]
     sndbuf: Option<usize>,
+    /// Per-echo CSV log (needs --echo-wait): seq,burst,send_ns,echo_ns,rtt_ns,from.
+    #[arg(long, value_name = "FILE.csv")]
+    echo_log: Option<PathBuf>,
+    /// Burst id of the first burst (later ones count up from it), so several runs into one
+    /// receiver keep their bursts apart in its log.
+    #[arg(long, value_name = "ID", default_value_t = 0)]
+    first_burst: u16,
 }
 
 #[derive(Args, Debug)]
@@ -122,7 +129,8 @@ struct RecvArgs {
     /// Per-packet CSV log: seq,burst,send_ns,recv_ns,size,delay_ns.
     #[arg(long, value_name = "FILE.csv")]
     log: Option<PathBuf>,
-    /// Receive buffer to request, bytes (SO_RCVBUFFORCE when permitted, else SO_RCVBUF).
+    /// Receive buffer to request, bytes (SO_RCVBUFFORCE when permitted, else SO_RCVBUF);
+    /// 0 keeps the kernel's default (net.core.rmem_default).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RCVBUF)]
     rcvbuf: usize,
 }
@@ -182,6 +190,8 @@ fn send_config(a: SendArgs) -> SendConfig {
         log: a.log,
         echo_wait_ns: a.echo_wait.map(ns),
         sndbuf: a.sndbuf,
+        echo_log: a.echo_log,
+        first_burst: a.first_burst,
     }
 }
 

@@ -49,7 +49,7 @@ pub struct RecvConfig {
     pub expect: Option<u64>,
     /// Per-packet CSV log.
     pub log: Option<PathBuf>,
-    /// Requested receive buffer in bytes.
+    /// Requested receive buffer in bytes; 0 keeps the kernel's default.
     pub rcvbuf: usize,
 }
 
@@ -132,7 +132,7 @@ pub struct RecvSummary {
     pub kernel_drops: u64,
     /// Whether the kernel drop counter is available on this socket.
     pub kernel_drops_available: bool,
-    /// Receive buffer requested, bytes.
+    /// Receive buffer requested, bytes (0: the kernel's default).
     pub rcvbuf_requested: usize,
     /// Receive buffer the kernel granted (as it reports it, doubled).
     pub rcvbuf_granted: usize,
@@ -195,7 +195,8 @@ impl Receiver {
             Some(Protocol::UDP),
         )
         .map_err(|e| ProbeError::io("creating a UDP socket", e))?;
-        if os::force_recv_buffer(&sock, cfg.rcvbuf).is_err() {
+        // 0: the kernel's default, as an untuned application gets it.
+        if cfg.rcvbuf > 0 && os::force_recv_buffer(&sock, cfg.rcvbuf).is_err() {
             sock.set_recv_buffer_size(cfg.rcvbuf)
                 .map_err(|e| ProbeError::io("setting SO_RCVBUF", e))?;
         }

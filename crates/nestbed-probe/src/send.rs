@@ -63,6 +63,12 @@ pub struct SendConfig {
     pub echo_wait_ns: Option<u64>,
     /// Requested send buffer (SO_SNDBUFFORCE, then SO_SNDBUF), or the kernel default.
     pub sndbuf: Option<usize>,
+    /// Per-echo CSV log (with `echo_wait_ns`): one row per echo, so round trips are known
+    /// per packet and, on a multicast group, per receiver.
+    pub echo_log: Option<PathBuf>,
+    /// Burst id of the first burst; later bursts count up from it (wrapping at 2^16), so
+    /// successive runs into one receiver keep their bursts apart.
+    pub first_burst: u16,
 }
 
 impl SendConfig {
@@ -131,6 +137,9 @@ impl SendConfig {
             if b.packets == 0 {
                 problems.push("--burst must be at least 1 packet.".to_string());
             }
+        }
+        if self.echo_log.is_some() && self.echo_wait_ns.is_none() {
+            problems.push("--echo-log needs --echo-wait (how long to collect echoes).".to_string());
         }
         if let Some(ttl) = self.ttl {
             if ttl == 0 || ttl > 255 {
@@ -366,13 +375,29 @@ fn open_socket(cfg: &SendConfig) -> Result<Socket, ProbeError> {
     Ok(sock)
 }
 
+/// One echo as the collector kept it.
+#[derive(Debug, Clone, Copy)]
+struct Echo {
+    seq: u32,
+    burst: u16,
+    send_ns: u64,
+    echo_ns: u64,
+    from: Option<SocketAddr>,
+}
+
+impl Echo {
+    fn rtt_ns(&self) -> u64 {
+        header::delay_ns(self.send_ns, self.echo_ns)
+    }
+}
+
 /// Collects echoes on a clone of the sending socket until `deadline` (ns, set once sending
 /// ends; `u64::MAX` until then) passes.
 fn spawn_echo_collector(
     sock: Socket,
     deadline: Arc<AtomicU64>,
     stop: &'static AtomicBool,
-) -> thread::JoinHandle<Vec<(u32, u64)>> {
+) -> thread::JoinHandle<Vec<Echo>> {
     thread::spawn(move || {
         let mut got = Vec::new();
         let mut buf = vec![0u8; 65_536];
@@ -382,7 +407,13 @@ fn spawn_echo_collector(
                 Ok(r) => {
                     let now = os::monotonic_ns();
                     if let Ok(h) = Header::decode(&buf[..r.len]) {
-                        got.push((h.seq, header::delay_ns(h.send_ns, now)));
+                        got.push(Echo {
+                            seq: h.seq,
+                            burst: h.burst,
+                            send_ns: h.send_ns,
+                            echo_ns: now,
+                            from: r.from,
+                        });
                     }
                 }
                 Err(e)
@@ -429,6 +460,32 @@ fn write_log(path: &PathBuf, size: usize, rows: &[LogRow]) -> Result<(), ProbeEr
                 r.send_ns & header::TIMESTAMP_MASK,
                 size,
                 r.error.as_deref().unwrap_or("")
+            )?;
+        }
+        w.flush()
+    };
+    write().map_err(|e| ProbeError::io(what(), e))
+}
+
+/// Writes `seq,burst,send_ns,echo_ns,rtt_ns,from`: times are `CLOCK_MONOTONIC` ns modulo
+/// 2^48 (the header's domain), `from` the echoing receiver's address.
+fn write_echo_log(path: &PathBuf, echoes: &[Echo]) -> Result<(), ProbeError> {
+    let what = || format!("writing the echo log {}", path.display());
+    let file = std::fs::File::create(path).map_err(|e| ProbeError::io(what(), e))?;
+    let mut w = io::BufWriter::new(file);
+    let mut write = || -> io::Result<()> {
+        writeln!(w, "seq,burst,send_ns,echo_ns,rtt_ns,from")?;
+        for e in echoes {
+            let from = e.from.map_or_else(String::new, |a| a.to_string());
+            writeln!(
+                w,
+                "{},{},{},{},{},{}",
+                e.seq,
+                e.burst,
+                e.send_ns,
+                e.echo_ns & header::TIMESTAMP_MASK,
+                e.rtt_ns(),
+                from
             )?;
         }
         w.flush()
@@ -489,7 +546,8 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
             break;
         }
         let send_ns = clock.now_ns();
-        Header::new(k as u32, slot.burst, send_ns)
+        let burst = slot.burst.wrapping_add(cfg.first_burst);
+        Header::new(k as u32, burst, send_ns)
             .encode(&mut buf)
             .expect("size was validated to hold the header");
         let result = sock.send_to(&buf, &dest);
@@ -513,7 +571,7 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
         if cfg.log.is_some() {
             log.push(LogRow {
                 seq: k as u32,
-                burst: slot.burst,
+                burst,
                 planned_ns: planned,
                 send_ns,
                 error,
@@ -526,8 +584,11 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
         (Some(handle), Some(wait)) => {
             echo_deadline.store(os::monotonic_ns() + wait, Ordering::Relaxed);
             let got = handle.join().unwrap_or_default();
-            let seq = sequence_stats(got.iter().map(|&(s, _)| s), Some(attempted));
-            let mut rtts: Vec<u64> = got.iter().map(|&(_, r)| r).collect();
+            if let Some(path) = &cfg.echo_log {
+                write_echo_log(path, &got)?;
+            }
+            let seq = sequence_stats(got.iter().map(|e| e.seq), Some(attempted));
+            let mut rtts: Vec<u64> = got.iter().map(Echo::rtt_ns).collect();
             Some(EchoSummary {
                 received: got.len() as u64,
                 lost: seq.lost,
@@ -597,6 +658,8 @@ mod tests {
             log: None,
             echo_wait_ns: None,
             sndbuf: None,
+            echo_log: None,
+            first_burst: 0,
         }
     }
 
@@ -642,6 +705,16 @@ mod tests {
             gap_ns: 1_000_000,
         });
         assert_eq!(c.schedule().unwrap().interval_ns, 0.0);
+    }
+
+    #[test]
+    fn echo_log_needs_echo_wait() {
+        let mut c = cfg();
+        c.echo_log = Some(PathBuf::from("/tmp/x.csv"));
+        let msg = c.schedule().unwrap_err().to_string();
+        assert!(msg.contains("--echo-log needs --echo-wait"), "{msg}");
+        c.echo_wait_ns = Some(1);
+        assert!(c.schedule().is_ok());
     }
 
     #[test]

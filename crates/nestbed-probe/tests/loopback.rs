@@ -253,3 +253,89 @@ fn user_errors_exit_2_with_one_sentence() {
     ]);
     assert!(err.contains("not a multicast address"), "{err}");
 }
+
+#[test]
+fn echo_log_has_one_round_trip_per_packet_and_bursts_start_where_asked() {
+    let rlog = tmp("burst-recv.csv");
+    let elog = tmp("burst-echo.csv");
+    let r = start_recv(&[
+        "--echo",
+        "--count",
+        "200",
+        "--idle",
+        "5",
+        "--rcvbuf",
+        "0",
+        "--log",
+        rlog.to_str().unwrap(),
+    ]);
+    let s = send(
+        r.port,
+        &[
+            "--size",
+            "50",
+            "--burst",
+            "100",
+            "--gap",
+            "0.01",
+            "--count",
+            "200",
+            "--first-burst",
+            "7",
+            "--echo-wait",
+            "1",
+            "--echo-log",
+            elog.to_str().unwrap(),
+        ],
+    );
+    let rv = finish(r.child);
+    assert_eq!(u(&rv, "rcvbuf_requested"), 0);
+    assert!(u(&rv, "rcvbuf_granted") > 0, "the kernel's default buffer");
+    assert_eq!(u(&s, "echo.received"), 200);
+
+    let recv_csv = std::fs::read_to_string(&rlog).unwrap();
+    let bursts: Vec<u64> = recv_csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bursts.iter().filter(|&&b| b == 7).count(), 100);
+    assert_eq!(bursts.iter().filter(|&&b| b == 8).count(), 100);
+
+    let echo_csv = std::fs::read_to_string(&elog).unwrap();
+    let mut lines = echo_csv.lines();
+    assert_eq!(lines.next(), Some("seq,burst,send_ns,echo_ns,rtt_ns,from"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 200);
+    let from = format!("127.0.0.1:{}", r.port);
+    for row in &rows {
+        let (send_ns, echo_ns, rtt): (u64, u64, u64) = (
+            row[2].parse().unwrap(),
+            row[3].parse().unwrap(),
+            row[4].parse().unwrap(),
+        );
+        assert_eq!(rtt, echo_ns.wrapping_sub(send_ns) & ((1 << 48) - 1));
+        assert!(rtt > 0 && rtt < 2_000_000_000, "rtt {rtt}");
+        assert_eq!(row[5], from, "the echoing receiver");
+    }
+    let _ = std::fs::remove_file(rlog);
+    let _ = std::fs::remove_file(elog);
+}
+
+#[test]
+fn echo_log_without_echo_wait_is_a_usage_error() {
+    let err = usage_error(&[
+        "send",
+        "--to",
+        "127.0.0.1:9",
+        "--count",
+        "1",
+        "--size",
+        "20",
+        "--pps",
+        "1",
+        "--echo-log",
+        "/tmp/nowhere.csv",
+    ]);
+    assert!(err.contains("--echo-log needs --echo-wait"), "{err}");
+}

@@ -54,6 +54,16 @@ def _parameters(values: list[str] | None) -> dict[str, str]:
     return result
 
 
+def comma_names(text: str | None) -> tuple[str, ...] | None:
+    """The names of a comma-separated option (None when the option was not given)."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise UserError(f"{text!r} names nothing; give comma-separated names")
+    return names
+
+
 def print_json(data: Any) -> None:
     out.print_json(json.dumps(data), indent=2) if sys.stdout.isatty() else print(
         json.dumps(data, indent=2)
@@ -871,6 +881,8 @@ def main_entry() -> None:
 
 
 # Sub-command groups defined in their own modules (they import the helpers above).
+from nestbed.cli.calibrate import calibrate as _calibrate  # noqa: E402
 from nestbed.cli.study import study as _study  # noqa: E402
 
 app.add_typer(_study, name="study")
+app.add_typer(_calibrate, name="calibrate")

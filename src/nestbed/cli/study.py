@@ -9,19 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from nestbed.cli import JsonOption, err, out, print_json
-from nestbed.errors import UserError
+from nestbed.cli import JsonOption, comma_names, err, out, print_json
 
 study = typer.Typer(help="Studies that reproduce papers on nestbed.", no_args_is_help=True)
-
-
-def _names(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise UserError(f"{text!r} names nothing; give comma-separated names")
-    return names
 
 
 @study.command("pubsub")
@@ -68,7 +58,8 @@ def pubsub(
 
     base = study.Settings.quick() if quick else study.Settings()
     settings = base.with_(
-        formats=_names(formats), compressors=_names(compressors), scenarios=_names(scenarios),
+        formats=comma_names(formats), compressors=comma_names(compressors),
+        scenarios=comma_names(scenarios),
         qos=qos, repetitions=repetitions, local_repetitions=local_repetitions,
         bandwidth=bandwidth, delay=delay, timeout_s=timeout, seed=seed,
     )  # fmt: skip
