@@ -38,6 +38,21 @@ def _everything(marked: list[str]) -> set[str]:
 
 
 @pytest.fixture
+def store(tmp_path):
+    """A store of the test's own, whose experiments are swapped out at the end however the
+    test ended."""
+    from nestbed.store import State, Store
+    from nestbed.swap import swap_out
+
+    db = Store.open(str(tmp_path / "store.db"))
+    yield db
+    for record in db.list():
+        if record.state not in (State.DEFINED, State.SWAPPED):
+            swap_out(db, record.name)
+    db.close()
+
+
+@pytest.fixture
 def swapped():
     """Swaps in plans of experiments for one test; all swapped out however the test ends."""
     from nestbed.backend import linux

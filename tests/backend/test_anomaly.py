@@ -22,7 +22,7 @@ from nestbed.errors import UserError
 from nestbed.model import Experiment
 from nestbed.runs import run_experiment
 from nestbed.spec import load
-from nestbed.store import State, Store
+from nestbed.store import Store
 from nestbed.swap import named_nodes, swap_in, swap_out
 
 QUOTA = 0.2
@@ -45,16 +45,6 @@ $ns run
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open() as f:
         return list(csv.DictReader(f))
-
-
-@pytest.fixture
-def store(tmp_path):
-    db = Store.open(str(tmp_path / "store.db"))
-    yield db
-    for record in db.list():
-        if record.state not in (State.DEFINED, State.SWAPPED):
-            swap_out(db, record.name)
-    db.close()
 
 
 def _define(store: Store, tmp_path: Path) -> Experiment:

@@ -18,7 +18,7 @@ import nestbed
 from nestbed.backend import linux
 from nestbed.backend.plan import experiment_tag, fabric_namespace
 from nestbed.errors import UserError
-from nestbed.store import State, Store
+from nestbed.store import State
 
 pytestmark = pytest.mark.root
 
@@ -36,13 +36,6 @@ def _rtt_ms(live, node: str, target: str) -> float:
     done = live.exec(node, ["ping", "-c", "3", "-i", "0.2", "-W", "2", target])
     assert done.ok, done.stdout + done.stderr
     return float(re.search(r"= [\d.]+/([\d.]+)/", done.stdout).group(1))
-
-
-@pytest.fixture
-def store(tmp_path):
-    db = Store.open(str(tmp_path / "store.db"))
-    yield db
-    db.close()
 
 
 def test_python_session_exec_events_status(store, tmp_path):

@@ -67,18 +67,6 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.fixture
-def store(tmp_path):
-    db = Store.open(str(tmp_path / "store.db"))
-    yield db
-    for record in db.list():
-        if record.state not in (State.DEFINED, State.SWAPPED):
-            from nestbed.swap import swap_out
-
-            swap_out(db, record.name)
-    db.close()
-
-
 def _define(store: Store, tmp_path: Path, text: str = NS_FILE) -> str:
     name = f"run{os.getpid()}"
     path = tmp_path / f"{name}.ns"

@@ -4,17 +4,15 @@ parameter (lines with error bars) or two (a heat map)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from scipy import stats
 
 from nestbed.errors import UserError
+from nestbed.results.intervals import t_interval
 
 CONFIDENCE = 0.95
 PARAM = "param."
@@ -68,23 +66,12 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
         ok = group[group["outcome"].isin(["completed", "halted"])]
         for metric in metric_columns(table):
             values = pd.to_numeric(ok[metric], errors="coerce").dropna().to_numpy(dtype=float)
-            mean, sd, low, high = _interval(values)
+            mean, sd, low, high = t_interval(values, CONFIDENCE)
             rows.append({
                 **setting, "metric": metric, "runs": len(group), "n": len(values),
                 "mean": mean, "sd": sd, "ci_low": low, "ci_high": high,
             })  # fmt: skip
     return pd.DataFrame(rows)
-
-
-def _interval(values: np.ndarray) -> tuple[float, float, float, float]:
-    if values.size == 0:
-        return (math.nan,) * 4  # type: ignore[return-value]
-    mean = float(values.mean())
-    if values.size == 1:
-        return mean, math.nan, math.nan, math.nan
-    sd = float(values.std(ddof=1))
-    half = stats.t.ppf((1 + CONFIDENCE) / 2, values.size - 1) * sd / math.sqrt(values.size)
-    return mean, sd, mean - half, mean + half
 
 
 def plot(table: pd.DataFrame, metric: str, x: str, y: str | None, path: Path) -> Path:

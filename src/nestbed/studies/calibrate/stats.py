@@ -8,8 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scipy import stats as scipy_stats
-
+from nestbed.results.intervals import t_interval
 from nestbed.studies.validate import wilson
 
 METRICS = (
@@ -25,15 +24,8 @@ METRICS = (
 
 def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:
     """The mean and the half-width of its Student t interval (None from one value)."""
-    clean = [v for v in values if v is not None and not math.isnan(v)]
-    if not clean:
-        return math.nan, None
-    mean = statistics.fmean(clean)
-    if len(clean) < 2:
-        return mean, None
-    sd = statistics.stdev(clean)
-    t = float(scipy_stats.t.ppf((1 + confidence) / 2, len(clean) - 1))
-    return mean, t * sd / math.sqrt(len(clean))
+    mean, _, low, high = t_interval(values, confidence)
+    return mean, (None if math.isnan(low) else high - mean)
 
 
 def _group(rows: Iterable[Mapping[str, Any]], keys: tuple[str, ...]) -> dict[tuple, list]:

@@ -6,15 +6,14 @@ Means with 95 % Student-t confidence intervals over repetitions, each on a fresh
 from __future__ import annotations
 
 import gc
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
-from scipy import stats
 
 from nestbed.errors import InternalError, UserError
+from nestbed.results.intervals import t_interval
 from nestbed.studies.pubsub.compression import Compressor
 from nestbed.studies.pubsub.formats import Format
 from nestbed.studies.pubsub.records import Shape, content_bytes, generate
@@ -96,15 +95,6 @@ def measure_raw(
     return pd.DataFrame(rows)
 
 
-def _interval(values: pd.Series) -> tuple[float, float, float]:
-    n = len(values)
-    mean = float(values.mean())
-    if n < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
-    return mean, mean - half, mean + half
-
-
 def summarize(raw: pd.DataFrame) -> pd.DataFrame:
     """One row per format × compressor × level: `n`, and `<metric>_mean/_low/_high` for each."""
     rows = []
@@ -112,7 +102,7 @@ def summarize(raw: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, Any] = dict(zip(KEYS, key, strict=True))
         row["n"] = len(group)
         for metric in METRICS:
-            mean, low, high = _interval(group[metric])
+            mean, _, low, high = t_interval(group[metric], CONFIDENCE)
             row |= {f"{metric}_mean": mean, f"{metric}_low": low, f"{metric}_high": high}
         rows.append(row)
     return pd.DataFrame(rows)

@@ -4,7 +4,6 @@ no/low/high loss scenarios (one network, links reset between them), then tables,
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -12,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from scipy import stats
 
 from nestbed.errors import UserError
+from nestbed.results.intervals import t_interval
 from nestbed.studies.pubsub import delivery as dds
 from nestbed.studies.pubsub.compression import available, get_compressor
 from nestbed.studies.pubsub.formats import FORMATS, get_format
@@ -201,18 +200,6 @@ def collect(table: pd.DataFrame, scenarios: Sequence[str]) -> pd.DataFrame:
 # -- aggregation -----------------------------------------------------------------------------
 
 
-def _interval(values: pd.Series) -> tuple[float, float, float]:
-    values = pd.to_numeric(values, errors="coerce").dropna()
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(values.mean())
-    if n < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
-    return mean, mean - half, mean + half
-
-
 def summarize_delivery(rows: pd.DataFrame) -> pd.DataFrame:
     """Per scenario × QoS × format × compressor: messages, lost (count and fraction), and over
     the delivered messages the mean and 95 % interval of the delivery time and of the latency
@@ -233,7 +220,7 @@ def summarize_delivery(rows: pd.DataFrame) -> pd.DataFrame:
                 "stream_bytes_mean": float(group["stream_bytes"].mean()),
                 "efficiency_mean": float(group["efficiency"].mean())}  # fmt: skip
         for metric in ("delivery_s", "latency_s"):
-            mean, low, high = _interval(group.loc[group["lost"] == 0, metric])
+            mean, _, low, high = t_interval(group.loc[group["lost"] == 0, metric], CONFIDENCE)
             row |= {f"{metric}_mean": mean, f"{metric}_low": low, f"{metric}_high": high}
         out.append(row)
     return pd.DataFrame(out)
