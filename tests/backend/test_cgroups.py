@@ -19,6 +19,15 @@ MiB = 1 << 20
 BUSY = [sys.executable, "-c", "while True: pass"]
 
 
+def busy_in(cg) -> subprocess.Popen:
+    """A busy loop started in cg, once it is there (its shell joins it before exec)."""
+    proc = subprocess.Popen(cg.entered(BUSY))
+    deadline = time.monotonic() + 5
+    while proc.pid not in cg.pids() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return proc
+
+
 def mine(cgroups: Cgroups, tag: str) -> list[str]:
     return [n for n in cgroups.leftovers() if n.startswith(f"nb-{tag}-")]
 
@@ -34,7 +43,7 @@ def host():
     started: list[subprocess.Popen] = []
 
     def start(cg):
-        started.append(subprocess.Popen(BUSY, preexec_fn=cg.join))
+        started.append(busy_in(cg))
         return started[-1]
 
     try:
@@ -47,6 +56,17 @@ def host():
                 proc.kill()
                 proc.wait()
     assert not mine(cgroups, tag)
+
+
+@pytest.mark.root
+def test_a_command_entered_into_a_cgroup_is_in_it_from_its_first_instruction(host):
+    cg = host.cgroups.create(host.tag, "n1", Limits(cpu_cores=0.5))
+    # cat reads its own cgroups: it is in the node's before it runs at all.
+    lines = subprocess.run(cg.entered(["cat", "/proc/self/cgroup"]), capture_output=True,
+                           text=True, check=True).stdout.splitlines()  # fmt: skip
+    mine = {line.split(":", 2)[2] for line in lines if line.endswith(cg.name)}
+    assert mine == {f"/{PARENT}/{cg.name}"}
+    assert len([line for line in lines if line.endswith(cg.name)]) == len(cg.paths)
 
 
 @pytest.mark.root
@@ -125,7 +145,7 @@ def sandbox(tmp_path):
 def test_cleanup_removes_only_nestbed_cgroups(sandbox):
     a = sandbox.create("aaaa", "n1", Limits(cpu_cores=0.5))
     sandbox.create("bbbb", "n1", Limits(memory_bytes=32 * MiB))
-    proc = subprocess.Popen(BUSY, preexec_fn=a.join)
+    proc = busy_in(a)
     try:
         memory = sandbox.hierarchies["memory"]
         foreign = [memory / PARENT / "other", memory / "nb-not-under-parent"]

@@ -103,9 +103,14 @@ fn main() -> ExitCode {
             until = until.min(e);
         }
         let spin_until = (from + spin).min(until);
+        // The stretch covers exactly [from, spin_until]: time lost before the loop's first
+        // reading (descheduled while printing the last line) counts as a gap, and a gap that
+        // runs past the end counts only up to it.
+        let at = |t: Instant| t.min(spin_until).duration_since(start).as_nanos() as u64;
+        gaps.observe(at(from));
         loop {
             let now = Instant::now();
-            gaps.observe(now.duration_since(start).as_nanos() as u64);
+            gaps.observe(at(now));
             if now >= spin_until || stop.load(Ordering::Relaxed) {
                 break;
             }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import signal
 import time
 from dataclasses import dataclass
@@ -80,17 +81,17 @@ class NodeCgroup:
         self.version = version
         self.dirs = dirs  # controller -> its directory; on v2 all are the same one
         self.paths = list(dict.fromkeys(dirs.values()))
-        # Encoded here so that join(), in a forked child, only makes system calls.
-        self._procs = tuple(os.fsencode(d / "cgroup.procs") for d in self.paths)
 
-    def join(self) -> None:
-        """Moves the calling process in; safe as a preexec_fn (no allocation, locks or logs)."""
-        for path in self._procs:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # pid 0 is the writer itself, on v1 and v2 alike
-            finally:
-                os.close(fd)
+    def entered(self, argv: list[str]) -> list[str]:
+        """argv as a command that first joins this cgroup, then execs argv in its place.
+
+        So not even argv's first instruction runs outside the node's limits, which moving the
+        pid in after the start cannot promise, with no fork of a threaded Python process (as a
+        preexec_fn would be). If the cgroup refuses it, argv does not run.
+        """
+        # pid 0 is the writer itself, on v1 and v2 alike
+        joins = " && ".join(f"echo 0 > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.paths)
+        return ["sh", "-c", f'{joins} && exec "$0" "$@"', *argv]
 
     def add(self, pid: int) -> None:
         for d in self.paths:

@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -26,7 +27,7 @@ from typing import Any
 from pyroute2 import netns
 
 from nestbed.backend import netlink, offloads
-from nestbed.backend.cgroups import Cgroups, Limits
+from nestbed.backend.cgroups import Cgroups, Limits, NodeCgroup
 from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, Plan, mark
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
@@ -499,9 +500,26 @@ def cleanup() -> list[str]:
     return removed
 
 
+def node_cgroup(plan: Plan, node: str) -> NodeCgroup | None:
+    """The node's cgroup; None where it has none (no usable hierarchy, or not swapped in)."""
+    hierarchy = _hierarchy(required=False)
+    if hierarchy is None:
+        return None
+    try:
+        return hierarchy.open(plan.tag, node)
+    except UserError:
+        return None
+
+
 def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
-    # `ip netns exec` also bind-mounts the node's /etc/hosts, then execs argv in place.
-    return ["ip", "netns", "exec", plan.node(node).netns, *argv]
+    """argv in the node's namespace and cgroup, both from its first instruction on.
+
+    `ip netns exec` also bind-mounts the node's /etc/hosts, then execs argv in place. The
+    cgroup is joined before it, since the fresh /sys it mounts has no cgroup file system.
+    """
+    command = ["ip", "netns", "exec", plan.node(node).netns, *argv]
+    cgroup = node_cgroup(plan, node)
+    return cgroup.entered(command) if cgroup is not None else command
 
 
 def capture_argv(ifname: str, path: Path) -> list[str]:
@@ -533,7 +551,8 @@ def wait_listening(process: subprocess.Popen, port: int, proto: str, timeout: fl
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise InternalError(f"{process.args[4]} exited with {process.returncode} at start")
+            command = shlex.join(process.args)
+            raise InternalError(f"{command} exited with {process.returncode} at start")
         with contextlib.suppress(OSError):
             lines = table.read_text().splitlines()[1:]
             # local address is the second column; TCP must be in LISTEN (0A)
@@ -543,4 +562,5 @@ def wait_listening(process: subprocess.Popen, port: int, proto: str, timeout: fl
             ):
                 return
         time.sleep(0.002)
-    raise InternalError(f"{process.args} did not open {proto} port {port} in {timeout} s")
+    command = shlex.join(process.args)
+    raise InternalError(f"{command} did not open {proto} port {port} in {timeout} s")

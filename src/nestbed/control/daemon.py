@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nestbed.backend import linux
-from nestbed.backend.cgroups import Cgroups, NodeCgroup
+from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.plan import Plan, pipe_params, plan
 from nestbed.control.client import SOCKET
 from nestbed.control.cpumon import CPU_COLUMNS, DEFAULT_DUTY, CpuMonitor
@@ -151,18 +151,11 @@ class Controller:
             kwargs["stderr"] = output.with_name(output.name + ".stderr").open("wb")
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         try:
-            process = linux.start_in(self.plan, node, argv, **kwargs)
+            return linux.start_in(self.plan, node, argv, **kwargs)
         finally:
             for stream in ("stdout", "stderr"):
                 if output is not None:
                     kwargs[stream].close()
-        # Moved right after the exec of `ip netns exec`, before it execs the command, which
-        # alone could fork. (A preexec_fn would make every spawn a slow full fork.)
-        cgroup = self.cgroups.get(node)
-        if cgroup is not None:
-            with contextlib.suppress(OSError):
-                cgroup.add(process.pid)
-        return process
 
     def listening(self, process: subprocess.Popen, port: int, proto: str) -> None:
         linux.wait_listening(process, port, proto)
@@ -846,11 +839,8 @@ def _addresses(exp: Experiment, node: str) -> list[str]:
 
 
 def _cgroups(p: Plan) -> dict[str, NodeCgroup]:
-    try:
-        hierarchy = Cgroups.detect()
-        return {n.name: hierarchy.open(p.tag, n.name) for n in p.nodes}
-    except (NestbedError, OSError):
-        return {}
+    found = {n.name: linux.node_cgroup(p, n.name) for n in p.nodes}
+    return {node: cg for node, cg in found.items() if cg is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
