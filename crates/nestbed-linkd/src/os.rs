@@ -275,18 +275,29 @@ impl PacketSocket {
                 mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
-        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-            let size: libc::c_int = 4 << 20;
-            // SAFETY: valid fd and option buffer; failure only leaves the default.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    &size as *const libc::c_int as *const libc::c_void,
-                    mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+        // The FORCE options (root) go past net.core.rmem_max/wmem_max, 208 KiB on a stock
+        // host, which would hold only a few hundred small frames while a worker is
+        // descheduled; without the privilege the plain ones get what the limits allow.
+        let size: libc::c_int = 4 << 20;
+        for (forced, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            for opt in [forced, plain] {
+                // SAFETY: valid fd and option buffer; failure only leaves the default.
+                let done = unsafe {
+                    libc::setsockopt(
+                        fd.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        opt,
+                        &size as *const libc::c_int as *const libc::c_void,
+                        mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+                if done == 0 {
+                    break;
+                }
+            }
         }
         // Best effort: the kernel's receive time of each frame
         // (CLOCK_REALTIME), so a frame's arrival does not depend on when the
@@ -635,4 +646,39 @@ pub fn catch_stop_signals() -> io::Result<()> {
 /// Whether SIGTERM or SIGINT arrived.
 pub fn stop_requested() -> bool {
     STOP_REQUESTED.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket_buffer(sock: &PacketSocket, opt: libc::c_int) -> libc::c_int {
+        let mut value: libc::c_int = 0;
+        let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: valid fd, and an option buffer of the length given.
+        let r = unsafe {
+            libc::getsockopt(
+                sock.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                &mut value as *mut libc::c_int as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        value
+    }
+
+    #[test]
+    fn packet_sockets_get_their_buffers_past_the_hosts_limits_when_privileged() {
+        let sock = match PacketSocket::open("lo") {
+            Ok(s) => s,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return, // not root: nothing to see
+            Err(e) => panic!("{e}"),
+        };
+        // The kernel reports twice what was set (its bookkeeping overhead).
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            assert_eq!(socket_buffer(&sock, opt), 2 * (4 << 20), "option {opt}");
+        }
+    }
 }
