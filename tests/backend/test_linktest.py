@@ -99,6 +99,25 @@ def test_a_changed_loss_rate_is_caught_on_its_direction_only(swapped):
     assert "configured 5.00%" in report.failures[0].reason
 
 
+STARVED = """
+routing: static
+nodes: [{name: a, cpu: 0.05}, {name: b}]
+links:
+  - {name: ab, members: [a, b], bandwidth: 10Mb, delay: 2ms, queue: {limit: 4}}
+"""
+
+
+def test_a_cpu_starved_senders_bursts_overflow_the_queue_and_are_not_blamed_on_the_link(swapped):
+    # a's quota lets it run 5 ms of every 100: its probe sends the datagrams it is late
+    # with at once, more than the 4-packet queue holds.
+    exp = experiment(STARVED, "lt-starved")
+    report = linktest(swapped(exp), exp, 3)
+    loss = {c.direction: c for c in report.checks if c.level == 3}
+    assert loss["a → b"].numbers["queue_drops"] > 0, linktest_run.markdown(report)
+    assert "queue dropped" in loss["a → b"].reason
+    assert [c for c in loss.values() if c.verdict == "fail"] == [], linktest_run.markdown(report)
+
+
 @pytest.mark.parametrize(
     ("example", "level"),
     [("dumbbell.ns", 4), ("lan.ns", 3), ("linear.ns", 3), ("tree.ns", 2)],

@@ -390,6 +390,35 @@ def linkd(plan: Plan) -> SocketClient:
     return SocketClient(run_dir(plan) / "linkd.sock")
 
 
+Pipe = tuple[str, str, str]  # (link, port, direction) of one of linkd's pipes
+
+
+def pipe_counters(client: SocketClient) -> dict[Pipe, dict[str, Any]]:
+    """linkd's counters of every pipe now, in (link, port, direction) order; empty if linkd
+    does not answer."""
+    try:
+        reply = client.request("counters")
+    except (OSError, NestbedError):
+        return {}
+    return {
+        (link, port, direction): pipes[direction]["counters"]
+        for link, data in sorted(reply.get("links", {}).items())
+        for port, pipes in sorted(data.get("ports", {}).items())
+        for direction in ("egress", "ingress")
+    }
+
+
+def drops_by_kind(counters: dict[str, Any]) -> dict[str, int]:
+    """A pipe's drops as the results tables group them: by the loss model, by the queue
+    (its hard limit and RED) and by anything else (drop-by-ordinal)."""
+    drops = counters["drops"]
+    return {
+        "loss": drops["loss"],
+        "queue": drops["queue_full"] + drops["red_early"] + drops["red_forced"],
+        "other": drops["ordinal"],
+    }
+
+
 def _stop_pid(pidfile: Path) -> None:
     """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds."""
     try:

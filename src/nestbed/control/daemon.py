@@ -490,35 +490,17 @@ class Controller:
 
     def sample(self, client: linux.SocketClient | None) -> None:
         t = round(self.now_s(), 3)
-        if client is not None:
-            try:
-                reply = client.request("counters")
-            except (OSError, NestbedError):
-                reply = {}
-            for link, data in sorted(reply.get("links", {}).items()):
-                for port, pipes in sorted(data.get("ports", {}).items()):
-                    for direction in ("egress", "ingress"):
-                        c = pipes[direction]["counters"]
-                        drops = c["drops"]
-                        self.link_rows.add(
-                            {
-                                "t_s": t,
-                                "link": link,
-                                "port": port,
-                                "direction": direction,
-                                "packets_in": c["packets_in"],
-                                "bytes_in": c["bytes_in"],
-                                "packets_out": c["packets_out"],
-                                "bytes_out": c["bytes_out"],
-                                "drops_loss": drops["loss"],
-                                "drops_queue": drops["queue_full"]
-                                + drops["red_early"]
-                                + drops["red_forced"],
-                                "drops_other": drops["ordinal"],
-                                "queue_packets": c["queue_packets"],
-                                "queue_bytes": c["queue_bytes"],
-                            }
-                        )
+        counters = linux.pipe_counters(client) if client is not None else {}
+        for (link, port, direction), c in counters.items():
+            drops = linux.drops_by_kind(c)
+            self.link_rows.add({
+                "t_s": t, "link": link, "port": port, "direction": direction,
+                "packets_in": c["packets_in"], "bytes_in": c["bytes_in"],
+                "packets_out": c["packets_out"], "bytes_out": c["bytes_out"],
+                "drops_loss": drops["loss"], "drops_queue": drops["queue"],
+                "drops_other": drops["other"],
+                "queue_packets": c["queue_packets"], "queue_bytes": c["queue_bytes"],
+            })  # fmt: skip
         for node, cgroup in sorted(self.cgroups.items()):
             with contextlib.suppress(OSError):
                 self.node_rows.add(
@@ -576,27 +558,16 @@ class Controller:
         if client is None:
             return []
         try:
-            reply = client.request("counters")
-        except (OSError, NestbedError):
-            return []
+            counters = linux.pipe_counters(client)
         finally:
             client.close()
         rows = []
-        for link, data in sorted(reply.get("links", {}).items()):
-            for port, pipes in sorted(data.get("ports", {}).items()):
-                for direction in ("egress", "ingress"):
-                    c = pipes[direction]["counters"]
-                    rows.append(
-                        {
-                            "link": link,
-                            "state": self.link_state.get(link, "up"),
-                            "port": port,
-                            "direction": direction,
-                            "packets_out": c["packets_out"],
-                            "drops": sum(c["drops"].values()),
-                            "queue_packets": c["queue_packets"],
-                        }
-                    )
+        for (link, port, direction), c in counters.items():
+            rows.append({
+                "link": link, "state": self.link_state.get(link, "up"), "port": port,
+                "direction": direction, "packets_out": c["packets_out"],
+                "drops": sum(c["drops"].values()), "queue_packets": c["queue_packets"],
+            })  # fmt: skip
         return rows
 
     def finish(self, outcome: str, reason: str | None) -> dict[str, Any]:
