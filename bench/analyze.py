@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import re
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nestbed.analysis import analyze
+from nestbed.analysis import analyze, tcptrace
 from nestbed.analysis.runner import analyzer_binary
 
 # Captures: (1) a real bulk TCP transfer of about 284 000 packets: iperf3 between two network
@@ -43,7 +41,7 @@ BULK_BYTES = 400_000_000  # about 276 000 data segments and 11 000 ACKs (stretch
 # tcptrace: -l long output (per direction: retransmissions, RTT samples/min/max/avg), -r RTT
 # statistics, -n no name lookups. It prints packet counts, segment sizes, windows, RTT and
 # retransmission statistics per connection; no time series, spacing, idle time or verdicts.
-TCPTRACE = ["tcptrace", "-l", "-r", "-n"]
+TCPTRACE = ["tcptrace", *tcptrace.ARGV]
 # tshark: the per-packet fields our analysis is built from (time, 4-tuple, sequence/ACK
 # numbers, payload length, scaled window) and tshark's own ACK RTT and retransmission flags,
 # which need its TCP analysis (on by default); -n: no name lookups.
@@ -315,53 +313,28 @@ def compare(name: str, pcap: Path, n: int, runs: int, tshark_runs: int) -> None:
         print(f"(not installed, not timed: {', '.join(missing)}; `make setup` installs them)")
 
 
-def _letters(n: int) -> str:
-    """tcptrace's host letters: a, b, …, z, aa, ab, …"""
-    s = ""
-    n += 1
-    while n:
-        n, r = divmod(n - 1, 26)
-        s = chr(97 + r) + s
-    return s
-
-
 def agreement(pcap: Path, work: Path) -> None:
     """Per transfer, ours against tcptrace on their common definition (docs/analyze.md,
     Speed): tcptrace's RTT samples of the SYN and the FIN (found in its -Z dump by sequence
     number) left out."""
-    work.mkdir()
-    done = subprocess.run([*TCPTRACE, "--csv", "-Z", str(pcap)], cwd=work, capture_output=True,
-                          text=True, check=True)  # fmt: skip
-    lines = [x for x in done.stdout.splitlines() if "," in x and not x.startswith("#")]
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    head = [h.strip() for h in rows[0]]
-    theirs = {}
-    for number, row in enumerate(rows[1:]):
-        r = {k: v.strip() for k, v in zip(head, row, strict=False)}
-        a, b = (r["host_a"], int(r["port_a"])), (r["host_b"], int(r["port_b"]))
-        for way, (src, dst), (x, y) in (("a2b", (a, b), (0, 1)), ("b2a", (b, a), (1, 0))):
-            dump = work / f"{_letters(2 * number + x)}2{_letters(2 * number + y)}_rttraw.dat"
-            text = dump.read_text() if dump.exists() else ""
-            theirs[(*src, *dst)] = (r, way, [int(x.split()[0]) for x in text.splitlines()])
+    theirs = tcptrace.figures(TCPTRACE[0], pcap, work)
     ours = json.loads(subprocess.run([analyzer_binary(), str(pcap)], capture_output=True,
                                      text=True, check=True).stdout)  # fmt: skip
     print("\nagreement with tcptrace on this capture, per transfer (ours / tcptrace):")
     print(
         "| transfer | data segments | retransmitted | RTT samples (tcptrace's raw count) "
-        "| mean RTT ms (tcptrace prints 0.1 ms) |"
+        "| mean RTT ms (tcptrace's raw mean, printed to 0.1 ms) |"
     )
     print("|---|---|---|---|---|")
     for t in ours["transfers"]:
-        r, way, dumped = theirs[(t["src"], t["sport"], t["dst"], t["dport"])]
-        syn = t["first_seq"]
-        control = sum(seq in (syn, (syn + 1 + t["unique_bytes"]) & 0xFFFFFFFF) for seq in dumped)
-        raw = int(r[f"RTT_samples_{way}"])
+        tt = theirs[(t["src"], t["sport"], t["dst"], t["dport"])]
+        n, mean_theirs = tcptrace.on_common_definition(t, tt)
         mean = t["rtt"]["mean_s"] or 0.0
         print(f"| {t['src']}:{t['sport']} → {t['dst']}:{t['dport']} "
-              f"| {t['data_segments']} / {r[f'actual_data_pkts_{way}']} "
-              f"| {t['retransmitted_segments']} / {r[f'rexmt_data_pkts_{way}']} "
-              f"| {t['rtt']['count']} / {raw - control} ({raw}) "
-              f"| {mean * 1e3:.3f} / {r[f'RTT_avg_{way}']} |")  # fmt: skip
+              f"| {t['data_segments']} / {tt['data_segments']} "
+              f"| {t['retransmitted_segments']} / {tt['retransmitted']} "
+              f"| {t['rtt']['count']} / {n} ({tt['rtt_samples']}) "
+              f"| {mean * 1e3:.3f} / {mean_theirs * 1e3:.3f} ({tt['rtt_avg_ms']}) |")  # fmt: skip
 
 
 # Growing captures: (segments per flow, flows) of the concurrent layout (200 transfers at

@@ -3,9 +3,7 @@ per transfer agree within 1 % on varied synthetic captures, on the definitions b
 
 from __future__ import annotations
 
-import csv
 import heapq
-import io
 import json
 import random
 import shutil
@@ -21,6 +19,8 @@ import pytest
 from trace_synth import Scenario, records, simulate, write_pcap
 
 from nestbed.analysis.runner import analyzer_binary
+from nestbed.analysis.tcptrace import figures as tcptrace_figures
+from nestbed.analysis.tcptrace import on_common_definition
 
 START_S = 1_700_000_000.0
 MSS = 1448
@@ -247,56 +247,6 @@ TRACES = {
 # ---- the two tools' figures ----
 
 
-def letters(n: int) -> str:
-    """tcptrace's host letters: a, b, …, z, aa, ab, …"""
-    s = ""
-    n += 1
-    while n:
-        n, r = divmod(n - 1, 26)
-        s = chr(97 + r) + s
-    return s
-
-
-def run_tcptrace(pcap: Path, work: Path) -> dict[tuple[str, int, str, int], dict[str, Any]]:
-    """Per direction (src, sport, dst, dport): tcptrace's RTT samples, their mean (ms, as it
-    prints it), retransmitted and data segments, and the sequence number and whole
-    milliseconds of every sample (-Z dumps them into the working folder)."""
-    work.mkdir()
-    argv = [tcptrace(), "-l", "-r", "-n", "--csv", "-Z", str(pcap)]
-    done = subprocess.run(argv, cwd=work, capture_output=True, text=True, check=True)
-    lines = [x for x in done.stdout.splitlines() if "," in x and not x.startswith("#")]
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    head = [h.strip() for h in rows[0]]
-    found = {}
-    for number, row in enumerate(rows[1:]):
-        r = {k: v.strip() for k, v in zip(head, row, strict=False)}
-        a, b = (r["host_a"], int(r["port_a"])), (r["host_b"], int(r["port_b"]))
-        for way, (src, dst), (x, y) in (("a2b", (a, b), (0, 1)), ("b2a", (b, a), (1, 0))):
-            dump = work / f"{letters(2 * number + x)}2{letters(2 * number + y)}_rttraw.dat"
-            text = dump.read_text() if dump.exists() else ""  # none without samples
-            found[(*src, *dst)] = {
-                "rtt_samples": int(r[f"RTT_samples_{way}"]),
-                "rtt_avg_ms": float(r[f"RTT_avg_{way}"]),
-                "retransmitted": int(r[f"rexmt_data_pkts_{way}"]),
-                "data_segments": int(r[f"actual_data_pkts_{way}"]),
-                "dump": [tuple(map(int, line.split())) for line in text.splitlines()],
-            }
-    return found
-
-
-def on_common_definition(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[int, float]:
-    """tcptrace's sample count and mean RTT (s) without its samples of the SYN and the FIN,
-    which it sequences like data (nestbed samples data only; docs/analyze.md, Speed)."""
-    syn = ours["first_seq"]
-    fin = (syn + 1 + ours["unique_bytes"]) & 0xFFFFFFFF
-    control = [ms for seq, ms in theirs["dump"] if seq in (syn, fin)]
-    n = theirs["rtt_samples"] - len(control)
-    # The mean is printed to 0.1 ms and the dump truncates to whole ms: both errors are far
-    # below 1 % of these RTTs (≥ 20 ms) over hundreds of samples.
-    total_ms = theirs["rtt_avg_ms"] * theirs["rtt_samples"] - sum(control)
-    return n, total_ms / n / 1000
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tcptrace")
@@ -319,7 +269,7 @@ def test_rtt_and_retransmissions_agree_with_tcptrace(
     name: str, folder: Path, reports: dict[str, tuple[Path, dict[str, Any]]]
 ) -> None:
     pcap, report = reports[name]
-    theirs = run_tcptrace(pcap, folder / f"{name}-tcptrace")
+    theirs = tcptrace_figures(tcptrace(), pcap, folder / f"{name}-tcptrace")
     assert report["transfers"], "nestbed-analyze found no transfer"
     for t in report["transfers"]:
         key = (t["src"], t["sport"], t["dst"], t["dport"])
