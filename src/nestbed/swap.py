@@ -162,12 +162,7 @@ def next_run(
     client = linux.linkd(p)
     try:
         for old, new in zip(before.emulated, p.emulated, strict=True):
-            for was, port in zip(old.ports, new.ports, strict=True):
-                for direction in ("egress", "ingress"):
-                    params = getattr(port, direction)
-                    if params != getattr(was, direction):
-                        client.request("set", link=new.link, port=port.port,
-                                       direction=direction, params=params)  # fmt: skip
+            linux.set_changed_pipes(client, new.link, old.settings(), new.settings())
     finally:
         client.close()
     kept = linux.run_dir(p) / _KEPT_IR

@@ -162,3 +162,23 @@ def test_a_chain_needs_few_routes_per_node_and_each_subnet_keeps_its_next_hop():
             host = ipaddress.ip_network(link.subnet)[1]
             via = max((t for t in table if host in t[0]), key=lambda t: t[0].prefixlen)[1]
             assert via == (left if j < i - 1 else right), (i, link.subnet)
+
+
+def test_a_link_change_sets_exactly_the_pipes_that_changed():
+    from nestbed.backend.linux import set_changed_pipes
+
+    class Linkd:
+        def __init__(self):
+            self.sets = []
+
+        def request(self, op, **fields):
+            self.sets.append((op, fields["port"], fields["direction"], fields["params"]))
+            return {}
+
+    slow, fast = pipe_params(Shaping(bandwidth_bps=1e6)), pipe_params(Shaping(bandwidth_bps=1e7))
+    before = [("a", slow, slow), ("b", slow, slow)]
+    after = [("a", slow, fast), ("b", fast, slow)]
+    linkd = Linkd()
+    assert set_changed_pipes(linkd, "l", before, after) == 2
+    assert linkd.sets == [("set", "a", "ingress", fast), ("set", "b", "egress", fast)]
+    assert set_changed_pipes(linkd, "l", after, after) == 0

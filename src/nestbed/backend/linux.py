@@ -28,7 +28,7 @@ from pyroute2 import netns
 
 from nestbed.backend import netlink, offloads
 from nestbed.backend.cgroups import Cgroups, Limits, NodeCgroup
-from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, Plan, mark
+from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, PipeSettings, Plan, mark
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 # linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
@@ -406,6 +406,20 @@ def pipe_counters(client: SocketClient) -> dict[Pipe, dict[str, Any]]:
         for port, pipes in sorted(data.get("ports", {}).items())
         for direction in ("egress", "ingress")
     }
+
+
+def set_changed_pipes(
+    client: SocketClient, link: str, before: Iterable[PipeSettings], after: Iterable[PipeSettings]
+) -> int:
+    """Sets on linkd every pipe of ``link`` whose parameters ``after`` differ from ``before``
+    (the same ports in the same order); how many it set."""
+    changed = 0
+    for (_, *was), (port, *now) in zip(before, after, strict=True):
+        for direction, old, new in zip(("egress", "ingress"), was, now, strict=True):
+            if new != old:
+                client.request("set", link=link, port=port, direction=direction, params=new)
+                changed += 1
+    return changed
 
 
 def drops_by_kind(counters: dict[str, Any]) -> dict[str, int]:

@@ -105,12 +105,19 @@ class PipePort:
     ingress: dict[str, Any]
 
 
+PipeSettings = tuple[str, dict[str, Any], dict[str, Any]]  # a port's egress, ingress params
+
+
 @dataclass(frozen=True)
 class EmulatedLink:
     link: str
     lan: bool
     seed: int
     ports: tuple[PipePort, ...]
+
+    def settings(self) -> list[PipeSettings]:
+        """Each port's egress and ingress pipe parameters."""
+        return [(p.port, p.egress, p.ingress) for p in self.ports]
 
     def request(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,7 @@ from typing import Any
 
 from nestbed.backend import linux
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.plan import Plan, pipe_params, plan
+from nestbed.backend.plan import PipeSettings, Plan, pipe_params, plan
 from nestbed.control.client import SOCKET
 from nestbed.control.cpumon import CPU_COLUMNS, DEFAULT_DUTY, CpuMonitor
 from nestbed.control.programs import ProgramRunner
@@ -326,15 +326,7 @@ class Controller:
             before = self.links[name]
             after = link_after_event(before, self._original(name), verb, args)
             self.links[name] = after
-            changed = 0
-            for old, new in zip(before.ports, after.ports, strict=True):
-                for direction in ("egress", "ingress"):
-                    if getattr(old, direction) != getattr(new, direction):
-                        params = pipe_params(getattr(new, direction))
-                        client.request(
-                            "set", link=name, port=new.node, direction=direction, params=params
-                        )
-                        changed += 1
+            changed = linux.set_changed_pipes(client, name, _settings(before), _settings(after))
             return f"{changed} pipes of {name} changed"
 
     def _original(self, name: str) -> Link:
@@ -807,6 +799,10 @@ def _linkd_or_none(p: Plan) -> linux.SocketClient | None:
 
 def _addresses(exp: Experiment, node: str) -> list[str]:
     return [p.ip for link in exp.all_links for p in link.ports if p.node == node and p.ip]
+
+
+def _settings(link: Link) -> list[PipeSettings]:
+    return [(p.node, pipe_params(p.egress), pipe_params(p.ingress)) for p in link.ports]
 
 
 def _cgroups(p: Plan) -> dict[str, NodeCgroup]:
