@@ -359,21 +359,27 @@ def _start_linkd(plan: Plan) -> None:
     sock = directory / "linkd.sock"
     with contextlib.suppress(FileNotFoundError):
         sock.unlink()
-    log = (directory / "linkd.log").open("ab")
-    process = subprocess.Popen(
-        [
-            *("ip", "netns", "exec", plan.fabric, built_binary("nestbed-linkd")),
-            *("--socket", str(sock), "--spin-us", os.environ.get("NESTBED_LINKD_SPIN_US", "200")),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    with (directory / "linkd.log").open("ab") as log:
+        process = subprocess.Popen(
+            [
+                *("ip", "netns", "exec", plan.fabric, built_binary("nestbed-linkd")),
+                *("--socket", str(sock)),
+                *("--spin-us", os.environ.get("NESTBED_LINKD_SPIN_US", "200")),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     # `ip netns exec` execs linkd in place, so this is linkd's own pid.
     (directory / "linkd.pid").write_text(f"{process.pid}\n")
     deadline = time.monotonic() + 10
     while not sock.exists():
+        if process.poll() is not None:
+            lines = (directory / "linkd.log").read_text(errors="replace").strip().splitlines()
+            raise InternalError(
+                f"nestbed-linkd exited at start: {lines[-1] if lines else 'no output'}"
+            )
         if time.monotonic() > deadline:
             raise InternalError(f"nestbed-linkd did not start; see {directory / 'linkd.log'}")
         time.sleep(0.01)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -39,7 +40,6 @@ def launch(
     (looping ``cpumon_duty`` of each second); ``capture_nodes`` the only nodes whose link
     ends are captured (all when empty)."""
     directory = linux.run_dir(plan)
-    log = (directory / "controller.log").open("ab")
     argv = [sys.executable, "-m", "nestbed.control", "--ir", str(ir), "--results", str(results)]
     if run_id is not None:
         argv += ["--run-id", str(run_id)]
@@ -53,10 +53,10 @@ def launch(
         argv += ["--capture-node", node]
     if cpumon_duty is not None:
         argv += ["--cpumon-duty", str(cpumon_duty)]
-    process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-    )
-    log.close()
+    with (directory / "controller.log").open("ab") as log:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
     path = socket_path(plan)
     deadline = time.monotonic() + _START_TIMEOUT_S
     while True:
@@ -67,13 +67,13 @@ def launch(
                 f"the controller of experiment {plan.experiment} exited at start: {last}"
             )
         if path.exists():
-            try:
+            with contextlib.suppress(OSError):
                 client = linux.SocketClient(path, "the controller", timeout=5)
-                client.request("ping")
-                client.close()
-                return
-            except OSError:
-                pass
+                try:
+                    client.request("ping")
+                    return
+                finally:
+                    client.close()
         if time.monotonic() > deadline:
             process.kill()
             raise InternalError(f"the controller did not start; see {directory}/controller.log")
