@@ -130,6 +130,8 @@ def named_nodes(exp: Experiment, value: str | list[str] | None, option: str) -> 
         return ()
     names = [value] if isinstance(value, str) else list(value)
     wanted = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    if not wanted:
+        raise UserError(f"{option} {','.join(names)!r} names no node; give node names or all")
     nodes = [n.name for n in exp.nodes]
     if "all" in wanted:
         return tuple(nodes)

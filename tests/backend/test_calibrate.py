@@ -30,7 +30,9 @@ def test_a_two_node_link_is_calibrated_untuned_and_tuned(tmp_path: Path):
     for row in bursts:
         n = {k: int(row[k]) for k in ("attempted", "received", "a", "b", "c", "rcvbuf_errors")}
         assert n["attempted"] == 200
-        assert n["a"] + n["b"] + n["c"] == n["attempted"] - n["received"]
+        # The link neither shapes nor loses: nothing goes missing between the interfaces (a
+        # stray frame such as ARP may move one count).
+        assert abs(n["b"]) <= 1, row
         # What C counts is what the kernel says it dropped at the socket (a stray frame such as
         # ARP may stand between them).
         assert abs(n["c"] - n["rcvbuf_errors"]) <= 2, row

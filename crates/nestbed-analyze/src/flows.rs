@@ -321,7 +321,7 @@ fn feed(
 /// SipHash took a third of the analyzer's time. Its weakness, collisions that an adversary
 /// can provoke, does not matter for captures analyzed offline.
 #[derive(Clone, Copy, Default)]
-pub struct FxHasher(u64);
+struct FxHasher(u64);
 
 const FX_SEED: u64 = 0xf135_7aea_2e62_a9c5;
 

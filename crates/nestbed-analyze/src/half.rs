@@ -391,14 +391,6 @@ impl Half {
         }
         let mut last: Option<Sent> = None;
         let mut ambiguous = false;
-        // The latest retransmission of any byte below this ACK, acknowledged before or not.
-        let latest_retx = self
-            .retx
-            .iter()
-            .filter(|r| r.1 < ack)
-            .map(|r| r.0)
-            .max()
-            .unwrap_or(i64::MIN);
         while let Some(s) = self.outstanding.front_mut() {
             if s.end <= ack {
                 ambiguous |= s.retransmitted;
@@ -411,7 +403,14 @@ impl Half {
             }
         }
         if let Some(s) = last {
-            if s.end == ack && !ambiguous && latest_retx <= s.t_ns && t_ns >= s.t_ns {
+            // Karn: no sample if any byte below this ACK was retransmitted after s was sent
+            // (the ACK may answer the retransmission); scanned only for a candidate sample.
+            let retx_after = || {
+                self.retx
+                    .iter()
+                    .any(|&(t, start)| start < ack && t > s.t_ns)
+            };
+            if s.end == ack && !ambiguous && t_ns >= s.t_ns && !retx_after() {
                 let rtt = t_ns - s.t_ns;
                 self.sample(Table::Rtt, t_ns, rtt);
                 let b = self.bin(bin);

@@ -829,11 +829,7 @@ def _node_addresses(ir: Path) -> dict[str, list[str]] | None:
             f"{ir} is not a readable ir.json ({type(exc).__name__}); give the captures "
             "themselves instead of the run folder"
         ) from None
-    found: dict[str, list[str]] = {}
-    for link in exp.all_links:
-        for port in link.ports:
-            found.setdefault(port.node, []).append(port.ip)
-    return found
+    return exp.addresses()
 
 
 @app.command()

@@ -123,7 +123,7 @@ class Controller:
         self.node_rows = Table(run / "nodes" / "usage.csv", NODE_COLUMNS)
         self.cpu_rows = Table(run / "nodes" / "cpu.csv", CPU_COLUMNS) if cpumon else None
         self.monitors = [
-            CpuMonitor(node, _addresses(exp, node), self.cgroups.get(node), self.cpu_rows,
+            CpuMonitor(node, exp.addresses().get(node, []), self.cgroups.get(node), self.cpu_rows,
                        self.now_s)
             for node in cpumon if self.cpu_rows is not None
         ]  # fmt: skip
@@ -666,7 +666,7 @@ class Controller:
                     self.run / "tcp" / f"{flow.name}.csv",
                     pcaps(flow.source),
                     pcaps(flow.destination),
-                    set(_addresses(self.exp, flow.source)),
+                    set(self.exp.addresses().get(flow.source, [])),
                     [(flow.address, s.port) for s in flow.sessions if s.sender],
                     self.t0_unix,
                 )
@@ -795,10 +795,6 @@ def _linkd_or_none(p: Plan) -> linux.SocketClient | None:
     with contextlib.suppress(OSError):
         return linux.linkd(p)
     return None
-
-
-def _addresses(exp: Experiment, node: str) -> list[str]:
-    return [p.ip for link in exp.all_links for p in link.ports if p.node == node and p.ip]
 
 
 def _settings(link: Link) -> list[PipeSettings]:

@@ -427,7 +427,9 @@ class _Tester:
             # catching up after it was descheduled (the test's rate is half the link's at
             # most), so the loss model never saw them either.
             host = int((p.received or {}).get("kernel_drops", 0))
-            excused = host + p.queue_drops
+            # Capped at what went missing: the queue counts the whole pipe, so traffic of a
+            # run going on beside the test must not make the probe's loss negative.
+            excused = min(host + p.queue_drops, max(sent - unique, 0))
             lost = max(sent - unique - excused, 0)
             sent -= excused
             verdict = stats.loss_test(lost, sent, d.loss, alpha, rho)

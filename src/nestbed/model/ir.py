@@ -334,3 +334,12 @@ class Experiment(Frozen):
     @property
     def all_links(self) -> tuple[Link, ...]:
         return self.links + self.lans
+
+    def addresses(self) -> dict[str, list[str]]:
+        """Each node's IP addresses, in the order of its links."""
+        found: dict[str, list[str]] = {}
+        for link in self.all_links:
+            for port in link.ports:
+                if port.ip:
+                    found.setdefault(port.node, []).append(port.ip)
+        return found

@@ -12,9 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
-from nestbed.results.intervals import t_interval
+from nestbed.results.intervals import CONFIDENCE, t_interval
 
-CONFIDENCE = 0.95
 PARAM = "param."
 
 

@@ -31,12 +31,12 @@ def test_round_trips_over_dds_in_both_qos_and_a_too_large_stream_explained(tmp_p
     cdr = len(FORMATS["cdr"].serialize(record))
     json_bytes = len(FORMATS["json"].serialize(record))
     assert cdr < json_bytes
-    plan = Plan(formats=formats, compressors=compressors, qos=["best-effort", "reliable"],
-                repetitions=1, shape=SMALL, timeout_s=1.0, discovery_s=20,
+    qos = ["best-effort", "reliable"]
+    plan = Plan(formats=formats, compressors=compressors, repetitions=1, shape=SMALL, timeout_s=1.0, discovery_s=20,
                 max_sample_bytes=json_bytes - 1)  # fmt: skip
     try:
         _dom, participant = open_domain("127.0.0.1", domain)
-        channels = [Channel(participant, q, "publish") for q in plan.qos]
+        channels = [Channel(participant, q, "publish") for q in qos]
         rows = list(publish(channels, plan))
         stdout, stderr = echo.communicate(timeout=30)
     finally:
@@ -69,8 +69,7 @@ def test_an_echo_that_skips_a_sent_message_makes_it_lost(tmp_path: Path):
         env=dict(os.environ, NESTBED_PROGRAM_DIR=str(tmp_path / "echo")),
     )  # fmt: skip
     plan = Plan(formats=[get_format("cdr")], compressors=[get_compressor("none")],
-                qos=["best-effort"], repetitions=3, shape=SMALL, timeout_s=1.0,
-                discovery_s=20)  # fmt: skip
+                repetitions=3, shape=SMALL, timeout_s=1.0, discovery_s=20)  # fmt: skip
     try:
         _dom, participant = open_domain("127.0.0.1", domain)
         rows = list(publish([Channel(participant, "best-effort", "publish")], plan))

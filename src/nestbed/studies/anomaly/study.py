@@ -115,7 +115,7 @@ def run(
                                  f"{run_folder}")  # fmt: skip
     say(f"analyzing {len(pcaps)} captures")
     cpu = run_folder / "nodes" / "cpu.csv"
-    addresses = node_addresses(exp)
+    addresses = exp.addresses()
     summary = analyze(pcaps, folder / "analysis", cpu=cpu if cpu.is_file() else None,
                       addresses=addresses)  # fmt: skip
     records = {p.sender: workload_records(run_folder, exp, p.sender) for p in PAIRS}
@@ -134,14 +134,6 @@ def run(
     }
     _write(folder, study, drawn)
     return study
-
-
-def node_addresses(exp: Experiment) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for link in exp.all_links:
-        for port in link.ports:
-            found.setdefault(port.node, []).append(port.ip)
-    return found
 
 
 def workload_records(run_folder: Path, exp: Experiment, node: str) -> list[dict[str, str]]:

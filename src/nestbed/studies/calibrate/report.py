@@ -341,5 +341,7 @@ def _differ(a: Mapping[str, Any], b: Mapping[str, Any], metric: str) -> bool:
         ma, mb = float(a[metric]), float(b[metric])
     except (TypeError, ValueError):
         return False
-    ha, hb = float(a.get(f"{metric}_ci95") or 0), float(b.get(f"{metric}_ci95") or 0)
-    return abs(ma - mb) > ha + hb
+    ha, hb = a.get(f"{metric}_ci95"), b.get(f"{metric}_ci95")
+    if ha in (None, "") or hb in (None, ""):
+        return False  # a single repetition has no interval to tell a difference by
+    return abs(ma - mb) > float(ha) + float(hb)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -79,8 +80,10 @@ def check(s: Settings, *, available_bytes: int | None = None) -> None:
             problems.append(f"burst size {burst} must be at least 1 packet")
     if s.repetitions < 1:
         problems.append(f"--repetitions {s.repetitions} must be at least 1")
-    if s.gap_s < 0:
-        problems.append(f"--gap {s.gap_s} must not be negative")
+    if not (math.isfinite(s.gap_s) and s.gap_s >= 0):
+        problems.append(f"--gap {s.gap_s} must be a number of seconds, not negative")
+    if not (math.isfinite(s.threshold_pct) and 0 <= s.threshold_pct <= 100):
+        problems.append(f"--threshold {s.threshold_pct} must be a loss in percent, 0 to 100")
     if not 1 <= s.receivers <= 250:
         problems.append(f"--receivers {s.receivers} must be between 1 and 250")
     if not 0 <= s.loss < 1:

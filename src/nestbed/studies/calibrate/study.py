@@ -64,7 +64,7 @@ def plan_targets(
     for profile in settings.profiles:
         if experiment is not None:
             if not sender or not receivers:
-                raise UserError("with --experiment, name the --sender and the --receivers nodes")
+                raise UserError("with --experiment, name the --sender and the --receiver-nodes")
             targets.append(
                 target(
                     experiment,

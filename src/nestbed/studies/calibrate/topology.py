@@ -96,7 +96,12 @@ def target(
                 f"{', '.join(names)}"
             )
     if not receivers:
-        raise UserError("give at least one receiver node (--receivers)")
+        raise UserError("give at least one receiver node (--receiver-nodes)")
+    if not multicast and len(receivers) > 1:
+        raise UserError(
+            f"unicast calibrates one receiver, and {len(receivers)} are named; name one with "
+            "--receiver-nodes or add --multicast"
+        )
     if sender in receivers:
         raise UserError(f"node {sender} cannot be both the sender and a receiver")
     everyone = {sender, *receivers}

@@ -65,10 +65,6 @@ class Sample(IdlStruct, typename="nestbed::pubsub::Sample"):
     payload: sequence[uint8]  # written from bytes, read back as a list of ints
 
 
-class SampleTooLarge(UserError):
-    """A stream larger than the DDS limits this program configures."""
-
-
 def too_large(size: int, limit: int = MAX_SAMPLE_BYTES) -> str | None:
     """Why a stream of `size` bytes cannot be sent, or None when it can."""
     if size <= limit:
@@ -206,11 +202,11 @@ def echo(
 
 @dataclass
 class Plan:
-    """What the publisher measures: every QoS × format × compressor × repetition."""
+    """What the publisher measures over each of its channels (one per QoS): every format ×
+    compressor × repetition."""
 
     formats: list[Format]
     compressors: list[Compressor]
-    qos: list[str]
     repetitions: int = 3
     seed: int = 0
     shape: Shape = field(default_factory=Shape)
@@ -399,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = Plan(
         formats=[get_format(n) for n in _names(args.formats)],
         compressors=[get_compressor(n) for n in _names(args.compressors)],
-        qos=qos, repetitions=args.repetitions, seed=args.seed, shape=parse_shape(args.shape),
+        repetitions=args.repetitions, seed=args.seed, shape=parse_shape(args.shape),
         timeout_s=args.timeout, discovery_s=args.discovery,
         max_sample_bytes=args.max_sample_bytes,
     )  # fmt: skip

@@ -129,6 +129,11 @@ def check(settings: Settings) -> None:
         raise UserError(f"--timeout {settings.timeout_s} is not a positive number of seconds")
 
 
+def _check_experiment(experiment: Path) -> None:
+    if not experiment.is_file():
+        raise UserError(f"{experiment}: no such experiment file; give --experiment FILE")
+
+
 # -- the network half: a sweep of the experiment -------------------------------------------
 
 
@@ -171,8 +176,7 @@ def network(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs the sweep (resuming one stopped in `folder`); returns its table and every
     message's row with its scenario."""
-    if not experiment.exists():
-        raise UserError(f"{experiment}: no such experiment file; give --experiment FILE")
+    _check_experiment(experiment)
     sweep = from_flags(experiment, [], [], points=points(settings), reuse_links=True,
                        timeout=run_budget_s(settings))  # fmt: skip
     rows = run_sweep(sweep, folder, progress=Progress(progress) if progress else None)
@@ -260,6 +264,7 @@ def run(
     from nestbed.studies.pubsub import plots, report
 
     check(settings)
+    _check_experiment(experiment)  # before minutes of local measurements
     require_root()
     folder.mkdir(parents=True, exist_ok=True)
     progress("local measurements")
