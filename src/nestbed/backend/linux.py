@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import resource
-import shlex
 import shutil
 import signal
 import socket
@@ -27,8 +25,10 @@ from typing import Any
 from pyroute2 import netns
 
 from nestbed.backend import netlink, offloads
-from nestbed.backend.cgroups import Cgroups, Limits, NodeCgroup
-from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, PipeSettings, Plan, mark
+from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
+from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, TAG_LENGTH, Plan, experiment_tag, mark
+from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
+from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 # linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
@@ -73,49 +73,6 @@ def inside(namespace: str) -> Iterator[None]:
         yield
     finally:
         netns.popns()
-
-
-def built_binary(name: str) -> str:
-    """A nestbed Rust binary: $NESTBED_<NAME>, this checkout's release build, or the PATH."""
-    env = "NESTBED_" + name.removeprefix("nestbed-").upper()
-    here = Path(__file__).resolve().parents[3] / "target" / "release" / name
-    found = os.environ.get(env) or (str(here) if here.exists() else None) or shutil.which(name)
-    if not found:
-        raise EnvironmentProblem(
-            f"{name} is not built; run `make setup` (it runs cargo build --release)"
-        )
-    return found
-
-
-class SocketClient:
-    """JSON-lines client of a nestbed daemon's Unix socket (nestbed-linkd, the controller).
-
-    A refusal the daemon marks ``"user": true`` is the user's mistake (UserError); any other
-    is an internal one.
-    """
-
-    def __init__(self, path: Path, what: str = "nestbed-linkd", timeout: float | None = None):
-        self.path, self.what = path, what
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(path))
-        self.reader = self.sock.makefile("r", encoding="utf-8")
-
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        self.sock.sendall((json.dumps({"op": op, **fields}) + "\n").encode())
-        line = self.reader.readline()
-        if not line:
-            raise InternalError(f"{self.what} at {self.path} closed its control socket")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            if reply.get("user"):
-                raise UserError(str(reply.get("error")))
-            raise InternalError(f"{self.what} refused {op}: {reply.get('error')}")
-        return reply
-
-    def close(self) -> None:
-        self.reader.close()
-        self.sock.close()
 
 
 def run_dir(plan: Plan) -> Path:
@@ -357,86 +314,24 @@ def _start_linkd(plan: Plan) -> None:
     directory = run_dir(plan)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     sock = directory / "linkd.sock"
-    with contextlib.suppress(FileNotFoundError):
-        sock.unlink()
-    with (directory / "linkd.log").open("ab") as log:
-        process = subprocess.Popen(
-            [
-                *("ip", "netns", "exec", plan.fabric, built_binary("nestbed-linkd")),
-                *("--socket", str(sock)),
-                *("--spin-us", os.environ.get("NESTBED_LINKD_SPIN_US", "200")),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+    argv = [
+        *("ip", "netns", "exec", plan.fabric, built_binary("nestbed-linkd")),
+        *("--socket", str(sock)),
+        *("--spin-us", os.environ.get("NESTBED_LINKD_SPIN_US", "200")),
+    ]
+    process = start_daemon(
+        argv, sock, directory / "linkd.log", "nestbed-linkd", timeout_s=10, ping=False
+    )
     # `ip netns exec` execs linkd in place, so this is linkd's own pid.
     (directory / "linkd.pid").write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + 10
-    while not sock.exists():
-        if process.poll() is not None:
-            lines = (directory / "linkd.log").read_text(errors="replace").strip().splitlines()
-            raise InternalError(
-                f"nestbed-linkd exited at start: {lines[-1] if lines else 'no output'}"
-            )
-        if time.monotonic() > deadline:
-            raise InternalError(f"nestbed-linkd did not start; see {directory / 'linkd.log'}")
-        time.sleep(0.01)
-    client = SocketClient(sock)
-    try:
+    with SocketClient(sock) as client:
         for link in plan.emulated:
             client.request(**link.request())
-    finally:
-        client.close()
 
 
 def linkd(plan: Plan) -> SocketClient:
     """A client of the experiment's running nestbed-linkd."""
     return SocketClient(run_dir(plan) / "linkd.sock")
-
-
-Pipe = tuple[str, str, str]  # (link, port, direction) of one of linkd's pipes
-
-
-def pipe_counters(client: SocketClient) -> dict[Pipe, dict[str, Any]]:
-    """linkd's counters of every pipe now, in (link, port, direction) order; empty if linkd
-    does not answer."""
-    try:
-        reply = client.request("counters")
-    except (OSError, NestbedError):
-        return {}
-    return {
-        (link, port, direction): pipes[direction]["counters"]
-        for link, data in sorted(reply.get("links", {}).items())
-        for port, pipes in sorted(data.get("ports", {}).items())
-        for direction in ("egress", "ingress")
-    }
-
-
-def set_changed_pipes(
-    client: SocketClient, link: str, before: Iterable[PipeSettings], after: Iterable[PipeSettings]
-) -> int:
-    """Sets on linkd every pipe of ``link`` whose parameters ``after`` differ from ``before``
-    (the same ports in the same order); how many it set."""
-    changed = 0
-    for (_, *was), (port, *now) in zip(before, after, strict=True):
-        for direction, old, new in zip(("egress", "ingress"), was, now, strict=True):
-            if new != old:
-                client.request("set", link=link, port=port, direction=direction, params=new)
-                changed += 1
-    return changed
-
-
-def drops_by_kind(counters: dict[str, Any]) -> dict[str, int]:
-    """A pipe's drops as the results tables group them: by the loss model, by the queue
-    (its hard limit and RED) and by anything else (drop-by-ordinal)."""
-    drops = counters["drops"]
-    return {
-        "loss": drops["loss"],
-        "queue": drops["queue_full"] + drops["red_early"] + drops["red_forced"],
-        "other": drops["ordinal"],
-    }
 
 
 def _stop_pid(pidfile: Path) -> None:
@@ -532,20 +427,48 @@ def traces() -> list[str]:
     return found
 
 
-def cleanup() -> list[str]:
-    """Removes every namespace, linkd and /etc/netns entry of any nestbed experiment."""
-    if RUN_DIR.exists():
-        for directory in RUN_DIR.iterdir():
-            _stop_daemons(directory)
-            shutil.rmtree(directory, ignore_errors=True)
-    removed = leftovers()
-    _kill_processes_in(removed)
+def _tag_of_namespace(name: str) -> str:
+    return name[len(NS_PREFIX) : len(NS_PREFIX) + TAG_LENGTH]
+
+
+def leftovers_by_tag() -> dict[str, list[str]]:
+    """What experiments have on this machine now, by tag: namespaces, cgroups, state folders."""
+    found: dict[str, list[str]] = {}
+    for name in leftovers():
+        found.setdefault(_tag_of_namespace(name), []).append(f"namespace {name}")
     hierarchy = _hierarchy(required=False)
-    if hierarchy is not None:
-        hierarchy.cleanup()
-    for name in removed:
+    for name in hierarchy.leftovers() if hierarchy else []:
+        tag = name[len(CGROUP_PREFIX) : len(CGROUP_PREFIX) + TAG_LENGTH]
+        found.setdefault(tag, []).append(f"cgroup {name}")
+    if RUN_DIR.exists():
+        for directory in sorted(RUN_DIR.iterdir()):
+            if directory.is_dir():
+                found.setdefault(experiment_tag(directory.name), []).append(
+                    f"run directory {directory}"
+                )
+    return found
+
+
+def remove_leftovers(tags: set[str]) -> list[str]:
+    """Removes every namespace, daemon, cgroup and state folder of the experiments with
+    these tags, and nothing of any other."""
+    removed = []
+    if RUN_DIR.exists():
+        for directory in sorted(RUN_DIR.iterdir()):
+            if directory.is_dir() and experiment_tag(directory.name) in tags:
+                _stop_daemons(directory)
+                shutil.rmtree(directory, ignore_errors=True)
+                removed.append(f"run directory {directory}")
+    namespaces = [n for n in leftovers() if _tag_of_namespace(n) in tags]
+    _kill_processes_in(namespaces)
+    hierarchy = _hierarchy(required=False)
+    for tag in sorted(tags):
+        if hierarchy is not None:
+            removed += [f"cgroup {c}" for c in hierarchy.remove(tag)]
+    for name in namespaces:
         netns.remove(name)
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+        removed.append(f"namespace {name}")
     return removed
 
 
@@ -590,26 +513,24 @@ def start_in(plan: Plan, node: str, argv: list[str], **kwargs: Any) -> subproces
     return subprocess.Popen(_in_node(plan, node, argv), **kwargs)
 
 
-def wait_listening(process: subprocess.Popen, port: int, proto: str, timeout: float = 5) -> None:
-    """Waits until ``process`` (in whatever namespace) has a ``proto`` socket bound to ``port``.
+class LinuxBackend:
+    """This machine: network namespaces, veth pairs, bridges, cgroups and nestbed-linkd."""
 
-    /proc/PID/net shows the sockets of the process's own network namespace.
-    """
-    table = Path(f"/proc/{process.pid}/net/{proto}")
-    wanted = f":{port:04X} "
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            command = shlex.join(process.args)
-            raise InternalError(f"{command} exited with {process.returncode} at start")
-        with contextlib.suppress(OSError):
-            lines = table.read_text().splitlines()[1:]
-            # local address is the second column; TCP must be in LISTEN (0A)
-            if any(
-                wanted in f"{cols[1]} " and (proto != "tcp" or cols[3] == "0A")
-                for cols in (line.split() for line in lines)
-            ):
-                return
-        time.sleep(0.002)
-    command = shlex.join(process.args)
-    raise InternalError(f"{command} did not open {proto} port {port} in {timeout} s")
+    name = "linux"
+    state_root = RUN_DIR
+
+    def require_ready(self) -> None:
+        require_root()
+
+    run_dir = staticmethod(run_dir)
+    swap_in = staticmethod(swap_in)
+    swap_out = staticmethod(swap_out)
+    start_in = staticmethod(start_in)
+    exec_in = staticmethod(exec_in)
+    capture_argv = staticmethod(capture_argv)
+    linkd = staticmethod(linkd)
+    node_cgroup = staticmethod(node_cgroup)
+    wait_listening = staticmethod(wait_listening)
+    leftovers = staticmethod(leftovers_by_tag)
+    remove_leftovers = staticmethod(remove_leftovers)
+    traces = staticmethod(traces)

@@ -25,6 +25,7 @@ import networkx as nx
 from nestbed.model import Experiment, Link, Shaping
 
 NS_PREFIX = "nb-"
+TAG_LENGTH = 8
 IFNAME_MAX = 15
 
 
@@ -36,7 +37,7 @@ def experiment_tag(name: str) -> str:
     touch a namespace that already exists).
     """
     digest = hashlib.sha256(name.encode()).digest()
-    return base64.b32encode(digest).decode()[:8].lower()
+    return base64.b32encode(digest).decode()[:TAG_LENGTH].lower()
 
 
 MARK_PREFIX = "nestbed."

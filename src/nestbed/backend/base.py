@@ -1,0 +1,70 @@
+"""The one narrow interface between the experiment life cycle and a place where experiments
+live (this machine with Linux namespaces, a recording fake for tests, a cluster next).
+
+A back end makes a swap-in plan real and takes it away again, starts and runs commands in a
+plan's nodes, and reaches the plan's link emulator; everything it makes carries the
+experiment's tag, so it can also say what is left of experiments nobody owns any more.
+Everything above it (lifecycle, controller, instruments) reaches the machine only through
+this protocol, and picks an implementation by name with ``nestbed.backend.get``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Protocol
+
+from nestbed.backend.cgroups import NodeCgroup
+from nestbed.backend.linkd import Channel
+from nestbed.backend.plan import Plan
+
+
+class Backend(Protocol):
+    """Where an experiment's network lives."""
+
+    name: str  # "linux", "fake": recorded with the experiment, read by its controller
+    state_root: Path  # where run_dir()s and the life cycle's locks live
+
+    def require_ready(self) -> None:
+        """One sentence (EnvironmentProblem) if this back end cannot build networks here."""
+
+    def run_dir(self, plan: Plan) -> Path:
+        """The experiment's private state folder while it is swapped in (sockets, pids)."""
+
+    def swap_in(self, plan: Plan) -> None:
+        """Creates everything in ``plan``; on failure removes what it made and re-raises."""
+
+    def swap_out(self, plan: Plan) -> None:
+        """Removes everything ``plan`` creates; safe on a partial or absent swap-in."""
+
+    def start_in(self, plan: Plan, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
+        """Starts a command in a node (its namespace and cgroup) without waiting for it."""
+
+    def exec_in(
+        self, plan: Plan, node: str, argv: list[str], **run: Any
+    ) -> subprocess.CompletedProcess:
+        """Runs a command in a node and waits for it, keeping argv, status and output."""
+
+    def capture_argv(self, ifname: str, path: Path) -> list[str]:
+        """The command that captures every frame on a node's interface into ``path``."""
+
+    def linkd(self, plan: Plan) -> Channel:
+        """A client of the experiment's running link emulator."""
+
+    def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
+        """The node's cgroup, or None where it has none."""
+
+    def wait_listening(
+        self, process: subprocess.Popen, port: int, proto: str, timeout: float = 5
+    ) -> None:
+        """Waits until ``process`` has a ``proto`` socket bound to ``port``."""
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """What experiments of this back end have on the machine now, by experiment tag."""
+
+    def remove_leftovers(self, tags: set[str]) -> list[str]:
+        """Removes everything of the experiments with these tags (their namespaces, daemons,
+        cgroups, state folders); returns what it removed. Nothing of any other tag."""
+
+    def traces(self) -> list[str]:
+        """Everything of any experiment that exists now (what a leak test compares)."""

@@ -1,0 +1,168 @@
+"""The fake back end: records what a swap-in would create instead of creating it, so the
+life cycle, the controller and the instruments are tested without root.
+
+Its state is files under its root (``$NESTBED_FAKE_ROOT``), so the controller process of an
+experiment sees the same fake machine as the command that swapped it in: ``journal.jsonl``
+lists every operation in order; ``EXP/network.json`` is a swapped-in network;
+``EXP/linkd.jsonl`` every request its link emulator got. Commands "in a node" run as plain
+local processes (no namespace, no cgroup). ``fail`` names operations that raise, as the Linux
+back end does when the machine refuses, to test rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend.cgroups import NodeCgroup
+from nestbed.backend.plan import Plan
+from nestbed.backend.sockets import wait_listening as _wait_listening
+from nestbed.errors import EnvironmentProblem, UserError
+
+ROOT_ENV = "NESTBED_FAKE_ROOT"
+FAIL_ENV = "NESTBED_FAKE_FAIL"  # comma-separated operations that fail, for child processes
+_ZERO = {
+    "packets_in": 0, "bytes_in": 0, "packets_out": 0, "bytes_out": 0, "queue_packets": 0,
+    "queue_bytes": 0,
+    "drops": {"loss": 0, "queue_full": 0, "red_early": 0, "red_forced": 0, "ordinal": 0},
+}  # fmt: skip
+
+
+class FakeBackend:
+    """A machine that only writes down what it was asked to do."""
+
+    name = "fake"
+
+    def __init__(self, root: Path | None = None, fail: Iterable[str] = ()):
+        found = root or os.environ.get(ROOT_ENV) or Path(tempfile.gettempdir()) / "nestbed-fake"
+        self.state_root = Path(found)
+        self.state_root.mkdir(parents=True, exist_ok=True)
+        env_fail = os.environ.get(FAIL_ENV, "")
+        self.fail = set(fail) | {f for f in env_fail.split(",") if f}
+
+    # -- the journal ------------------------------------------------------------------------
+
+    def _record(self, op: str, **fields: Any) -> None:
+        with (self.state_root / "journal.jsonl").open("a") as journal:
+            journal.write(json.dumps({"op": op, **fields}, default=str) + "\n")
+        if op in self.fail:
+            raise EnvironmentProblem(f"the fake machine refused {op} (as asked by the test)")
+
+    def journal(self) -> list[dict[str, Any]]:
+        path = self.state_root / "journal.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    # -- Backend ----------------------------------------------------------------------------
+
+    def require_ready(self) -> None:
+        self._record("require_ready")
+
+    def run_dir(self, plan: Plan) -> Path:
+        return self.state_root / plan.experiment
+
+    def swap_in(self, plan: Plan) -> None:
+        directory = self.run_dir(plan)
+        if (directory / "network.json").exists():
+            raise EnvironmentProblem(
+                f"the fake network of experiment {plan.experiment} already exists"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self._record("swap_in", experiment=plan.experiment, nodes=len(plan.nodes))
+            network = {"tag": plan.tag, "namespaces": list(plan.namespaces),
+                       "links": [e.link for e in plan.emulated]}  # fmt: skip
+            (directory / "network.json").write_text(json.dumps(network))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+
+    def swap_out(self, plan: Plan) -> None:
+        self._record("swap_out", experiment=plan.experiment)
+        shutil.rmtree(self.run_dir(plan), ignore_errors=True)
+
+    def start_in(self, plan: Plan, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
+        self._node(plan, node)
+        self._record("start_in", experiment=plan.experiment, node=node, argv=argv)
+        return subprocess.Popen(argv, **popen)
+
+    def exec_in(
+        self, plan: Plan, node: str, argv: list[str], **run: Any
+    ) -> subprocess.CompletedProcess:
+        self._node(plan, node)
+        self._record("exec_in", experiment=plan.experiment, node=node, argv=argv)
+        return subprocess.run(argv, **run)
+
+    def capture_argv(self, ifname: str, path: Path) -> list[str]:
+        # An empty capture that lasts until it is stopped, as tcpdump's would on a quiet link.
+        return ["sh", "-c", f': > "{path}"; exec sleep 86400']
+
+    def linkd(self, plan: Plan) -> FakeLinkd:
+        if not (self.run_dir(plan) / "network.json").exists():
+            raise FileNotFoundError(f"no fake network of experiment {plan.experiment}")
+        return FakeLinkd(self.run_dir(plan) / "linkd.jsonl", plan)
+
+    def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
+        return None
+
+    def wait_listening(
+        self, process: subprocess.Popen, port: int, proto: str, timeout: float = 5
+    ) -> None:
+        _wait_listening(process, port, proto, timeout)
+
+    def leftovers(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for network in sorted(self.state_root.glob("*/network.json")):
+            data = json.loads(network.read_text())
+            found.setdefault(data["tag"], []).extend(data["namespaces"])
+        return found
+
+    def remove_leftovers(self, tags: set[str]) -> list[str]:
+        removed = []
+        for network in sorted(self.state_root.glob("*/network.json")):
+            data = json.loads(network.read_text())
+            if data["tag"] in tags:
+                self._record("remove", experiment=network.parent.name)
+                shutil.rmtree(network.parent, ignore_errors=True)
+                removed += data["namespaces"]
+        return removed
+
+    def traces(self) -> list[str]:
+        return [f"{tag}: {', '.join(objs)}" for tag, objs in self.leftovers().items()]
+
+    def _node(self, plan: Plan, node: str) -> None:
+        if node not in {n.name for n in plan.nodes}:
+            raise UserError(f"experiment {plan.experiment} has no node '{node}'")
+
+
+class FakeLinkd:
+    """The fake link emulator: accepts linkd's requests, writes them down, counts nothing."""
+
+    def __init__(self, log: Path, plan: Plan):
+        self.log, self.plan = log, plan
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        with self.log.open("a") as out:
+            out.write(json.dumps({"op": op, **fields}) + "\n")
+        if op == "counters":
+            links = {
+                e.link: {"ports": {p.port: {"egress": {"counters": dict(_ZERO)},
+                                            "ingress": {"counters": dict(_ZERO)}}
+                                   for p in e.ports}}
+                for e in self.plan.emulated
+            }  # fmt: skip
+            return {"ok": True, "links": links}
+        return {"ok": True}
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(x) for x in self.log.read_text().splitlines()]
+
+    def close(self) -> None:
+        pass

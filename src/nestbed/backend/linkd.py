@@ -1,0 +1,60 @@
+"""Talking to an experiment's link emulator (nestbed-linkd) over its control socket: its
+pipes' counters, and setting the pipes a link change touched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from nestbed.backend.plan import PipeSettings
+from nestbed.errors import NestbedError
+
+Pipe = tuple[str, str, str]  # (link, port, direction) of one of linkd's pipes
+
+
+class Channel(Protocol):
+    """What speaks linkd's protocol: a socket client, or the fake back end's recorder."""
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def pipe_counters(client: Channel) -> dict[Pipe, dict[str, Any]]:
+    """linkd's counters of every pipe now, in (link, port, direction) order; empty if linkd
+    does not answer."""
+    try:
+        reply = client.request("counters")
+    except (OSError, NestbedError):
+        return {}
+    return {
+        (link, port, direction): pipes[direction]["counters"]
+        for link, data in sorted(reply.get("links", {}).items())
+        for port, pipes in sorted(data.get("ports", {}).items())
+        for direction in ("egress", "ingress")
+    }
+
+
+def set_changed_pipes(
+    client: Channel, link: str, before: Iterable[PipeSettings], after: Iterable[PipeSettings]
+) -> int:
+    """Sets on linkd every pipe of ``link`` whose parameters ``after`` differ from ``before``
+    (the same ports in the same order); how many it set."""
+    changed = 0
+    for (_, *was), (port, *now) in zip(before, after, strict=True):
+        for direction, old, new in zip(("egress", "ingress"), was, now, strict=True):
+            if new != old:
+                client.request("set", link=link, port=port, direction=direction, params=new)
+                changed += 1
+    return changed
+
+
+def drops_by_kind(counters: dict[str, Any]) -> dict[str, int]:
+    """A pipe's drops as the results tables group them: by the loss model, by the queue
+    (its hard limit and RED) and by anything else (drop-by-ordinal)."""
+    drops = counters["drops"]
+    return {
+        "loss": drops["loss"],
+        "queue": drops["queue_full"] + drops["red_early"] + drops["red_forced"],
+        "other": drops["ordinal"],
+    }

@@ -1,0 +1,120 @@
+"""The JSON-lines control sockets of nestbed's daemons (nestbed-linkd, the controller): a
+client, and starting a daemon then waiting until its socket answers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nestbed.errors import InternalError, UserError
+
+
+class SocketClient:
+    """JSON-lines client of a nestbed daemon's Unix socket (nestbed-linkd, the controller).
+
+    A refusal the daemon marks ``"user": true`` is the user's mistake (UserError); any other
+    is an internal one.
+    """
+
+    def __init__(self, path: Path, what: str = "nestbed-linkd", timeout: float | None = None):
+        self.path, self.what = path, what
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(path))
+        except BaseException:
+            self.sock.close()
+            raise
+        self.reader = self.sock.makefile("r", encoding="utf-8")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.sock.sendall((json.dumps({"op": op, **fields}) + "\n").encode())
+        line = self.reader.readline()
+        if not line:
+            raise InternalError(f"{self.what} at {self.path} closed its control socket")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            if reply.get("user"):
+                raise UserError(str(reply.get("error")))
+            raise InternalError(f"{self.what} refused {op}: {reply.get('error')}")
+        return reply
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+    def __enter__(self) -> SocketClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def answers(path: Path, what: str, timeout: float = 5) -> bool:
+    """Whether a daemon answers a ping on its socket now."""
+    try:
+        with SocketClient(path, what, timeout=timeout) as client:
+            client.request("ping")
+            return True
+    except (OSError, ValueError, UserError, InternalError):
+        return False
+
+
+def start_daemon(
+    argv: Sequence[str], sock: Path, log: Path, what: str, *, timeout_s: float, ping: bool
+) -> subprocess.Popen:
+    """Starts a daemon in its own session, its output appended to ``log``, and waits until
+    ``sock`` exists (and, with ``ping``, answers); the daemon's last log line if it exits
+    first, an InternalError naming the log if it never comes up."""
+    with contextlib.suppress(FileNotFoundError):
+        sock.unlink()
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        if process.poll() is not None:
+            lines = log.read_text(errors="replace").strip().splitlines()
+            raise InternalError(f"{what} exited at start: {lines[-1] if lines else 'no output'}")
+        if sock.exists() and (not ping or answers(sock, what)):
+            return process
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise InternalError(f"{what} did not start within {timeout_s:g} s; see {log}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def wait_listening(process: subprocess.Popen, port: int, proto: str, timeout: float = 5) -> None:
+    """Waits until ``process`` (in whatever namespace) has a ``proto`` socket bound to ``port``.
+
+    /proc/PID/net shows the sockets of the process's own network namespace.
+    """
+    table = Path(f"/proc/{process.pid}/net/{proto}")
+    wanted = f":{port:04X} "
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            command = shlex.join(process.args)
+            raise InternalError(f"{command} exited with {process.returncode} at start")
+        with contextlib.suppress(OSError):
+            lines = table.read_text().splitlines()[1:]
+            # local address is the second column; TCP must be in LISTEN (0A)
+            if any(
+                wanted in f"{cols[1]} " and (proto != "tcp" or cols[3] == "0A")
+                for cols in (line.split() for line in lines)
+            ):
+                return
+        time.sleep(0.002)
+    command = shlex.join(process.args)
+    raise InternalError(f"{command} did not open {proto} port {port} in {timeout} s")

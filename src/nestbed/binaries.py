@@ -1,0 +1,23 @@
+"""Where nestbed's own Rust programs are: one lookup for every layer that starts them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from nestbed.errors import EnvironmentProblem
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def built_binary(name: str) -> str:
+    """A nestbed Rust binary: $NESTBED_<NAME>, this checkout's release build, or the PATH."""
+    env = "NESTBED_" + name.removeprefix("nestbed-").upper()
+    here = _CHECKOUT / "target" / "release" / name
+    found = os.environ.get(env) or (str(here) if here.exists() else None) or shutil.which(name)
+    if not found:
+        raise EnvironmentProblem(
+            f"{name} is not built; run `make setup` (it runs cargo build --release)"
+        )
+    return found
