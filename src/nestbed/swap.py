@@ -23,7 +23,7 @@ from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.linktest.levels import Notify, check_level
 from nestbed.model import Experiment
 from nestbed.results import manifest
-from nestbed.results.folders import make_folder
+from nestbed.results.folder import make_folder
 from nestbed.store import State, Store
 
 RESULTS = Path("results")

@@ -14,7 +14,7 @@ from nestbed.analysis.cpu import cpu_evidence, node_of, read_cpu
 from nestbed.analysis.runner import run_analyzer
 from nestbed.analysis.verdict import Thresholds, capture_position, judge
 from nestbed.errors import UserError
-from nestbed.results.folders import make_folder
+from nestbed.results.folder import make_folder
 
 
 def analyze(

@@ -68,16 +68,29 @@ def answers(path: Path, what: str, timeout: float = 5) -> bool:
 
 
 def start_daemon(
-    argv: Sequence[str], sock: Path, log: Path, what: str, *, timeout_s: float, ping: bool
+    argv: Sequence[str],
+    sock: Path,
+    log: Path,
+    what: str,
+    *,
+    timeout_s: float,
+    ping: bool,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen:
     """Starts a daemon in its own session, its output appended to ``log``, and waits until
     ``sock`` exists (and, with ``ping``, answers); the daemon's last log line if it exits
-    first, an InternalError naming the log if it never comes up."""
+    first, an InternalError naming the log if it never comes up. ``pass_fds`` stay open in
+    the daemon (a lock it inherits)."""
     with contextlib.suppress(FileNotFoundError):
         sock.unlink()
     with log.open("ab") as out:
         process = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
     deadline = time.monotonic() + timeout_s
     pause = 0.002

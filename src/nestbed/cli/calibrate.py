@@ -132,7 +132,7 @@ def main(
         multicast=multicast,
     )  # fmt: skip
     from nestbed.backend.linux import require_root
-    from nestbed.results.folders import make_folder
+    from nestbed.results.folder import make_folder
 
     require_root()  # before a folder is made for nothing
     folder = (results or Path("results") / time.strftime("calibrate-%Y%m%d-%H%M%S")).resolve()

@@ -12,7 +12,7 @@ from nestbed import spec
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.model import Experiment, Where
 from nestbed.results import manifest
-from nestbed.results.folders import make_folder
+from nestbed.results.folder import make_folder
 from nestbed.results.report import summary, write_report
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, write_table
 from nestbed.simulate import ns2

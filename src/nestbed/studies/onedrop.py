@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from nestbed.errors import EnvironmentProblem
-from nestbed.results.folders import make_folder
+from nestbed.results.folder import make_folder
 from nestbed.results.seqplot import SeqTrace, read_tcp_table
 from nestbed.runs import run_experiment
 from nestbed.simulate import compare, simulate

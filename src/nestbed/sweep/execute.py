@@ -18,7 +18,7 @@ from typing import Any
 
 from nestbed.errors import NestbedError, UserError
 from nestbed.model import Experiment
-from nestbed.results.folders import make_folder
+from nestbed.results.folder import make_folder
 from nestbed.spec import load
 from nestbed.store import State, Store
 from nestbed.sweep.metrics import metrics

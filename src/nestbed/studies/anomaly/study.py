@@ -18,7 +18,7 @@ from nestbed.analysis import analyze, plots
 from nestbed.analysis.cpu import read_cpu
 from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.model import Experiment
-from nestbed.results.folders import make_folder
+from nestbed.results.folder import make_folder
 from nestbed.runs import run_experiment
 from nestbed.spec import load
 from nestbed.store import Store

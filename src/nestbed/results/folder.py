@@ -1,0 +1,123 @@
+"""A run's results folder: the one place that names every file in it.
+
+Writers (the controller, the ns-2 back end) and readers (report, compare, sweep metrics,
+analysis) ask a ``RunFolder`` for a path instead of spelling it, so the layout below is
+written down once::
+
+    manifest.json       what ran, with what, when, and how it ended
+    ir.json             the experiment as it ran
+    events.csv          planned and actual time of every event
+    programs.csv        programs' starts and exits; programs/NAME.out (+ .stderr)
+    traffic/flows.csv   one row per flow; traffic/FLOW.csv per second
+    tcp/FLOW.csv        segment table of a TCP flow (simulated, or from captures)
+    links/counters.csv  every pipe's counters each second
+    nodes/usage.csv     CPU and memory per node; nodes/cpu.csv with --cpumon
+    pcaps/              captures (--capture)
+    linktest/           linktest reports
+    analysis/           `nestbed analyze` of this run
+    report.md, plots/   the report and its plots
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nestbed.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The paths of one run's results."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def ir(self) -> Path:
+        return self.root / "ir.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.csv"
+
+    @property
+    def programs_table(self) -> Path:
+        return self.root / "programs.csv"
+
+    @property
+    def programs(self) -> Path:
+        return self.root / "programs"
+
+    @property
+    def traffic(self) -> Path:
+        return self.root / "traffic"
+
+    @property
+    def flows(self) -> Path:
+        return self.traffic / "flows.csv"
+
+    def flow(self, name: str) -> Path:
+        return self.traffic / f"{name}.csv"
+
+    @property
+    def tcp(self) -> Path:
+        return self.root / "tcp"
+
+    def tcp_flow(self, name: str) -> Path:
+        return self.tcp / f"{name}.csv"
+
+    @property
+    def link_counters(self) -> Path:
+        return self.root / "links" / "counters.csv"
+
+    @property
+    def nodes(self) -> Path:
+        return self.root / "nodes"
+
+    @property
+    def node_usage(self) -> Path:
+        return self.nodes / "usage.csv"
+
+    @property
+    def node_cpu(self) -> Path:
+        return self.nodes / "cpu.csv"
+
+    @property
+    def pcaps(self) -> Path:
+        return self.root / "pcaps"
+
+    @property
+    def linktest(self) -> Path:
+        return self.root / "linktest"
+
+    @property
+    def analysis(self) -> Path:
+        return self.root / "analysis"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    def make(self) -> RunFolder:
+        """Creates the folder (with its parents); one UserError naming it when it cannot."""
+        make_folder(self.root)
+        return self
+
+
+def make_folder(path: Path) -> Path:
+    """``path`` as a directory (with its parents), or a UserError naming it and the reason."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create the results folder {path} ({exc.strerror}); give another one"
+        ) from None
+    return path
