@@ -1,5 +1,6 @@
-"""Layering: pure layers (model, front ends, analysis) never import platform or I/O modules,
-and no layer imports a higher one (../shared/DESIGN.md, "Rules that keep it simple")."""
+"""Layering: which layer may import which, as one table (DESIGN's picture, left to right),
+pure layers doing no platform I/O, and the Linux back end reached only through the life
+cycle (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -10,35 +11,41 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nestbed"
 
-# Lower index = lower layer. A module may import its own layer and lower ones only.
-LAYERS = [
-    "errors",
-    "units",
-    "model",
-    "spec",
-    "api",
-    "store",
-    "backend",
-    "results",
-    "analysis",
-    "simulate",
-    "linktest",
-    "control",
-    "swap",
-    "runs",
-    "live",
-    "sweep",
-    "studies",
-    "cli",
-]
+_BASE = {"errors", "units"}
+_PURE_IR = _BASE | {"model"}
+_MACHINE = _PURE_IR | {"binaries", "backend", "results"}
+# For each layer, the layers it may import (besides itself). A layer missing here fails.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "units": {"errors"},
+    "binaries": {"errors"},
+    "model": _BASE,
+    "spec": _PURE_IR,
+    "api": _PURE_IR | {"spec"},
+    "store": {"errors"},
+    "backend": _PURE_IR | {"binaries"},
+    "results": _PURE_IR,
+    "analysis": _PURE_IR | {"binaries", "results"},
+    "simulate": _PURE_IR | {"spec", "results"},
+    "linktest": _MACHINE,
+    "control": _MACHINE,
+    "lifecycle": _MACHINE | {"spec", "store", "control", "linktest"},
+    "sweep": _MACHINE | {"spec", "store", "lifecycle"},
+    "studies": _MACHINE | {"api", "spec", "store", "lifecycle", "analysis", "simulate", "sweep"},
+    "cli": _MACHINE
+    | {"spec", "store", "lifecycle", "analysis", "simulate", "linktest", "sweep", "studies"},
+    "__init__": {"api", "lifecycle"},
+    "__main__": {"cli"},
+}
 PURE = {"errors", "units", "model", "spec", "api"}
 PLATFORM_MODULES = {"socket", "pyroute2", "ctypes", "fcntl"}
 ALLOWED_SUBPROCESS = {"spec/ns"}  # the ns-2 front end runs tclsh, by design
+LINUX = "nestbed.backend.linux"
+LINUX_USERS = {"backend", "lifecycle"}
 
 
 def _layer(path: Path) -> str:
-    rel = path.relative_to(SRC)
-    return rel.parts[0].removesuffix(".py")
+    return path.relative_to(SRC).parts[0].removesuffix(".py")
 
 
 def _imports(path: Path) -> set[str]:
@@ -52,19 +59,36 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-MODULES = sorted(p for p in SRC.rglob("*.py") if _layer(p) in LAYERS)
+MODULES = sorted(SRC.rglob("*.py"))
+IDS = [str(p.relative_to(SRC)) for p in MODULES]
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
-def test_no_layer_imports_a_higher_one(path):
-    mine = LAYERS.index(_layer(path))
+def test_every_layer_is_in_the_table():
+    assert {_layer(p) for p in MODULES} <= set(ALLOWED)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=IDS)
+def test_a_layer_imports_only_what_the_table_allows(path):
+    mine = _layer(path)
     for name in _imports(path):
         parts = name.split(".")
-        if parts[0] == "nestbed" and len(parts) > 1 and parts[1] in LAYERS:
-            assert LAYERS.index(parts[1]) <= mine, f"{path.relative_to(SRC)} imports {name}"
+        if parts[0] == "nestbed" and len(parts) > 1 and parts[1] != mine:
+            assert parts[1] in ALLOWED[mine], f"{path.relative_to(SRC)} imports {name}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=IDS)
+def test_only_the_life_cycle_reaches_the_linux_back_end(path):
+    if _layer(path) in LINUX_USERS:
+        return
+    names = _imports(path)
+    assert LINUX not in names, f"{path.relative_to(SRC)} imports {LINUX}"
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "nestbed.backend":
+            assert "linux" not in {a.name for a in node.names}, path.relative_to(SRC)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=IDS)
 def test_pure_layers_do_no_platform_io(path):
     if _layer(path) not in PURE:
         return

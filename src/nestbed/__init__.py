@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
 
 def swapin(*args: Any, **kwargs: Any) -> Any:
-    """``with nestbed.swapin(exp) as live:`` — see :func:`nestbed.live.swapin`."""
-    from nestbed.live import swapin as live_swapin  # the back end loads only when used
+    """``with nestbed.swapin(exp) as live:`` — see :func:`nestbed.lifecycle.live.swapin`."""
+    from nestbed.lifecycle.live import swapin as live_swapin  # the back end loads only when used
 
     return live_swapin(*args, **kwargs)

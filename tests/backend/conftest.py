@@ -42,14 +42,26 @@ def store(tmp_path):
     """A store of the test's own, whose experiments are swapped out at the end however the
     test ended."""
     from nestbed.store import State, Store
-    from nestbed.swap import swap_out
 
     db = Store.open(str(tmp_path / "store.db"))
     yield db
     for record in db.list():
         if record.state not in (State.DEFINED, State.SWAPPED):
-            swap_out(db, record.name)
+            _linux(db).swap_out(record.name)
     db.close()
+
+
+def _linux(db):  # type: ignore[no-untyped-def]
+    from nestbed.backend.linux import LinuxBackend
+    from nestbed.lifecycle import Testbed
+
+    return Testbed(db, LinuxBackend())
+
+
+@pytest.fixture
+def testbed(store):
+    """The life cycle of the test's store on this machine's Linux back end."""
+    return _linux(store)
 
 
 @pytest.fixture

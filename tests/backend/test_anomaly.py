@@ -19,11 +19,11 @@ from nestbed.backend.cgroups import Cgroups
 from nestbed.backend.plan import plan
 from nestbed.control.cpumon import CPU_COLUMNS
 from nestbed.errors import UserError
+from nestbed.lifecycle.runs import run
 from nestbed.model import Experiment
-from nestbed.runs import run_experiment
+from nestbed.model.options import RunOptions, node_names
 from nestbed.spec import load
 from nestbed.store import Store
-from nestbed.swap import named_nodes, swap_in, swap_out
 
 QUOTA = 0.2
 
@@ -68,19 +68,26 @@ def load_text(text: str) -> Experiment:
 
 def test_cpumon_option_values_name_nodes_or_all():
     exp = load_text(NS_FILE)
-    assert named_nodes(exp, None, "--cpumon") == ()
-    assert named_nodes(exp, "all", "--cpumon") == ("a", "b")
-    assert named_nodes(exp, "b, a,b", "--cpumon") == ("b", "a")
-    assert named_nodes(exp, ["a"], "--capture-nodes") == ("a",)
+
+    def cpumon(text):  # type: ignore[no-untyped-def]
+        return RunOptions(cpumon=node_names(text, "--cpumon")).for_experiment(exp).cpumon
+
+    assert cpumon(None) == ()
+    assert cpumon("all") == ("a", "b")
+    assert cpumon("b, a,b") == ("b", "a")
+    captured = RunOptions(capture_nodes=("a",)).for_experiment(exp)
+    assert captured.capture_nodes == ("a",) and captured.capture
     with pytest.raises(UserError, match="has no node 'c' for --cpumon; its nodes are a, b"):
-        named_nodes(exp, "a,c", "--cpumon")
+        cpumon("a,c")
+    with pytest.raises(UserError, match="--cpumon ' , ' names no node"):
+        cpumon(" , ")
 
 
 @pytest.mark.root
-def test_a_run_with_cpumon_measures_each_node_beside_its_cgroup_use(store, tmp_path):
+def test_a_run_with_cpumon_measures_each_node_beside_its_cgroup_use(store, testbed, tmp_path):
     exp = _define(store, tmp_path)
     results = tmp_path / "results"
-    summary = run_experiment(store, exp.name, results=results, cpumon="all")
+    summary = run(testbed, exp.name, RunOptions(results=results, cpumon=("all",)))
     assert summary["outcome"] == "halted"
     manifest = json.loads((results / "manifest.json").read_text())
     assert manifest["options"]["cpumon"] == ["a", "b"]
@@ -107,9 +114,9 @@ def test_a_run_with_cpumon_measures_each_node_beside_its_cgroup_use(store, tmp_p
 
 
 @pytest.mark.root
-def test_monitors_are_collected_when_the_controller_dies(store, tmp_path):
+def test_monitors_are_collected_when_the_controller_dies(store, testbed, tmp_path):
     exp = _define(store, tmp_path)
-    active = swap_in(store, exp.name, results=tmp_path / "results", cpumon="a")
+    active = testbed.swap_in(exp.name, RunOptions(results=tmp_path / "results", cpumon=("a",)))
     cgroup = Cgroups.detect().open(plan(exp).tag, "a")
     deadline = time.monotonic() + 10
     cpu = active.results / "nodes" / "cpu.csv"
@@ -119,7 +126,7 @@ def test_monitors_are_collected_when_the_controller_dies(store, tmp_path):
     assert pids
     controller = int((linux.run_dir(active.plan) / "controller.pid").read_text())
     os.kill(controller, signal.SIGKILL)
-    swap_out(store, exp.name)
+    testbed.swap_out(exp.name)
     manifest = json.loads((active.results / "manifest.json").read_text())
     assert manifest["outcome"] == "failed"
     assert len(_rows(cpu)) >= 2  # rows written as they came stay

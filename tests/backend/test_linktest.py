@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 
 from nbtest import EXAMPLES, experiment
-from nestbed import swap
 from nestbed.backend import linux
+from nestbed.backend.linux import LinuxBackend
 from nestbed.backend.plan import pipe_params, plan
 from nestbed.errors import EnvironmentProblem
+from nestbed.lifecycle import Testbed
 from nestbed.linktest import run as linktest_run
 from nestbed.linktest.run import Check, Report, linktest
 from nestbed.model import Shaping
+from nestbed.model.options import RunOptions
 from nestbed.spec import load
 from nestbed.store import State, Store
 
@@ -133,16 +135,17 @@ def test_every_example_passes(swapped, example, level):
 def test_a_strict_linktest_that_fails_fails_the_swap_in_and_removes_everything(
     tmp_path: Path, monkeypatch
 ):
-    def failing(p, exp, level, progress):
+    def failing(p, exp, level, **_):
         return Report(exp.name, level, [Check(1, "ar", "a → r", "10 ms", "0 ms", "fail", "x")])
 
-    monkeypatch.setattr(swap, "run_linktest", failing)
+    monkeypatch.setattr("nestbed.linktest.run.linktest", failing)
     exp = chain("lt-strict")
     with Store.open(str(tmp_path / "s.db")) as store:
         store.create_experiment(exp.name, source_text="", source_format="yaml",
                                 source_file=None, ir_json=exp.to_json())  # fmt: skip
         with pytest.raises(EnvironmentProblem, match="linktest level 1 found 1 failed checks"):
-            swap.swap_in(store, exp.name, results=tmp_path / "r", linktest=1, linktest_strict=True)
+            options = RunOptions(results=tmp_path / "r", linktest=1, linktest_strict=True)
+            Testbed(store, LinuxBackend()).swap_in(exp.name, options)
         assert store.get(exp.name).state == State.FAILED
     assert not [t for t in linux.traces() if plan(exp).tag in t]
     assert (tmp_path / "r" / "linktest" / "linktest.md").exists()

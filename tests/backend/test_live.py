@@ -117,7 +117,7 @@ def test_killing_the_controller_then_cleanup_leaves_the_machine_as_before(tmp_pa
     time.sleep(0.2)
     status = _cli(tmp_path, "status", name)
     assert status.returncode == 2 and "controller of experiment" in status.stderr
-    done = _cli(tmp_path, "cleanup")
+    done = _cli(tmp_path, "cleanup", name)
     assert done.returncode == 0, done.stderr
     assert f"experiment {name} was cleaned up" in done.stdout
     assert linux.traces() == before
@@ -133,7 +133,7 @@ def test_cleanup_spares_a_foreign_namespace_and_bridge(tmp_path):
     try:
         name = f"spare{os.getpid()}"
         assert _cli(tmp_path, "swapin", _file(tmp_path, name), "--results", "r").returncode == 0
-        done = _cli(tmp_path, "cleanup")
+        done = _cli(tmp_path, "cleanup", name, "--all", "--yes")
         assert done.returncode == 0, done.stderr
         assert (
             foreign

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from nestbed.lifecycle.runs import run
 from nestbed.model import Experiment
-from nestbed.runs import run_experiment
+from nestbed.model.options import RunOptions
 from nestbed.spec import load
 from nestbed.store import State, Store
 
@@ -83,10 +84,10 @@ def _define(store: Store, tmp_path: Path, text: str = NS_FILE) -> str:
     return exp.name
 
 
-def test_a_whole_run_writes_every_table(store, tmp_path):
+def test_a_whole_run_writes_every_table(store, testbed, tmp_path):
     name = _define(store, tmp_path)
     results = tmp_path / "results"
-    summary = run_experiment(store, name, results=results)
+    summary = run(testbed, name, RunOptions(results=results))
     assert summary["outcome"] == "halted"
     assert store.get(name).state == State.SWAPPED
     assert [r.outcome for r in store.runs(name)] == ["halted"]
@@ -142,11 +143,11 @@ def test_a_whole_run_writes_every_table(store, tmp_path):
     assert (results / "plots" / "throughput.png").exists()
 
 
-def test_bad_events_and_programs_do_not_stop_the_run(store, tmp_path):
+def test_bad_events_and_programs_do_not_stop_the_run(store, testbed, tmp_path):
     text = NS_FILE.replace('$ns at 1.0 "$link0 down"', '$ns at 1.0 "$hello start"')
     name = _define(store, tmp_path, text)
     results = tmp_path / "results"
-    summary = run_experiment(store, name, results=results, duration=1.2)
+    summary = run(testbed, name, RunOptions(results=results, duration_s=1.2))
     # the duration ends the run before the halt at 2.5 s; later events are recorded as skipped
     assert summary["outcome"] == "completed"
     events = _rows(results / "events.csv")
@@ -182,10 +183,10 @@ $ns run
 """
 
 
-def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, tmp_path):
+def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, testbed, tmp_path):
     name = _define(store, tmp_path, ONE_DROP)
     results = tmp_path / "results"
-    run_experiment(store, name, results=results, capture=True)
+    run(testbed, name, RunOptions(results=results, capture=True))
     wire = [c for c in _rows(results / "links" / "counters.csv")
             if (c["link"], c["port"], c["direction"]) == ("wire", "a", "egress")]  # fmt: skip
     assert (wire[-1]["drops_other"], wire[-1]["drops_queue"]) == ("1", "0")
@@ -204,7 +205,7 @@ def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, tmp_p
     assert (results / "plots" / "tcp-ftp.png").is_file()
 
 
-def test_ftp_send_delivers_exactly_what_it_was_asked_to(store, tmp_path):
+def test_ftp_send_delivers_exactly_what_it_was_asked_to(store, testbed, tmp_path):
     # A slow link keeps much of the transfer in flight when the sender has written its last
     # byte: all of it must still arrive and be counted.
     text = ONE_DROP.replace("nb-set-link-drop-packets $wire $a 60\n", "")
@@ -215,7 +216,7 @@ def test_ftp_send_delivers_exactly_what_it_was_asked_to(store, tmp_path):
     text = text.replace('$ns at 2.0 "$ns halt"', '$ns at 3.0 "$ns halt"')
     name = _define(store, tmp_path, text)
     results = tmp_path / "results"
-    run_experiment(store, name, results=results)
+    run(testbed, name, RunOptions(results=results))
     [ftp] = _rows(results / "traffic" / "flows.csv")
     assert (ftp["bytes_sent"], ftp["bytes_received"]) == ("300000", "300000")
     # 300 kB at 2 Mb/s take at least 1.2 s of the link.

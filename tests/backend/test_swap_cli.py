@@ -69,7 +69,7 @@ def test_swapin_exec_swapout(cli):
     assert inactive.returncode == 2 and "not active" in inactive.stderr
 
 
-def test_cleanup_settles_active_experiments_and_leaves_foreign_objects_alone(cli):
+def test_cleanup_spares_a_live_experiment_and_all_settles_it_leaving_foreign_objects(cli):
     f = cli.file("crash")
     name = f.rsplit("/", 1)[1].removesuffix(".yaml")
     assert cli("swapin", f).returncode == 0
@@ -77,7 +77,11 @@ def test_cleanup_settles_active_experiments_and_leaves_foreign_objects_alone(cli
     subprocess.run(["ip", "netns", "add", foreign_ns], check=True)
     subprocess.run(["ip", "link", "add", foreign_br, "type", "bridge"], check=True)
     try:
-        result = cli("cleanup")
+        spared = cli("cleanup", name)
+        assert spared.returncode == 0, spared.stderr
+        assert f"spared {name}: its controller or swap-in is alive" in spared.stdout
+        assert '"state": "active"' in cli("show", name, "--json").stdout
+        result = cli("cleanup", name, "--all", "--yes")
         assert result.returncode == 0, result.stderr
         assert f"experiment {name} was cleaned up and is swapped out" in result.stdout
         namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -12,7 +12,7 @@ from nestbed.errors import InternalError, UserError
 
 def analyzer_binary() -> str:
     """The nestbed-analyze binary: $NESTBED_ANALYZE, this checkout's release build, or PATH."""
-    from nestbed.backend.linux import built_binary  # the one lookup of nestbed's Rust binaries
+    from nestbed.binaries import built_binary  # the one lookup of nestbed's Rust binaries
 
     return built_binary("nestbed-analyze")
 

@@ -10,6 +10,7 @@ this protocol, and picks an implementation by name with ``nestbed.backend.get``.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +48,9 @@ class Backend(Protocol):
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         """The command that captures every frame on a node's interface into ``path``."""
+
+    def open_socket(self, plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
+        """An IPv4 socket of ``kind`` in the node's network (unbound)."""
 
     def linkd(self, plan: Plan) -> Channel:
         """A client of the experiment's running link emulator."""

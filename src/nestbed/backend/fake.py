@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -101,6 +102,10 @@ class FakeBackend:
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         # An empty capture that lasts until it is stopped, as tcpdump's would on a quiet link.
         return ["sh", "-c", f': > "{path}"; exec sleep 86400']
+
+    def open_socket(self, plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
+        self._node(plan, node)
+        return socket.socket(socket.AF_INET, kind)
 
     def linkd(self, plan: Plan) -> FakeLinkd:
         if not (self.run_dir(plan) / "network.json").exists():

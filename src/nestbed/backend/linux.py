@@ -423,8 +423,15 @@ def traces() -> list[str]:
     hierarchy = _hierarchy(required=False)
     found = leftovers() + [f"cgroup {c}" for c in (hierarchy.leftovers() if hierarchy else [])]
     if RUN_DIR.exists():
-        found += [f"run directory {d}" for d in sorted(RUN_DIR.iterdir())]
+        found += [f"run directory {d}" for d in _run_dirs()]
     return found
+
+
+def _run_dirs() -> list[Path]:
+    """Experiments' state folders (the hidden ones are the life cycle's, not an experiment's)."""
+    if not RUN_DIR.exists():
+        return []
+    return sorted(d for d in RUN_DIR.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
 def _tag_of_namespace(name: str) -> str:
@@ -440,12 +447,8 @@ def leftovers_by_tag() -> dict[str, list[str]]:
     for name in hierarchy.leftovers() if hierarchy else []:
         tag = name[len(CGROUP_PREFIX) : len(CGROUP_PREFIX) + TAG_LENGTH]
         found.setdefault(tag, []).append(f"cgroup {name}")
-    if RUN_DIR.exists():
-        for directory in sorted(RUN_DIR.iterdir()):
-            if directory.is_dir():
-                found.setdefault(experiment_tag(directory.name), []).append(
-                    f"run directory {directory}"
-                )
+    for directory in _run_dirs():
+        found.setdefault(experiment_tag(directory.name), []).append(f"run directory {directory}")
     return found
 
 
@@ -453,12 +456,11 @@ def remove_leftovers(tags: set[str]) -> list[str]:
     """Removes every namespace, daemon, cgroup and state folder of the experiments with
     these tags, and nothing of any other."""
     removed = []
-    if RUN_DIR.exists():
-        for directory in sorted(RUN_DIR.iterdir()):
-            if directory.is_dir() and experiment_tag(directory.name) in tags:
-                _stop_daemons(directory)
-                shutil.rmtree(directory, ignore_errors=True)
-                removed.append(f"run directory {directory}")
+    for directory in _run_dirs():
+        if experiment_tag(directory.name) in tags:
+            _stop_daemons(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(f"run directory {directory}")
     namespaces = [n for n in leftovers() if _tag_of_namespace(n) in tags]
     _kill_processes_in(namespaces)
     hierarchy = _hierarchy(required=False)
@@ -492,6 +494,12 @@ def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
     command = ["ip", "netns", "exec", plan.node(node).netns, *argv]
     cgroup = node_cgroup(plan, node)
     return cgroup.entered(command) if cgroup is not None else command
+
+
+def open_socket(plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
+    """An IPv4 socket of ``kind`` in the node's network namespace."""
+    with inside(plan.node(node).netns):
+        return socket.socket(socket.AF_INET, kind)
 
 
 def capture_argv(ifname: str, path: Path) -> list[str]:
@@ -528,6 +536,7 @@ class LinuxBackend:
     start_in = staticmethod(start_in)
     exec_in = staticmethod(exec_in)
     capture_argv = staticmethod(capture_argv)
+    open_socket = staticmethod(open_socket)
     linkd = staticmethod(linkd)
     node_cgroup = staticmethod(node_cgroup)
     wait_listening = staticmethod(wait_listening)

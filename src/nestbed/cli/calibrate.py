@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from nestbed.cli import JsonOption, comma_names, err, out, print_json, state
+from nestbed.cli.common import JsonOption, comma_names, err, out, print_json, state
 from nestbed.errors import UserError
 
 calibrate = typer.Typer(
@@ -131,11 +131,12 @@ def main(
         settings, experiment=ir, sender=sender, receivers=comma_names(receiver_nodes),
         multicast=multicast,
     )  # fmt: skip
-    from nestbed.backend.linux import require_root
+    from nestbed.backend import get as get_backend
+    from nestbed.lifecycle.testbed import default_results
     from nestbed.results.folder import make_folder
 
-    require_root()  # before a folder is made for nothing
-    folder = (results or Path("results") / time.strftime("calibrate-%Y%m%d-%H%M%S")).resolve()
+    get_backend().require_ready()  # before a folder is made for nothing
+    folder = (results or default_results("calibrate")).resolve()
 
     make_folder(folder)
     columns = [

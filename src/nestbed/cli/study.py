@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from nestbed.cli import JsonOption, comma_names, err, out, print_json
+from nestbed.cli.common import JsonOption, comma_names, err, out, print_json
 
 study = typer.Typer(help="Studies that reproduce papers on nestbed.", no_args_is_help=True)
 

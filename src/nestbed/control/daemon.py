@@ -24,7 +24,10 @@ from typing import Any
 
 from nestbed.backend import linux
 from nestbed.backend.cgroups import NodeCgroup
+from nestbed.backend.linkd import drops_by_kind, pipe_counters, set_changed_pipes
 from nestbed.backend.plan import PipeSettings, Plan, pipe_params, plan
+from nestbed.backend.sockets import SocketClient
+from nestbed.binaries import built_binary
 from nestbed.control.client import SOCKET
 from nestbed.control.cpumon import CPU_COLUMNS, DEFAULT_DUTY, CpuMonitor
 from nestbed.control.programs import ProgramRunner
@@ -84,7 +87,7 @@ class Controller:
         self.wake = threading.Condition(self.lock)
         self.queue: list[Pending] = []
         self.workers: dict[str, queue.SimpleQueue[Pending | None]] = {}
-        self.linkd_client: linux.SocketClient | None = None  # for link events, kept open
+        self.linkd_client: SocketClient | None = None  # for link events, kept open
         self.linkd_lock = threading.Lock()
         self.seq = itertools.count()
         self.ending = False
@@ -102,10 +105,10 @@ class Controller:
         self.linktests: list[dict[str, Any]] = []  # summaries of finished linktests
         self.t0 = time.monotonic()
         run.mkdir(parents=True, exist_ok=True)
-        binaries = {"nestbed-linkd": linux.built_binary("nestbed-linkd")}
-        binaries |= {"nestbed-probe": linux.built_binary("nestbed-probe"), "iperf3": "iperf3"}
+        binaries = {"nestbed-linkd": built_binary("nestbed-linkd")}
+        binaries |= {"nestbed-probe": built_binary("nestbed-probe"), "iperf3": "iperf3"}
         if cpumon:
-            binaries["nestbed-cpumon"] = linux.built_binary("nestbed-cpumon")
+            binaries["nestbed-cpumon"] = built_binary("nestbed-cpumon")
         seeds = {e.link: e.seed for e in self.plan.emulated}
         options: dict[str, Any] = {"capture": capture}
         if cpumon:
@@ -185,7 +188,7 @@ class Controller:
             flow.prepare()
         if self.capture:
             self._start_captures()
-        binary = linux.built_binary("nestbed-cpumon") if self.monitors else ""
+        binary = built_binary("nestbed-cpumon") if self.monitors else ""
         for monitor in self.monitors:
             monitor.start(self.spawn, binary, self.cpumon_duty)
         self.t0 = time.monotonic()
@@ -326,7 +329,7 @@ class Controller:
             before = self.links[name]
             after = link_after_event(before, self._original(name), verb, args)
             self.links[name] = after
-            changed = linux.set_changed_pipes(client, name, _settings(before), _settings(after))
+            changed = set_changed_pipes(client, name, _settings(before), _settings(after))
             return f"{changed} pipes of {name} changed"
 
     def _original(self, name: str) -> Link:
@@ -480,11 +483,11 @@ class Controller:
         if client:
             client.close()
 
-    def sample(self, client: linux.SocketClient | None) -> None:
+    def sample(self, client: SocketClient | None) -> None:
         t = round(self.now_s(), 3)
-        counters = linux.pipe_counters(client) if client is not None else {}
+        counters = pipe_counters(client) if client is not None else {}
         for (link, port, direction), c in counters.items():
-            drops = linux.drops_by_kind(c)
+            drops = drops_by_kind(c)
             self.link_rows.add({
                 "t_s": t, "link": link, "port": port, "direction": direction,
                 "packets_in": c["packets_in"], "bytes_in": c["bytes_in"],
@@ -550,7 +553,7 @@ class Controller:
         if client is None:
             return []
         try:
-            counters = linux.pipe_counters(client)
+            counters = pipe_counters(client)
         finally:
             client.close()
         rows = []
@@ -789,7 +792,7 @@ def _startcmd(node: str, command: str):  # type: ignore[no-untyped-def]
     return Program(name=f"startcmd-{node}", node=node, command=command)
 
 
-def _linkd_or_none(p: Plan) -> linux.SocketClient | None:
+def _linkd_or_none(p: Plan) -> SocketClient | None:
     if not p.needs_linkd:
         return None
     with contextlib.suppress(OSError):

@@ -376,7 +376,7 @@ class FtpFlow(Flow):
 
 
 def _probe() -> str:
-    from nestbed.backend.linux import built_binary
+    from nestbed.binaries import built_binary
 
     return built_binary("nestbed-probe")
 

@@ -24,8 +24,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nestbed.backend import linux
+from nestbed.backend import get as get_backend
+from nestbed.backend.base import Backend
+from nestbed.backend.linkd import Pipe, drops_by_kind, pipe_counters
 from nestbed.backend.plan import Plan
+from nestbed.binaries import built_binary
 from nestbed.linktest import expect, stats
 from nestbed.linktest.expect import Direction, Route
 from nestbed.linktest.levels import LEVELS, Notify, check_level
@@ -113,20 +116,22 @@ def linktest(
     *,
     down: Iterable[str] = (),
     progress: Notify | None = None,
+    backend: Backend | None = None,
 ) -> Report:
     """Runs levels 1..``level`` on the live experiment ``plan`` built from ``exp`` (with any
-    link changes events made since); ``down`` are links an event took down."""
+    link changes events made since) on ``backend`` (default: the default back end);
+    ``down`` are links an event took down."""
     check_level(level)
     say = progress or (lambda _: None)
-    with _exclusive(plan, say):
-        return _linktest(plan, exp, level, set(down), say)
+    backend = backend or get_backend()
+    with _exclusive(backend.run_dir(plan), say):
+        return _linktest(backend, plan, exp, level, set(down), say)
 
 
 @contextlib.contextmanager
-def _exclusive(plan: Plan, say: Notify) -> Iterator[None]:
+def _exclusive(directory: Path, say: Notify) -> Iterator[None]:
     """One linktest at a time per experiment: two would use the same ports in the same nodes
     and load each other's links."""
-    directory = linux.run_dir(plan)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     with (directory / "linktest.lock").open("w") as lock:
         try:
@@ -137,10 +142,12 @@ def _exclusive(plan: Plan, say: Notify) -> Iterator[None]:
         yield
 
 
-def _linktest(plan: Plan, exp: Experiment, level: int, down: set[str], say: Notify) -> Report:
+def _linktest(
+    backend: Backend, plan: Plan, exp: Experiment, level: int, down: set[str], say: Notify
+) -> Report:
     started = time.monotonic()
     report = Report(exp.name, level, [])
-    tester = _Tester(plan, report)
+    tester = _Tester(backend, plan, report)
     directions = expect.directions(exp, down)
     clock = _Clock(report)
     say(f"level 1: {LEVELS[1]} of {len(directions)} directions")
@@ -194,9 +201,9 @@ class _Probe:
 
 
 class _Tester:
-    def __init__(self, plan: Plan, report: Report):
-        self.plan, self.report = plan, report
-        self.probe = linux.built_binary("nestbed-probe")
+    def __init__(self, backend: Backend, plan: Plan, report: Report):
+        self.backend, self.plan, self.report = backend, plan, report
+        self.probe = built_binary("nestbed-probe")
 
     def add(self, level: int, d: Direction | Route, **fields: Any) -> None:
         link = d.link if isinstance(d, Direction) else " ".join(h.link for h in d.hops) or "-"
@@ -224,7 +231,7 @@ class _Tester:
                 argv = [self.probe, "recv", "--bind", f"{p.dst_ip}:{port}", *p.recv]
                 receivers.append(self._start(p.dst, argv))
             for k, r in enumerate(receivers):
-                linux.wait_listening(r, FIRST_PORT + k, "udp")
+                self.backend.wait_listening(r, FIRST_PORT + k, "udp")
             for k, p in enumerate(probes):
                 to = f"{p.dst_ip}:{FIRST_PORT + k}"
                 argv = [self.probe, "send", "--to", to, "--bind", p.src_ip, *p.send]
@@ -242,20 +249,20 @@ class _Tester:
                     process.kill()
                     process.wait()
 
-    def _queue_drops(self) -> dict[linux.Pipe, int]:
+    def _queue_drops(self) -> dict[Pipe, int]:
         """Drops by the queues of linkd's pipes so far; empty if linkd does not answer."""
         try:
-            client = linux.linkd(self.plan)
+            client = self.backend.linkd(self.plan)
         except OSError:
             return {}
         try:
-            counters = linux.pipe_counters(client)
+            counters = pipe_counters(client)
         finally:
             client.close()
-        return {pipe: linux.drops_by_kind(c)["queue"] for pipe, c in counters.items()}
+        return {pipe: drops_by_kind(c)["queue"] for pipe, c in counters.items()}
 
     def _start(self, node: str, argv: list[str]) -> subprocess.Popen:
-        return linux.start_in(
+        return self.backend.start_in(
             self.plan, node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
@@ -270,7 +277,8 @@ class _Tester:
         if not live:
             return
         wait = 0.3 + 3 * max(d.delay_s(16) + d.jitter_s for d in live)
-        with _Datagrams(self.plan, {d.src for d in live} | {d.dst for d in live}) as datagrams:
+        nodes = {d.src for d in live} | {d.dst for d in live}
+        with _Datagrams(self.backend, self.plan, nodes) as datagrams:
             for attempt in range(WARM_UP_ATTEMPTS):
                 due = [i for i, _ in enumerate(live) if not datagrams.got[i]]
                 if not due:
@@ -355,7 +363,8 @@ class _Tester:
             return
         alpha = stats.per_test_alpha(len(found))
         copies = [stats.delivery_copies(r.delivered, alpha) for r in found]
-        arrived = _Datagrams(self.plan, {r.src for r in found} | {r.dst for r in found})
+        nodes = {r.src for r in found} | {r.dst for r in found}
+        arrived = _Datagrams(self.backend, self.plan, nodes)
         with arrived:
             for _ in range(max(copies)):
                 due = [i for i, r in enumerate(found)
@@ -568,11 +577,10 @@ class _Datagrams:
 
     _FORMAT = struct.Struct("!I")
 
-    def __init__(self, plan: Plan, nodes: Iterable[str]):
+    def __init__(self, backend: Backend, plan: Plan, nodes: Iterable[str]):
         self.sockets: dict[str, socket.socket] = {}
         for name in sorted(nodes):
-            with linux.inside(plan.node(name).netns):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock = backend.open_socket(plan, name, socket.SOCK_DGRAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             sock.bind(("0.0.0.0", ROUTING_PORT))
             sock.setblocking(False)

@@ -12,13 +12,12 @@ from typing import Any
 import numpy as np
 
 from nestbed.errors import EnvironmentProblem
+from nestbed.lifecycle.runs import run_alone
+from nestbed.model.options import RunOptions
 from nestbed.results.folder import make_folder
 from nestbed.results.seqplot import SeqTrace, read_tcp_table
-from nestbed.runs import run_experiment
 from nestbed.simulate import compare, simulate
 from nestbed.spec import load
-from nestbed.store import Store
-from nestbed.swap import define_anew
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "onedrop.ns"
 FLOW = "ftp"
@@ -50,11 +49,9 @@ def run(results: Path, progress: Callable[[str], None] | None = None) -> dict[st
     simulate(EXAMPLE, folder / "ns2", parameters={"drop": str(ORDINALS["ns-2"])}, duration=None)
     say("emulating (Linux TCP, drop by ordinal in nestbed-linkd, captures)")
     loaded = load(EXAMPLE, parameters={"drop": str(ORDINALS["Linux"])})
-    with Store.open(str(folder / "store.db")) as store:
-        define_anew(store, loaded.experiment, source_text=loaded.text, source_format="ns",
-                    source_file=str(EXAMPLE))  # fmt: skip
-        ran = run_experiment(store, loaded.experiment.name, capture=True,
-                             results=folder / "linux")  # fmt: skip
+    options = RunOptions(capture=True, results=folder / "linux")
+    ran = run_alone(folder / "store.db", loaded.experiment, options, source_text=loaded.text,
+                    source_format="ns", source_file=str(EXAMPLE))  # fmt: skip
     say("comparing")
     compared = compare([folder / "ns2", folder / "linux"], output=folder / "compare")
     stacks = {}

@@ -23,9 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from nestbed.api import Experiment
-from nestbed.backend import linux
+from nestbed.backend import get as get_backend
+from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, plan
+from nestbed.binaries import built_binary
 from nestbed.errors import InternalError
+from nestbed.lifecycle import Active, Testbed
+from nestbed.model.options import RunOptions
+from nestbed.store import Store
 
 # Ethernet frame sizes of the paper (with FCS) and the UDP payload that makes them.
 FRAME_SIZES = {64: 18, 1518: 1472}
@@ -84,31 +89,53 @@ class Settings:
 
 
 class Bench:
-    """A swapped-in two-node experiment whose one link is changed between measurements."""
+    """A swapped-in two-node experiment whose one link is changed between measurements.
+
+    It is an experiment like any other (a store of its own in the work folder, swapped in
+    and out through the life cycle, with a controller); ``through_linkd=False`` makes its
+    link a plain cable, the baseline linkd is compared with.
+    """
 
     def __init__(self, workdir: Path, *, through_linkd: bool = True, name: str = "validate"):
         exp = Experiment(name)
         s, r = exp.node("s"), exp.node("r")
-        exp.link(s, r, name="link0")
+        # A rate no probe reaches puts the link through linkd; set_link replaces it.
+        exp.link(s, r, name="link0", **({"bandwidth": "400Gb"} if through_linkd else {}))
         self.ir = exp.build()
-        self.plan: Plan = plan(self.ir, emulate_all=through_linkd)
+        self.plan: Plan = plan(self.ir)
         self.workdir = workdir
         self.receiver_ip = self.ir.links[0].port("r").ip
-        self.client: linux.SocketClient | None = None
+        self.client: Channel | None = None
+        self.store: Store | None = None
+        self.active: Active | None = None
 
     def __enter__(self) -> Bench:
-        linux.swap_in(self.plan)
-        self.client = linux.linkd(self.plan) if self.plan.needs_linkd else None
-        # Resolve ARP now, while the link is fast: a first packet waiting for ARP across a
-        # long delay (and the packets dropped behind it) would be counted against the link.
-        for src, dst in (("s", "r"), ("r", "s")):
-            linux.exec_in(self.plan, src, ["ping", "-c", "1", "-W", "2", dst], capture_output=True)
+        self.store = Store.open(str(self.workdir / "store.db"))
+        testbed = Testbed(self.store, get_backend())
+        try:
+            testbed.define(self.ir, anew=True)
+            options = RunOptions(results=self.workdir / "run", report=False)
+            self.active = testbed.swap_in(self.ir.name, options)
+            backend = self.active.backend
+            self.client = backend.linkd(self.plan) if self.plan.needs_linkd else None
+            # Resolve ARP now, while the link is fast: a first packet waiting for ARP across a
+            # long delay (and the packets dropped behind it) would be counted against the link.
+            for src, dst in (("s", "r"), ("r", "s")):
+                self.active.exec(src, ["ping", "-c", "1", "-W", "2", dst], capture_output=True)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.client:
             self.client.close()
-        linux.swap_out(self.plan)
+        if self.store is not None:
+            try:
+                if self.active is not None:
+                    Testbed(self.store, self.active.backend).swap_out(self.ir.name)
+            finally:
+                self.store.close()
 
     def set_link(self, params: dict[str, Any]) -> None:
         """Both directions of the link get ``params`` (nestbed-pipe's PipeParams)."""
@@ -124,13 +151,13 @@ class Bench:
         self, send: list[str], recv: list[str], *, log: bool = False
     ) -> tuple[dict, dict, Path | None]:
         """Runs a receiver in r and a sender in s; returns both JSON summaries (and r's log)."""
-        binary = linux.built_binary("nestbed-probe")
+        binary = built_binary("nestbed-probe")
+        assert self.active is not None
         log_path = self.workdir / "recv.csv" if log else None
         recv_argv = [binary, "recv", "--bind", f"{self.receiver_ip}:{PORT}", *recv]
         if log_path:
             recv_argv += ["--log", str(log_path)]
-        receiver = linux.start_in(
-            self.plan,
+        receiver = self.active.start(
             "r",
             recv_argv,
             stdout=subprocess.PIPE,
@@ -139,8 +166,7 @@ class Bench:
         )
         try:
             time.sleep(0.2)  # the receiver binds before the first packet
-            sender = linux.exec_in(
-                self.plan,
+            sender = self.active.exec(
                 "s",
                 [binary, "send", "--to", f"{self.receiver_ip}:{PORT}", *send],
                 capture_output=True,
@@ -361,7 +387,7 @@ def measure_jitter(bench: Bench, s: Settings, progress: Callable[[str], None]) -
 
 def run(settings: Settings, results: Path, progress: Callable[[str], None]) -> dict[str, Any]:
     """Measures everything, writes the results folder, returns the tables."""
-    linux.require_root()
+    get_backend().require_ready()
     results.mkdir(parents=True, exist_ok=True)
     tables: dict[str, Any] = {"settings": asdict(settings)}
     with Bench(results) as bench:

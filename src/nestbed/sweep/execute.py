@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nestbed.backend import get as get_backend
 from nestbed.errors import NestbedError, UserError
+from nestbed.lifecycle import Testbed
 from nestbed.model import Experiment
+from nestbed.model.options import RunOptions
+from nestbed.results import manifest
 from nestbed.results.folder import make_folder
 from nestbed.spec import load
 from nestbed.store import State, Store
@@ -107,8 +111,7 @@ def run_sweep(
 
 def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[str, Any]:
     """One whole run of one point; never raises for a failure of the point itself."""
-    from nestbed.runs import run_experiment
-    from nestbed.swap import define_anew
+    from nestbed.lifecycle.runs import run_alone
 
     name = point_name(sweep, point)
     started = time.monotonic()
@@ -117,10 +120,9 @@ def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[
     try:
         exp = load(sweep.experiment, name=name, parameters=point.parameters).experiment
         doc = sweep.doc
-        with Store.open(store_url) as store:
-            define_anew(store, exp)
-            summary = run_experiment(store, name, duration=doc.duration, timeout=doc.timeout,
-                                     results=results, report=doc.run_reports)  # fmt: skip
+        options = RunOptions.make(duration_s=doc.duration, timeout_s=doc.timeout,
+                                  results=results, report=doc.run_reports)  # fmt: skip
+        summary = run_alone(Path(store_url), exp, options)
         row["outcome"] = summary["outcome"]
         row["reason"] = summary.get("reason")
         if _cut(doc.duration, doc.timeout, summary.get("duration_s")):
@@ -163,15 +165,14 @@ def _row(point: Point, results: Path) -> dict[str, Any]:
 
 def _settle_leftovers(store_url: str) -> None:
     """A sweep killed mid-point leaves that point's experiment active: swap it out."""
-    from nestbed.swap import swap_out
-
     if not Path(store_url).exists():
         return
     with Store.open(store_url) as store:
+        testbed = Testbed(store, get_backend())
         for record in store.list():
             if record.state not in (State.DEFINED, State.SWAPPED):
                 with contextlib.suppress(NestbedError):
-                    swap_out(store, record.name, outcome="failed")
+                    testbed.swap_out(record.name, outcome="failed")
 
 
 class _Recorder:
@@ -294,14 +295,14 @@ def _run_reusing(
 ) -> Iterator[dict[str, Any]]:
     """Swaps in once; before each point, sets every pipe to the point's shaping through linkd
     and starts a new run (a new controller, clock at 0) on the same network."""
-    from nestbed.runs import wait_for_run
-    from nestbed.swap import define_anew, next_run, swap_in, swap_out
+    from nestbed.lifecycle.runs import wait_and_end
 
     name = f"{(sweep.file or sweep.experiment).stem}-reused"
-    reports = sweep.doc.run_reports
+    doc = sweep.doc
     first = exps[points[0].key].model_copy(update={"name": name})
     with Store.open(store_url) as store:
-        define_anew(store, first)
+        testbed = Testbed(store, get_backend())
+        testbed.define(first, anew=True)
         active = None
         try:
             for point in points:
@@ -309,14 +310,15 @@ def _run_reusing(
                 results = folder / "runs" / point.key
                 row = _row(point, results) | {"reused_network": True}
                 exp = exps[point.key].model_copy(update={"name": name})
+                options = RunOptions.make(duration_s=doc.duration, timeout_s=doc.timeout,
+                                          results=results, report=doc.run_reports)  # fmt: skip
                 try:
                     if active is None:
-                        active = swap_in(store, name, results=results, report=reports)
+                        active = testbed.swap_in(name, options)
                     else:
-                        active = next_run(store, name, exp, results, report=reports)
-                    doc = sweep.doc
-                    outcome = wait_for_run(store, name, active, doc.duration, doc.timeout)
-                    ran = json.loads((results / "manifest.json").read_text()).get("duration_s")
+                        active = testbed.next_run(name, exp, options)
+                    outcome = wait_and_end(testbed, active, options)
+                    ran = manifest.read(results).get("duration_s")
                     if _cut(doc.duration, doc.timeout, ran):
                         outcome = "timeout"
                     row["outcome"], row["reason"] = outcome, None
@@ -329,7 +331,7 @@ def _run_reusing(
         finally:
             with contextlib.suppress(NestbedError):
                 if store.get(name).state == State.ACTIVE:
-                    swap_out(store, name)
+                    testbed.swap_out(name)
 
 
 # -- a Dask cluster ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ grids, zipped lists and explicit points, repeated, optionally in a seeded random
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -187,3 +188,25 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
+
+
+def workers(text: str) -> int:
+    """How many runs go side by side: a number, or "auto" (half the cores, at least one)."""
+    if text == "auto":
+        return max((os.cpu_count() or 2) // 2, 1)
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise UserError(f"--parallel {text} is not a number of runs or auto")
+
+
+def plot_spec(text: str, sweep: Sweep) -> tuple[str, str, str | None]:
+    """A plot's METRIC, X and optional Y from "METRIC:X[:Y]", its axes checked against the
+    sweep's parameters before anything runs."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UserError(f"--plot {text!r} is not METRIC:X or METRIC:X:Y")
+    for name in parts[1:]:
+        if name not in sweep.parameter_names:
+            known = ", ".join(sweep.parameter_names)
+            raise UserError(f"--plot: the sweep has no parameter {name}; it has {known}")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else None

@@ -17,13 +17,12 @@ import pandas as pd
 from nestbed.analysis import analyze, plots
 from nestbed.analysis.cpu import read_cpu
 from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.lifecycle.runs import run_alone
 from nestbed.model import Experiment
+from nestbed.model.options import RunOptions
 from nestbed.results.folder import make_folder
-from nestbed.runs import run_experiment
 from nestbed.spec import load
-from nestbed.store import Store
 from nestbed.studies.anomaly.workload import TABLE2
-from nestbed.swap import define_anew
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "anomaly.ns"
 NAME = "anomaly"
@@ -99,15 +98,12 @@ def run(
         raise UserError(f"{settings.file} has no node {missing[0]}; the study needs "
                         "s-1..s-3 and r-1..r-3 as in examples/anomaly.ns")  # fmt: skip
     say("running the experiment (three pairs, captures, CPU monitors on the senders)")
-    with Store.open(str(folder / "store.db")) as store:
-        define_anew(store, exp, source_text=loaded.text, source_format="ns",
-                    source_file=str(settings.file))  # fmt: skip
-        ran = run_experiment(
-            store, NAME, capture=True, capture_nodes=[p.sender for p in PAIRS],
-            results=folder / "run", report=True,
-            cpumon=[p.sender for p in PAIRS], cpumon_duty=settings.cpumon_duty,
-            timeout=settings.timeout_s(),
-        )  # fmt: skip
+    senders = tuple(p.sender for p in PAIRS)
+    options = RunOptions.make(capture=True, capture_nodes=senders, results=folder / "run",
+                              cpumon=senders, cpumon_duty=settings.cpumon_duty,
+                              timeout_s=settings.timeout_s())  # fmt: skip
+    ran = run_alone(folder / "store.db", exp, options, source_text=loaded.text,
+                    source_format="ns", source_file=str(settings.file))  # fmt: skip
     run_folder = folder / "run"
     pcaps = sorted((run_folder / "pcaps").glob("*.pcap"))
     if not pcaps:

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import nestbed
-from nestbed.backend import linux
+from nestbed.backend import get as get_backend
+from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, UserError
-from nestbed.live import Live
+from nestbed.lifecycle import Testbed
+from nestbed.lifecycle.live import Live
 from nestbed.store import Store
 from nestbed.store.states import State
 from nestbed.studies.calibrate import capture
@@ -32,7 +34,6 @@ from nestbed.studies.calibrate.attribution import (
 from nestbed.studies.calibrate.logs import echoes_by_sender, received_by_burst
 from nestbed.studies.calibrate.settings import Settings
 from nestbed.studies.calibrate.topology import BUFFER_BYTES, GROUP, TXQUEUELEN, Target
-from nestbed.swap import swap_out
 
 PORT = 5001
 IGMP_REPORT_MS = 10
@@ -166,8 +167,8 @@ class Session:
         if self.target.multicast:
             argv += ["--group", GROUP]
         argv += ["--rcvbuf", str(BUFFER_BYTES if self.target.profile == "tuned" else 0)]
-        return linux.start_in(
-            self.live.plan, node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        return self.live.active.start(
+            node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
     def _captures(self, folder: Path) -> dict[str, tuple[subprocess.Popen, Path]]:
@@ -178,7 +179,7 @@ class Session:
                 path = folder / f"capture-{node}.pcap"
                 argv = capture.tcpdump_argv(self.interface(node), path, PORT)
                 started[node] = (
-                    linux.start_in(self.live.plan, node, argv, stdout=subprocess.DEVNULL,
+                    self.live.active.start(node, argv, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True),
                     path,
                 )  # fmt: skip
@@ -208,7 +209,7 @@ class Session:
             for node in t.receivers:
                 receivers[node] = self._receiver(node, logs[node])
             for process in receivers.values():
-                linux.wait_listening(process, PORT, "udp")
+                self.live.active.backend.wait_listening(process, PORT, "udp")
             if t.multicast:
                 time.sleep(5 * IGMP_REPORT_MS / 1000)  # the joins' IGMP reports are over
             snaps = [self.snapshots()]
@@ -340,7 +341,7 @@ def _settle(db: Store, name: str) -> None:
     if record is None:
         return
     if record.state == State.FAILED:
-        swap_out(db, name, outcome="failed")
+        Testbed(db, get_backend()).swap_out(name, outcome="failed")
     elif record.state not in (State.DEFINED, State.SWAPPED):
         raise UserError(
             f"experiment {name} is {record.state}, perhaps another calibration; wait for it "
@@ -357,7 +358,7 @@ def calibrate_target(
     store: str | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Swaps TARGET in, measures every point, swaps it out (also on errors and Ctrl-C)."""
-    probe = linux.built_binary("nestbed-probe")
+    probe = built_binary("nestbed-probe")
     progress(f"{target.key}: swapping in {target.experiment.name}", 0)
     with Store.open(store) as db:
         _settle(db, target.experiment.name)

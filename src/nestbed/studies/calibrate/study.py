@@ -241,10 +241,10 @@ def run(
     store: str | None = None,
 ) -> Outcome:
     """Measures every target, writes the tables, plots and report into FOLDER."""
-    from nestbed.backend.linux import require_root
+    from nestbed.backend import get as get_backend
     from nestbed.studies.calibrate import measure, report
 
-    require_root()
+    get_backend().require_ready()
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
     rows: list[dict[str, Any]] = []

@@ -260,12 +260,12 @@ def run(
     progress: Callable[[str], None] = lambda text: None,
 ) -> Outcome:
     """Measures locally, runs the network sweep, writes tables, figures and report.md."""
-    from nestbed.backend.linux import require_root
+    from nestbed.backend import get as get_backend
     from nestbed.studies.pubsub import plots, report
 
     check(settings)
     _check_experiment(experiment)  # before minutes of local measurements
-    require_root()
+    get_backend().require_ready()
     folder.mkdir(parents=True, exist_ok=True)
     progress("local measurements")
     formats = [get_format(n) for n in settings.formats]

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from nestbed import api
-from nestbed.backend import linux
-from nestbed.backend.plan import Plan
-from nestbed.control import client as control
+from nestbed.backend import get as get_backend
 from nestbed.errors import UserError
+from nestbed.lifecycle.active import Active
+from nestbed.lifecycle.testbed import Testbed
 from nestbed.model import Experiment
+from nestbed.model.options import RunOptions
 from nestbed.store import Store
-from nestbed.swap import swap_in, swap_out
 
 
 @dataclass(frozen=True)
@@ -36,58 +36,47 @@ class Completed:
 class Live:
     """An active experiment: its nodes, its controller and its results folder."""
 
-    def __init__(self, name: str, plan: Plan, results: Path):
-        self.name, self.plan, self.results = name, plan, results
+    def __init__(self, active: Active):
+        self.active = active
+        self.name, self.plan, self.results = active.name, active.plan, active.results
 
     @property
     def nodes(self) -> list[str]:
-        return [n.name for n in self.plan.nodes]
+        return self.active.nodes
 
     def exec(
         self, node: str, command: str | Sequence[str], *, timeout: float | None = None
     ) -> Completed:
         """Runs a command in a node (a string goes through ``sh -c``) and waits for it."""
-        if node not in self.nodes:
-            nodes = ", ".join(self.nodes)
-            raise UserError(f"experiment {self.name} has no node '{node}'; its nodes are {nodes}")
         argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
-        done = linux.exec_in(
-            self.plan,
-            node,
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        done = self.active.exec(node, argv, capture_output=True, text=True, timeout=timeout,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
         return Completed(done.returncode, done.stdout, done.stderr)
 
     def event(self, obj: str, verb: str, *args: object, after: float = 0) -> dict[str, Any]:
         """Sends an event now (the row it left in events.csv) or ``after`` seconds from now."""
-        reply = control.request(
-            self.plan, "event", object=obj, verb=verb, args=[str(a) for a in args], after_s=after
-        )
+        reply = self.active.event(obj, verb, [str(a) for a in args], after_s=after)
         row = reply.get("event")
         if row is not None and row["outcome"] != "ok":
             raise UserError(f"event {obj} {verb} failed: {row['message']}")
         return row or {"scheduled_s": reply["scheduled_s"]}
 
     def status(self) -> dict[str, Any]:
-        reply = control.request(self.plan, "status")
-        reply.pop("ok", None)
-        return reply
+        return self.active.status()
 
 
-def _ir(experiment: Experiment | api.Experiment | str | Path) -> tuple[Experiment, str, str]:
-    """The IR, the source text and its format."""
+def _definition(experiment: Experiment | api.Experiment | str | Path) -> dict[str, Any]:
+    """The IR and its source, as ``Testbed.define`` takes them."""
     if isinstance(experiment, api.Experiment):
         experiment = experiment.build()
     if isinstance(experiment, Experiment):
-        return experiment, experiment.to_json(), "python"
+        return {"exp": experiment, "source_text": experiment.to_json(), "source_format": "python",
+                "source_file": experiment.source.file if experiment.source else None}  # fmt: skip
     from nestbed.spec import load
 
     loaded = load(Path(experiment))
-    return loaded.experiment, loaded.text, loaded.format
+    return {"exp": loaded.experiment, "source_text": loaded.text, "source_format": loaded.format,
+            "source_file": str(experiment)}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -97,28 +86,25 @@ def swapin(
     store: Store | str | None = None,
     results: Path | None = None,
     capture: bool = False,
+    options: RunOptions | None = None,
+    backend: str | None = None,
 ) -> Iterator[Live]:
     """``with nestbed.swapin(exp) as live:`` — an experiment (builder, IR or file) swapped in
-    for the block; it is swapped out when the block ends, also on exceptions and Ctrl-C."""
-    exp, text, fmt = _ir(experiment)
+    for the block; it is swapped out when the block ends, also on exceptions and Ctrl-C.
+    ``options`` are a run's options (``results`` and ``capture`` are shorthands)."""
+    options = (options or RunOptions()).model_copy(
+        update={k: v for k, v in {"results": results, "capture": capture or None}.items() if v}
+    )
     own = not isinstance(store, Store)
     db = Store.open(store) if own else store  # type: ignore[arg-type]
     try:
-        fields = dict(
-            source_text=text,
-            source_format=fmt,
-            source_file=exp.source.file if exp.source else None,
-            ir_json=exp.to_json(),
-        )
-        if db.find(exp.name) is None:
-            db.create_experiment(exp.name, **fields)  # type: ignore[arg-type]
-        else:
-            db.update_ir(exp.name, **fields)  # type: ignore[arg-type]
-        active = swap_in(db, exp.name, results=results, capture=capture)
+        testbed = Testbed(db, get_backend(backend))  # type: ignore[arg-type]
+        name = testbed.define(**_definition(experiment))
+        active = testbed.swap_in(name, options)
         try:
-            yield Live(exp.name, active.plan, active.results)
+            yield Live(active)
         finally:
-            swap_out(db, exp.name)
+            testbed.swap_out(name)
     finally:
         if own:
-            db.close()
+            db.close()  # type: ignore[union-attr]

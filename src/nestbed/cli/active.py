@@ -1,0 +1,149 @@
+"""Commands on an active experiment: exec, shell, event, status, linktest, capture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nestbed.cli.common import JsonOption, app, err, out, print_json, store, testbed
+from nestbed.errors import UserError
+
+
+def active(name: str, node: str | None = None):  # type: ignore[no-untyped-def]
+    """An active experiment (and a check that ``node`` is one of its nodes)."""
+    with store() as db:
+        found = testbed(db).active(name)
+    if node is not None:
+        found.node(node)
+    return found
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+def exec_(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
+) -> None:
+    """Run a command inside a node of an active experiment; its exit status is passed on."""
+    found = active(name, node)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    raise typer.Exit(found.exec(node, command).returncode)
+
+
+@app.command()
+def shell(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    node: Annotated[str, typer.Argument(help="Node name.")],
+) -> None:
+    """Open an interactive shell inside a node of an active experiment."""
+    import os
+
+    found = active(name, node)
+    user_shell = os.environ.get("SHELL") or "/bin/sh"
+    raise typer.Exit(found.exec(node, [user_shell]).returncode)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def event(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    words: Annotated[
+        list[str], typer.Argument(help="[now|+SECONDS] OBJECT VERB [ARGS...], e.g. link0 down")
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Send an event to an active experiment (Emulab's tevc): now, or in SECONDS."""
+    after = 0.0
+    if words and (words[0] == "now" or words[0].startswith("+")):
+        when, words = words[0], words[1:]
+        if when != "now":
+            try:
+                after = float(when[1:])
+            except ValueError:
+                raise UserError(
+                    f"'{when}' is not a time; write now or +SECONDS, e.g. +2.5"
+                ) from None
+    if len(words) < 2:
+        raise UserError("an event is OBJECT VERB [ARGS...], for example: link0 down")
+    reply = active(name).event(words[0], words[1], words[2:], after_s=after)
+    if as_json:
+        print_json(reply)
+        return
+    if "scheduled_s" in reply:
+        out.print(f"scheduled at {reply['scheduled_s']:.3f} s into the run")
+        return
+    row = reply["event"]
+    if row["outcome"] != "ok":
+        raise UserError(f"event {' '.join(words)} failed: {row['message']}")
+    detail = f": {row['message']}" if row["message"] else ""
+    out.print(f"done at {row['actual_s']:.3f} s into the run{detail}")
+
+
+@app.command()
+def status(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show an active experiment: nodes, links with live counters, programs and traffic."""
+    found = active(name)
+    data = found.status()
+    data["nodes"] = [{"node": n.name, "namespace": n.netns} for n in found.plan.nodes]
+    if as_json:
+        print_json(data)
+        return
+    from nestbed.cli.render import status_tables
+
+    out.print(status_tables(data))
+
+
+@app.command()
+def linktest(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    level: Annotated[
+        int,
+        typer.Option(
+            "--level", help="1 latency, 2 + routing, 3 + loss, 4 + bandwidth (as Emulab's)."
+        ),
+    ] = 3,
+    as_json: JsonOption = False,
+) -> None:
+    """Check that an active experiment's links, routes and shaping are what its file asked
+    for; exits with 1 when a check fails."""
+    found = active(name)
+    if as_json:
+        report, folder = found.run_linktest(level)
+    else:
+        with err.status(f"linktest of {name}, level {level}") as status:
+            report, folder = found.run_linktest(level, status.update)
+    data = report.to_json() | {"folder": str(folder) if folder else None}
+    if as_json:
+        print_json(data)
+    else:
+        from nestbed.cli.render import linktest_tables
+
+        out.print(linktest_tables(data))
+        if folder:
+            out.print(f"report in {folder}")
+    if report.failures:
+        raise typer.Exit(1)
+
+
+@app.command()
+def capture(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    link: Annotated[str, typer.Argument(help="Link or LAN name.")],
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds to capture (default: until Ctrl-C).")
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for the pcap files.")
+    ] = Path("."),
+) -> None:
+    """Capture packets at every end of a link or LAN (one pcap per member node)."""
+    found = active(name)
+    with err.status(f"capturing on {link} (Ctrl-C stops)"):
+        files = found.capture(link, output, duration)
+    for f in files:
+        out.print(str(f))

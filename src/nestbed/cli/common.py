@@ -1,0 +1,153 @@
+"""What every command family of the CLI shares: the app, the consoles, the global options,
+common option types and small parsers, and the one way to reach the store and the testbed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from nestbed import __version__
+from nestbed.errors import UserError
+
+app = typer.Typer(
+    name="nestbed",
+    help="Network experimentation testbed: experiment files in, live networks and results out.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _State:
+    debug = False
+    db: str | None = None
+
+
+state = _State()
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ParamOption = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="Override a parameter: NAME=VALUE (repeatable)."),
+]
+
+
+def parameters(values: list[str] | None) -> dict[str, str]:
+    result = {}
+    for item in values or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError(f"parameter {item!r} is not NAME=VALUE; write for example -p bw=10Mb")
+        result[name] = value
+    return result
+
+
+def comma_names(text: str | None) -> tuple[str, ...] | None:
+    """The names of a comma-separated option (None when the option was not given)."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise UserError(f"{text!r} names nothing; give comma-separated names")
+    return names
+
+
+def print_json(data: Any) -> None:
+    out.print_json(json.dumps(data), indent=2) if sys.stdout.isatty() else print(
+        json.dumps(data, indent=2)
+    )
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help=(
+                "Store: a SQLite path or PostgreSQL URL "
+                "(default: NESTBED_DB or ~/.local/share/nestbed)."
+            ),
+        ),
+    ] = None,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    state.debug, state.db = debug, db
+    if version:
+        out.print(f"nestbed {__version__}")
+        raise typer.Exit()
+
+
+def load_file(file: Path, name: str | None, params: list[str] | None):  # type: ignore[no-untyped-def]
+    from nestbed.spec import load
+
+    return load(file, name=name, parameters=parameters(params))
+
+
+def store():  # type: ignore[no-untyped-def]
+    """The store the command works on (--db, NESTBED_DB, or the user's default)."""
+    from nestbed.store import Store
+
+    return Store.open(state.db)
+
+
+def testbed(db):  # type: ignore[no-untyped-def]
+    """The life cycle of the experiments in ``db`` on this machine's back end."""
+    from nestbed.backend import get
+    from nestbed.lifecycle import Testbed
+
+    return Testbed(db, get())
+
+
+ResultsOption = Annotated[
+    Path | None,
+    typer.Option("--results", help="Results folder (default results/NAME-TIME)."),
+]
+CaptureOption = Annotated[
+    bool, typer.Option("--capture", help="Capture packets at both ends of every link.")
+]
+
+
+LinktestOption = Annotated[
+    int | None,
+    typer.Option(
+        "--linktest",
+        metavar="LEVEL",
+        help="Run linktest at this level (1-4) on the network before the run begins.",
+    ),
+]
+LinktestStrictOption = Annotated[
+    bool,
+    typer.Option("--linktest-strict", help="A failed linktest check fails the swap-in."),
+]
+CpumonOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cpumon",
+        metavar="NODES",
+        help="Run the CPU-availability monitor in these nodes (comma-separated, or all); "
+        "rows in nodes/cpu.csv.",
+    ),
+]
+CaptureNodesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--capture-nodes",
+        metavar="NODES",
+        help="Capture only these nodes' link ends (comma-separated); implies --capture.",
+    ),
+]
+CpumonDutyOption = Annotated[
+    float | None,
+    typer.Option(
+        "--cpumon-duty", metavar="FRACTION", help="Share of each second it loops (default 0.1)."
+    ),
+]

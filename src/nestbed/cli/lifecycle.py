@@ -1,0 +1,167 @@
+"""Commands that swap experiments in and out: swapin, swapout, run, cleanup."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nestbed.cli.common import (
+    CaptureNodesOption,
+    CaptureOption,
+    CpumonDutyOption,
+    CpumonOption,
+    JsonOption,
+    LinktestOption,
+    LinktestStrictOption,
+    ParamOption,
+    ResultsOption,
+    app,
+    err,
+    load_file,
+    out,
+    print_json,
+    store,
+    testbed,
+)
+from nestbed.errors import UserError
+from nestbed.model.options import RunOptions, node_names
+
+
+def stored_name(tb, target: str, params: list[str] | None = None) -> str:  # type: ignore[no-untyped-def]
+    """An experiment name, or a file to define (created or refreshed) under its name first."""
+    path = Path(target)
+    if not (path.suffix and path.is_file()):
+        if params:
+            raise UserError(
+                f"parameters (-p) apply to experiment files; '{target}' is a stored experiment "
+                "(or no such file exists)"
+            )
+        return target
+    loaded = load_file(path, None, params)
+    return tb.define(loaded.experiment, source_text=loaded.text, source_format=loaded.format,
+                     source_file=str(path))  # fmt: skip
+
+
+def run_options(**given: object) -> RunOptions:
+    """The run's options from the command line's values (None: not given)."""
+    for option, key in (("--cpumon", "cpumon"), ("--capture-nodes", "capture_nodes")):
+        text = given.get(key)
+        given[key] = node_names(text, option) if text is not None else None  # type: ignore[arg-type]
+    return RunOptions.make(**given)
+
+
+@app.command()
+def swapin(
+    target: Annotated[str, typer.Argument(help="Experiment name or file.")],
+    results: ResultsOption = None,
+    capture: CaptureOption = False,
+    linktest: LinktestOption = None,
+    linktest_strict: LinktestStrictOption = False,
+    cpumon: CpumonOption = None,
+    cpumon_duty: CpumonDutyOption = None,
+    capture_nodes: CaptureNodesOption = None,
+) -> None:
+    """Build an experiment's network and start its controller (the run's events begin)."""
+    options = run_options(results=results, capture=capture, linktest=linktest,
+                          linktest_strict=linktest_strict, cpumon=cpumon,
+                          cpumon_duty=cpumon_duty, capture_nodes=capture_nodes)  # fmt: skip
+    with store() as db:
+        tb = testbed(db)
+        name = stored_name(tb, target)
+        start = time.monotonic()
+        with err.status(f"swapping in {name}") as status:
+            active = tb.swap_in(name, options, status.update)
+    p = active.plan
+    if active.linktest is not None:
+        from nestbed.cli.render import linktest_tables
+
+        out.print(linktest_tables(active.linktest.to_json()))
+    out.print(
+        f"experiment {name} is active: {len(p.nodes)} nodes, {len(p.emulated)} emulated links "
+        f"({time.monotonic() - start:.2f} s); results in {active.results}"
+    )
+
+
+@app.command()
+def swapout(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
+    """End the experiment's run and tear its network down."""
+    with store() as db:
+        with err.status(f"swapping out {name}"):
+            testbed(db).swap_out(name)
+        runs = db.runs(name)
+    where = f"; results in {runs[-1].results_dir}" if runs else ""
+    out.print(f"experiment {name} is swapped out{where}")
+
+
+@app.command()
+def run(
+    target: Annotated[str, typer.Argument(help="Experiment file or name.")],
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Seconds to run (default: until the last event or $ns halt)."),
+    ] = None,
+    capture: CaptureOption = False,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave the experiment active after the run.")
+    ] = False,
+    results: ResultsOption = None,
+    param: ParamOption = None,
+    linktest: LinktestOption = None,
+    linktest_strict: LinktestStrictOption = False,
+    cpumon: CpumonOption = None,
+    cpumon_duty: CpumonDutyOption = None,
+    capture_nodes: CaptureNodesOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Swap in, run the events, programs and traffic, collect the results, swap out."""
+    from nestbed.lifecycle.runs import run as run_experiment
+
+    options = run_options(duration_s=duration, capture=capture, keep=keep, results=results,
+                          linktest=linktest, linktest_strict=linktest_strict, cpumon=cpumon,
+                          cpumon_duty=cpumon_duty, capture_nodes=capture_nodes)  # fmt: skip
+    with store() as db:
+        tb = testbed(db)
+        name = stored_name(tb, target, param)
+        summary = run_experiment(tb, name, options, None if as_json else err)
+    if as_json:
+        print_json(summary)
+        return
+    from nestbed.cli.render import run_summary
+
+    out.print(run_summary(summary))
+    if summary["outcome"] not in ("completed", "halted"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def cleanup(
+    name: Annotated[
+        str | None, typer.Argument(help="Only this experiment (default: every orphaned one).")
+    ] = None,
+    everything: Annotated[
+        bool,
+        typer.Option("--all", help="Also experiments whose controller still runs (asks first)."),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --all.")] = False,
+) -> None:
+    """Remove what crashed experiments left behind and settle their states; experiments whose
+    controller or swap-in still runs are spared (unless --all)."""
+    if everything and not yes:
+        typer.confirm(
+            "--all swaps out every experiment on this machine, live ones included; go on?",
+            abort=True,
+        )
+    with store() as db:
+        done = testbed(db).cleanup(name, everything=everything)
+    for settled in done.settled:
+        out.print(f"experiment {settled} was cleaned up and is swapped out")
+    if done.removed:
+        out.print(f"removed {len(done.removed)} leftovers of unknown experiments: "
+                  f"{', '.join(done.removed)}")  # fmt: skip
+    for spared in done.spared:
+        out.print(f"spared {spared}: its controller or swap-in is alive")
+    if not done.settled and not done.removed:
+        out.print("nothing to clean up")

@@ -1,0 +1,142 @@
+"""An active experiment: its plan, its controller and its run, and what any user does with
+it — commands in nodes, events, status, captures, linktest. The CLI, the Python API and the
+instruments all come through here."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend.base import Backend
+from nestbed.backend.plan import Plan
+from nestbed.control.client import ControllerClient
+from nestbed.errors import UserError
+from nestbed.model import Experiment, Link
+
+POLL_S = 0.05  # a status request costs well under a millisecond
+
+
+@dataclass
+class Active:
+    """One swapped-in experiment, as the back end made it."""
+
+    name: str
+    plan: Plan
+    experiment: Experiment  # as swapped in
+    backend: Backend
+    results: Path | None = None  # the current run's folder (None: not known here)
+    run_id: int | None = None
+    linktest: Any = None  # the linktest.run.Report of a linktest at swap-in, if one was asked
+
+    def __post_init__(self) -> None:
+        self.controller = ControllerClient(self.backend, self.plan)
+
+    @property
+    def nodes(self) -> list[str]:
+        return [n.name for n in self.plan.nodes]
+
+    def node(self, name: str) -> str:
+        """``name`` if the experiment has that node, else one UserError listing its nodes."""
+        if name not in self.nodes:
+            raise UserError(
+                f"experiment '{self.name}' has no node '{name}'; its nodes are "
+                f"{', '.join(self.nodes)}"
+            )
+        return name
+
+    def request(self, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
+        return self.controller.request(op, timeout=timeout, **fields)
+
+    # -- commands in nodes ------------------------------------------------------------------
+
+    def exec(self, node: str, argv: list[str], **run: Any) -> subprocess.CompletedProcess:
+        return self.backend.exec_in(self.plan, self.node(node), argv, **run)
+
+    def start(self, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
+        return self.backend.start_in(self.plan, self.node(node), argv, **popen)
+
+    # -- the controller ---------------------------------------------------------------------
+
+    def event(
+        self, obj: str, verb: str, args: list[str] | tuple[str, ...] = (), after_s: float = 0
+    ) -> dict[str, Any]:
+        """Sends an event now or ``after_s`` seconds from now; the controller's reply."""
+        return self.request("event", object=obj, verb=verb, args=list(args), after_s=after_s)
+
+    def status(self) -> dict[str, Any]:
+        reply = self.request("status")
+        reply.pop("ok", None)
+        return reply
+
+    # -- captures ---------------------------------------------------------------------------
+
+    def capture(self, link: str, folder: Path, duration_s: float | None) -> list[Path]:
+        """A capture at every member's end of a link or LAN until ``duration_s`` or Ctrl-C."""
+        ends = {node: ifname for (name, node), ifname in self.plan.interfaces().items()
+                if name == link}  # fmt: skip
+        if not ends:
+            links = sorted({name for name, _ in self.plan.interfaces()})
+            raise UserError(
+                f"experiment {self.name} has no link '{link}'; its links are {', '.join(links)}"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        files, processes = [], []
+        try:
+            for node, ifname in sorted(ends.items()):
+                path = (folder / f"{link}-{node}.pcap").resolve()
+                argv = self.backend.capture_argv(ifname, path)
+                processes.append(self.start(node, argv, stderr=subprocess.DEVNULL))
+                files.append(path)
+            if duration_s is None:
+                while all(proc.poll() is None for proc in processes):
+                    time.sleep(POLL_S)
+            else:
+                time.sleep(duration_s)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for proc in processes:
+                proc.send_signal(signal.SIGINT)
+                proc.wait()
+        return files
+
+    # -- linktest ---------------------------------------------------------------------------
+
+    def run_linktest(self, level: int, progress: Any = None) -> tuple[Any, Path | None]:
+        """linktest against the links as events have left them; the report also goes into
+        the run's results folder (returned). Links that an event changed while it ran are
+        set aside, never failed."""
+        from nestbed.linktest.expect import with_links
+        from nestbed.linktest.levels import check_level
+        from nestbed.linktest.run import linktest, set_aside, write
+
+        check_level(level)
+        before = self._link_settings()
+        changed = [Link.model_validate(x) for x in before["changed_links"]]
+        down = {link for link, state in before["links"].items() if state == "down"}
+        exp = with_links(self.experiment, changed)
+        report = linktest(self.plan, exp, level, down=down, progress=progress,
+                          backend=self.backend)  # fmt: skip
+        after = self._link_settings()
+        set_aside(report, _differ(before, after))
+        folder = write(report, Path(after["results"])) if after.get("results") else None
+        return report, folder
+
+    def _link_settings(self) -> dict[str, Any]:
+        status = self.request("status")
+        return {k: status.get(k) or {} for k in ("links", "changed_links", "results")}
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+def _differ(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    """Links whose state or settings differ between two statuses."""
+    names = {n for n in before["links"] if before["links"][n] != after["links"].get(n)}
+    settings = [{x["name"]: x for x in s["changed_links"]} for s in (before, after)]
+    return names | {n for n in settings[0].keys() | settings[1].keys()
+                    if settings[0].get(n) != settings[1].get(n)}  # fmt: skip

@@ -1,0 +1,95 @@
+"""Whole runs: swap in, let the controller work until the run is over, collect, swap out."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from nestbed.lifecycle.active import POLL_S, Active
+from nestbed.lifecycle.testbed import Testbed
+from nestbed.model import Experiment
+from nestbed.model.options import RunOptions
+from nestbed.results.report import summary
+
+
+def expected_end(exp: Experiment) -> float | None:
+    """When the file's static events end: `$ns halt`, else the last event (None: no events)."""
+    halts = [e.time_s for e in exp.events if e.object == "ns" and e.verb in ("halt", "terminate")]
+    if halts:
+        return min(halts)
+    return max((e.time_s for e in exp.events), default=None)
+
+
+def run(
+    testbed: Testbed, name: str, options: RunOptions | None = None, progress: Console | None = None
+) -> dict[str, Any]:
+    """One whole run; returns the results' summary (with the folder under ``results``).
+
+    The run ends at `$ns halt`, after ``options.duration_s``, or, without a duration, when the
+    static events are done and no program or sequence is still running. Ctrl-C ends it as
+    interrupted, keeping what was measured. With ``options.keep`` the experiment stays active.
+    """
+    options = options or RunOptions()
+    active = testbed.swap_in(name, options, progress.log if progress else None)
+    outcome = "completed"
+    try:
+        wait(active, options, progress)
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    finally:
+        if options.keep:
+            active.request("finish", timeout=300, outcome=outcome, reason=None)
+        else:
+            testbed.swap_out(name, outcome=outcome)
+    assert active.results is not None
+    found = {**summary(active.results), "results": str(active.results), "kept": options.keep}
+    if active.linktest is not None:
+        found["linktest"] = {k: v for k, v in active.linktest.to_json().items() if k != "checks"}
+    return found
+
+
+def wait(active: Active, options: RunOptions, console: Console | None = None) -> None:
+    """Until the run is over: finished, ``duration_s`` reached, or (without a duration) its
+    events and programs done; ``timeout_s`` cuts a run that would go on longer."""
+    duration = options.duration_s
+    end = duration or expected_end(active.experiment)
+    columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=console, disable=console is None, transient=True) as bar:
+        task = bar.add_task(f"running {active.name}", total=end)
+        while True:
+            status = active.request("status")
+            elapsed = status["elapsed_s"]
+            bar.update(task, completed=min(elapsed, end) if end else elapsed)
+            if status["finished"]:
+                break
+            if duration is not None and elapsed >= duration:
+                break
+            if duration is None and not status["busy"]:
+                break
+            if options.timeout_s is not None and elapsed >= options.timeout_s:
+                break
+            time.sleep(POLL_S)
+
+
+def wait_and_end(testbed: Testbed, active: Active, options: RunOptions) -> str:
+    """Waits for a run as `run` does, then ends it, keeping the network; its outcome."""
+    wait(active, options)
+    return testbed.end_run(active.name, active, "completed", None, stop=False)
+
+
+def run_alone(
+    store_path: Path, exp: Experiment, options: RunOptions, **source: Any
+) -> dict[str, Any]:
+    """An instrument's run: ``exp`` defined afresh in a store of its own (at ``store_path``)
+    and run once on the default back end; ``source`` as ``Testbed.define`` takes it."""
+    from nestbed.backend import get as get_backend
+    from nestbed.store import Store
+
+    with Store.open(str(store_path)) as store:
+        testbed = Testbed(store, get_backend())
+        testbed.define(exp, anew=True, **source)
+        return run(testbed, exp.name, options)

@@ -1,0 +1,163 @@
+"""Orchestration over the fake back end: the state machine around every step, rollback
+after a failed step, the next run of a reused network keeping its options, and cleanup
+choosing what has no living owner."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbtest import experiment
+from nestbed.backend.plan import experiment_tag, plan
+from nestbed.errors import EnvironmentProblem, InternalError, UserError
+from nestbed.lifecycle import locks
+from nestbed.lifecycle.runs import run
+from nestbed.model.options import RunOptions
+from nestbed.store import State
+
+LINE = """
+nodes: [{name: a}, {name: r}, {name: b}]
+links:
+  - {name: link0, members: [a, r], delay: 10ms}
+  - {name: link1, members: [r, b], bandwidth: 10Mb}
+events:
+  - {at: 1, object: link0, verb: down}
+"""
+
+
+def _defined(testbed, name: str = "line"):  # type: ignore[no-untyped-def]
+    exp = experiment(LINE, name)
+    testbed.define(exp)
+    return exp
+
+
+def test_swap_in_then_out_walks_the_states_and_leaves_nothing(testbed, fake, controllers):
+    exp = _defined(testbed)
+    active = testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
+    assert testbed.store.get(exp.name).state == State.ACTIVE
+    start = controllers.started[exp.name][0]
+    assert start["backend"] == "fake" and start["run_id"] == active.run_id
+    assert start["options"]["results"] == str(fake.state_root / "r")
+    testbed.swap_out(exp.name)
+    history = [c.to_state for c in testbed.store.history(exp.name)]
+    assert history[-4:] == ["swapping-in", "active", "swapping-out", "swapped"]
+    assert fake.leftovers() == {}
+    assert [r.outcome for r in testbed.store.runs(exp.name)] == ["completed"]
+
+
+@pytest.mark.parametrize("step", ["swap_in", "launch"])
+def test_a_failed_step_of_swap_in_rolls_everything_back(testbed, fake, controllers, step):
+    exp = _defined(testbed)
+    if step == "swap_in":
+        fake.fail.add("swap_in")
+        expected = EnvironmentProblem
+    else:
+        controllers.fail_launch = True
+        expected = InternalError
+    with pytest.raises(expected):
+        testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
+    assert testbed.store.get(exp.name).state == State.FAILED
+    assert fake.leftovers() == {}
+    assert all(r.outcome == "failed" for r in testbed.store.runs(exp.name))
+    # The lock went with the failed swap-in: the experiment can be swapped in again.
+    assert not locks.owned(fake.state_root, experiment_tag(exp.name))
+    fake.fail.clear()
+    controllers.fail_launch = False
+    testbed.swap_out(exp.name)  # a failed experiment is settled by a swap-out
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "again"))
+    assert testbed.store.get(exp.name).state == State.ACTIVE
+
+
+def test_options_naming_nodes_are_checked_against_the_experiment(testbed, fake):
+    exp = _defined(testbed)
+    with pytest.raises(UserError, match="has no node 'z' for --cpumon; its nodes are a, r, b"):
+        testbed.swap_in(exp.name, RunOptions(cpumon=("z",)))
+    assert testbed.store.get(exp.name).state == State.DEFINED  # refused before anything
+    assert fake.journal() == [{"op": "require_ready"}]
+
+
+def test_the_next_run_of_a_reused_network_keeps_its_options_and_resets_changed_pipes(
+    testbed, fake, controllers
+):
+    exp = _defined(testbed)
+    options = RunOptions(results=fake.state_root / "r1", capture=True, cpumon=("all",),
+                         cpumon_duty=0.2, report=False)  # fmt: skip
+    testbed.swap_in(exp.name, options)
+    slower = experiment(LINE.replace("bandwidth: 10Mb", "bandwidth: 10Mb, delay: 50ms"), "line")
+    second = options.model_copy(update={"results": fake.state_root / "r2"})
+    active = testbed.next_run(exp.name, slower, second)
+    op, fields = controllers.requests[exp.name][-1]
+    assert op == "next_run"
+    kept = fields["start"]["options"]
+    assert kept["capture"] and kept["cpumon"] == ["a", "r", "b"] and kept["cpumon_duty"] == 0.2
+    assert kept["results"] == str(fake.state_root / "r2") and not kept["report"]
+    assert fields["start"]["reused_runs"] == 1
+    sets = [r for r in fake.linkd(active.plan).requests() if r["op"] == "set"]
+    assert sets and {r["link"] for r in sets} == {"link1"}
+    assert [r.outcome for r in testbed.store.runs(exp.name)] == ["completed", None]
+
+
+def test_a_next_run_that_rewires_the_network_is_refused(testbed, fake):
+    exp = _defined(testbed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r1"))
+    other = experiment(LINE.replace("{name: b}]", "{name: b}, {name: c}]"), "line")
+    with pytest.raises(UserError, match="changes more than link shaping"):
+        testbed.next_run(exp.name, other)
+
+
+def test_cleanup_takes_only_what_has_no_living_owner(testbed, fake, controllers):
+    live, crashed = _defined(testbed, "live"), _defined(testbed, "crashed")
+    testbed.swap_in(live.name, RunOptions(results=fake.state_root / "live"))
+    testbed.swap_in(crashed.name, RunOptions(results=fake.state_root / "crashed"))
+    # Two networks no store knows: one whose owner lives, one orphaned.
+    mine, other = experiment(LINE, "owned"), experiment(LINE, "orphan")
+    for exp in (mine, other):
+        fake.swap_in(plan(exp))
+    # The stand-in controllers hold no lock; a living controller would hold its experiment's.
+    holders = [locks.ExperimentLock(fake.state_root, n).acquire() for n in (live.name, mine.name)]
+    controllers.dead.add(crashed.name)
+    try:
+        done = testbed.cleanup()
+    finally:
+        for lock in holders:
+            lock.release()
+    assert done.settled == [crashed.name]
+    assert sorted(done.removed) == sorted(plan(other).namespaces)
+    assert live.name in done.spared
+    assert testbed.store.get(live.name).state == State.ACTIVE
+    assert testbed.store.get(crashed.name).state == State.SWAPPED
+    assert set(fake.leftovers()) == {experiment_tag(live.name), experiment_tag(mine.name)}
+    ended = [r.outcome for r in testbed.store.runs(crashed.name)]
+    assert ended == ["failed"]
+
+
+def test_cleanup_of_one_experiment_touches_no_other(testbed, fake, controllers):
+    one, two = _defined(testbed, "one"), _defined(testbed, "two")
+    for exp in (one, two):
+        testbed.swap_in(exp.name, RunOptions(results=fake.state_root / exp.name))
+    done = testbed.cleanup(one.name, everything=True)
+    assert done.settled == [one.name]
+    assert testbed.store.get(two.name).state == State.ACTIVE
+    assert set(fake.leftovers()) == {experiment_tag(two.name)}
+
+
+def test_a_whole_run_swaps_in_waits_and_swaps_out(testbed, fake, controllers):
+    exp = _defined(testbed)
+    summary = run(testbed, exp.name, RunOptions(results=fake.state_root / "r", duration_s=2))
+    assert summary["results"] == str(fake.state_root / "r")
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    ops = [op for op, _ in controllers.requests[exp.name]]
+    assert ops[0] == "status" and ops[-2:] == ["finish", "shutdown"]
+    assert fake.leftovers() == {}
+
+
+def test_a_kept_run_ends_its_run_but_stays_active(testbed, fake, controllers):
+    exp = _defined(testbed)
+    run(testbed, exp.name, RunOptions(results=fake.state_root / "r", keep=True))
+    assert testbed.store.get(exp.name).state == State.ACTIVE
+    assert controllers.requests[exp.name][-1][0] == "finish"
+
+
+def test_commands_on_an_experiment_that_is_not_active_say_what_to_do(testbed):
+    exp = _defined(testbed)
+    with pytest.raises(UserError, match="is defined, not active; swap it in first"):
+        testbed.active(exp.name)
