@@ -1,95 +1,121 @@
-"""Starting an experiment's controller and talking to it over its socket."""
+"""Starting an experiment's controller and talking to it over its control socket.
+
+The controller's files live in the back end's run folder of the experiment: the start
+document it was launched with, its socket, log and pid file.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import subprocess
+import select
+import socket
 import sys
-import time
-from pathlib import Path
+import threading
+from collections.abc import Sequence
 from typing import Any
 
-from nestbed.backend import linux
+from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
-from nestbed.errors import EnvironmentProblem, InternalError, UserError
+from nestbed.backend.sockets import SocketClient, start_daemon
+from nestbed.errors import NestbedError, UserError
+from nestbed.model.options import ControllerStart
 
 SOCKET = "control.sock"
-_START_TIMEOUT_S = 30
+START = "controller.json"  # the ControllerStart it was launched with
+LOG = "controller.log"
+PID = "controller.pid"  # written by the controller before its socket exists
+START_TIMEOUT_S = 30
+ALIVE_TIMEOUT_S = 5
 
 
-def socket_path(plan: Plan) -> Path:
-    return linux.run_dir(plan) / SOCKET
+class ControllerClient:
+    """The controller of one swapped-in experiment: launch it, then send it requests over
+    one connection, kept open across requests and opened again if it broke."""
 
+    def __init__(self, backend: Backend, plan: Plan):
+        self.backend, self.plan = backend, plan
+        self.directory = backend.run_dir(plan)
+        self.path = self.directory / SOCKET
+        self.what = f"the controller of experiment {plan.experiment}"
+        self.lock = threading.Lock()  # one request at a time on the connection
+        self.client: SocketClient | None = None
 
-def launch(
-    plan: Plan,
-    ir: Path,
-    results: Path,
-    run_id: int | None,
-    capture: bool,
-    *,
-    report: bool = True,
-    cpumon: tuple[str, ...] = (),
-    cpumon_duty: float | None = None,
-    capture_nodes: tuple[str, ...] = (),
-) -> None:
-    """Starts the controller of a swapped-in experiment and waits until it answers.
-
-    Without ``report`` the run's tables are written but not report.md and its plots (a
-    sweep's runs: a second or two each). ``cpumon`` names the nodes where nestbed-cpumon runs
-    (looping ``cpumon_duty`` of each second); ``capture_nodes`` the only nodes whose link
-    ends are captured (all when empty)."""
-    directory = linux.run_dir(plan)
-    argv = [sys.executable, "-m", "nestbed.control", "--ir", str(ir), "--results", str(results)]
-    if run_id is not None:
-        argv += ["--run-id", str(run_id)]
-    if capture:
-        argv.append("--capture")
-    if not report:
-        argv.append("--no-report")
-    for node in cpumon:
-        argv += ["--cpumon", node]
-    for node in capture_nodes:
-        argv += ["--capture-node", node]
-    if cpumon_duty is not None:
-        argv += ["--cpumon-duty", str(cpumon_duty)]
-    with (directory / "controller.log").open("ab") as log:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    def launch(self, start: ControllerStart, *, pass_fds: Sequence[int] = ()) -> None:
+        """Starts the controller with ``start`` (written to the run folder) and waits until it
+        answers; ``pass_fds`` stay open in the controller for its whole life (a lock)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        document = self.directory / START
+        document.write_text(start.model_dump_json(indent=2) + "\n")
+        argv = [sys.executable, "-m", "nestbed.control", "--start", str(document)]
+        start_daemon(
+            argv,
+            self.path,
+            self.directory / LOG,
+            self.what,
+            timeout_s=START_TIMEOUT_S,
+            ping=True,
+            pass_fds=pass_fds,
         )
-    path = socket_path(plan)
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            tail = (directory / "controller.log").read_text(errors="replace").strip()
-            last = tail.splitlines()[-1] if tail else "no output"
-            raise EnvironmentProblem(
-                f"the controller of experiment {plan.experiment} exited at start: {last}"
-            )
-        if path.exists():
+
+    def request(self, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
+        """One request and its reply; a refusal is a UserError, a controller that is not
+        running one sentence saying what to do."""
+        with self.lock:
+            client = self._connection()
+            client.sock.settimeout(timeout)
+            try:
+                return client.request(op, **fields)
+            except UserError:
+                raise  # refused: the connection is fine
+            except BaseException:
+                # A timeout leaves a reply to come on this connection; anything else may
+                # have broken it: the next request starts afresh.
+                self._drop()
+                raise
+
+    def alive(self) -> bool:
+        """Whether the controller answers a ping now."""
+        try:
+            self.request("ping", timeout=ALIVE_TIMEOUT_S)
+        except (NestbedError, OSError, ValueError):
+            return False
+        return True
+
+    def close(self) -> None:
+        with self.lock:
+            self._drop()
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _connection(self) -> SocketClient:
+        if self.client is not None and _closed_by_peer(self.client.sock):
+            self._drop()
+        if self.client is None:
+            try:
+                self.client = SocketClient(self.path, "the controller")
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise UserError(
+                    f"the controller of experiment {self.plan.experiment} is not running; swap "
+                    f"the experiment out and in again (`nestbed swapout {self.plan.experiment}`)"
+                ) from exc
+        return self.client
+
+    def _drop(self) -> None:
+        if self.client is not None:
             with contextlib.suppress(OSError):
-                client = linux.SocketClient(path, "the controller", timeout=5)
-                try:
-                    client.request("ping")
-                    return
-                finally:
-                    client.close()
-        if time.monotonic() > deadline:
-            process.kill()
-            raise InternalError(f"the controller did not start; see {directory}/controller.log")
-        time.sleep(0.02)
+                self.client.close()
+            self.client = None
 
 
-def request(plan: Plan, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
-    """One request to the experiment's controller."""
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle connection is no longer usable: readable between requests means the
+    controller closed it (it exited) or sent what nobody asked for."""
     try:
-        client = linux.SocketClient(socket_path(plan), "the controller", timeout=timeout)
-    except (FileNotFoundError, ConnectionRefusedError) as exc:
-        raise UserError(
-            f"the controller of experiment {plan.experiment} is not running; swap the "
-            f"experiment out and in again (`nestbed swapout {plan.experiment}`)"
-        ) from exc
-    try:
-        return client.request(op, **fields)
-    finally:
-        client.close()
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
