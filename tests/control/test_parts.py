@@ -162,3 +162,26 @@ events:
     assert l0.model_dump(mode="json") == changed  # as the event left it
     assert seen["plan"] == experiment.plan and seen["level"] == 2 and seen["down"] == set()
     assert seen["backend"].name == "fake"
+
+
+def test_a_bug_while_ending_a_run_leaves_a_failed_manifest_and_no_waiter_forever(fake, monkeypatch):
+    from nestbed.control import run as run_module
+    from nestbed.results import manifest
+
+    experiment = fake(TWO_NODES)
+    start = experiment.start()
+    run = run_module.Run(experiment.backend, start)
+    run.start()
+
+    def broken(*_args):
+        raise KeyError("flows")
+
+    monkeypatch.setattr(run_module, "collect_traffic", broken)
+    with pytest.raises(KeyError):
+        run.finish("completed", None)
+    said = "the controller failed while ending the run: KeyError: 'flows'"
+    assert run.finish("completed", None) == {"outcome": "failed", "reason": said,
+                                             "results": str(start.results)}  # fmt: skip
+    ended = manifest.read(start.results)
+    assert (ended["outcome"], ended["reason"]) == ("failed", said)
+    run.retire()

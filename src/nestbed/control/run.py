@@ -5,6 +5,7 @@ the end stops everything and writes every table and the report."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from nestbed.control.linktests import Linktests
 from nestbed.control.programs import ProgramRunner
 from nestbed.control.requests import Event
 from nestbed.control.sampler import Sampler
-from nestbed.control.scheduler import Scheduler
+from nestbed.control.scheduler import Pending, Scheduler
 from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
 from nestbed.errors import Refused
 from nestbed.model import Action, Experiment, Program
@@ -231,6 +232,23 @@ class Run:
         if skipped is None:
             self.finished.wait()
             return self.outcome
+        try:
+            self.outcome = self._wind_up(skipped, outcome, reason)
+        except BaseException as exc:
+            # A bug while ending: the manifest says so (keeping everything written until
+            # then), later finish requests do not wait forever, the request gets the error.
+            said = f"the controller failed while ending the run: {type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                self.sampler.stop()
+            with contextlib.suppress(Exception):
+                manifest.end(self.folder.root, "failed", said, self.now_s())
+            self.outcome = {"outcome": "failed", "reason": said, "results": str(self.folder.root)}
+            raise
+        finally:
+            self.finished.set()
+        return self.outcome
+
+    def _wind_up(self, skipped: list[Pending], outcome: str, reason: str | None) -> dict[str, Any]:
         for item in skipped:
             self.actions.skipped(item.action, item.source, item.planned_s)
         self.actions.stop_sequences()
@@ -259,9 +277,7 @@ class Run:
         if problems:
             reason = "; ".join(filter(None, [reason, *problems]))
         reason = close_run(self.folder, outcome, reason, duration, report=self.options.report)
-        self.outcome = {"outcome": outcome, "reason": reason, "results": str(self.folder.root)}
-        self.finished.set()
-        return self.outcome
+        return {"outcome": outcome, "reason": reason, "results": str(self.folder.root)}
 
     def _end_by_event(self, verb: str, outcome: str, reason: str) -> None:
         self.finish(outcome, reason)
