@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,27 @@ def _read(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_controller_ends_the_run_as_interrupted(fake, signum):
+    experiment = fake(
+        TWO_NODES
+        + """
+programs:
+  - {name: long, node: a, command: sleep 300}
+events:
+  - {at: 0, object: long, verb: start}
+"""
+    )
+    start = experiment.launch()
+    client = experiment.client
+    wait_for(lambda: client.request("status")["programs"][0]["state"] == "running", "long's start")
+    pid = int((experiment.run_dir / "controller.pid").read_text())
+    os.kill(pid, signum)
+    wait_for(lambda: client.request("status")["finished"], "the run's end")
+    ended = manifest.read(start.results)
+    assert (ended["outcome"], ended["reason"]) == (
+        "interrupted", f"the controller got {signal.Signals(signum).name}")  # fmt: skip
+    assert [r["outcome"] for r in rows(RunFolder(start.results).programs_table)] == ["killed"]
+    assert client.alive()  # it still answers, until swap-out shuts it down
