@@ -4,7 +4,6 @@ one connection, refusals versus bugs, the next run of a reused network, an inher
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 from pathlib import Path
@@ -99,7 +98,7 @@ def test_a_bug_inside_the_controller_is_an_internal_error_with_its_traceback_log
     client.request("finish")
     broken = first.model_copy(update={"ir": experiment.tmp / "no-such-ir.json"})
     with pytest.raises(InternalError, match="internal error: FileNotFoundError") as raised:
-        client.request("next_run", start=json.loads(broken.model_dump_json()))
+        client.next_run(broken)
     assert not isinstance(raised.value, UserError)
     log = experiment.log()
     assert "Traceback" in log and "FileNotFoundError" in log
@@ -113,7 +112,7 @@ def test_next_run_on_the_same_network_keeps_its_options(fake):
     client = experiment.client
     client.request("finish")
     second = experiment.start(**options).model_copy(update={"reused_runs": 1})
-    reply = client.request("next_run", start=json.loads(second.model_dump_json()))
+    reply = client.next_run(second)
     assert reply == {"ok": True, "run_id": None, "results": str(second.results)}
     wait_for(lambda: client.request("status")["programs"][0]["state"] == "ended", "hello's end")
     client.request("finish")
@@ -130,7 +129,7 @@ def test_next_run_is_refused_while_the_run_goes_on(fake):
     experiment = fake(PROGRAM)
     start = experiment.launch()
     with pytest.raises(UserError, match="has not finished; finish it first"):
-        experiment.client.request("next_run", start=json.loads(start.model_dump_json()))
+        experiment.client.next_run(start)
 
 
 def test_the_controller_inherits_and_holds_a_passed_lock(fake, tmp_path):

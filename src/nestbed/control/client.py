@@ -73,6 +73,11 @@ class ControllerClient:
                 self._drop()
                 raise
 
+    def next_run(self, start: ControllerStart, timeout: float | None = 60) -> dict[str, Any]:
+        """Begins the next run on the same network with ``start`` (its options included),
+        once the current run has finished; the reply names its run and results folder."""
+        return self.request("next_run", timeout, start=start.model_dump(mode="json"))
+
     def alive(self) -> bool:
         """Whether the controller answers a ping now."""
         try:
