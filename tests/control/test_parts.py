@@ -185,3 +185,23 @@ def test_a_bug_while_ending_a_run_leaves_a_failed_manifest_and_no_waiter_forever
     ended = manifest.read(start.results)
     assert (ended["outcome"], ended["reason"]) == ("failed", said)
     run.retire()
+
+
+def test_only_a_programs_own_processes_count_as_its_group():
+    import os
+    import subprocess
+
+    from nestbed.control.programs import _group_alive
+
+    marker = b"\0NESTBED_PROGRAM_DIR=/results/programs/p\0"
+    env = {**os.environ, "NESTBED_PROGRAM_DIR": "/results/programs/p"}
+    ours = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its number reused
+    try:
+        assert _group_alive(ours.pid, marker)
+        assert not _group_alive(other.pid, marker)
+    finally:
+        for process in (ours, other):
+            process.kill()
+            process.wait()
+    assert not _group_alive(ours.pid, marker)

@@ -145,7 +145,7 @@ class ProgramRunner:
             self.stop()
             self.wait(self.grace_s * 2)
         for inv in self.invocations:
-            _end_group(inv.process.pid, self.grace_s)
+            _end_group(inv.process.pid, self._marker(), self.grace_s)
 
     def _watch(self, inv: Invocation, pumps: list[threading.Thread]) -> None:
         try:
@@ -160,7 +160,7 @@ class ProgramRunner:
             inv.process.wait()
         if inv.timed_out or inv.stopped:
             # The shell may have ended on SIGTERM while a child of it ignores it.
-            _end_group(inv.process.pid, self.grace_s, signaled=True)
+            _end_group(inv.process.pid, self._marker(), self.grace_s, signaled=True)
         for pump in pumps:
             pump.join(self.grace_s)
         inv.ended_s = self.now_s()
@@ -189,6 +189,10 @@ class ProgramRunner:
         with self.done:
             self.done.notify_all()
 
+    def _marker(self) -> bytes:
+        """What every process of this program has in its environment (it inherits it)."""
+        return f"\0NESTBED_PROGRAM_DIR={self.folder / self.name}\0".encode()
+
     def status(self) -> dict[str, Any]:
         inv = self.invocations[-1] if self.invocations else None
         return {
@@ -205,16 +209,16 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         os.killpg(process.pid, sig)
 
 
-def _end_group(pgid: int, grace_s: float, *, signaled: bool = False) -> None:
-    """Ends every process left in group ``pgid``: SIGTERM (unless ``signaled`` already),
-    then SIGKILL after ``grace_s`` if any is still there."""
-    if not _group_alive(pgid):
+def _end_group(pgid: int, marker: bytes, grace_s: float, *, signaled: bool = False) -> None:
+    """Ends every process left in the program's group ``pgid``: SIGTERM (unless
+    ``signaled`` already), then SIGKILL after ``grace_s`` if any is still there."""
+    if not _group_alive(pgid, marker):
         return
     if not signaled:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while _group_alive(pgid):
+    while _group_alive(pgid, marker):
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
@@ -222,13 +226,21 @@ def _end_group(pgid: int, grace_s: float, *, signaled: bool = False) -> None:
         time.sleep(_GONE_POLL_S)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphan that
-    died waits for init to reap it, and init is not always one that does (containers)."""
+def _group_alive(pgid: int, marker: bytes) -> bool:
+    """Whether a process of the program's group ``pgid`` still runs.
+
+    Zombies do not count: an orphan that died waits for init to reap it, and init is not
+    always one that does (containers). Only a process with the program's ``marker`` in its
+    environment counts: once the group had emptied, its number may be another's group.
+    """
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             state, _ppid, group = stat.read_text().rpartition(")")[2].split()[:3]
-            if int(group) == pgid and state not in ("Z", "X"):
+            if (
+                int(group) == pgid
+                and state not in ("Z", "X")
+                and marker in b"\0" + (stat.parent / "environ").read_bytes()
+            ):
                 return True
     return False
 
