@@ -228,3 +228,15 @@ events:
         "interrupted", f"the controller got {signal.Signals(signum).name}")  # fmt: skip
     assert [r["outcome"] for r in rows(RunFolder(start.results).programs_table)] == ["killed"]
     assert client.alive()  # it still answers, until swap-out shuts it down
+
+
+def test_a_run_that_cannot_start_ends_as_failed_and_says_why(fake, monkeypatch):
+    monkeypatch.setenv("NESTBED_CPUMON", "/nonexistent/nestbed-cpumon")
+    experiment = fake(PROGRAM)
+    start = experiment.start(capture=True, cpumon=("a",))
+    with pytest.raises(InternalError, match="exited at start"):
+        experiment.client.launch(start)
+    ended = manifest.read(start.results)
+    assert ended["outcome"] == "failed"
+    assert ended["reason"].startswith("the run could not start: ")
+    assert "/nonexistent/nestbed-cpumon" in ended["reason"]

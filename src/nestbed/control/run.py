@@ -148,7 +148,17 @@ class Run:
     # -- start ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Gets everything ready, then begins the event list and the samples at t0."""
+        """Gets everything ready, then begins the event list and the samples at t0; a run
+        that cannot start is ended as failed (nothing it started is left) and the error
+        raised."""
+        try:
+            self._start()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                self.finish("failed", f"the run could not start: {exc}")
+            raise
+
+    def _start(self) -> None:
         for flow in self.flows.values():
             flow.prepare()
         if self.options.capture:
