@@ -2,7 +2,8 @@
 
     NestbedError                 anything nestbed reports to a user
     ├── UserError         (2)    a bad file, a bad parameter, a wrong name: the user can fix it
-    │   └── SpecError            one or more problems found in an experiment file
+    │   ├── SpecError            one or more problems found in an experiment file
+    │   └── Refused              a request the experiment's controller turns down
     ├── EnvironmentProblem (3)   a missing tool, no root, a database that cannot be reached
     └── InternalError     (4)    a broken invariant inside nestbed: a bug to report
 
@@ -25,6 +26,11 @@ class UserError(NestbedError):
     """A mistake the user can fix: a bad file, parameter or name."""
 
     exit_code = 2
+
+
+class Refused(UserError):
+    """A request or event the experiment's controller turns down (an unknown object, a
+    program already running, a run that has ended): the user's to fix, not a bug."""
 
 
 class EnvironmentProblem(NestbedError):

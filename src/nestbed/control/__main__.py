@@ -1,7 +1,8 @@
-"""`python -m nestbed.control`: the controller process, as swap-in starts it."""
+"""`python -m nestbed.control --start FILE`: the controller process, as the life cycle starts
+it (ControllerClient.launch)."""
 
 import sys
 
-from nestbed.control.daemon import main
+from nestbed.control.controller import main
 
 sys.exit(main())

@@ -1,70 +1,126 @@
-"""Starting an experiment's controller and talking to it over its socket."""
+"""Starting an experiment's controller and talking to it over its control socket.
+
+The controller's files live in the back end's run folder of the experiment: the start
+document it was launched with, its socket, log and pid file.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import select
+import socket
+import sys
+import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
-from nestbed.backend.sockets import SocketClient, answers, start_daemon
-from nestbed.errors import UserError
+from nestbed.backend.sockets import SocketClient, start_daemon
+from nestbed.errors import NestbedError, UserError
 from nestbed.model.options import ControllerStart
 
 SOCKET = "control.sock"
-_START_TIMEOUT_S = 30
+START = "controller.json"  # the ControllerStart it was launched with
+LOG = "controller.log"
+PID = "controller.pid"  # written by the controller before its socket exists
+START_TIMEOUT_S = 30
+ALIVE_TIMEOUT_S = 5
 
 
 class ControllerClient:
-    """The controller of one swapped-in experiment."""
+    """The controller of one swapped-in experiment: launch it, then send it requests over
+    one connection, kept open across requests and opened again if it broke."""
 
     def __init__(self, backend: Backend, plan: Plan):
         self.backend, self.plan = backend, plan
         self.directory = backend.run_dir(plan)
-        self.socket = self.directory / SOCKET
-        self._client: SocketClient | None = None
+        self.path = self.directory / SOCKET
+        self.what = f"the controller of experiment {plan.experiment}"
+        self.lock = threading.Lock()  # one request at a time on the connection
+        self.client: SocketClient | None = None
 
     def launch(self, start: ControllerStart, *, pass_fds: Sequence[int] = ()) -> None:
-        import sys
-
-        options = start.options
-        argv = [sys.executable, "-m", "nestbed.control", "--ir", str(start.ir),
-                "--results", str(start.results)]  # fmt: skip
-        if start.run_id is not None:
-            argv += ["--run-id", str(start.run_id)]
-        if options.capture:
-            argv.append("--capture")
-        if not options.report:
-            argv.append("--no-report")
-        for node in options.cpumon:
-            argv += ["--cpumon", node]
-        for node in options.capture_nodes:
-            argv += ["--capture-node", node]
-        argv += ["--cpumon-duty", str(options.cpumon_duty)]
-        start_daemon(argv, self.socket, self.directory / "controller.log",
-                     f"the controller of experiment {self.plan.experiment}",
-                     timeout_s=_START_TIMEOUT_S, ping=True, pass_fds=pass_fds)  # fmt: skip
+        """Starts the controller with ``start`` (written to the run folder) and waits until it
+        answers; ``pass_fds`` stay open in the controller for its whole life (a lock)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        document = self.directory / START
+        document.write_text(start.model_dump_json(indent=2) + "\n")
+        argv = [sys.executable, "-m", "nestbed.control", "--start", str(document)]
+        start_daemon(
+            argv,
+            self.path,
+            self.directory / LOG,
+            self.what,
+            timeout_s=START_TIMEOUT_S,
+            ping=True,
+            pass_fds=pass_fds,
+        )
 
     def request(self, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
-        try:
-            client = SocketClient(self.socket, "the controller", timeout=timeout)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise UserError(
-                f"the controller of experiment {self.plan.experiment} is not running; swap the "
-                f"experiment out and in again (`nestbed swapout {self.plan.experiment}`)"
-            ) from exc
-        with client:
-            return client.request(op, **fields)
+        """One request and its reply; a refusal is a UserError, a controller that is not
+        running one sentence saying what to do."""
+        with self.lock:
+            client = self._connection()
+            client.sock.settimeout(timeout)
+            try:
+                return client.request(op, **fields)
+            except UserError:
+                raise  # refused: the connection is fine
+            except BaseException:
+                # A timeout leaves a reply to come on this connection; anything else may
+                # have broken it: the next request starts afresh.
+                self._drop()
+                raise
+
+    def next_run(self, start: ControllerStart, timeout: float | None = 60) -> dict[str, Any]:
+        """Begins the next run on the same network with ``start`` (its options included),
+        once the current run has finished; the reply names its run and results folder."""
+        return self.request("next_run", timeout, start=start.model_dump(mode="json"))
 
     def alive(self) -> bool:
-        return answers(self.socket, "the controller")
+        """Whether the controller answers a ping now."""
+        try:
+            self.request("ping", timeout=ALIVE_TIMEOUT_S)
+        except (NestbedError, OSError, ValueError):
+            return False
+        return True
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self.lock:
+            self._drop()
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _connection(self) -> SocketClient:
+        if self.client is not None and _closed_by_peer(self.client.sock):
+            self._drop()
+        if self.client is None:
+            try:
+                self.client = SocketClient(self.path, "the controller")
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise UserError(
+                    f"the controller of experiment {self.plan.experiment} is not running; swap "
+                    f"the experiment out and in again (`nestbed swapout {self.plan.experiment}`)"
+                ) from exc
+        return self.client
+
+    def _drop(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(OSError):
+                self.client.close()
+            self.client = None
 
 
-def socket_path(directory: Path) -> Path:
-    return directory / SOCKET
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle connection is no longer usable: readable between requests means the
+    controller closed it (it exited) or sent what nobody asked for."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)

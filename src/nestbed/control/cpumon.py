@@ -29,7 +29,6 @@ CPU_COLUMNS = (
     "cpu_util",
     "addresses",
 )
-DEFAULT_DUTY = 0.1  # of each second the monitor loops; the rest of its core is the node's
 _STOP_WAIT_S = 5.0
 
 

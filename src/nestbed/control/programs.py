@@ -10,18 +10,25 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from nestbed.errors import Refused
 from nestbed.model import Program
+from nestbed.results.folder import RunFolder
 from nestbed.units import parse_time
 
 # Output beyond this per stream is counted and dropped, so a program printing gigabytes
 # cannot fill the disk of the results folder.
 OUTPUT_LIMIT = 64 * 1024 * 1024
-_KILL_GRACE_S = 2.0
+# A program stopped (by an event, its timeout or the end of the run) gets SIGTERM on its whole
+# process group, then SIGKILL on what is left of the group after this many seconds. The group
+# is the program's shell and everything it started, so its children never outlive the run.
+STOP_GRACE_S = 2.0
+_GONE_POLL_S = 0.01
 
 
 @dataclass
@@ -42,18 +49,21 @@ class ProgramRunner:
     def __init__(
         self,
         program: Program,
-        run: Path,
+        folder: RunFolder,
         spawn: Callable[..., subprocess.Popen],
         now_s: Callable[[], float],
         record: Callable[[dict[str, Any]], None],
+        grace_s: float = STOP_GRACE_S,
     ):
         self.program = program
         self.command = program.command
         self.dir = program.dir
         self.timeout_s = program.timeout_s
         self.expected = program.expected_exit_code
-        self.folder = run / "programs"
+        self.results = folder.root
+        self.folder = folder.programs
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.grace_s = grace_s
         self.spawn, self.now_s, self.record = spawn, now_s, record
         self.invocations: list[Invocation] = []
         self.done = threading.Condition()
@@ -68,7 +78,7 @@ class ProgramRunner:
 
     def set(self, var: str, value: str) -> None:
         if self.running:
-            raise ValueError(f"program {self.name} is running; set {var} before starting it")
+            raise Refused(f"program {self.name} is running; set {var} before starting it")
         if var == "command":
             self.command = value
         elif var == "dir":
@@ -80,7 +90,7 @@ class ProgramRunner:
 
     def start(self) -> Invocation:
         if self.running:
-            raise ValueError(f"program {self.name} is already running; stop it first")
+            raise Refused(f"program {self.name} is already running; stop it first")
         number = len(self.invocations)
         stem = self.name if number == 0 else f"{self.name}.{number}"
         stdout, stderr = self.folder / f"{stem}.stdout", self.folder / f"{stem}.stderr"
@@ -122,16 +132,20 @@ class ProgramRunner:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if not self.running:
-            raise ValueError(f"program {self.name} is not running")
+            raise Refused(f"program {self.name} is not running")
         inv = self.invocations[-1]
         inv.stopped = True
         _signal_group(inv.process, sig)
 
     def stop_all(self) -> None:
-        """At the end of a run: stop what still runs and wait for its record."""
+        """At the end of a run: stops what still runs and waits for its record, then ends
+        whatever any invocation left behind in its process group (a child started in the
+        background outlives its shell)."""
         if self.running:
             self.stop()
-            self.wait(_KILL_GRACE_S * 2)
+            self.wait(self.grace_s * 2)
+        for inv in self.invocations:
+            _end_group(inv.process.pid, self._marker(), self.grace_s)
 
     def _watch(self, inv: Invocation, pumps: list[threading.Thread]) -> None:
         try:
@@ -140,12 +154,15 @@ class ProgramRunner:
             inv.timed_out = True
             _signal_group(inv.process, signal.SIGTERM)
         try:
-            inv.process.wait(_KILL_GRACE_S if inv.timed_out or inv.stopped else None)
+            inv.process.wait(self.grace_s if inv.timed_out or inv.stopped else None)
         except subprocess.TimeoutExpired:
             _signal_group(inv.process, signal.SIGKILL)
             inv.process.wait()
+        if inv.timed_out or inv.stopped:
+            # The shell may have ended on SIGTERM while a child of it ignores it.
+            _end_group(inv.process.pid, self._marker(), self.grace_s, signaled=True)
         for pump in pumps:
-            pump.join(_KILL_GRACE_S)
+            pump.join(self.grace_s)
         inv.ended_s = self.now_s()
         code = inv.process.returncode
         if inv.timed_out:
@@ -165,12 +182,16 @@ class ProgramRunner:
                 "expected_exit_code": self.expected,
                 "timed_out": inv.timed_out,
                 "outcome": outcome,
-                "stdout": str(inv.stdout.relative_to(self.folder.parent)),
-                "stderr": str(inv.stderr.relative_to(self.folder.parent)),
+                "stdout": str(inv.stdout.relative_to(self.results)),
+                "stderr": str(inv.stderr.relative_to(self.results)),
             }
         )
         with self.done:
             self.done.notify_all()
+
+    def _marker(self) -> bytes:
+        """What every process of this program has in its environment (it inherits it)."""
+        return f"\0NESTBED_PROGRAM_DIR={self.folder / self.name}\0".encode()
 
     def status(self) -> dict[str, Any]:
         inv = self.invocations[-1] if self.invocations else None
@@ -186,6 +207,42 @@ class ProgramRunner:
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
+
+
+def _end_group(pgid: int, marker: bytes, grace_s: float, *, signaled: bool = False) -> None:
+    """Ends every process left in the program's group ``pgid``: SIGTERM (unless
+    ``signaled`` already), then SIGKILL after ``grace_s`` if any is still there."""
+    if not _group_alive(pgid, marker):
+        return
+    if not signaled:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pgid, marker):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            return
+        time.sleep(_GONE_POLL_S)
+
+
+def _group_alive(pgid: int, marker: bytes) -> bool:
+    """Whether a process of the program's group ``pgid`` still runs.
+
+    Zombies do not count: an orphan that died waits for init to reap it, and init is not
+    always one that does (containers). Only a process with the program's ``marker`` in its
+    environment counts: once the group had emptied, its number may be another's group.
+    """
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            state, _ppid, group = stat.read_text().rpartition(")")[2].split()[:3]
+            if (
+                int(group) == pgid
+                and state not in ("Z", "X")
+                and marker in b"\0" + (stat.parent / "environ").read_bytes()
+            ):
+                return True
+    return False
 
 
 def _pump(source: IO[bytes] | None, target: Path) -> None:

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nestbed.binaries import built_binary
+from nestbed.errors import EnvironmentProblem, NestbedError, Refused
 from nestbed.model import Agent, Application
+from nestbed.results.folder import RunFolder
 
 # CBR sessions use UDP ports from here, FTP sessions TCP ports; 64 sessions per flow.
 _PORT_BASE = 20000
@@ -31,9 +34,9 @@ _HEADER = 12  # nestbed-probe's header: the smallest datagram it sends
 class Node(Protocol):
     """What a flow needs from the controller."""
 
-    run: Path
+    folder: RunFolder
 
-    def spawn(self, node: str, argv: list[str], name: str) -> subprocess.Popen: ...
+    def spawn(self, node: str, argv: list[str], output: Path) -> subprocess.Popen: ...
 
     def listening(self, process: subprocess.Popen, port: int, proto: str) -> None: ...
 
@@ -79,7 +82,7 @@ class Flow:
         self.notes: list[str] = []
         self._preparing: threading.Thread | None = None
         self._failure: Exception | None = None
-        self.raw = ctl.run / "traffic" / "raw"
+        self.raw = ctl.folder.traffic / "raw"
         self.raw.mkdir(parents=True, exist_ok=True)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -93,9 +96,7 @@ class Flow:
         """Starts the receiver of the next session and waits until it listens."""
         k = len(self.sessions)
         if k >= _SESSIONS:
-            raise ValueError(
-                f"{self.kind} {self.name} was started {_SESSIONS} times; no more ports"
-            )
+            raise Refused(f"{self.kind} {self.name} was started {_SESSIONS} times; no more ports")
         port = self.port_base + k
         files = {part: self.raw / f"{self.name}-{k}.{part}" for part in self._parts()}
         receiver = self.ctl.spawn(self.destination, self.receiver_argv(port, files), files["recv"])
@@ -104,7 +105,7 @@ class Flow:
 
     def start(self, amount: int | None = None) -> None:
         if self.running:
-            raise ValueError(f"{self.kind} {self.name} is already running; stop it first")
+            raise Refused(f"{self.kind} {self.name} is already running; stop it first")
         self._ready()
         session = self.sessions[-1]
         session.started_s = self.ctl.now_s()
@@ -115,7 +116,7 @@ class Flow:
         """Stops the sender; the receiver of the next session starts in the background, so
         events right after this one are not delayed by it."""
         if not self.running:
-            raise ValueError(f"{self.kind} {self.name} is not running")
+            raise Refused(f"{self.kind} {self.name} is not running")
         session = self.sessions[-1]
         session.ended_s = self.ctl.now_s()
         session.sender.send_signal(self.stop_signal)  # type: ignore[union-attr]
@@ -136,10 +137,10 @@ class Flow:
             self._preparing = None
         if self._failure is not None:
             failure, self._failure = self._failure, None
-            raise ValueError(f"{self.kind} {self.name} could not restart: {failure}")
+            raise EnvironmentProblem(f"{self.kind} {self.name} could not restart: {failure}")
 
     def stop_senders(self) -> None:
-        with contextlib.suppress(ValueError):
+        with contextlib.suppress(NestbedError):
             self._ready()
         for session in self.sessions:
             if session.sender and session.sender.poll() is None:
@@ -229,7 +230,7 @@ class CbrFlow(Flow):
         elif "rate_" in self.vars or self.app.interval_s is None:
             rate = parse_bandwidth(self.vars.get("rate_", str(self.app.rate_bps)))
             if rate <= 0:
-                raise ValueError(f"cbr {self.name}: rate_ must be above 0")
+                raise Refused(f"cbr {self.name}: rate_ must be above 0")
             interval = size * 8 / rate
         else:
             interval = self.app.interval_s
@@ -376,8 +377,6 @@ class FtpFlow(Flow):
 
 
 def _probe() -> str:
-    from nestbed.binaries import built_binary
-
     return built_binary("nestbed-probe")
 
 

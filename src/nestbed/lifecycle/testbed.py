@@ -225,7 +225,7 @@ class Testbed:
         )  # fmt: skip
         try:
             # The controller process stays; it starts the new run itself (no new process).
-            active.request("next_run", start=start.model_dump(mode="json"))
+            active.controller.next_run(start)
         except BaseException:
             self.store.end_run(run_id, "failed")
             raise

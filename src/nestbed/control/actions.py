@@ -1,0 +1,200 @@
+"""Carrying out one action of the run now, on whatever object it names (a link, a flow, a
+program, a timeline, a sequence, a group, the simulator `ns`), and recording it as a row of
+events.csv with its planned and actual time."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from nestbed.control.links import LinkStates
+from nestbed.control.linktests import Linktests
+from nestbed.control.programs import ProgramRunner
+from nestbed.control.scheduler import Scheduler
+from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
+from nestbed.errors import NestbedError, Refused
+from nestbed.model import Action, Experiment
+from nestbed.model.events import LINKTEST_DEFAULT
+from nestbed.results.tables import Table
+from nestbed.units import UnitError
+
+EndRun = Callable[[str, str, str], None]  # verb (halt, swapout ...), outcome, reason
+
+
+class Actions:
+    """The objects of one run, and what each verb does to them."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        scheduler: Scheduler,
+        links: LinkStates,
+        flows: dict[str, Flow],
+        programs: dict[str, ProgramRunner],
+        linktests: Linktests,
+        events: Table,
+        end_run: EndRun,
+    ):
+        self.exp, self.scheduler, self.links = exp, scheduler, links
+        self.flows, self.programs, self.linktests = flows, programs, linktests
+        self.events, self.end_run = events, end_run
+        self.index = itertools.count()
+        self.sequences: dict[str, threading.Event] = {}  # name -> stop flag, while running
+        self.groups = {g.name: g for g in exp.groups}
+        self.timelines = {t.name: t for t in exp.timelines}
+        self.sequence_steps = {s.name: s for s in exp.sequences}
+        self.agents = {a.name for a in exp.agents}
+
+    def perform(self, action: Action, source: str, planned_s: float | None) -> dict[str, Any]:
+        """Carries out ``action`` now and records it in events.csv; the row.
+
+        An action refused (or one the machine could not do) is an event that failed: its
+        row says why and the run goes on. Anything else is a bug of nestbed: the row says
+        so and the controller's log keeps the traceback.
+        """
+        actual = self.scheduler.now_s()
+        try:
+            message, outcome = self.execute(action, source), "ok"
+        except (NestbedError, OSError, UnitError) as exc:
+            message, outcome = str(exc), "error"
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            message, outcome = f"internal error: {type(exc).__name__}: {exc}", "error"
+        row = {
+            "index": next(self.index),
+            "source": source,
+            "planned_s": planned_s,
+            "actual_s": actual,
+            "error_ms": (actual - planned_s) * 1e3 if planned_s is not None else None,
+            "object": action.object,
+            "verb": action.verb,
+            "args": " ".join(action.args),
+            "outcome": outcome,
+            "message": message,
+        }
+        self.events.add(row)
+        return row
+
+    def skipped(self, action: Action, source: str, planned_s: float) -> None:
+        """Records an action the run ended before."""
+        self.events.add(
+            {
+                "index": next(self.index),
+                "source": source,
+                "planned_s": planned_s,
+                "object": action.object,
+                "verb": action.verb,
+                "args": " ".join(action.args),
+                "outcome": "skipped",
+                "message": "the run ended before this event",
+            }
+        )
+
+    def execute(self, action: Action, source: str) -> str:
+        obj, verb, args = action.object, action.verb, action.args
+        if obj in self.groups:
+            return "; ".join(
+                self.execute(action.model_copy(update={"object": member}), source)
+                for member in self.groups[obj].members
+            )
+        if obj in self.links:
+            return self.links.apply(obj, verb, args)
+        if obj in self.flows:
+            return self.flow(self.flows[obj], verb, args)
+        if obj in self.programs:
+            return self.program(self.programs[obj], verb, args, source)
+        if obj == "ns":
+            return self.ns(verb, args)
+        if obj in self.timelines:
+            return self.timeline(obj, verb, source)
+        if obj in self.sequence_steps:
+            return self.sequence(obj, verb)
+        if obj in self.agents:
+            return f"{obj} {' '.join(args)} recorded; agent variables do not change a real stack"
+        raise Refused(f"{obj} cannot be acted on by events")
+
+    def flow(self, flow: Flow, verb: str, args: tuple[str, ...]) -> str:
+        if verb == "start":
+            flow.start()
+        elif verb == "stop":
+            flow.stop()
+        elif verb == "set" and isinstance(flow, CbrFlow):
+            flow.set(args[0], args[1])
+        elif verb in ("produce", "send") and isinstance(flow, FtpFlow):
+            amount = int(args[0]) * (flow.segment_bytes() if verb == "produce" else 1)
+            flow.start(amount)
+        elif verb == "reset":
+            if flow.running:
+                flow.stop()
+        else:
+            raise Refused(f"{flow.kind} {flow.name} has no verb {verb}")
+        return ""
+
+    def program(self, prog: ProgramRunner, verb: str, args: tuple[str, ...], source: str) -> str:
+        if verb == "set":
+            prog.set(args[0], args[1])
+        elif verb in ("start", "run"):
+            inv = prog.start()
+            if verb == "run" and source == "sequence":
+                prog.wait()
+            return f"pid {inv.process.pid}"
+        elif verb == "stop":
+            prog.stop()
+        else:  # kill [SIGNAL]
+            name = (args[0] if args else "TERM").upper().removeprefix("SIG")
+            prog.stop(signal.Signals[f"SIG{name}"])
+        return ""
+
+    def ns(self, verb: str, args: tuple[str, ...]) -> str:
+        if verb in ("halt", "terminate", "swapout"):
+            reason = "$ns halt" if verb != "swapout" else "$ns swapout"
+            outcome = "halted" if verb != "swapout" else "completed"
+            threading.Thread(target=self.end_run, args=(verb, outcome, reason)).start()
+            return "the run ends"
+        if verb in ("log", "message"):
+            return " ".join(args)
+        # linktest runs for seconds to minutes, in its own process: later events stay on time.
+        return self.linktests.start(int(args[0]) if args else LINKTEST_DEFAULT)
+
+    def timeline(self, name: str, verb: str, source: str) -> str:
+        timeline = self.timelines[name]
+        if verb in ("start", "run"):
+            now = self.scheduler.now_s()
+            for event in timeline.events:
+                self.scheduler.push(event, "timeline", now + event.time_s, timeline=name)
+            if verb == "run" and source == "sequence":
+                self.scheduler.wait_timeline(name)
+            return f"{len(timeline.events)} events scheduled"
+        return f"{self.scheduler.drop_timeline(name)} pending events dropped"  # stop, reset
+
+    def sequence(self, name: str, verb: str) -> str:
+        sequence = self.sequence_steps[name]
+        if verb in ("stop", "reset"):
+            flag = self.sequences.get(name)
+            if flag:
+                flag.set()
+            return ""
+        if name in self.sequences:
+            raise Refused(f"sequence {name} is already running")
+        stop = self.sequences[name] = threading.Event()
+
+        def steps() -> None:
+            try:
+                for step in sequence.steps:
+                    if stop.is_set() or self.scheduler.ending:
+                        break
+                    self.perform(step, "sequence", None)
+            finally:
+                self.sequences.pop(name, None)
+
+        threading.Thread(target=steps, name=f"sequence-{name}", daemon=True).start()
+        return f"{len(sequence.steps)} steps"
+
+    def stop_sequences(self) -> None:
+        for flag in list(self.sequences.values()):
+            flag.set()

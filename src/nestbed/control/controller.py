@@ -1,0 +1,102 @@
+"""The controller process of one active experiment (``python -m nestbed.control --start
+FILE``): carries out the current run and answers requests on the experiment's control
+socket. A sweep's link-reuse mode starts the next run in the same process (`next_run`): a few
+milliseconds instead of a new process's second.
+
+It reaches the machine only through its back end (named in the start document); a file
+descriptor it was started with (the life cycle's lock) stays open as long as it lives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend import get
+from nestbed.backend.base import Backend
+from nestbed.backend.plan import plan
+from nestbed.control import requests
+from nestbed.control.client import PID, SOCKET
+from nestbed.control.run import Run
+from nestbed.control.server import RequestServer
+from nestbed.errors import Refused
+from nestbed.model import Experiment
+from nestbed.model.options import ControllerStart
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Controller:
+    """The current run, and the requests that reach it."""
+
+    def __init__(self, backend: Backend, start: ControllerStart):
+        self.backend = backend
+        self.run = Run(backend, start)
+        self.directory = backend.run_dir(self.run.plan)
+
+    def handle(self, line: str) -> dict[str, Any]:
+        """The reply to one request line (the server adds ``ok``)."""
+        request = requests.parse(line)
+        run = self.run
+        match request:
+            case requests.Ping():
+                return {"t0_monotonic": run.scheduler.t0}
+            case requests.Status():
+                return run.status()
+            case requests.Event():
+                return run.event(request)
+            case requests.Finish():
+                return run.finish(request.outcome, request.reason)
+            case requests.NextRun():
+                return self.next_run(request.start)
+            case requests.Shutdown():
+                return {"shutdown": True}
+        raise AssertionError(f"request {request!r} has no handler")
+
+    def next_run(self, start: ControllerStart) -> dict[str, Any]:
+        """Begins the next run on the same network, with the options of ``start``."""
+        previous = self.run
+        if not previous.finished.is_set():
+            raise Refused("the current run has not finished; finish it first")
+        if start.backend != self.backend.name:
+            raise Refused(
+                f"next_run on back end {start.backend} in a controller of {self.backend.name}"
+            )
+        exp = Experiment.from_json(start.ir.read_text())
+        if plan(exp).tag != previous.plan.tag:
+            raise Refused(f"next_run of another experiment ({exp.name}) in {previous.exp.name}")
+        following = Run(self.backend, start)
+        previous.retire()
+        following.start()
+        self.run = following
+        return {"run_id": following.run_id, "results": str(following.folder.root)}
+
+    def interrupted(self, signum: int) -> None:
+        self.run.finish("interrupted", f"the controller got {signal.Signals(signum).name}")
+
+    def serve(self) -> None:
+        """Answers on the experiment's control socket until a `shutdown` request; the pid
+        file exists before the socket does."""
+        (self.directory / PID).write_text(f"{os.getpid()}\n")
+        RequestServer(self.directory / SOCKET, self.handle).serve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nestbed.control")
+    parser.add_argument("--start", type=Path, required=True, help="a ControllerStart (JSON)")
+    args = parser.parse_args(argv)
+    start = ControllerStart.model_validate_json(args.start.read_text())
+    controller = Controller(get(start.backend), start)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        threading.Thread(target=controller.interrupted, args=(signum,)).start()
+
+    for signum in _SIGNALS:
+        signal.signal(signum, on_signal)
+    controller.run.start()
+    controller.serve()
+    return 0

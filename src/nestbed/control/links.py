@@ -1,0 +1,82 @@
+"""The run's links as events have left them: up or down, their shaping now, and carrying out
+a link event on the link emulator through one connection kept open for the run."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from nestbed.backend.base import Backend
+from nestbed.backend.linkd import Channel, set_changed_pipes
+from nestbed.backend.plan import PipeSettings, Plan, pipe_params
+from nestbed.errors import Refused
+from nestbed.model import Experiment, Link
+from nestbed.model.events import link_after_event
+
+
+class LinkStates:
+    """Every link and LAN of the experiment, as events changed them."""
+
+    def __init__(self, exp: Experiment, plan: Plan, backend: Backend):
+        self.plan, self.backend = plan, backend
+        self.original = {link.name: link for link in exp.all_links}
+        self.links = dict(self.original)
+        self.state = {name: "up" for name in self.links}
+        self.emulated = {e.link for e in plan.emulated}
+        self.lock = threading.Lock()
+        self.channel: Channel | None = None  # opened by the first link event
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.links
+
+    def apply(self, name: str, verb: str, args: tuple[str, ...]) -> str:
+        """Carries out a link event now; what it did."""
+        if name not in self.emulated:
+            raise Refused(
+                f"link {name} is not emulated (it is unshaped and no event in the file names "
+                "it), so it cannot change while active; give it a shaping or an event in the file"
+            )
+        with self.lock:
+            if self.channel is None:
+                self.channel = self.backend.linkd(self.plan)
+            try:
+                return self._apply(self.channel, name, verb, args)
+            except OSError:
+                self.channel.close()  # broken: the next event opens a new one
+                self.channel = None
+                raise
+
+    def _apply(self, client: Channel, name: str, verb: str, args: tuple[str, ...]) -> str:
+        if verb in ("up", "down"):
+            fields = {"mode": "blackhole"} if verb == "down" else {}
+            client.request(verb, link=name, **fields)
+            self.state[name] = verb
+            return f"link {name} is {verb}"
+        before = self.links[name]
+        after = link_after_event(before, self.original[name], verb, args)
+        self.links[name] = after
+        changed = set_changed_pipes(client, name, _settings(before), _settings(after))
+        return f"{changed} pipes of {name} changed"
+
+    def now(self) -> dict[str, Any]:
+        """Status fields: every link's state, and the links events changed, as they are now
+        (what a linktest during the run tests against)."""
+        with self.lock:
+            return {
+                "links": dict(self.state),
+                "changed_links": [
+                    link.model_dump(mode="json")
+                    for name, link in self.links.items()
+                    if link != self.original[name]
+                ],
+            }
+
+    def close(self) -> None:
+        with self.lock:
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None
+
+
+def _settings(link: Link) -> list[PipeSettings]:
+    return [(p.node, pipe_params(p.egress), pipe_params(p.ingress)) for p in link.ports]

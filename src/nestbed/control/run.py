@@ -1,0 +1,316 @@
+"""One run of an active experiment, as its controller carries it out: built from a
+``ControllerStart``, it writes the manifest, starts the flows' receivers, the captures and
+the CPU monitors, runs the event list from t0, samples every second, answers `status`, and at
+the end stops everything and writes every table and the report."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend.base import Backend
+from nestbed.backend.cgroups import NodeCgroup
+from nestbed.backend.plan import Plan, plan
+from nestbed.binaries import built_binary
+from nestbed.control.actions import Actions
+from nestbed.control.captures import Captures
+from nestbed.control.collector import close_run, collect_traffic, tcp_tables
+from nestbed.control.cpumon import CPU_COLUMNS, CpuMonitor
+from nestbed.control.links import LinkStates
+from nestbed.control.linktests import Linktests
+from nestbed.control.programs import ProgramRunner
+from nestbed.control.requests import Event
+from nestbed.control.sampler import Sampler
+from nestbed.control.scheduler import Pending, Scheduler
+from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
+from nestbed.errors import Refused
+from nestbed.model import Action, Experiment, Program
+from nestbed.model.events import check_event
+from nestbed.model.options import ControllerStart
+from nestbed.results import manifest
+from nestbed.results.folder import RunFolder
+from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, Table
+
+STARTCMD = "startcmd-"  # a node's startcmd runs as the program startcmd-NODE at t0
+
+
+class Run:
+    """One run: every object of the experiment and the tables they write."""
+
+    def __init__(self, backend: Backend, start: ControllerStart):
+        self.backend, self.start_doc, self.options = backend, start, start.options
+        self.exp = Experiment.from_json(start.ir.read_text())
+        self.plan: Plan = plan(self.exp)
+        self.run_id = start.run_id
+        self.folder = RunFolder(start.results).make()
+        self.finished = threading.Event()  # the run's results are all written
+        self.outcome: dict[str, Any] = {}
+        self.t0_unix = time.time()
+        manifest.start(
+            self.folder.root, self.exp, run_id=start.run_id,
+            seeds={e.link: e.seed for e in self.plan.emulated},
+            binaries=self._binaries(), options=self._manifest_options(),
+        )  # fmt: skip
+        self.scheduler = Scheduler(self._perform)
+        self.events = Table(self.folder.events, EVENT_COLUMNS)
+        self.program_rows = Table(self.folder.programs_table, PROGRAM_COLUMNS)
+        found = {n.name: backend.node_cgroup(self.plan, n.name) for n in self.plan.nodes}
+        self.cgroups: dict[str, NodeCgroup] = {n: cg for n, cg in found.items() if cg}
+        self.links = LinkStates(self.exp, self.plan, backend)
+        self.sampler = Sampler(
+            backend, self.plan, self.folder, self.cgroups, self.now_s,
+            lambda link: self.links.state.get(link, "up"),
+        )  # fmt: skip
+        self.cpu_rows = Table(self.folder.node_cpu, CPU_COLUMNS) if self.options.cpumon else None
+        addresses = self.exp.addresses()
+        self.monitors = [
+            CpuMonitor(node, addresses.get(node, []), self.cgroups.get(node), self.cpu_rows,
+                       self.now_s)
+            for node in self.options.cpumon if self.cpu_rows is not None
+        ]  # fmt: skip
+        self.programs = {
+            p.name: ProgramRunner(p, self.folder, self.spawn, self.now_s, self.program_rows.add)
+            for p in (*self.exp.programs, *_startcmds(self.exp))
+        }
+        self.flows = self._flows()
+        self.captures = Captures(
+            backend, self.plan, self.folder, self.options.capture_nodes, self.spawn
+        )
+        self.linktests = Linktests(backend.name, backend.run_dir(self.plan), self.folder)
+        self.actions = Actions(
+            self.exp, self.scheduler, self.links, self.flows, self.programs, self.linktests,
+            self.events, self._end_by_event,
+        )  # fmt: skip
+
+    def _binaries(self) -> dict[str, str]:
+        found = {name: built_binary(name) for name in ("nestbed-linkd", "nestbed-probe")}
+        found["iperf3"] = "iperf3"
+        if self.options.cpumon:
+            found["nestbed-cpumon"] = built_binary("nestbed-cpumon")
+        return found
+
+    def _manifest_options(self) -> dict[str, Any]:
+        options = self.options
+        found: dict[str, Any] = {"capture": options.capture}
+        if options.cpumon:
+            found |= {"cpumon": list(options.cpumon), "cpumon_duty": options.cpumon_duty}
+        if options.capture and options.capture_nodes:
+            found["capture_nodes"] = list(options.capture_nodes)
+        if self.start_doc.reused_runs:
+            # A sweep's link-reuse mode: the network (and linkd's cumulative counters) served
+            # this many runs before this one; only link shaping was reset in between.
+            found["reused_network_runs_before"] = self.start_doc.reused_runs
+        return found
+
+    # -- processes in nodes (what flows, programs, captures and monitors start with) --------
+
+    def spawn(
+        self, node: str, argv: list[str], output: Path | None = None, **kwargs: Any
+    ) -> subprocess.Popen:
+        """Starts argv in a node; ``output`` takes stdout, stderr beside it (.stderr)."""
+        if output is not None:
+            kwargs["stdout"] = output.open("wb")
+            kwargs["stderr"] = output.with_name(output.name + ".stderr").open("wb")
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        try:
+            return self.backend.start_in(self.plan, node, argv, **kwargs)
+        finally:
+            if output is not None:
+                kwargs["stdout"].close()
+                kwargs["stderr"].close()
+
+    def listening(self, process: subprocess.Popen, port: int, proto: str) -> None:
+        self.backend.wait_listening(process, port, proto)
+
+    def now_s(self) -> float:
+        return self.scheduler.now_s()
+
+    def _flows(self) -> dict[str, Flow]:
+        agents = {a.name: a for a in self.exp.agents}
+        flows: dict[str, Flow] = {}
+        for index, app in enumerate(self.exp.applications):
+            agent = agents[app.agent]
+            peer = agents[agent.peer] if agent.peer else None
+            if peer is None:
+                continue
+            address = next(
+                p.ip for link in self.exp.all_links for p in link.ports if p.node == peer.node
+            )
+            cls = CbrFlow if app.kind == "cbr" else FtpFlow
+            flows[app.name] = cls(app, agent, agent.node, peer.node, address, index, self)
+        return flows
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Gets everything ready, then begins the event list and the samples at t0; a run
+        that cannot start is ended as failed (nothing it started is left) and the error
+        raised."""
+        try:
+            self._start()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                self.finish("failed", f"the run could not start: {exc}")
+            raise
+
+    def _start(self) -> None:
+        for flow in self.flows.values():
+            flow.prepare()
+        if self.options.capture:
+            self.captures.start()
+        if self.monitors:
+            binary = built_binary("nestbed-cpumon")
+            for monitor in self.monitors:
+                monitor.start(self.spawn, binary, self.options.cpumon_duty)
+        for event in self.exp.events:
+            self.scheduler.push(event, "static", event.time_s)
+        for name in self.programs:
+            if name.startswith(STARTCMD):
+                self.scheduler.push(Action(object=name, verb="start"), "static", 0.0)
+        self.scheduler.begin()
+        self.t0_unix = time.time()  # captures are stamped in Unix time
+        self.sampler.start(self.scheduler.t0)
+
+    def _perform(self, action: Action, source: str, planned_s: float | None) -> object:
+        return self.actions.perform(action, source, planned_s)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def event(self, request: Event) -> dict[str, Any]:
+        """An event from outside: carried out now (its row) or scheduled (when)."""
+        if self.scheduler.ending:
+            raise Refused("the run has ended; no more events are accepted")
+        problems = check_event(self.exp, request.object, request.verb, request.args)
+        if problems:
+            raise Refused(problems[0])
+        action = Action(object=request.object, verb=request.verb, args=request.args)
+        if request.after_s <= 0:
+            return {"event": self.actions.perform(action, "dynamic", self.now_s())}
+        at = self.now_s() + request.after_s
+        self.scheduler.push(action, "dynamic", at)
+        return {"scheduled_s": round(at, 3)}
+
+    def status(self) -> dict[str, Any]:
+        upcoming = self.scheduler.upcoming()
+        static = [p for p in upcoming if p.source in ("static", "timeline")]
+        return {
+            "experiment": self.exp.name,
+            "run_id": self.run_id,
+            "results": str(self.folder.root),
+            "elapsed_s": round(self.now_s(), 3),
+            "finished": self.finished.is_set(),
+            "outcome": self.outcome,
+            "pending_events": len(static),
+            "upcoming": [
+                {
+                    "at_s": round(p.planned_s, 3),
+                    "object": p.action.object,
+                    "verb": p.action.verb,
+                    "args": list(p.action.args),
+                }
+                for p in upcoming[:10]
+            ],
+            "busy": bool(static)
+            or any(p.running for p in self.programs.values())
+            or bool(self.actions.sequences),
+            **self.links.now(),
+            "linktests": self.linktests.finished(),
+            "link_counters": self.sampler.live(),
+            "programs": [p.status() for p in self.programs.values()],
+            "flows": [
+                {
+                    "flow": f.name,
+                    "kind": f.kind,
+                    "running": f.running,
+                    "starts": sum(1 for s in f.sessions if s.sender),
+                }
+                for f in self.flows.values()
+            ],
+        }
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def finish(self, outcome: str, reason: str | None) -> dict[str, Any]:
+        """Ends the run (once; a second call waits for the first): stops programs, traffic,
+        captures and monitors, writes every table, the manifest's end and the report."""
+        skipped = self.scheduler.end()
+        if skipped is None:
+            self.finished.wait()
+            return self.outcome
+        try:
+            self.outcome = self._wind_up(skipped, outcome, reason)
+        except BaseException as exc:
+            # A bug while ending: the manifest says so (keeping everything written until
+            # then), later finish requests do not wait forever, the request gets the error.
+            said = f"the controller failed while ending the run: {type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                self.sampler.stop()
+            with contextlib.suppress(Exception):
+                manifest.end(self.folder.root, "failed", said, self.now_s())
+            self.outcome = {"outcome": "failed", "reason": said, "results": str(self.folder.root)}
+            raise
+        finally:
+            self.finished.set()
+        return self.outcome
+
+    def _wind_up(self, skipped: list[Pending], outcome: str, reason: str | None) -> dict[str, Any]:
+        for item in skipped:
+            self.actions.skipped(item.action, item.source, item.planned_s)
+        self.actions.stop_sequences()
+        stopping = [
+            threading.Thread(target=prog.stop_all, name=f"stop-{prog.name}")
+            for prog in self.programs.values()
+        ]  # each may wait its grace: all at once
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+        self.linktests.wait()
+        problems = collect_traffic(self.flows.values(), self.folder, self.scheduler.t0)
+        for monitor in self.monitors:
+            monitor.stop()
+        self.captures.stop()
+        if self.options.capture:
+            problems += tcp_tables(
+                self.flows.values(), self.captures, self.exp, self.folder, self.t0_unix
+            )
+        duration = self.now_s()
+        self.sampler.stop()
+        for table in (self.events, self.program_rows, self.cpu_rows):
+            if table is not None:
+                table.close()
+        if problems:
+            reason = "; ".join(filter(None, [reason, *problems]))
+        reason = close_run(self.folder, outcome, reason, duration, report=self.options.report)
+        return {"outcome": outcome, "reason": reason, "results": str(self.folder.root)}
+
+    def _end_by_event(self, verb: str, outcome: str, reason: str) -> None:
+        self.finish(outcome, reason)
+        if verb == "swapout":
+            # Swapping out stops this process, so it is left to a separate one.
+            subprocess.Popen(
+                [sys.executable, "-m", "nestbed", "swapout", self.exp.name],
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    def retire(self) -> None:
+        """After the run finished: ends its event threads and closes its connections."""
+        self.scheduler.retire()
+        self.links.close()
+        self.sampler.close()
+
+
+def _startcmds(exp: Experiment) -> list[Program]:
+    return [
+        Program(name=f"{STARTCMD}{node.name}", node=node.name, command=node.startcmd)
+        for node in exp.nodes
+        if node.startcmd
+    ]

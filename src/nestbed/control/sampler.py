@@ -1,0 +1,128 @@
+"""The run's counters each second: every pipe's counters from the link emulator
+(links/counters.csv) and every node's CPU and memory from its cgroup (nodes/usage.csv).
+
+One link emulator connection serves the samples and the live counters of `status`, kept open
+for the run (a status poll every 50 ms must not open one each time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nestbed.backend.base import Backend
+from nestbed.backend.cgroups import NodeCgroup
+from nestbed.backend.linkd import Channel, Pipe, drops_by_kind, pipe_counters
+from nestbed.backend.plan import Plan
+from nestbed.results.folder import RunFolder
+from nestbed.results.tables import LINK_COLUMNS, NODE_COLUMNS, Table
+
+_JOIN_S = 5.0  # at the end, how long the last sample may still be under way
+
+
+class Sampler:
+    """Writes a row per pipe and per node each second from t0 until stopped."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        plan: Plan,
+        folder: RunFolder,
+        cgroups: dict[str, NodeCgroup],
+        now_s: Callable[[], float],
+        link_state: Callable[[str], str],
+    ):
+        self.backend, self.plan, self.now_s, self.link_state = backend, plan, now_s, link_state
+        self.cgroups = cgroups
+        self.link_rows = Table(folder.link_counters, LINK_COLUMNS)
+        self.node_rows = Table(folder.node_usage, NODE_COLUMNS)
+        self.lock = threading.Lock()
+        self.channel: Channel | None = None
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, t0: float) -> None:
+        """Samples at t0 + 0, 1, 2 ... s (t0 on the monotonic clock)."""
+        self.thread = threading.Thread(target=self._loop, args=(t0,), name="sampler", daemon=True)
+        self.thread.start()
+
+    def _loop(self, t0: float) -> None:
+        tick = 0
+        while not self.stopping.is_set():
+            self.sample()
+            tick += 1
+            if self.stopping.wait(max(0.0, t0 + tick - time.monotonic())):
+                break
+
+    def counters(self) -> dict[Pipe, dict[str, Any]]:
+        """Every pipe's counters now; empty without a link emulator or when it does not answer
+        (the connection is then opened again next time)."""
+        if not self.plan.needs_linkd:
+            return {}
+        with self.lock:
+            if self.channel is None:
+                try:
+                    self.channel = self.backend.linkd(self.plan)
+                except OSError:
+                    return {}
+            found = pipe_counters(self.channel)
+            if not found:
+                self.channel.close()
+                self.channel = None
+            return found
+
+    def sample(self) -> None:
+        """One row per pipe and per node, now."""
+        t = round(self.now_s(), 3)
+        for (link, port, direction), c in self.counters().items():
+            drops = drops_by_kind(c)
+            self.link_rows.add({
+                "t_s": t, "link": link, "port": port, "direction": direction,
+                "packets_in": c["packets_in"], "bytes_in": c["bytes_in"],
+                "packets_out": c["packets_out"], "bytes_out": c["bytes_out"],
+                "drops_loss": drops["loss"], "drops_queue": drops["queue"],
+                "drops_other": drops["other"],
+                "queue_packets": c["queue_packets"], "queue_bytes": c["queue_bytes"],
+            })  # fmt: skip
+        for node, cgroup in sorted(self.cgroups.items()):
+            with contextlib.suppress(OSError):
+                self.node_rows.add(
+                    {
+                        "t_s": t,
+                        "node": node,
+                        "cpu_s": cgroup.cpu_seconds(),
+                        "memory_bytes": cgroup.memory_bytes(),
+                    }
+                )
+
+    def live(self) -> list[dict[str, Any]]:
+        """Status rows: every pipe's state, packets out, drops and queue now."""
+        return [
+            {
+                "link": link, "state": self.link_state(link), "port": port,
+                "direction": direction, "packets_out": c["packets_out"],
+                "drops": sum(c["drops"].values()), "queue_packets": c["queue_packets"],
+            }
+            for (link, port, direction), c in self.counters().items()
+        ]  # fmt: skip
+
+    def stop(self) -> None:
+        """Stops sampling, takes the last sample (the run's totals) and closes the tables."""
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(_JOIN_S)
+        self.sample()
+        self.link_rows.close()
+        self.node_rows.close()
+        self.close()
+
+    def close(self) -> None:
+        """Closes the link emulator connection (a status after the end may open it again,
+        until the run is retired)."""
+        with self.lock:
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None

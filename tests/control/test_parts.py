@@ -1,0 +1,207 @@
+"""Parts of the controller on their own: typed requests, the server's replies, the sampler's
+one link emulator connection, linktest as a child process."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from control_helpers import TWO_NODES, wait_for
+
+from nestbed.backend.fake import FakeBackend
+from nestbed.control import requests
+from nestbed.control.linktests import Linktests
+from nestbed.control.sampler import Sampler
+from nestbed.control.server import RequestServer
+from nestbed.errors import Refused
+from nestbed.results.folder import RunFolder
+
+
+def test_requests_are_parsed_once_into_their_model():
+    event = requests.parse('{"op": "event", "object": "cbr0", "verb": "set", '
+                           '"args": ["rate_", 5], "after_s": 2}')  # fmt: skip
+    assert event == requests.Event(op="event", object="cbr0", verb="set", args=("rate_", "5"),
+                                   after_s=2)  # fmt: skip
+    assert requests.parse('{"op": "finish"}') == requests.Finish(op="finish")
+
+
+@pytest.mark.parametrize(
+    ("line", "sentence"),
+    [
+        ("not json", "not one JSON object"),
+        ("[1]", "not one JSON object"),
+        ('{"verb": "x"}', "has no request None"),
+        ('{"op": "ping", "x": 1}', "request ping has no field 'x'"),
+        ('{"op": "event", "object": "a"}', "request event lacks its field 'verb'"),
+        ('{"op": "event", "object": "a", "verb": "b", "after_s": "soon"}',
+         "request event: field 'after_s'"),
+        ('{"op": "next_run", "start": {"backend": "fake"}}', "request next_run lacks its field"),
+    ],
+)  # fmt: skip
+def test_a_malformed_request_is_refused_with_one_sentence(line, sentence):
+    with pytest.raises(Refused, match=sentence):
+        requests.parse(line)
+
+
+def test_the_server_tells_refusals_from_bugs(tmp_path):
+    def handle(line: str) -> dict:
+        request = requests.parse(line)
+        if isinstance(request, requests.Status):
+            return {}["missing"]  # a bug
+        return {"pong": True}
+
+    server = RequestServer(tmp_path / "s.sock", handle)
+    assert server.reply('{"op": "ping"}') == {"ok": True, "pong": True}
+    refused = server.reply('{"op": "dance"}')
+    assert refused["user"] is True and "has no request 'dance'" in refused["error"]
+    bug = server.reply('{"op": "status"}')
+    assert bug == {"ok": False, "error": "internal error: KeyError: 'missing'"}
+    server.close()
+
+
+def test_the_server_answers_many_requests_on_a_connection_until_shutdown(tmp_path):
+    from nestbed.backend.sockets import SocketClient
+
+    def handle(line: str) -> dict:
+        request = requests.parse(line)
+        return {"shutdown": True} if isinstance(request, requests.Shutdown) else {}
+
+    server = RequestServer(tmp_path / "s.sock", handle)
+    serving = threading.Thread(target=server.serve)
+    serving.start()
+    with SocketClient(tmp_path / "s.sock", "the test server", timeout=10) as client:
+        for _ in range(5):
+            assert client.request("ping") == {"ok": True}
+        client.request("shutdown")
+    serving.join(10)
+    assert not serving.is_alive()
+
+
+class CountingFake(FakeBackend):
+    opened = 0
+
+    def linkd(self, plan):
+        CountingFake.opened += 1
+        return super().linkd(plan)
+
+
+def test_status_polls_reuse_the_samplers_link_emulator_connection(tmp_path):
+    from nestbed.backend.plan import plan
+    from nestbed.spec import load
+
+    source = tmp_path / "i19c-sampler.yaml"
+    source.write_text(TWO_NODES)
+    p = plan(load(source, name="i19c-sampler").experiment)
+    backend = CountingFake(tmp_path / "fake")
+    backend.swap_in(p)
+    sampler = Sampler(backend, p, RunFolder(tmp_path / "run"), {}, lambda: 0.0, lambda _: "up")
+    for _ in range(20):
+        assert [r["port"] for r in sampler.live()] == ["a", "a", "b", "b"]
+    sampler.sample()
+    sampler.stop()
+    assert CountingFake.opened == 1
+    assert len(backend.linkd(p).requests()) == 22  # 20 polls, a sample, the last sample
+    backend.swap_out(p)
+
+
+class ScriptedLinktests(Linktests):
+    """Linktests whose child is a script of the test."""
+
+    script = ""
+
+    def argv(self, level: int) -> list[str]:
+        return [sys.executable, "-c", self.script, str(level)]
+
+
+def test_a_linktest_childs_summary_or_failure_is_recorded(tmp_path):
+    tests = ScriptedLinktests("fake", tmp_path, RunFolder(tmp_path))
+    tests.script = "import json, sys; print('noise'); print(json.dumps({'pass': 3, 'fail': 0}))"
+    assert tests.start(2).startswith("linktest level 2 started")
+    tests.script = "import sys; sys.exit('the probe would not start')"
+    tests.start(3)
+    tests.wait()
+    assert sorted(tests.finished(), key=lambda s: s["level"]) == [
+        {"level": 2, "pass": 3, "fail": 0},
+        {"level": 3, "error": "linktest exited with 1: the probe would not start"},
+    ]
+
+
+def test_linktest_main_tests_the_links_as_the_controller_says_they_are(fake, monkeypatch,
+                                                                        capsys):  # fmt: skip
+    import nestbed.linktest.__main__ as linktest_main
+    from nestbed.linktest import run as linktest_run
+
+    experiment = fake(
+        TWO_NODES
+        + """
+events:
+  - {at: 0, object: l0, verb: delay, args: [20ms]}
+"""
+    )
+    start = experiment.launch()
+    wait_for(lambda: experiment.client.request("status")["changed_links"], "the link event")
+    seen = {}
+
+    def linktest(plan, exp, level, *, down=(), backend=None, progress=None):
+        seen.update(plan=plan, exp=exp, level=level, down=set(down), backend=backend)
+        return linktest_run.Report(experiment=exp.name, level=level, checks=[])
+
+    monkeypatch.setattr(linktest_run, "linktest", linktest)
+    linktest_main.main(["--run-dir", str(experiment.run_dir), "--backend", "fake",
+                        "--level", "2", "--results", str(start.results)])  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary == {"pass": 0, "fail": 0, "skip": 0, "level": 2,
+                       "folder": str(RunFolder(start.results).linktest)}  # fmt: skip
+    assert (Path(summary["folder"]) / "linktest.json").exists()
+    [changed] = experiment.client.request("status")["changed_links"]
+    [l0] = seen["exp"].links
+    assert l0 != experiment.exp.links[0]
+    assert l0.model_dump(mode="json") == changed  # as the event left it
+    assert seen["plan"] == experiment.plan and seen["level"] == 2 and seen["down"] == set()
+    assert seen["backend"].name == "fake"
+
+
+def test_a_bug_while_ending_a_run_leaves_a_failed_manifest_and_no_waiter_forever(fake, monkeypatch):
+    from nestbed.control import run as run_module
+    from nestbed.results import manifest
+
+    experiment = fake(TWO_NODES)
+    start = experiment.start()
+    run = run_module.Run(experiment.backend, start)
+    run.start()
+
+    def broken(*_args):
+        raise KeyError("flows")
+
+    monkeypatch.setattr(run_module, "collect_traffic", broken)
+    with pytest.raises(KeyError):
+        run.finish("completed", None)
+    said = "the controller failed while ending the run: KeyError: 'flows'"
+    assert run.finish("completed", None) == {"outcome": "failed", "reason": said,
+                                             "results": str(start.results)}  # fmt: skip
+    ended = manifest.read(start.results)
+    assert (ended["outcome"], ended["reason"]) == ("failed", said)
+    run.retire()
+
+
+def test_only_a_programs_own_processes_count_as_its_group():
+    import os
+    import subprocess
+
+    from nestbed.control.programs import _group_alive
+
+    marker = b"\0NESTBED_PROGRAM_DIR=/results/programs/p\0"
+    env = {**os.environ, "NESTBED_PROGRAM_DIR": "/results/programs/p"}
+    ours = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # its number reused
+    try:
+        assert _group_alive(ours.pid, marker)
+        assert not _group_alive(other.pid, marker)
+    finally:
+        for process in (ours, other):
+            process.kill()
+            process.wait()
+    assert not _group_alive(ours.pid, marker)
