@@ -12,7 +12,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from nestbed.runs import run_experiment
+from nestbed.backend import get as get_backend
+from nestbed.lifecycle import Testbed
+from nestbed.lifecycle.runs import run
+from nestbed.model.options import RunOptions
 from nestbed.simulate import compare, simulate
 from nestbed.spec import load
 from nestbed.store import Store
@@ -42,7 +45,7 @@ def emulate(store: Store, file: Path, results: Path) -> Path:
         ir = loaded.experiment.to_json()
         store.create_experiment(name, source_text=loaded.text, source_format="ns",
                                 source_file=str(file), ir_json=ir)  # fmt: skip
-    run_experiment(store, name, results=results, report=False)
+    run(Testbed(store, get_backend()), name, RunOptions(results=results, report=False))
     return results
 
 

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from nestbed.api import Experiment
-from nestbed.runs import run_experiment
-from nestbed.store import Store
+from nestbed.lifecycle.runs import run_alone
+from nestbed.model.options import RunOptions
 
 RUNS = 3
 
@@ -30,13 +30,8 @@ def experiment() -> Experiment:
 
 
 def one_run(folder: Path) -> dict[str, list[float]]:
-    with Store.open(str(folder / "store.db")) as store:
-        ir = experiment().build()
-        store.create_experiment(
-            ir.name, source_text="", source_format="python", source_file=None,
-            ir_json=ir.to_json(),
-        )  # fmt: skip
-        run_experiment(store, ir.name, results=folder / "results")
+    ir = experiment().build()
+    run_alone(folder / "store.db", ir, RunOptions(results=folder / "results"))
     with (folder / "results" / "events.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["source"] == "static" and r["error_ms"]]
     kinds: dict[str, list[float]] = {"all": [], "link events": [], "program starts": []}

@@ -10,10 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from nestbed import swap
 from nestbed.api import Experiment
 from nestbed.backend import linux
 from nestbed.backend.plan import plan
+from nestbed.lifecycle import Testbed
+from nestbed.model.options import RunOptions
 from nestbed.spec import load
 from nestbed.store import Store
 
@@ -40,14 +41,12 @@ def timed(p) -> tuple[float, float]:  # type: ignore[no-untyped-def]
 
 def whole(exp) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     with tempfile.TemporaryDirectory() as tmp, Store.open(str(Path(tmp) / "s.db")) as store:
-        store.create_experiment(
-            exp.name, source_text="", source_format="python", source_file=None,
-            ir_json=exp.to_json(),
-        )  # fmt: skip
+        testbed = Testbed(store, linux.LinuxBackend())
+        testbed.define(exp)
         start = time.perf_counter()
-        swap.swap_in(store, exp.name, results=Path(tmp) / "results")
+        testbed.swap_in(exp.name, RunOptions(results=Path(tmp) / "results"))
         middle = time.perf_counter()
-        swap.swap_out(store, exp.name)
+        testbed.swap_out(exp.name)
         return middle - start, time.perf_counter() - middle
 
 

@@ -21,3 +21,13 @@ def built_binary(name: str) -> str:
             f"{name} is not built; run `make setup` (it runs cargo build --release)"
         )
     return found
+
+
+def probe_recv(bind: str, *options: str) -> list[str]:
+    """nestbed-probe receiving on ``bind`` (ADDRESS:PORT) with further options."""
+    return [built_binary("nestbed-probe"), "recv", "--bind", bind, *options]
+
+
+def probe_send(to: str, *options: str) -> list[str]:
+    """nestbed-probe sending to ``to`` (ADDRESS:PORT) with further options."""
+    return [built_binary("nestbed-probe"), "send", "--to", to, *options]
