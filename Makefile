@@ -31,7 +31,7 @@ $(STAMPS)/venv: pyproject.toml
 	@mkdir -p $(STAMPS)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q setuptools==80.9.0
-	$(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,studies]'
 	@touch $@
 
 rust:

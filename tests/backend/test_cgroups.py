@@ -20,12 +20,20 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 
 
 def busy_in(cg) -> subprocess.Popen:
-    """A busy loop started in cg, once it is there (its shell joins it before exec)."""
+    """A busy loop started in cg, once it runs there: its shell joins every hierarchy of the
+    cgroup in turn (cpu before cpuset on v1) and only then execs the loop."""
     proc = subprocess.Popen(cg.entered(BUSY))
     deadline = time.monotonic() + 5
-    while proc.pid not in cg.pids() and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not _exec_done(proc.pid):
         time.sleep(0.005)
     return proc
+
+
+def _exec_done(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() != "sh"
+    except OSError:
+        return False
 
 
 def mine(cgroups: Cgroups, tag: str) -> list[str]:

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from nestbed.cli.common import JsonOption, comma_names, err, out, print_json
+from nestbed.errors import EnvironmentProblem
 
 study = typer.Typer(help="Studies that reproduce papers on nestbed.", no_args_is_help=True)
 
@@ -54,8 +55,7 @@ def pubsub(
     """Serialization formats and compression over DDS with Gilbert loss (Esposito et al.)."""
     import time
 
-    from nestbed.studies.pubsub import study
-
+    study = _pubsub()
     base = study.Settings.quick() if quick else study.Settings()
     settings = base.with_(
         formats=comma_names(formats), compressors=comma_names(compressors),
@@ -161,3 +161,17 @@ def onedrop(
         out.print(f"report in {folder}/report.md")
     if not found["both_fast_retransmit"]:
         raise typer.Exit(1)
+
+
+def _pubsub():  # type: ignore[no-untyped-def]
+    """The pub/sub study, or one sentence naming the extra it needs."""
+    try:
+        from nestbed.studies.pubsub import study
+    except ModuleNotFoundError as exc:
+        if (exc.name or "nestbed").startswith("nestbed"):
+            raise  # our own module missing is a bug, not a missing extra
+        raise EnvironmentProblem(
+            f"the pub/sub study needs {exc.name}, part of nestbed's studies extra; install it "
+            "with `pip install 'nestbed[studies]'` (make setup does)"
+        ) from None
+    return study
