@@ -10,7 +10,7 @@ from nbtest import EXAMPLES
 
 EXTRA = ("cyclonedds", "msgpack", "zstandard", "lz4", "lzo")
 # Each of the extra's modules made unimportable, as on a machine without the extra.
-WITHOUT = "import sys\nfor m in {extra!r}: sys.modules[m] = None\n".format(extra=EXTRA)
+WITHOUT = f"import sys\nfor m in {EXTRA!r}: sys.modules[m] = None\n"
 
 
 def _nestbed(*args: str) -> subprocess.CompletedProcess:

@@ -165,7 +165,7 @@ def test_a_chain_needs_few_routes_per_node_and_each_subnet_keeps_its_next_hop():
 
 
 def test_a_link_change_sets_exactly_the_pipes_that_changed():
-    from nestbed.backend.linux import set_changed_pipes
+    from nestbed.backend.linkd import set_changed_pipes
 
     class Linkd:
         def __init__(self):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +10,7 @@ import typer
 
 from nestbed.cli.common import JsonOption, comma_names, err, out, print_json, state
 from nestbed.errors import UserError
+from nestbed.results.folder import default_results
 
 calibrate = typer.Typer(
     help="Calibrate the instrument: loss at three points and delay over packet and burst size.",
@@ -132,7 +132,6 @@ def main(
         multicast=multicast,
     )  # fmt: skip
     from nestbed.backend import get as get_backend
-    from nestbed.lifecycle.testbed import default_results
     from nestbed.results.folder import make_folder
 
     get_backend().require_ready()  # before a folder is made for nothing
@@ -181,7 +180,7 @@ def compare(
     from nestbed.studies import calibrate as study
 
     folder = (
-        results or Path("results") / time.strftime("calibrate-compare-%Y%m%d-%H%M%S")
+        results or default_results("calibrate-compare")
     ).resolve()
     path = study.compare(first, second, folder)
     if as_json:

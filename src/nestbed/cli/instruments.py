@@ -10,8 +10,7 @@ import typer
 
 from nestbed.cli.common import JsonOption, ParamOption, app, err, out, parameters, print_json
 from nestbed.errors import UserError
-from nestbed.lifecycle.testbed import default_results
-from nestbed.results.folder import RunFolder
+from nestbed.results.folder import RunFolder, default_results
 
 
 @app.command()

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from nestbed.cli.common import JsonOption, comma_names, err, out, print_json
 from nestbed.errors import EnvironmentProblem
+from nestbed.results.folder import default_results
 
 study = typer.Typer(help="Studies that reproduce papers on nestbed.", no_args_is_help=True)
 
@@ -53,7 +54,6 @@ def pubsub(
     as_json: JsonOption = False,
 ) -> None:
     """Serialization formats and compression over DDS with Gilbert loss (Esposito et al.)."""
-    import time
 
     study = _pubsub()
     base = study.Settings.quick() if quick else study.Settings()
@@ -64,7 +64,7 @@ def pubsub(
         bandwidth=bandwidth, delay=delay, timeout_s=timeout, seed=seed,
     )  # fmt: skip
     study.check(settings)  # before anything is measured or a folder made
-    folder = (results or Path("results") / time.strftime("pubsub-%Y%m%d-%H%M%S")).resolve()
+    folder = (results or default_results("pubsub")).resolve()
     with err.status("pub/sub study") as status:
         outcome = study.run(
             settings, folder, experiment=experiment or study.EXPERIMENT,
@@ -93,13 +93,12 @@ def anomaly(
 ) -> None:
     """A CPU-starved, a clean and a lossy sender: does analyze tell them apart? (Lee et al.)"""
     import dataclasses
-    import time
 
     from nestbed.studies.anomaly import study as reproduction
 
     settings = reproduction.Settings.quick() if quick else reproduction.Settings()
     settings = dataclasses.replace(settings, rounds=rounds)
-    folder = results or Path("results") / time.strftime("anomaly-%Y%m%d-%H%M%S")
+    folder = results or default_results("anomaly")
     with err.status("anomaly study") as status:
         found = reproduction.run(settings, folder, lambda text: status.update(f"anomaly: {text}"))
     if as_json:
@@ -141,11 +140,10 @@ def onedrop(
     as_json: JsonOption = False,
 ) -> None:
     """One TCP segment dropped in ns-2 and emulated: both recover by fast retransmit? (Netbed)"""
-    import time
 
     from nestbed.studies import onedrop as one_drop
 
-    folder = results or Path("results") / time.strftime("onedrop-%Y%m%d-%H%M%S")
+    folder = results or default_results("onedrop")
     with err.status("one-drop study") as status:
         found = one_drop.run(folder, lambda text: status.update(f"one-drop study: {text}"))
     if as_json:

@@ -7,6 +7,6 @@ linktest, validate, calibrate, the studies — comes through here.
 """
 
 from nestbed.lifecycle.active import Active
-from nestbed.lifecycle.testbed import Cleaned, Testbed, default_results
+from nestbed.lifecycle.testbed import Cleaned, Testbed
 
-__all__ = ["Active", "Cleaned", "Testbed", "default_results"]
+__all__ = ["Active", "Cleaned", "Testbed"]

@@ -12,7 +12,6 @@ experiment on the machine is decided by locks (``lifecycle.locks``), never by th
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,13 @@ from nestbed.lifecycle.active import Active
 from nestbed.model import Experiment
 from nestbed.model.options import ControllerStart, RunOptions
 from nestbed.results import manifest
-from nestbed.results.folder import RunFolder
+from nestbed.results.folder import RunFolder, default_results
 from nestbed.store import State, Store
+from nestbed.store.states import check_transition
 
-RESULTS = Path("results")
 KEPT_IR = "ir.json"  # the IR a swap-in used, kept so swap-out undoes exactly that
 _LIVE = (State.SWAPPING_IN, State.ACTIVE, State.SWAPPING_OUT, State.FAILED)
 Notify = Any  # a callable taking one line of progress, or None
-
-
-def default_results(name: str, kind: str = "") -> Path:
-    """results/NAME[-KIND]-TIME: the folder a run, sweep or instrument writes by default."""
-    stem = f"{name}-{kind}" if kind else name
-    return (RESULTS / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
 
 
 @dataclass
@@ -136,6 +129,8 @@ class Testbed:
             built_binary("nestbed-cpumon")  # a missing build is one sentence here
         folder = (options.results or default_results(name)).resolve()
         options = options.model_copy(update={"results": folder})
+        # The store's word first: "active, swap it out first" says more than a held lock.
+        check_transition(name, record.state, State.SWAPPING_IN)
         root = self.backend.state_root
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         with locks.machine(root, shared=True), locks.ExperimentLock(root, name) as lock:

@@ -20,6 +20,7 @@ written down once::
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,16 @@ class RunFolder:
         """Creates the folder (with its parents); one UserError naming it when it cannot."""
         make_folder(self.root)
         return self
+
+
+RESULTS = Path("results")
+
+
+def default_results(name: str, kind: str = "") -> Path:
+    """results/NAME[-KIND]-TIME under the working folder: where a run, sweep, instrument or
+    study writes when not told."""
+    stem = f"{name}-{kind}" if kind else name
+    return (RESULTS / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
 
 
 def make_folder(path: Path) -> Path:
