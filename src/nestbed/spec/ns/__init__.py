@@ -2,6 +2,9 @@
 
 The script runs in a real Tcl interpreter with nestbed's own definitions of the ns-2 and Emulab
 commands (``nestbed.tcl`` beside this module), so loops, procs and arrays work as in Emulab.
+Parsing runs nothing: the script is evaluated in a Tcl safe interpreter (``sandbox.tcl``) that can
+read only files in the experiment file's folder, and the tclsh process is bounded in time
+(``TIMEOUT_S``) and address space (``MEMORY_LIMIT_BYTES``).
 The Tcl side prints one JSON object: the document (``nestbed.spec.document.ExperimentDoc``) with
 the user's raw values, the file:line of every object and field, and the warnings and errors it
 found. Resolving the document into the IR (units, addresses, event verbs) is
@@ -13,6 +16,8 @@ found. Resolving the document into the IR (units, addresses, event verbs) is
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +34,13 @@ HERE = Path(__file__).resolve().parent
 LIBRARY = HERE / "nestbed.tcl"
 STUB = HERE / "tb_compat.tcl"
 TIMEOUT_S = 30.0
+MEMORY_LIMIT_BYTES = 1 << 30  # address space of the tclsh child; a parse needs a few tens of MB
+
+
+def _limit_child() -> None:
+    """Runs in the tclsh child before exec: bounds its memory and forbids core files."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 @dataclass(frozen=True)
@@ -71,11 +83,13 @@ def translate(
         try:
             done = subprocess.run(
                 argv,
+                env={**os.environ, "NESTBED_PARSE_MEMORY_MB": str(MEMORY_LIMIT_BYTES >> 20)},
                 cwd=scratch,
                 capture_output=True,
                 timeout=timeout_s,
                 stdin=subprocess.DEVNULL,
                 check=False,
+                preexec_fn=_limit_child,
             )
         except subprocess.TimeoutExpired:
             message = (
@@ -83,10 +97,17 @@ def translate(
                 "fix the loop or make the experiment smaller"
             )
             return Translation(ExperimentDoc(), errors=[Problem(message, path.name)])
+    stderr = done.stderr.decode(errors="replace")
+    if done.returncode != 0 and ("alloc" in stderr or "max size for a Tcl value" in stderr):
+        message = (
+            f"the script needs more than {MEMORY_LIMIT_BYTES >> 20} MB of memory (a huge list or "
+            "string?); make the experiment's lists and strings smaller"
+        )
+        return Translation(ExperimentDoc(), errors=[Problem(message, path.name)])
     if done.returncode != 0:
         raise InternalError(
             f"the ns front end (tclsh nestbed.tcl) failed with exit code {done.returncode}: "
-            f"{done.stderr.decode(errors='replace').strip()}"
+            f"{stderr.strip()}"
         )
     return _read_output(done.stdout, path.name)
 

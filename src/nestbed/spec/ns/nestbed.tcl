@@ -20,6 +20,16 @@
 # final names only when the JSON is printed.
 #
 # Library code lives in namespace ::nb, where `set` still means the builtin.
+#
+# tclsh starts this file in its own (master) interpreter, which only hands over to
+# sandbox.tcl: that creates a Tcl safe interpreter, loads this file into it and runs the
+# user's file there, so the user's code never runs with exec, open for writing, socket and
+# the like at hand (see sandbox.tcl for what the safe interpreter is given back).
+
+if {![interp issafe]} {
+    source [file join [file dirname [file normalize [info script]]] sandbox.tcl]
+    return
+}
 
 namespace eval ::nb {
     variable seq 0            ;# handle counter
@@ -42,6 +52,7 @@ namespace eval ::nb {
     variable mainfile ""
     variable maindir ""
     variable ran 0
+    variable memoryLimitMB 1024 ;# the tclsh process's address space limit, for messages
     variable used             ;# array: name -> handle
     variable kind; variable name; variable F; variable L; variable created
     variable members; variable ifaces; variable link; variable src
@@ -1188,10 +1199,6 @@ proc ::nb::name_from_var {h var} {
 proc ::nb::install_wrappers {} {
     rename ::set ::nb::set
     rename ::puts ::nb::realputs
-    rename ::exit ::nb::realexit
-    rename ::source ::nb::realsource
-    rename ::open ::nb::realopen
-    rename ::unknown ::nb::tclunknown
 
     # `set` names objects and applies overridden opt(NAME) values.
     proc ::set {varName args} {
@@ -1228,7 +1235,8 @@ proc ::nb::install_wrappers {} {
         return -code error -errorcode {NESTBED EXIT} "exit"
     }
 
-    # tb_compat.tcl is already loaded; other files are found relative to the sourcing file.
+    # tb_compat.tcl is already loaded; other files are found relative to the sourcing file
+    # (the sandbox allows only files in the experiment file's folder).
     proc ::source {args} {
         set path [lindex $args end]
         if {[file tail $path] eq "tb_compat.tcl"} { return "" }
@@ -1240,13 +1248,15 @@ proc ::nb::install_wrappers {} {
         return [uplevel 1 [list ::nb::realsource {*}$args]]
     }
 
-    # Files opened for reading are found relative to the experiment file; written files land
-    # in the (temporary) working directory.
+    # Files are opened for reading only, relative to the experiment file's folder. A file
+    # opened for writing (ns-2's trace and nam files) gets a channel that discards its output.
     proc ::open {path args} {
         set mode [expr {[llength $args] ? [lindex $args 0] : "r"}]
-        if {[file pathtype $path] eq "relative" && $mode in {r rb {r+}}
-                && ![string match |* $path]} {
-            set path [file join $::nb::maindir $path]
+        if {![string match |* $path] && $mode ni {r rb RDONLY {RDONLY BINARY}}} {
+            ::nb::warn "open of '$path' for writing writes nothing while parsing (parsing changes\
+                no files); `nestbed simulate` writes ns-2's traces, and programs on the nodes\
+                write their own files"
+            return [chan create write ::nb::nullchan]
         }
         return [::nb::realopen $path {*}$args]
     }
@@ -1254,9 +1264,6 @@ proc ::nb::install_wrappers {} {
     # Unknown commands are errors; parsing goes on.
     proc ::unknown {args} {
         set cmd [lindex $args 0]
-        if {[info exists ::auto_index($cmd)] || [string match ::tcl::* $cmd]} {
-            return [uplevel 1 [list ::nb::tclunknown {*}$args]]
-        }
         ::nb::error "unknown command '$cmd'; it is not a Tcl, ns-2 or Emulab command that\
             nestbed knows (check its spelling)"
         return ""
@@ -1269,6 +1276,42 @@ proc ::nb::install_wrappers {} {
 
     trace add execution proc leave ::nb::proc_defined
 }
+
+# Refuses a command: one error at the user's line, and the script stops.
+proc ::nb::refuse {message} {
+    error $message
+    return -code error -errorcode {NESTBED REFUSED} $message
+}
+
+# A write-only channel that discards what is written to it.
+namespace eval ::nb::nullchan {
+    namespace export *
+    namespace ensemble create
+    proc initialize {channel mode} { return {initialize finalize watch write} }
+    proc finalize {channel} {}
+    proc watch {channel events} {}
+    proc write {channel data} { return [string length $data] }
+}
+
+# Commands a safe interpreter lacks, refused with what to use instead.
+foreach {::nb::cmd ::nb::sentence} {
+    exec {exec is refused: parsing an experiment file runs no programs; run commands on a node
+        with a program agent (`$node program-agent -command ...`) or tb-set-node-startup}
+    socket {socket is refused: parsing an experiment file makes no connections; connect from a
+        node with a program agent or tb-set-node-startup}
+    cd {cd is refused: an experiment file reads files relative to its own folder; name them
+        relative to it}
+    glob {glob is refused: an experiment file may read only the files it names in its own folder;
+        list them explicitly}
+    load {load is refused: an experiment file cannot load binary extensions; use plain Tcl}
+    unload {unload is refused: an experiment file cannot load binary extensions; use plain Tcl}
+    pwd {pwd is refused: parsing has no working folder; name files relative to the experiment
+        file}
+    encoding {encoding is refused while parsing; write the experiment file in UTF-8}
+} {
+    proc ::$::nb::cmd {args} [list ::nb::refuse [regsub -all {\s+} $::nb::sentence " "]]
+}
+unset ::nb::cmd ::nb::sentence
 
 # The user file whose command is running (full path).
 proc ::nb::current_file {} {
@@ -1684,37 +1727,33 @@ proc ::nb::output {} {
     set top [list o [list document $doc locations [list o $locs] \
         link_order [list a $created] \
         warnings [problems $::nb::warnings] errors [problems $::nb::errors]]]
-    fconfigure stdout -encoding ascii -translation lf
-    ::nb::realputs stdout [json $top]
+    return [json $top]
 }
 
 # ----------------------------------------------------------------------------------------------
 # Main
 
-proc ::nb::main {argv} {
-    set rest [lassign $argv file]
-    foreach {flag pname value} $rest {
-        if {$flag ne "-p"} {
-            ::nb::realputs stderr "usage: tclsh nestbed.tcl FILE ?-p NAME VALUE ...?"
-            ::nb::realexit 2
-        }
-        dict set ::nb::overrides $pname $value
-    }
-    set ::nb::mainfile [file normalize $file]
-    set ::nb::maindir [file dirname $::nb::mainfile]
+# Runs the user's file MAINFILE (full path; this library is LIBFILE) with the caller's
+# parameter OVERRIDES and returns the JSON document; MEMORYLIMITMB is named in messages.
+proc ::nb::main {mainfile libfile overrides memoryLimitMB} {
+    set ::nb::memoryLimitMB $memoryLimitMB
+    set ::nb::libfiles [list $libfile]
+    set ::nb::overrides $overrides
+    set ::nb::mainfile $mainfile
+    set ::nb::maindir [file dirname $mainfile]
+    install_wrappers
     set code [catch {uplevel #0 [list ::nb::realsource -encoding utf-8 $::nb::mainfile]} \
         message options]
-    if {$code == 1 && [dict get $options -errorcode] ne {NESTBED EXIT}} {
+    if {$code == 1 && [dict get $options -errorcode] ni {{NESTBED EXIT} {NESTBED REFUSED}}} {
         set loc [error_location [dict get $options -errorinfo]]
+        if {[lrange [dict get $options -errorcode] 0 2] eq {TCL LIMIT STACK}} {
+            set message "the script nests calls too deeply (an endless recursion?); make the\
+                recursion end"
+        } elseif {[regexp {unable to (re)?alloc} $message]} {
+            set message "the script needs more than $::nb::memoryLimitMB MB of\
+                memory (a huge list or string?); make the experiment's lists and strings smaller"
+        }
         error $message $loc
     }
-    output
+    return [output]
 }
-
-set ::nb::libfiles [list [file normalize [info script]]]
-if {[llength $argv] < 1} {
-    puts stderr "usage: tclsh nestbed.tcl FILE ?-p NAME VALUE ...?"
-    exit 2
-}
-::nb::install_wrappers
-::nb::main $argv
