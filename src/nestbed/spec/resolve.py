@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from nestbed.model import ir
-from nestbed.model.base import NAME_RE
+from nestbed.model.base import NAME_RE, OBJECT_NAME_RE
 from nestbed.model.events import check_action
 from nestbed.model.ir import lan_halves
 from nestbed.spec import document as doc
@@ -59,6 +59,8 @@ INERT_REASONS = {
     "tb-set-allowcolocate": "all nodes share one host",
     "tb-set-security-level": "nodes are network namespaces on one host",
     "tb-use-ipassign": "addresses are always assigned as described in the documentation",
+    "tb-add-node-attribute": "nodes have no testbed attributes on one host",
+    "tb-elab-in-elab": "nestbed does not build a testbed inside an experiment",
 }
 
 # Only network sysctls are per namespace; anything else would change the host itself.
@@ -134,11 +136,18 @@ class _Resolver:
         return f"{kind} {name}"
 
     def claim(self, path: Path_, name: str, kind: str) -> None:
-        if not NAME_RE.match(name):
+        # Node, link and LAN names become host and interface names; other names may hold '_'.
+        if kind in ("node", "link", "LAN", "lan") and not NAME_RE.match(name):
             self.p.error(
                 path,
                 f"{kind} name '{name}' is not valid: names may contain only letters, digits "
                 "and '-'; rename it",
+            )
+        elif not OBJECT_NAME_RE.match(name):
+            self.p.error(
+                path,
+                f"{kind} name '{name}' is not valid: names may contain only letters, digits, "
+                "'-' and '_'; rename it",
             )
         if name in self.kinds:
             self.p.error(
@@ -170,6 +179,15 @@ class _Resolver:
     ) -> ir.Experiment:
         d = self.doc
         name = d.name or default_name
+        if not d.name and not NAME_RE.match(name):
+            # As Emulab's web form asks: only letters, digits and '-'; the file's name is a
+            # suggestion, so a valid one is derived from it rather than refused.
+            name = derive_name(default_name)
+            self.p.warn(
+                ("name",),
+                f"the experiment is named '{name}' after the file name '{default_name}', which "
+                "is not a valid name (only letters, digits and '-'); pass --name to choose another",
+            )
         if not NAME_RE.match(name):
             self.p.error(
                 ("name",),
@@ -909,3 +927,9 @@ def _free_subnet(
     raise ValueError(
         "the automatic address range 10.1.1.0-10.254.255.0 is used up; give addresses explicitly"
     )
+
+
+def derive_name(text: str) -> str:
+    """A valid experiment name made from TEXT: other characters become '-', runs of '-' one."""
+    name = re.sub(r"-+", "-", re.sub(r"[^-0-9A-Za-z]", "-", text)).strip("-")
+    return name or "experiment"

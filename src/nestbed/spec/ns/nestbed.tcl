@@ -33,6 +33,9 @@ if {![interp issafe]} {
 
 namespace eval ::nb {
     variable seq 0            ;# handle counter
+    variable last ""          ;# the object created last (renamed when a `set` names it)
+    variable renamed          ;# array: old handle -> name, for messages made before a rename
+    array set renamed {}
     variable order {}         ;# every handle, in creation order
     variable ns ""            ;# the Simulator handle
     variable warnings {}      ;# {message {file line}} pairs; messages may hold \x01handle\x01
@@ -52,6 +55,11 @@ namespace eval ::nb {
     variable mainfile ""
     variable maindir ""
     variable ran 0
+    variable simplex          ;# array: {from to} -> link made by simplex-link
+    variable oneway           ;# array: link -> where its first simplex-link was, or 0 when paired
+    array set simplex {}
+    array set oneway {}
+    variable procEvents {}    ;# {time name loc}: `$ns at T "proc"`, checked once procs exist
     variable memoryLimitMB 1024 ;# the tclsh process's address space limit, for messages
     variable used             ;# array: name -> handle
     variable kind; variable name; variable F; variable L; variable created
@@ -130,7 +138,7 @@ proc ::nb::label {h} {
 # Objects
 
 oo::class create ::nb::Object {
-    method unknown {m args} { ::nb::unknown_method [self] $m }
+    method unknown {m args} { ::nb::unknown_method [::nb::me [self]] $m }
 }
 
 # Makes a new object of CLASS and KIND; its creation line is recorded.
@@ -145,7 +153,15 @@ proc ::nb::create {class kind} {
     set ::nb::L($h) {}
     set ::nb::created($h) [where]
     lappend order $h
+    set ::nb::last $h
     return $h
+}
+
+# An object's handle from inside its methods: [self] is fully qualified, and a renamed object
+# lives in the global namespace (`::far` is handle `far`).
+proc ::nb::me {self} {
+    if {[info exists ::nb::kind($self)]} { return $self }
+    return [string range $self 2 end]
 }
 
 proc ::nb::is_object {value} {
@@ -216,6 +232,13 @@ set ::nb::NO_EFFECT_NS {
 set ::nb::NO_EFFECT_NODE {color shape label label-color label-at add-mark delete-mark}
 set ::nb::NO_EFFECT_LINK {trace trace_snaplen trace_endnode trace_type orient color label}
 set ::nb::NS_EVENTS {halt terminate swapout log message linktest}
+# ns-2 classes a script may use as commands (`Agent/TCP set window_ 20`, `Queue/RED set ...`).
+set ::nb::NS_CLASSES {^(Agent|Application|Queue|Simulator|Node|Link|SimpleLink|LanLink|DelayLink|Classifier|RandomVariable|ErrorModel|Trace|Mac|LL|Phy|Channel|Antenna|Propagation|Connector|TclObject|Process|TrafficGenerator|Module|RtModel|Class|PacketHeaderManager|Scheduler)(/.*)?$}
+# Verbs of $ns in events that only matter to the simulator (traces, nam, wireless, agents).
+set ::nb::SIM_ONLY_EVENTS {
+    detach-agent nam-end-wireless flush-trace trace-annotate puts-nam-config namtrace-all
+    trace-all set-animation-rate dump-namcolors at-now initial_node_pos
+}
 
 # ----------------------------------------------------------------------------------------------
 # The simulator
@@ -224,10 +247,13 @@ oo::class create ::nb::Simulator {
     superclass ::nb::Object
     method node {args} { ::nb::new_node }
     method duplex-link {args} { ::nb::duplex_link {*}$args }
-    method simplex-link {args} {
-        ::nb::error "simplex-link is not supported; use duplex-link and\
-            tb-set-link-simplex-params to shape one direction"
+    method simplex-link {args} { ::nb::simplex_link {*}$args }
+    method bridge {args} {
+        ::nb::error "\$ns bridge is not supported: nestbed has no bridge nodes; join the nodes\
+            with one LAN (`\$ns make-lan`) instead"
+        return [::nb::dummy]
     }
+    method blockstore {args} { ::nb::new_blockstore }
     method make-lan {args} { ::nb::make_lan {*}$args }
     method link {args} { ::nb::ns_link {*}$args }
     method lanlink {args} { ::nb::ns_lanlink {*}$args }
@@ -245,10 +271,31 @@ oo::class create ::nb::Simulator {
     method run {args} { set ::nb::ran 1; return "" }
     method now {args} { return 0 }
     method unknown {m args} {
-        if {$m in $::nb::NO_EFFECT_NS} { return [::nb::no_effect [self] $m] }
-        if {$m in $::nb::NS_EVENTS} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in $::nb::NO_EFFECT_NS} { return [::nb::no_effect [::nb::me [self]] $m] }
+        if {$m in $::nb::NS_EVENTS} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
+}
+
+# A blockstore (Emulab's storage objects): accepted, and every setting ignored with a warning.
+oo::class create ::nb::Blockstore {
+    superclass ::nb::Object
+    method unknown {m args} {
+        ::nb::warn "blockstore method '$m' has no effect here (nestbed has no block stores);\
+            ignored"
+    }
+}
+
+proc ::nb::new_blockstore {} {
+    warn "\$ns blockstore: nestbed has no block stores (nodes use the host's file system); the\
+        blockstore and its settings are ignored"
+    return [create ::nb::Blockstore blockstore]
+}
+
+# ns-1 style: the command `ns` is the simulator itself (`ns duplex-link ...`, `ns at ...`).
+proc ::ns {args} {
+    if {![llength $args]} { return [::nb::new_simulator] }
+    return [uplevel 1 [list [::nb::new_simulator] {*}$args]]
 }
 
 proc ::nb::new_simulator {} {
@@ -265,11 +312,11 @@ proc ::nb::new_simulator {} {
 
 oo::class create ::nb::Node {
     superclass ::nb::Object
-    method add-route {args} { ::nb::add_route [self] {*}$args }
-    method program-agent {args} { ::nb::program_agent [self] {*}$args }
+    method add-route {args} { ::nb::add_route [::nb::me [self]] {*}$args }
+    method program-agent {args} { ::nb::program_agent [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in $::nb::NO_EFFECT_NODE} { return [::nb::no_effect [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in $::nb::NO_EFFECT_NODE} { return [::nb::no_effect [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
@@ -304,7 +351,7 @@ proc ::nb::add_route {node args} {
 
 oo::class create ::nb::Link {
     superclass ::nb::Object
-    method unknown {m args} { ::nb::link_method [self] $m }
+    method unknown {m args} { ::nb::link_method [::nb::me [self]] $m }
 }
 
 proc ::nb::link_method {h m} {
@@ -313,15 +360,18 @@ proc ::nb::link_method {h m} {
     unknown_method $h $m
 }
 
-# Maps an ns-2 queue class name to the document's queue type, or "" when unsupported.
-proc ::nb::queue_type {name} {
-    regsub {^Queue/} $name {} name
-    switch -- $name {
+# Maps an ns-2 queue class name to the document's queue type. Like Emulab, a type it does not
+# support (a misspelling, or FQ, SFQ, CBQ...) becomes DropTail, with a warning naming WHAT.
+proc ::nb::queue_type {name what} {
+    regsub {^Queue/} $name {} bare
+    switch -- $bare {
         DropTail { return droptail }
         RED { return red }
         GRED { return gred }
     }
-    return ""
+    warn "$what: queue type '$name' is not supported; using DropTail, as Emulab does (the\
+        supported types are DropTail, RED and GRED)"
+    return droptail
 }
 
 proc ::nb::new_link {kind nodes bw delay} {
@@ -345,13 +395,55 @@ proc ::nb::duplex_link {args} {
         error "duplex-link joins [label $a] to itself; a link joins two different nodes"
         return [dummy]
     }
-    set type [queue_type $qtype]
-    if {$type eq ""} {
-        error "duplex-link: queue type '$qtype' is not supported; use DropTail, RED or GRED"
-    }
+    set type [queue_type $qtype duplex-link]
     set h [new_link link [list $a $b] $bw $delay]
-    if {$type ne ""} { puts_str $h queue.type $type }
+    puts_str $h queue.type $type
     return $h
+}
+
+# ns-2's one-way link. The first simplex link between two nodes becomes a link shaped in that
+# direction only (the other direction unshaped, with a warning: nestbed links carry packets
+# both ways); a second one in the other direction shapes that direction of the same link.
+proc ::nb::simplex_link {args} {
+    if {![arity $args 5 5 {$ns simplex-link FROM TO BANDWIDTH DELAY DropTail|RED|GRED}]} {
+        return [dummy]
+    }
+    lassign $args a b bw delay qtype
+    if {![need $a node "simplex-link"] || ![need $b node "simplex-link"]} { return [dummy] }
+    if {$a eq $b} {
+        error "simplex-link joins [label $a] to itself; a link joins two different nodes"
+        return [dummy]
+    }
+    set type [queue_type $qtype simplex-link]
+    if {[info exists ::nb::simplex([list $b $a])] && ![info exists ::nb::simplex([list $a $b])]} {
+        set h $::nb::simplex([list $b $a])
+        set ::nb::simplex([list $a $b]) $h
+        set i 1
+        set ::nb::oneway($h) 0
+    } else {
+        set h [new_link link [list $a $b] 0 0]
+        dict unset ::nb::F($h) bandwidth
+        dict unset ::nb::F($h) delay
+        set ::nb::simplex([list $a $b]) $h
+        set ::nb::oneway($h) [where]
+        set i 0
+    }
+    puts_str $h members.$i.egress.bandwidth $bw
+    puts_str $h members.$i.egress.delay $delay
+    puts_str $h members.$i.egress.queue.type $type
+    return $h
+}
+
+# Warns about simplex links never paired with one in the other direction.
+proc ::nb::warn_oneway {} {
+    foreach h [array names ::nb::oneway] {
+        if {$::nb::oneway($h) ne "0"} {
+            lassign $::nb::members($h) a b
+            warn "simplex-link from [ref $a] to [ref $b] has no simplex-link back; nestbed links\
+                carry packets both ways, so link [ref $h] is shaped from [ref $a] to [ref $b]\
+                only" $::nb::oneway($h)
+        }
+    }
 }
 
 proc ::nb::make_lan {args} {
@@ -371,13 +463,7 @@ proc ::nb::make_lan {args} {
     set h [new_link lan $nodes $bw $delay]
     foreach arg $extra {
         if {[string match Queue/* $arg]} {
-            set type [queue_type $arg]
-            if {$type eq ""} {
-                error "make-lan: queue type '$arg' is not supported; use Queue/DropTail,\
-                    Queue/RED or Queue/GRED"
-            } else {
-                puts_str $h queue.type $type
-            }
+            puts_str $h queue.type [queue_type $arg make-lan]
         }
     }
     return $h
@@ -415,13 +501,13 @@ proc ::nb::member_index {h node what} {
 
 oo::class create ::nb::Direction {
     superclass ::nb::Object
-    method queue {args} { ::nb::direction_queue [self] }
-    method unknown {m args} { ::nb::link_method [self] $m }
+    method queue {args} { ::nb::direction_queue [::nb::me [self]] }
+    method unknown {m args} { ::nb::link_method [::nb::me [self]] $m }
 }
 
 oo::class create ::nb::Queue {
     superclass ::nb::Object
-    method set {args} { ::nb::queue_set [self] {*}$args }
+    method set {args} { ::nb::queue_set [::nb::me [self]] {*}$args }
 }
 
 # The object of one direction of link or LAN H, from member NODE (created once).
@@ -526,7 +612,8 @@ proc ::nb::rtproto {args} {
         }
         Manual { set mode manual }
         default {
-            error "rtproto '$proto' is not supported; use Static, Session, ospf or Manual"
+            warn "rtproto '$proto' is not supported; ignored, as Emulab does (routing stays as\
+                set; use Static, Session, ospf or Manual)"
             return ""
         }
     }
@@ -548,21 +635,22 @@ set ::nb::AGENTS {
     Agent/TCP/Fack {tcp fack} Agent/TCP/FullTcp {tcp fulltcp}
     Agent/TCP/FullTcp/Sack {tcp fulltcp-sack} Agent/Null {null {}} Agent/TCPSink {tcpsink {}}
     Agent/TCPSink/DelAck {tcpsink delack} Agent/TCPSink/Sack1 {tcpsink sack}
+    Agent/LossMonitor {null {}}
 }
 set ::nb::APPS {Application/Traffic/CBR cbr Application/FTP ftp}
 
 oo::class create ::nb::Agent {
     superclass ::nb::Object
-    method set {args} { ::nb::agent_set [self] {*}$args }
+    method set {args} { ::nb::agent_set [::nb::me [self]] {*}$args }
 }
 
 oo::class create ::nb::Application {
     superclass ::nb::Object
-    method set {args} { ::nb::app_set [self] {*}$args }
-    method attach-agent {args} { ::nb::app_attach [self] {*}$args }
+    method set {args} { ::nb::app_set [::nb::me [self]] {*}$args }
+    method attach-agent {args} { ::nb::app_attach [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in {start stop reset produce send}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start stop reset produce send}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
@@ -632,10 +720,10 @@ proc ::nb::app_attach {h args} {
 
 oo::class create ::nb::Program {
     superclass ::nb::Object
-    method set {args} { ::nb::program_set [self] {*}$args }
+    method set {args} { ::nb::program_set [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in {start run stop kill}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start run stop kill}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
@@ -686,25 +774,25 @@ proc ::nb::program_agent {node args} {
 
 oo::class create ::nb::Timeline {
     superclass ::nb::Object
-    method at {args} { ::nb::timeline_at [self] [expr {[info level] - 1}] {*}$args }
+    method at {args} { ::nb::timeline_at [::nb::me [self]] [expr {[info level] - 1}] {*}$args }
     method unknown {m args} {
-        if {$m in {start stop reset run}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
 oo::class create ::nb::Sequence {
     superclass ::nb::Object
-    method append {args} { ::nb::sequence_append [self] [expr {[info level] - 1}] {*}$args }
+    method append {args} { ::nb::sequence_append [::nb::me [self]] [expr {[info level] - 1}] {*}$args }
     method unknown {m args} {
-        if {$m in {start stop reset run}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
 oo::class create ::nb::Group {
     superclass ::nb::Object
-    method add {args} { ::nb::group_add [self] {*}$args }
+    method add {args} { ::nb::group_add [::nb::me [self]] {*}$args }
 }
 
 # Splits SCRIPT into its commands with Tcl's own rules (quotes, braces, `;`, newlines).
@@ -730,7 +818,7 @@ proc ::nb::split_commands {script} {
 
 # The actions of an event script: a list of {object verb args}; errors name WHAT.
 # A first word written as $var (inside braces) is substituted in the caller's scope LEVEL.
-proc ::nb::parse_actions {level script what} {
+proc ::nb::parse_actions {level script what {time ""}} {
     set out {}
     foreach command [split_commands $script] {
         if {[catch {lrange $command 0 end} words]} {
@@ -738,6 +826,11 @@ proc ::nb::parse_actions {level script what} {
             continue
         }
         set rest [lassign $words object verb]
+        # `$ns at 5 "finish"`: a Tcl procedure of the script, checked once the script has run.
+        if {$time ne "" && ![string match {$*} $object] && ![is_object $object]} {
+            lappend ::nb::procEvents [list $time $object [where] $what]
+            continue
+        }
         if {[string match {$*} $object]} {
             if {[catch {uplevel #$level [list subst -nocommands -nobackslashes $object]} value]
                     && [catch {uplevel #0 [list subst -nocommands -nobackslashes $object]} value]} {
@@ -750,6 +843,17 @@ proc ::nb::parse_actions {level script what} {
                 links, LANs, queues, agents, applications, programs, timelines, sequences,\
                 groups or \$ns"
             continue
+        }
+        if {[kind_of $object] eq "ns" && $verb in $::nb::SIM_ONLY_EVENTS} {
+            warn "$what: '\$ns $verb' only matters to the simulator (`nestbed simulate`);\
+                ignored in emulation"
+            continue
+        }
+        # Emulab's event form `$link bandwidth 10Mb duplex`: duplex is both directions, as
+        # without it.
+        if {[kind_of $object] in {link lan dir} && $verb in {bandwidth delay plr}
+                && [llength $rest] == 2 && [lindex $rest 1] eq "duplex"} {
+            set rest [lrange $rest 0 0]
         }
         set args {}
         foreach a $rest {
@@ -777,7 +881,7 @@ proc ::nb::at {level args} {
     if {![arity $args 2 2 {$ns at TIME "EVENT; EVENT ..."}]} { return "" }
     lassign $args time script
     set loc [where]
-    foreach action [parse_actions $level $script "event at $time"] {
+    foreach action [parse_actions $level $script "event at $time" $time] {
         lappend ::nb::events [list $time {*}$action $loc]
     }
     return ""
@@ -879,8 +983,11 @@ proc ::nb::new {class args} {
     if {[dict exists $::nb::AGENTS $class]} { return [new_agent $class] }
     if {[dict exists $::nb::APPS $class]} { return [new_app $class] }
     if {$class eq "Program"} { return [new_program] }
-    set known [concat Simulator [dict keys $::nb::AGENTS] [dict keys $::nb::APPS] Program]
-    error "unknown class '$class' in new; supported classes are [join $known {, }]"
+    if {$class eq "EventGroup"} { return [new_group] }
+    set known [concat Simulator [dict keys $::nb::AGENTS] [dict keys $::nb::APPS] Program \
+        EventGroup]
+    warn "class '$class' is not supported; its object does nothing here, as in Emulab\
+        (supported classes are [join $known {, }])"
     return [dummy]
 }
 
@@ -1108,6 +1215,7 @@ foreach ::nb::cmd {
     tb-make-hard-vtype tb-make-weighted-vtype tb-set-colocate-factor tb-set-cpu-usage
     tb-set-mem-usage tb-set-link-est-bandwidth tb-set-lan-est-bandwidth tb-set-multiplexed
     tb-set-useveth tb-set-link-encap tb-set-allowcolocate tb-set-security-level tb-use-ipassign
+    tb-add-node-attribute tb-elab-in-elab
 } {
     proc ::$::nb::cmd {args} "::nb::inert $::nb::cmd \$args"
 }
@@ -1173,27 +1281,65 @@ proc ::nb-set-link-drop-packets {args} {
 # ----------------------------------------------------------------------------------------------
 # Wrapped Tcl commands: set (names), new, source, puts, exit, unknown, open
 
-# Names object H after variable VAR (Emulab's rule: the first variable assigned names it).
+# Names object H after variable VAR (Emulab's rule: the first variable assigned names it) and
+# returns the value the variable gets: the object's new handle when it was renamed.
 proc ::nb::name_from_var {h var} {
     variable kind
-    if {[info exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy}} { return }
+    if {[info exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy blockstore}} { return $h }
     set n [string map {( - ) ""} [regsub {^::} $var ""]]
     set what [expr {$kind($h) eq "app" ? [lindex [dict get $::nb::F($h) type] 1] : $kind($h)}]
     if {$what eq "lan"} { set what LAN }
-    if {![regexp {^[-0-9A-Za-z]+$} $n]} {
+    # Node, link and LAN names become host and interface names; the others may hold '_'.
+    if {$kind($h) in {node link lan}} {
+        set valid [regexp {^[-0-9A-Za-z]+$} $n]
+        set allowed "letters, digits and '-'"
+    } else {
+        set valid [regexp {^[-0-9A-Za-z_]+$} $n]
+        set allowed "letters, digits, '-' and '_'"
+    }
+    if {!$valid} {
         error "$what name '$n' (from variable $var) is not valid: names may contain only\
-            letters, digits and '-'; rename the variable"
-        return
+            $allowed; rename the variable"
+        return $h
     }
     if {[info exists ::nb::used($n)]} {
         set other $::nb::used($n)
         error "$what name '$n' (from variable $var) is already used by the\
             [string map {app application} $kind($other)] created at line\
             [lindex $::nb::created($other) 1]; use a different variable for each object"
-        return
+        return $h
     }
     set ::nb::name($h) $n
     set ::nb::used($n) $h
+    if {$h eq $::nb::last} { return [rename_object $h $n] }
+    return $h
+}
+
+# Emulab renames an object assigned right after its creation to its name, so the name itself
+# is the object (`tb-set-ip ping 10.0.0.1`, `lan$router` with $router the string "router").
+# Right after creation only the object's own entries and its nodes' interface lists refer to
+# it. A name that is already a command (a proc, a Tcl command) keeps the internal handle.
+proc ::nb::rename_object {h n} {
+    if {[llength [info commands ::$n]] || [info exists ::nb::kind($n)]} { return $h }
+    rename $h ::$n
+    foreach array {kind name F L created members ifaces routes steps gmembers tlevents} {
+        if {[info exists ::nb::${array}($h)]} {
+            set ::nb::${array}($n) [set ::nb::${array}($h)]
+            unset ::nb::${array}($h)
+        }
+    }
+    set ::nb::used($n) $n
+    set i [lsearch -exact $::nb::order $h]
+    lset ::nb::order $i $n
+    if {[info exists ::nb::members($n)]} {
+        foreach node $::nb::members($n) {
+            set j [lsearch -exact $::nb::ifaces($node) $h]
+            if {$j >= 0} { lset ::nb::ifaces($node) $j $n }
+        }
+    }
+    set ::nb::renamed($h) $n
+    set ::nb::last ""
+    return $n
 }
 
 proc ::nb::install_wrappers {} {
@@ -1207,7 +1353,7 @@ proc ::nb::install_wrappers {} {
             if {[info exists ::nb::kind($value)]
                     && ![string match ::nb* [uplevel 1 {::namespace current}]]
                     && ![string match ::oo* [uplevel 1 {::namespace current}]]} {
-                ::nb::name_from_var $value $varName
+                ::nb::set value [::nb::name_from_var $value $varName]
             }
             if {[regexp {^(?:::)?opt\((.*)\)$} $varName -> optname]} {
                 if {[dict exists $::nb::overrides $optname]} {
@@ -1264,6 +1410,11 @@ proc ::nb::install_wrappers {} {
     # Unknown commands are errors; parsing goes on.
     proc ::unknown {args} {
         set cmd [lindex $args 0]
+        if {[regexp $::nb::NS_CLASSES $cmd]} {
+            ::nb::warn "'[join [lrange $args 0 1]]' acts on the ns-2 class $cmd itself (class\
+                defaults and methods), which only the simulator uses; ignored here"
+            return ""
+        }
         ::nb::error "unknown command '$cmd'; it is not a Tcl, ns-2 or Emulab command that\
             nestbed knows (check its spelling)"
         return ""
@@ -1366,7 +1517,7 @@ proc ::nb::assign_default_names {} {
     variable kind
     array set counter {}
     foreach h $order {
-        if {[info exists ::nb::name($h)] || $kind($h) in {queue dir dummy}} { continue }
+        if {[info exists ::nb::name($h)] || $kind($h) in {queue dir dummy blockstore}} { continue }
         switch -- $kind($h) {
             agent - app { set prefix [lindex [dict get $::nb::F($h) type] 1] }
             default { set prefix $kind($h) }
@@ -1385,6 +1536,7 @@ proc ::nb::objname {h} {
         queue - dir { return [objname $::nb::link($h)] }
     }
     if {[info exists ::nb::name($h)]} { return $::nb::name($h) }
+    if {[info exists ::nb::renamed($h)]} { return $::nb::renamed($h) }
     return $h
 }
 
@@ -1693,8 +1845,32 @@ proc ::nb::problems {list} {
     return [list a $items]
 }
 
+# `$ns at T "NAME"` where NAME is the script's own procedure: it runs in the simulator; in
+# emulation it is a warning, and a procedure that calls exit ends the run there (like halt).
+proc ::nb::check_proc_events {} {
+    foreach entry $::nb::procEvents {
+        lassign $entry time pname loc what
+        if {![llength [info procs ::$pname]]} {
+            error "$what: '$pname' is not an object of this experiment nor a procedure of the\
+                script; events act on nodes, links, LANs, queues, agents, applications,\
+                programs, timelines, sequences, groups or \$ns" $loc
+            continue
+        }
+        if {[regexp {(^|[\s;\[{])exit($|[\s;\]}])} [info body ::$pname]]} {
+            warn "$what: procedure '$pname' runs only in the simulator; in emulation it is\
+                ignored, and as it calls exit the run ends there (like `\$ns halt`)" $loc
+            lappend ::nb::events [list $time $::nb::ns halt {} $loc]
+        } else {
+            warn "$what: procedure '$pname' runs only in the simulator (`nestbed simulate`);\
+                ignored in emulation" $loc
+        }
+    }
+}
+
 proc ::nb::output {} {
     variable locations [dict create]
+    check_proc_events
+    warn_oneway
     assign_default_names
     if {!$::nb::ran && ![llength $::nb::errors]} {
         warn "the file never calls `\$ns run`; add it at the end (ns-2 needs it)" \
