@@ -503,7 +503,9 @@ class _Resolver:
         """``base`` with every field ``s`` sets replaced."""
         out: dict = {}
         if s.bandwidth is not None:
-            out["bandwidth_bps"] = self.unit(path + ("bandwidth",), parse_bandwidth, s.bandwidth)
+            out["bandwidth_bps"] = self.unit(
+                path + ("bandwidth",), parse_ns2_bandwidth, s.bandwidth
+            )
         if s.delay is not None:
             out["delay_s"] = self.unit(path + ("delay",), parse_delay, s.delay)
         if s.jitter is not None:
@@ -634,14 +636,9 @@ class _Resolver:
                     f"{link.kind} {link.name}: the addresses given ({shown}) are not in one "
                     "subnet; put them in one subnet or change the netmask",
                 )
+            # Two links or LANs in one subnet are allowed (Emulab's own tests do it; Linux
+            # routes per interface): only addresses given twice collide, checked below.
             subnet = min(nets)
-            for other_name, other in user_subnet.items():
-                if subnet.overlaps(other):
-                    self.p.error(
-                        path,
-                        f"{link.kind} {link.name} and {other_name} are both in subnet {other}; "
-                        "give each link and LAN its own subnet",
-                    )
             user_subnet[link.name] = subnet
             claimed.extend(nets)
         owner: dict[str, str] = {}
@@ -731,12 +728,21 @@ class _Resolver:
                     f"agent {a.name} ({a.type}) is connected to {peer.name} ({peer.type}); connect "
                     "UDP to a Null agent and TCP to a TCPSink",
                 )
-            if peer.peer not in (None, a.name):
-                self.p.error(
-                    path + ("peer",),
-                    f"agent {a.name} is connected to {peer.name}, which is connected to "
-                    f"{peer.peer}; connect each agent to one peer",
-                )
+            # As in Emulab and ns-2, a sink may have several sources, and a source connected
+            # again sends to its last peer only (its earlier sinks then receive nothing).
+            if peer.peer not in (None, a.name) and peer.type not in ("null", "tcpsink"):
+                if a.type in ("null", "tcpsink"):
+                    self.p.warn(
+                        path + ("peer",),
+                        f"agent {a.name} is connected to {peer.name}, which was connected again "
+                        f"to {peer.peer}; {peer.name} sends to {peer.peer} only, as in ns-2",
+                    )
+                else:
+                    self.p.error(
+                        path + ("peer",),
+                        f"agent {a.name} is connected to {peer.name}, which is connected to "
+                        f"{peer.peer}; connect each agent to one peer",
+                    )
         # `$ns connect` joins both ends; a YAML file may name the peer on one side only.
         peer = a.peer or next((x.name for x in self.doc.agents if x.peer == a.name), None)
         return ir.Agent.model_construct(
@@ -773,7 +779,7 @@ class _Resolver:
                 a.packet_size,
             )
         if a.rate is not None:
-            fields["rate_bps"] = self.unit(path + ("rate",), parse_bandwidth, a.rate)
+            fields["rate_bps"] = self.unit(path + ("rate",), parse_ns2_bandwidth, a.rate)
         if a.interval is not None:
             fields["interval_s"] = self.unit(path + ("interval",), parse_delay, a.interval)
             if fields["interval_s"] == 0:
@@ -933,3 +939,14 @@ def derive_name(text: str) -> str:
     """A valid experiment name made from TEXT: other characters become '-', runs of '-' one."""
     name = re.sub(r"-+", "-", re.sub(r"[^-0-9A-Za-z]", "-", text)).strip("-")
     return name or "experiment"
+
+
+_NS2_MULTIPLIER = re.compile(r"^\s*([-+0-9.eE]+)\s*([kmg])(b|bps)?\s*$")
+
+
+def parse_ns2_bandwidth(value: str | int | float) -> int:
+    """Bits per second as ns-2 reads them: also lowercase multipliers (`1mb`, `10kb`, `5m`)."""
+    match = _NS2_MULTIPLIER.match(str(value)) if isinstance(value, str) else None
+    if match:
+        value = f"{match.group(1)}{match.group(2).upper()}b"
+    return parse_bandwidth(value)

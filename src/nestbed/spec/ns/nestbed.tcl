@@ -1350,9 +1350,12 @@ proc ::nb::install_wrappers {} {
     proc ::set {varName args} {
         if {[llength $args] == 1} {
             ::nb::set value [lindex $args 0]
+            # Only the user's own `set` names (not this library's tb-* procs, which live in
+            # the global namespace too).
             if {[info exists ::nb::kind($value)]
                     && ![string match ::nb* [uplevel 1 {::namespace current}]]
-                    && ![string match ::oo* [uplevel 1 {::namespace current}]]} {
+                    && ![string match ::oo* [uplevel 1 {::namespace current}]]
+                    && [::nb::by_user [info frame -1]]} {
                 ::nb::set value [::nb::name_from_var $value $varName]
             }
             if {[regexp {^(?:::)?opt\((.*)\)$} $varName -> optname]} {
@@ -1463,6 +1466,11 @@ foreach {::nb::cmd ::nb::sentence} {
     proc ::$::nb::cmd {args} [list ::nb::refuse [regsub -all {\s+} $::nb::sentence " "]]
 }
 unset ::nb::cmd ::nb::sentence
+
+# Whether the command of FRAME (an `info frame` dict) is written in the user's files.
+proc ::nb::by_user {frame} {
+    return [expr {![dict exists $frame file] || [dict get $frame file] ni $::nb::libfiles}]
+}
 
 # The user file whose command is running (full path).
 proc ::nb::current_file {} {
