@@ -19,7 +19,9 @@
 # kind1, ... at the end. Values that refer to objects are kept as handles and turned into
 # final names only when the JSON is printed.
 #
-# Library code lives in namespace ::nb, where `set` still means the builtin.
+# Library code lives in namespace ::nb, where `set` still means the builtin. It calls the
+# implementations of Tcl's ensembles directly (`::tcl::dict::get`, not `dict get`): a safe
+# interpreter compiles no ensemble to bytecode, and parsing was twice as slow with them.
 #
 # tclsh starts this file in its own (master) interpreter, which only hands over to
 # sandbox.tcl: that creates a Tcl safe interpreter, loads this file into it and runs the
@@ -57,29 +59,29 @@ namespace eval ::nb {
     variable ran 0
     variable simplex          ;# array: {from to} -> link made by simplex-link
     variable oneway           ;# array: link -> where its first simplex-link was, or 0 when paired
-    array set simplex {}
-    array set oneway {}
+    ::tcl::array::set simplex {}
+    ::tcl::array::set oneway {}
     variable procEvents {}    ;# {time name loc}: `$ns at T "proc"`, checked once procs exist
     variable memoryLimitMB 1024 ;# the tclsh process's address space limit, for messages
     variable used             ;# array: name -> handle
     variable kind; variable name; variable F; variable L; variable created
     variable members; variable ifaces; variable link; variable src
     variable steps; variable gmembers; variable tlevents; variable sysctl; variable routes
-    array set used {}
-    array set kind {}
-    array set name {}
-    array set F {}
-    array set L {}
-    array set created {}
-    array set members {}
-    array set ifaces {}
-    array set link {}
-    array set src {}
-    array set steps {}
-    array set gmembers {}
-    array set tlevents {}
-    array set sysctl {}
-    array set routes {}
+    ::tcl::array::set used {}
+    ::tcl::array::set kind {}
+    ::tcl::array::set name {}
+    ::tcl::array::set F {}
+    ::tcl::array::set L {}
+    ::tcl::array::set created {}
+    ::tcl::array::set members {}
+    ::tcl::array::set ifaces {}
+    ::tcl::array::set link {}
+    ::tcl::array::set src {}
+    ::tcl::array::set steps {}
+    ::tcl::array::set gmembers {}
+    ::tcl::array::set tlevents {}
+    ::tcl::array::set sysctl {}
+    ::tcl::array::set routes {}
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -88,16 +90,24 @@ namespace eval ::nb {
 # The file:line of the innermost user command being run (frames of this library are skipped).
 proc ::nb::where {} {
     variable libfiles
-    for {set i [expr {[info frame] - 1}]} {$i > 0} {incr i -1} {
-        set f [info frame $i]
-        if {[dict get $f type] eq "source" && [dict exists $f file]} {
-            set file [dict get $f file]
+    for {set i [expr {[::tcl::info::frame] - 1}]} {$i > 0} {incr i -1} {
+        set f [::tcl::info::frame $i]
+        if {[::tcl::dict::get $f type] eq "source" && [::tcl::dict::exists $f file]} {
+            set file [::tcl::dict::get $f file]
             if {$file ni $libfiles} {
-                return [list [file tail $file] [dict get $f line]]
+                return [list [tail $file] [::tcl::dict::get $f line]]
             }
         }
     }
-    return [list [file tail $::nb::mainfile] 1]
+    return [list [tail $::nb::mainfile] 1]
+}
+
+# A path's last component. `file` is an alias into the sandbox's master, too slow to call for
+# every located field, so the answers are kept.
+proc ::nb::tail {path} {
+    variable tails
+    if {![::tcl::info::exists tails($path)]} { set tails($path) [file tail $path] }
+    return $tails($path)
 }
 
 proc ::nb::warn {message {loc {}}} {
@@ -127,7 +137,7 @@ proc ::nb::label {h} {
         ns { return {$ns} }
         lan { return "LAN [ref $h]" }
         agent { return "agent [ref $h]" }
-        app { return "[lindex [dict get $F($h) type] 1] [ref $h]" }
+        app { return "[lindex [::tcl::dict::get $F($h) type] 1] [ref $h]" }
         queue { return "the queue of [label $::nb::link($h)] from [ref $::nb::src($h)]" }
         dir { return "[label $::nb::link($h)] (direction from [ref $::nb::src($h)])" }
         default { return "$kind($h) [ref $h]" }
@@ -160,24 +170,24 @@ proc ::nb::create {class kind} {
 # An object's handle from inside its methods: [self] is fully qualified, and a renamed object
 # lives in the global namespace (`::far` is handle `far`).
 proc ::nb::me {self} {
-    if {[info exists ::nb::kind($self)]} { return $self }
-    return [string range $self 2 end]
+    if {[::tcl::info::exists ::nb::kind($self)]} { return $self }
+    return [::tcl::string::range $self 2 end]
 }
 
 proc ::nb::is_object {value} {
-    return [info exists ::nb::kind($value)]
+    return [::tcl::info::exists ::nb::kind($value)]
 }
 
 proc ::nb::kind_of {value} {
-    if {[info exists ::nb::kind($value)]} { return $::nb::kind($value) }
+    if {[::tcl::info::exists ::nb::kind($value)]} { return $::nb::kind($value) }
     return ""
 }
 
 # Records field PATH (dotted) of object H as the tagged JSON value TAGGED, at the current line.
 proc ::nb::put {h path tagged {loc {}}} {
     if {$loc eq {}} { set loc [where] }
-    dict set ::nb::F($h) $path $tagged
-    dict set ::nb::L($h) $path $loc
+    ::tcl::dict::set ::nb::F($h) $path $tagged
+    ::tcl::dict::set ::nb::L($h) $path $loc
 }
 
 proc ::nb::puts_str {h path value} {
@@ -262,9 +272,9 @@ oo::class create ::nb::Simulator {
     method cost {args} { ::nb::cost {*}$args }
     method attach-agent {args} { ::nb::attach_agent {*}$args }
     method connect {args} { ::nb::connect {*}$args }
-    method at {args} { ::nb::at [expr {[info level] - 1}] {*}$args }
+    method at {args} { ::nb::at [expr {[::tcl::info::level] - 1}] {*}$args }
     method event-timeline {args} { ::nb::new_timeline }
-    method event-sequence {args} { ::nb::new_sequence [expr {[info level] - 1}] {*}$args }
+    method event-sequence {args} { ::nb::new_sequence [expr {[::tcl::info::level] - 1}] {*}$args }
     method event-group {args} { ::nb::new_group {*}$args }
     method define-template-parameter {args} { ::nb::template_parameter {*}$args }
     method make-simulated {args} { ::nb::make_simulated {*}$args }
@@ -415,15 +425,15 @@ proc ::nb::simplex_link {args} {
         return [dummy]
     }
     set type [queue_type $qtype simplex-link]
-    if {[info exists ::nb::simplex([list $b $a])] && ![info exists ::nb::simplex([list $a $b])]} {
+    if {[::tcl::info::exists ::nb::simplex([list $b $a])] && ![::tcl::info::exists ::nb::simplex([list $a $b])]} {
         set h $::nb::simplex([list $b $a])
         set ::nb::simplex([list $a $b]) $h
         set i 1
         set ::nb::oneway($h) 0
     } else {
         set h [new_link link [list $a $b] 0 0]
-        dict unset ::nb::F($h) bandwidth
-        dict unset ::nb::F($h) delay
+        ::tcl::dict::unset ::nb::F($h) bandwidth
+        ::tcl::dict::unset ::nb::F($h) delay
         set ::nb::simplex([list $a $b]) $h
         set ::nb::oneway($h) [where]
         set i 0
@@ -436,7 +446,7 @@ proc ::nb::simplex_link {args} {
 
 # Warns about simplex links never paired with one in the other direction.
 proc ::nb::warn_oneway {} {
-    foreach h [array names ::nb::oneway] {
+    foreach h [::tcl::array::names ::nb::oneway] {
         if {$::nb::oneway($h) ne "0"} {
             lassign $::nb::members($h) a b
             warn "simplex-link from [ref $a] to [ref $b] has no simplex-link back; nestbed links\
@@ -462,7 +472,7 @@ proc ::nb::make_lan {args} {
     }
     set h [new_link lan $nodes $bw $delay]
     foreach arg $extra {
-        if {[string match Queue/* $arg]} {
+        if {[::tcl::string::match Queue/* $arg]} {
             puts_str $h queue.type [queue_type $arg make-lan]
         }
     }
@@ -513,7 +523,7 @@ oo::class create ::nb::Queue {
 # The object of one direction of link or LAN H, from member NODE (created once).
 proc ::nb::direction {h node} {
     set key "$h $node"
-    if {![info exists ::nb::directions($key)]} {
+    if {![::tcl::info::exists ::nb::directions($key)]} {
         set d [create ::nb::Direction dir]
         set ::nb::link($d) $h
         set ::nb::src($d) $node
@@ -523,7 +533,7 @@ proc ::nb::direction {h node} {
 }
 
 proc ::nb::direction_queue {d} {
-    if {![info exists ::nb::queueOf($d)]} {
+    if {![::tcl::info::exists ::nb::queueOf($d)]} {
         set q [create ::nb::Queue queue]
         set ::nb::link($q) $::nb::link($d)
         set ::nb::src($q) $::nb::src($d)
@@ -559,7 +569,7 @@ proc ::nb::queue_set {q args} {
     switch -- $var {
         limit_ { puts_str $h $base.limit $value }
         queue-in-bytes_ {
-            puts_str $h $base.limit_unit [expr {[string is true -strict $value] ? "bytes" : "packets"}]
+            puts_str $h $base.limit_unit [expr {[::tcl::string::is true -strict $value] ? "bytes" : "packets"}]
         }
         thresh_ { puts_str $h $base.thresh $value }
         maxthresh_ { puts_str $h $base.maxthresh $value }
@@ -567,10 +577,10 @@ proc ::nb::queue_set {q args} {
         linterm_ { puts_str $h $base.linterm $value }
         mean_pktsize_ { puts_str $h $base.mean_packet_size $value }
         gentle_ {
-            if {[string is true -strict $value]} {
+            if {[::tcl::string::is true -strict $value]} {
                 puts_str $h $base.type gred
-            } elseif {[dict exists $::nb::F($h) queue.type]
-                      && [lindex [dict get $::nb::F($h) queue.type] 1] eq "gred"} {
+            } elseif {[::tcl::dict::exists $::nb::F($h) queue.type]
+                      && [lindex [::tcl::dict::get $::nb::F($h) queue.type] 1] eq "gred"} {
                 puts_str $h $base.type red
             }
         }
@@ -655,7 +665,7 @@ oo::class create ::nb::Application {
 }
 
 proc ::nb::new_agent {class} {
-    lassign [dict get $::nb::AGENTS $class] type variant
+    lassign [::tcl::dict::get $::nb::AGENTS $class] type variant
     set h [create ::nb::Agent agent]
     puts_str $h type $type
     if {$variant ne ""} { puts_str $h variant $variant }
@@ -689,7 +699,7 @@ proc ::nb::connect {args} {
 
 proc ::nb::new_app {class} {
     set h [create ::nb::Application app]
-    puts_str $h type [dict get $::nb::APPS $class]
+    puts_str $h type [::tcl::dict::get $::nb::APPS $class]
     return $h
 }
 
@@ -699,8 +709,8 @@ proc ::nb::app_set {h args} {
     lassign $args var value
     set fields {packetSize_ packet_size rate_ rate interval_ interval maxpkts_ max_packets
         random_ random}
-    if {[dict exists $fields $var]} {
-        puts_str $h [dict get $fields $var] $value
+    if {[::tcl::dict::exists $fields $var]} {
+        puts_str $h [::tcl::dict::get $fields $var] $value
     } else {
         warn "variable '$var' of [label $h] has no effect here; ignored"
     }
@@ -761,7 +771,7 @@ proc ::nb::program_agent {node args} {
     }
     foreach {opt value} $args {
         switch -- $opt {
-            -command - -dir - -timeout { puts_str $h [string range $opt 1 end] $value }
+            -command - -dir - -timeout { puts_str $h [::tcl::string::range $opt 1 end] $value }
             -expected-exit-code { puts_str $h expected_exit_code $value }
             default { warn "program-agent option '$opt' has no effect here; ignored" }
         }
@@ -774,7 +784,7 @@ proc ::nb::program_agent {node args} {
 
 oo::class create ::nb::Timeline {
     superclass ::nb::Object
-    method at {args} { ::nb::timeline_at [::nb::me [self]] [expr {[info level] - 1}] {*}$args }
+    method at {args} { ::nb::timeline_at [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args }
     method unknown {m args} {
         if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
         ::nb::unknown_method [::nb::me [self]] $m
@@ -783,7 +793,7 @@ oo::class create ::nb::Timeline {
 
 oo::class create ::nb::Sequence {
     superclass ::nb::Object
-    method append {args} { ::nb::sequence_append [::nb::me [self]] [expr {[info level] - 1}] {*}$args }
+    method append {args} { ::nb::sequence_append [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args }
     method unknown {m args} {
         if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
         ::nb::unknown_method [::nb::me [self]] $m
@@ -800,7 +810,7 @@ proc ::nb::split_commands {script} {
     set commands {}
     set current ""
     foreach char [split $script ""] {
-        if {($char eq ";" || $char eq "\n") && [info complete $current]} {
+        if {($char eq ";" || $char eq "\n") && [::tcl::info::complete $current]} {
             lappend commands $current
             set current ""
         } else {
@@ -810,8 +820,8 @@ proc ::nb::split_commands {script} {
     lappend commands $current
     set out {}
     foreach c $commands {
-        set c [string trim $c]
-        if {$c ne "" && ![string match #* $c]} { lappend out $c }
+        set c [::tcl::string::trim $c]
+        if {$c ne "" && ![::tcl::string::match #* $c]} { lappend out $c }
     }
     return $out
 }
@@ -827,11 +837,11 @@ proc ::nb::parse_actions {level script what {time ""}} {
         }
         set rest [lassign $words object verb]
         # `$ns at 5 "finish"`: a Tcl procedure of the script, checked once the script has run.
-        if {$time ne "" && ![string match {$*} $object] && ![is_object $object]} {
+        if {$time ne "" && ![::tcl::string::match {$*} $object] && ![is_object $object]} {
             lappend ::nb::procEvents [list $time $object [where] $what]
             continue
         }
-        if {[string match {$*} $object]} {
+        if {[::tcl::string::match {$*} $object]} {
             if {[catch {uplevel #$level [list subst -nocommands -nobackslashes $object]} value]
                     && [catch {uplevel #0 [list subst -nocommands -nobackslashes $object]} value]} {
                 set value $object
@@ -951,12 +961,12 @@ proc ::nb::template_parameter {args} {
     }
     lassign $args pname default
     set value $default
-    if {[dict exists $::nb::overrides $pname]} {
-        set value [dict get $::nb::overrides $pname]
-        dict set ::nb::usedOverrides $pname 1
+    if {[::tcl::dict::exists $::nb::overrides $pname]} {
+        set value [::tcl::dict::get $::nb::overrides $pname]
+        ::tcl::dict::set ::nb::usedOverrides $pname 1
     }
-    dict set ::nb::parameters $pname $value
-    dict set ::nb::paramLocs $pname [where]
+    ::tcl::dict::set ::nb::parameters $pname $value
+    ::tcl::dict::set ::nb::paramLocs $pname [where]
     uplevel #0 [list ::nb::set $pname $value]
     return ""
 }
@@ -980,11 +990,11 @@ proc ::nb::dummy {} {
 
 proc ::nb::new {class args} {
     if {$class eq "Simulator"} { return [new_simulator] }
-    if {[dict exists $::nb::AGENTS $class]} { return [new_agent $class] }
-    if {[dict exists $::nb::APPS $class]} { return [new_app $class] }
+    if {[::tcl::dict::exists $::nb::AGENTS $class]} { return [new_agent $class] }
+    if {[::tcl::dict::exists $::nb::APPS $class]} { return [new_app $class] }
     if {$class eq "Program"} { return [new_program] }
     if {$class eq "EventGroup"} { return [new_group] }
-    set known [concat Simulator [dict keys $::nb::AGENTS] [dict keys $::nb::APPS] Program \
+    set known [concat Simulator [::tcl::dict::keys $::nb::AGENTS] [::tcl::dict::keys $::nb::APPS] Program \
         EventGroup]
     warn "class '$class' is not supported; its object does nothing here, as in Emulab\
         (supported classes are [join $known {, }])"
@@ -1038,13 +1048,13 @@ proc ::nb-set-node-sysctl {args} {
     if {![::nb::arity $args 3 3 {nb-set-node-sysctl NODE KEY VALUE}]} { return "" }
     lassign $args node key value
     if {![::nb::need $node node nb-set-node-sysctl]} { return "" }
-    dict set ::nb::sysctl($node) $key [list $value [::nb::where]]
+    ::tcl::dict::set ::nb::sysctl($node) $key [list $value [::nb::where]]
     return ""
 }
 
 proc ::tb-set-ip-routing {args} {
     if {![::nb::arity $args 1 1 {tb-set-ip-routing static|session|manual}]} { return "" }
-    set mode [string tolower [lindex $args 0]]
+    set mode [::tcl::string::tolower [lindex $args 0]]
     if {$mode ni {static session manual none}} {
         return [::nb::error "tb-set-ip-routing '[lindex $args 0]' is not supported; use static,\
             session or manual"]
@@ -1074,7 +1084,7 @@ proc ::tb-set-link-loss {args} {
         return [::nb::linklan_field tb-set-link-loss loss {tb-set-link-loss LINK LOSS} $args]
     }
     lassign $args a b loss
-    set h [::nb::find_link $a $b tb-set-link-loss]
+    ::nb::set h [::nb::find_link $a $b tb-set-link-loss]
     if {$h ne ""} { ::nb::puts_str $h loss $loss }
     return ""
 }
@@ -1164,7 +1174,7 @@ proc ::tb-set-ip {args} {
     if {![::nb::arity $args 2 2 {tb-set-ip NODE IP}]} { return "" }
     lassign $args node ip
     if {![::nb::need $node node tb-set-ip]} { return "" }
-    set links $::nb::ifaces($node)
+    ::nb::set links $::nb::ifaces($node)
     if {[llength $links] != 1} {
         return [::nb::error "tb-set-ip: [::nb::label $node] has [llength $links] links or LANs so\
             far, not one; use tb-set-ip-link, tb-set-ip-lan or tb-set-ip-interface"]
@@ -1175,7 +1185,7 @@ proc ::tb-set-ip {args} {
 proc ::tb-set-ip-interface {args} {
     if {![::nb::arity $args 3 3 {tb-set-ip-interface NODE DST IP}]} { return "" }
     lassign $args node dst ip
-    set h [::nb::find_link $node $dst tb-set-ip-interface]
+    ::nb::set h [::nb::find_link $node $dst tb-set-ip-interface]
     if {$h ne ""} { ::nb::set_ip tb-set-ip-interface $h $node $ip }
     return ""
 }
@@ -1285,9 +1295,9 @@ proc ::nb-set-link-drop-packets {args} {
 # returns the value the variable gets: the object's new handle when it was renamed.
 proc ::nb::name_from_var {h var} {
     variable kind
-    if {[info exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy blockstore}} { return $h }
-    set n [string map {( - ) ""} [regsub {^::} $var ""]]
-    set what [expr {$kind($h) eq "app" ? [lindex [dict get $::nb::F($h) type] 1] : $kind($h)}]
+    if {[::tcl::info::exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy blockstore}} { return $h }
+    set n [::tcl::string::map {( - ) ""} [regsub {^::} $var ""]]
+    set what [expr {$kind($h) eq "app" ? [lindex [::tcl::dict::get $::nb::F($h) type] 1] : $kind($h)}]
     if {$what eq "lan"} { set what LAN }
     # Node, link and LAN names become host and interface names; the others may hold '_'.
     if {$kind($h) in {node link lan}} {
@@ -1302,10 +1312,10 @@ proc ::nb::name_from_var {h var} {
             $allowed; rename the variable"
         return $h
     }
-    if {[info exists ::nb::used($n)]} {
+    if {[::tcl::info::exists ::nb::used($n)]} {
         set other $::nb::used($n)
         error "$what name '$n' (from variable $var) is already used by the\
-            [string map {app application} $kind($other)] created at line\
+            [::tcl::string::map {app application} $kind($other)] created at line\
             [lindex $::nb::created($other) 1]; use a different variable for each object"
         return $h
     }
@@ -1320,10 +1330,10 @@ proc ::nb::name_from_var {h var} {
 # Right after creation only the object's own entries and its nodes' interface lists refer to
 # it. A name that is already a command (a proc, a Tcl command) keeps the internal handle.
 proc ::nb::rename_object {h n} {
-    if {[llength [info commands ::$n]] || [info exists ::nb::kind($n)]} { return $h }
+    if {[llength [::tcl::info::commands ::$n]] || [::tcl::info::exists ::nb::kind($n)]} { return $h }
     rename $h ::$n
     foreach array {kind name F L created members ifaces routes steps gmembers tlevents} {
-        if {[info exists ::nb::${array}($h)]} {
+        if {[::tcl::info::exists ::nb::${array}($h)]} {
             set ::nb::${array}($n) [set ::nb::${array}($h)]
             unset ::nb::${array}($h)
         }
@@ -1331,7 +1341,7 @@ proc ::nb::rename_object {h n} {
     set ::nb::used($n) $n
     set i [lsearch -exact $::nb::order $h]
     lset ::nb::order $i $n
-    if {[info exists ::nb::members($n)]} {
+    if {[::tcl::info::exists ::nb::members($n)]} {
         foreach node $::nb::members($n) {
             set j [lsearch -exact $::nb::ifaces($node) $h]
             if {$j >= 0} { lset ::nb::ifaces($node) $j $n }
@@ -1350,20 +1360,19 @@ proc ::nb::install_wrappers {} {
     proc ::set {varName args} {
         if {[llength $args] == 1} {
             ::nb::set value [lindex $args 0]
-            # Only the user's own `set` names (not this library's tb-* procs, which live in
-            # the global namespace too).
-            if {[info exists ::nb::kind($value)]
-                    && ![string match ::nb* [uplevel 1 {::namespace current}]]
-                    && ![string match ::oo* [uplevel 1 {::namespace current}]]
-                    && [::nb::by_user [info frame -1]]} {
+            # Only the user's own `set` names (this library's tb-* procs, in the global
+            # namespace too, use ::nb::set).
+            if {[::tcl::info::exists ::nb::kind($value)]
+                    && ![::tcl::string::match ::nb* [uplevel 1 {::tcl::namespace::current}]]
+                    && ![::tcl::string::match ::oo* [uplevel 1 {::tcl::namespace::current}]]} {
                 ::nb::set value [::nb::name_from_var $value $varName]
             }
             if {[regexp {^(?:::)?opt\((.*)\)$} $varName -> optname]} {
-                if {[dict exists $::nb::overrides $optname]} {
-                    ::nb::set value [dict get $::nb::overrides $optname]
-                    dict set ::nb::usedOverrides $optname 1
+                if {[::tcl::dict::exists $::nb::overrides $optname]} {
+                    ::nb::set value [::tcl::dict::get $::nb::overrides $optname]
+                    ::tcl::dict::set ::nb::usedOverrides $optname 1
                 }
-                dict set ::nb::envLocs $optname [::nb::where]
+                ::tcl::dict::set ::nb::envLocs $optname [::nb::where]
             }
             return [uplevel 1 [list ::nb::set $varName $value]]
         }
@@ -1401,7 +1410,7 @@ proc ::nb::install_wrappers {} {
     # opened for writing (ns-2's trace and nam files) gets a channel that discards its output.
     proc ::open {path args} {
         set mode [expr {[llength $args] ? [lindex $args 0] : "r"}]
-        if {![string match |* $path] && $mode ni {r rb RDONLY {RDONLY BINARY}}} {
+        if {![::tcl::string::match |* $path] && $mode ni {r rb RDONLY {RDONLY BINARY}}} {
             ::nb::warn "open of '$path' for writing writes nothing while parsing (parsing changes\
                 no files); `nestbed simulate` writes ns-2's traces, and programs on the nodes\
                 write their own files"
@@ -1444,7 +1453,7 @@ namespace eval ::nb::nullchan {
     proc initialize {channel mode} { return {initialize finalize watch write} }
     proc finalize {channel} {}
     proc watch {channel events} {}
-    proc write {channel data} { return [string length $data] }
+    proc write {channel data} { return [::tcl::string::length $data] }
 }
 
 # Commands a safe interpreter lacks, refused with what to use instead.
@@ -1467,18 +1476,13 @@ foreach {::nb::cmd ::nb::sentence} {
 }
 unset ::nb::cmd ::nb::sentence
 
-# Whether the command of FRAME (an `info frame` dict) is written in the user's files.
-proc ::nb::by_user {frame} {
-    return [expr {![dict exists $frame file] || [dict get $frame file] ni $::nb::libfiles}]
-}
-
 # The user file whose command is running (full path).
 proc ::nb::current_file {} {
-    for {set i [expr {[info frame] - 1}]} {$i > 0} {incr i -1} {
-        set f [info frame $i]
-        if {[dict get $f type] eq "source" && [dict exists $f file]
-                && [dict get $f file] ni $::nb::libfiles} {
-            return [dict get $f file]
+    for {set i [expr {[::tcl::info::frame] - 1}]} {$i > 0} {incr i -1} {
+        set f [::tcl::info::frame $i]
+        if {[::tcl::dict::get $f type] eq "source" && [::tcl::dict::exists $f file]
+                && [::tcl::dict::get $f file] ni $::nb::libfiles} {
+            return [::tcl::dict::get $f file]
         }
     }
     return $::nb::mainfile
@@ -1487,26 +1491,26 @@ proc ::nb::current_file {} {
 # Remembers where each user proc is defined, to locate errors raised inside it.
 proc ::nb::proc_defined {command code result op} {
     if {$code != 0} { return }
-    set full [uplevel 1 [list namespace which -command [lindex $command 1]]]
-    if {$full ne ""} { dict set ::nb::procdefs $full [where] }
+    set full [uplevel 1 [list ::tcl::namespace::which -command [lindex $command 1]]]
+    if {$full ne ""} { ::tcl::dict::set ::nb::procdefs $full [where] }
 }
 
 # The file:line of a Tcl error, from its -errorinfo (innermost script line first).
 proc ::nb::error_location {info} {
     set offset 0
     foreach line [split $info "\n"] {
-        if {![regexp {^\s*\((.*) line (\d+)\)$} [string trim $line] -> what n]} { continue }
+        if {![regexp {^\s*\((.*) line (\d+)\)$} [::tcl::string::trim $line] -> what n]} { continue }
         if {[regexp {^file "(.*)"$} $what -> file]} {
             if {$file ni $::nb::libfiles} { return [list [file tail $file] [expr {$n + $offset}]] }
             set offset 0
         } elseif {[regexp {^procedure "(.*)"$} $what -> pname]} {
-            if {![string match ::* $pname]} { set pname ::$pname }
-            if {[dict exists $::nb::procdefs $pname]} {
-                lassign [dict get $::nb::procdefs $pname] file first
+            if {![::tcl::string::match ::* $pname]} { set pname ::$pname }
+            if {[::tcl::dict::exists $::nb::procdefs $pname]} {
+                lassign [::tcl::dict::get $::nb::procdefs $pname] file first
                 return [list $file [expr {$first + $n - 1 + $offset}]]
             }
             set offset 0
-        } elseif {[string match {"*"*} $what]} {
+        } elseif {[::tcl::string::match {"*"*} $what]} {
             # A body of for, foreach, while, if, catch...: its lines count from the command's.
             incr offset [expr {$n - 1}]
         } else {
@@ -1523,15 +1527,15 @@ proc ::nb::error_location {info} {
 proc ::nb::assign_default_names {} {
     variable order
     variable kind
-    array set counter {}
+    ::tcl::array::set counter {}
     foreach h $order {
-        if {[info exists ::nb::name($h)] || $kind($h) in {queue dir dummy blockstore}} { continue }
+        if {[::tcl::info::exists ::nb::name($h)] || $kind($h) in {queue dir dummy blockstore}} { continue }
         switch -- $kind($h) {
-            agent - app { set prefix [lindex [dict get $::nb::F($h) type] 1] }
+            agent - app { set prefix [lindex [::tcl::dict::get $::nb::F($h) type] 1] }
             default { set prefix $kind($h) }
         }
-        if {![info exists counter($prefix)]} { set counter($prefix) 0 }
-        while {[info exists ::nb::used($prefix$counter($prefix))]} { incr counter($prefix) }
+        if {![::tcl::info::exists counter($prefix)]} { set counter($prefix) 0 }
+        while {[::tcl::info::exists ::nb::used($prefix$counter($prefix))]} { incr counter($prefix) }
         set n $prefix$counter($prefix)
         set ::nb::name($h) $n
         set ::nb::used($n) $h
@@ -1543,39 +1547,39 @@ proc ::nb::objname {h} {
         ns { return ns }
         queue - dir { return [objname $::nb::link($h)] }
     }
-    if {[info exists ::nb::name($h)]} { return $::nb::name($h) }
-    if {[info exists ::nb::renamed($h)]} { return $::nb::renamed($h) }
+    if {[::tcl::info::exists ::nb::name($h)]} { return $::nb::name($h) }
+    if {[::tcl::info::exists ::nb::renamed($h)]} { return $::nb::renamed($h) }
     return $h
 }
 
 proc ::nb::resolve_message {message} {
     set map {}
     foreach h [regexp -all -inline {\x01[^\x01]*\x01} $message] {
-        lappend map $h [objname [string trim $h \x01]]
+        lappend map $h [objname [::tcl::string::trim $h \x01]]
     }
-    return [string map $map $message]
+    return [::tcl::string::map $map $message]
 }
 
 # Nests a flat dict of dotted paths into a tagged JSON object.
 proc ::nb::nest {flat} {
     set heads {}
-    set leaves [dict create]
-    array set sub {}
-    dict for {path value} $flat {
-        set dot [string first . $path]
+    set leaves [::tcl::dict::create]
+    ::tcl::array::set sub {}
+    ::tcl::dict::for {path value} $flat {
+        set dot [::tcl::string::first . $path]
         if {$dot < 0} {
             set head $path
-            dict set leaves $head $value
+            ::tcl::dict::set leaves $head $value
         } else {
-            set head [string range $path 0 [expr {$dot - 1}]]
-            dict set sub($head) [string range $path [expr {$dot + 1}] end] $value
+            set head [::tcl::string::range $path 0 [expr {$dot - 1}]]
+            ::tcl::dict::set sub($head) [::tcl::string::range $path [expr {$dot + 1}] end] $value
         }
         if {$head ni $heads} { lappend heads $head }
     }
     set out {}
     foreach head $heads {
-        if {[dict exists $leaves $head]} {
-            lappend out $head [dict get $leaves $head]
+        if {[::tcl::dict::exists $leaves $head]} {
+            lappend out $head [::tcl::dict::get $leaves $head]
         } else {
             lappend out $head [nest $sub($head)]
         }
@@ -1585,11 +1589,11 @@ proc ::nb::nest {flat} {
 
 # Fields of H whose path starts with PREFIX (the prefix removed), in recording order.
 proc ::nb::fields_under {h prefix} {
-    set out [dict create]
-    set n [string length $prefix]
-    dict for {path value} $::nb::F($h) {
-        if {[string equal -length $n $prefix $path]} {
-            dict set out [string range $path $n end] $value
+    set out [::tcl::dict::create]
+    set n [::tcl::string::length $prefix]
+    ::tcl::dict::for {path value} $::nb::F($h) {
+        if {[::tcl::string::equal -length $n $prefix $path]} {
+            ::tcl::dict::set out [::tcl::string::range $path $n end] $value
         }
     }
     return $out
@@ -1597,13 +1601,13 @@ proc ::nb::fields_under {h prefix} {
 
 # Fields of H that are not under any of the PREFIXES.
 proc ::nb::fields_except {h prefixes} {
-    set out [dict create]
-    dict for {path value} $::nb::F($h) {
+    set out [::tcl::dict::create]
+    ::tcl::dict::for {path value} $::nb::F($h) {
         set skip 0
         foreach p $prefixes {
-            if {[string match $p* $path]} { set skip 1; break }
+            if {[::tcl::string::match $p* $path]} { set skip 1; break }
         }
-        if {!$skip} { dict set out $path $value }
+        if {!$skip} { ::tcl::dict::set out $path $value }
     }
     return $out
 }
@@ -1611,9 +1615,9 @@ proc ::nb::fields_except {h prefixes} {
 # Records every field location of H under the document path BASE.
 proc ::nb::locate_fields {h base} {
     variable locations
-    dict set locations $base $::nb::created($h)
-    dict for {path loc} $::nb::L($h) {
-        dict set locations $base.$path $loc
+    ::tcl::dict::set locations $base $::nb::created($h)
+    ::tcl::dict::for {path loc} $::nb::L($h) {
+        ::tcl::dict::set locations $base.$path $loc
     }
 }
 
@@ -1629,11 +1633,11 @@ proc ::nb::emit_node {h base} {
     variable locations
     set fields [lindex [nest $::nb::F($h)] 1]
     set obj [concat [list name [list r $h]] $fields]
-    if {[info exists ::nb::sysctl($h)] && [dict size $::nb::sysctl($h)]} {
+    if {[::tcl::info::exists ::nb::sysctl($h)] && [::tcl::dict::size $::nb::sysctl($h)]} {
         set items {}
-        dict for {key entry} $::nb::sysctl($h) {
+        ::tcl::dict::for {key entry} $::nb::sysctl($h) {
             lappend items $key [list s [lindex $entry 0]]
-            dict set locations $base.sysctls.$key [lindex $entry 1]
+            ::tcl::dict::set locations $base.sysctls.$key [lindex $entry 1]
         }
         lappend obj sysctls [list o $items]
     }
@@ -1643,7 +1647,7 @@ proc ::nb::emit_node {h base} {
         foreach entry $::nb::routes($h) {
             lassign $entry route loc
             lappend items [list o $route]
-            dict set locations $base.routes.$j $loc
+            ::tcl::dict::set locations $base.routes.$j $loc
             incr j
         }
         lappend obj routes [list a $items]
@@ -1658,12 +1662,12 @@ proc ::nb::emit_link {h base} {
     set i 0
     foreach node $::nb::members($h) {
         set extra [fields_under $h members.$i.]
-        if {[dict size $extra]} {
+        if {[::tcl::dict::size $extra]} {
             lappend members [list o [concat [list node [list r $node]] [lindex [nest $extra] 1]]]
         } else {
             lappend members [list r $node]
         }
-        dict set locations $base.members.$i $::nb::created($h)
+        ::tcl::dict::set locations $base.members.$i $::nb::created($h)
         incr i
     }
     lappend obj members [list a $members]
@@ -1682,8 +1686,8 @@ proc ::nb::emit_action {time object verb args} {
 
 proc ::nb::emit_simple {h base required} {
     foreach field $required {
-        if {![dict exists $::nb::F($h) $field]} {
-            set hint [dict get {
+        if {![::tcl::dict::exists $::nb::F($h) $field]} {
+            set hint [::tcl::dict::get {
                 node {attach it with `$ns attach-agent NODE AGENT` or `$prog set node NODE`}
                 agent {attach it with `$app attach-agent AGENT`}
                 command {set it with `$prog set command "..."`}
@@ -1700,23 +1704,23 @@ proc ::nb::document {} {
     set doc {}
     if {$::nb::routing ne ""} {
         lappend doc routing [list s $::nb::routing]
-        dict set locations routing $::nb::routingLoc
+        ::tcl::dict::set locations routing $::nb::routingLoc
     }
     set env {}
-    if {[array exists ::opt]} {
-        foreach key [lsort [array names ::opt]] {
+    if {[::tcl::array::exists ::opt]} {
+        foreach key [lsort [::tcl::array::names ::opt]] {
             lappend env $key [list s $::opt($key)]
-            if {[dict exists $::nb::envLocs $key]} {
-                dict set locations env.$key [dict get $::nb::envLocs $key]
+            if {[::tcl::dict::exists $::nb::envLocs $key]} {
+                ::tcl::dict::set locations env.$key [::tcl::dict::get $::nb::envLocs $key]
             }
         }
         lappend doc env [list o $env]
     }
-    if {[dict size $::nb::parameters]} {
+    if {[::tcl::dict::size $::nb::parameters]} {
         set items {}
-        dict for {key value} $::nb::parameters {
+        ::tcl::dict::for {key value} $::nb::parameters {
             lappend items $key [list s $value]
-            dict set locations parameters.$key [dict get $::nb::paramLocs $key]
+            ::tcl::dict::set locations parameters.$key [::tcl::dict::get $::nb::paramLocs $key]
         }
         lappend doc parameters [list o $items]
     }
@@ -1746,18 +1750,18 @@ proc ::nb::document {} {
     set items {}
     foreach e $::nb::events {
         lassign $e time object verb args loc
-        dict set locations events.[llength $items] $loc
+        ::tcl::dict::set locations events.[llength $items] $loc
         lappend items [emit_action $time $object $verb {*}$args]
     }
     lappend doc events [list a $items]
     set items {}
     foreach h [handles_of timeline] {
         set base timelines.[llength $items]
-        dict set locations $base $::nb::created($h)
+        ::tcl::dict::set locations $base $::nb::created($h)
         set evs {}
         foreach e $::nb::tlevents($h) {
             lassign $e time object verb args loc
-            dict set locations $base.events.[llength $evs] $loc
+            ::tcl::dict::set locations $base.events.[llength $evs] $loc
             lappend evs [emit_action $time $object $verb {*}$args]
         }
         lappend items [list o [list name [list r $h] events [list a $evs]]]
@@ -1766,11 +1770,11 @@ proc ::nb::document {} {
     set items {}
     foreach h [handles_of sequence] {
         set base sequences.[llength $items]
-        dict set locations $base $::nb::created($h)
+        ::tcl::dict::set locations $base $::nb::created($h)
         set steps {}
         foreach s $::nb::steps($h) {
             lassign $s object verb args loc
-            dict set locations $base.steps.[llength $steps] $loc
+            ::tcl::dict::set locations $base.steps.[llength $steps] $loc
             lappend steps [emit_action "" $object $verb {*}$args]
         }
         lappend items [list o [list name [list r $h] steps [list a $steps]]]
@@ -1779,11 +1783,11 @@ proc ::nb::document {} {
     set items {}
     foreach h [handles_of group] {
         set base groups.[llength $items]
-        dict set locations $base $::nb::created($h)
+        ::tcl::dict::set locations $base $::nb::created($h)
         set ms {}
         foreach m $::nb::gmembers($h) {
             lassign $m x loc
-            dict set locations $base.members.[llength $ms] $loc
+            ::tcl::dict::set locations $base.members.[llength $ms] $loc
             lappend ms [list r $x]
         }
         lappend items [list o [list name [list r $h] members [list a $ms]]]
@@ -1792,7 +1796,7 @@ proc ::nb::document {} {
     set items {}
     foreach x $::nb::inert {
         lassign $x command args loc
-        dict set locations inert.[llength $items] $loc
+        ::tcl::dict::set locations inert.[llength $items] $loc
         lappend items [list o [list command [list s $command] args [list a $args]]]
     }
     lappend doc inert [list a $items]
@@ -1801,7 +1805,7 @@ proc ::nb::document {} {
 
 # A JSON string literal: quotes, backslashes, control and non-ASCII characters escaped.
 proc ::nb::json_string {text} {
-    set text [string map {\\ \\\\ \" \\\" \n \\n \r \\r \t \\t} $text]
+    set text [::tcl::string::map {\\ \\\\ \" \\\" \n \\n \r \\r \t \\t} $text]
     if {[regexp {[^\x20-\x7e]} $text]} {
         set out ""
         foreach char [split $text ""] {
@@ -1858,13 +1862,13 @@ proc ::nb::problems {list} {
 proc ::nb::check_proc_events {} {
     foreach entry $::nb::procEvents {
         lassign $entry time pname loc what
-        if {![llength [info procs ::$pname]]} {
+        if {![llength [::tcl::info::procs ::$pname]]} {
             error "$what: '$pname' is not an object of this experiment nor a procedure of the\
                 script; events act on nodes, links, LANs, queues, agents, applications,\
                 programs, timelines, sequences, groups or \$ns" $loc
             continue
         }
-        if {[regexp {(^|[\s;\[{])exit($|[\s;\]}])} [info body ::$pname]]} {
+        if {[regexp {(^|[\s;\[{])exit($|[\s;\]}])} [::tcl::info::body ::$pname]]} {
             warn "$what: procedure '$pname' runs only in the simulator; in emulation it is\
                 ignored, and as it calls exit the run ends there (like `\$ns halt`)" $loc
             lappend ::nb::events [list $time $::nb::ns halt {} $loc]
@@ -1876,7 +1880,7 @@ proc ::nb::check_proc_events {} {
 }
 
 proc ::nb::output {} {
-    variable locations [dict create]
+    variable locations [::tcl::dict::create]
     check_proc_events
     warn_oneway
     assign_default_names
@@ -1884,8 +1888,8 @@ proc ::nb::output {} {
         warn "the file never calls `\$ns run`; add it at the end (ns-2 needs it)" \
             [list [file tail $::nb::mainfile] 1]
     }
-    dict for {pname value} $::nb::overrides {
-        if {![dict exists $::nb::usedOverrides $pname]} {
+    ::tcl::dict::for {pname value} $::nb::overrides {
+        if {![::tcl::dict::exists $::nb::usedOverrides $pname]} {
             warn "parameter '$pname' is given but the file neither sets opt($pname) nor defines\
                 it with define-template-parameter; it is ignored" \
                 [list [file tail $::nb::mainfile] 1]
@@ -1893,19 +1897,19 @@ proc ::nb::output {} {
     }
     set doc [document]
     set locs {}
-    dict for {path loc} $locations {
+    ::tcl::dict::for {path loc} $locations {
         lassign $loc file line
         lappend locs $path [list a [list [list s $file] [list n $line]]]
     }
     # Links and LANs in the order the script created them (the document lists them apart):
     # subnets are assigned in this order, as Emulab does.
     set created {}
-    set counts [dict create link 0 lan 0]
+    set counts [::tcl::dict::create link 0 lan 0]
     foreach h $::nb::order {
         set kind $::nb::kind($h)
         if {$kind in {link lan}} {
-            lappend created [list s ${kind}s.[dict get $counts $kind]]
-            dict incr counts $kind
+            lappend created [list s ${kind}s.[::tcl::dict::get $counts $kind]]
+            ::tcl::dict::incr counts $kind
         }
     }
     set top [list o [list document $doc locations [list o $locs] \
@@ -1928,9 +1932,9 @@ proc ::nb::main {mainfile libfile overrides memoryLimitMB} {
     install_wrappers
     set code [catch {uplevel #0 [list ::nb::realsource -encoding utf-8 $::nb::mainfile]} \
         message options]
-    if {$code == 1 && [dict get $options -errorcode] ni {{NESTBED EXIT} {NESTBED REFUSED}}} {
-        set loc [error_location [dict get $options -errorinfo]]
-        if {[lrange [dict get $options -errorcode] 0 2] eq {TCL LIMIT STACK}} {
+    if {$code == 1 && [::tcl::dict::get $options -errorcode] ni {{NESTBED EXIT} {NESTBED REFUSED}}} {
+        set loc [error_location [::tcl::dict::get $options -errorinfo]]
+        if {[lrange [::tcl::dict::get $options -errorcode] 0 2] eq {TCL LIMIT STACK}} {
             set message "the script nests calls too deeply (an endless recursion?); make the\
                 recursion end"
         } elseif {[regexp {unable to (re)?alloc} $message]} {
