@@ -273,3 +273,23 @@ def test_invalid_document_values_become_located_errors(run) -> None:
     assert len(t.errors) == 1
     assert t.errors[0].file == "t.ns" and t.errors[0].line == line(4)
     assert "jitter_distribution" in t.errors[0].message
+
+
+ELSE_BRANCHES = [
+    "if {0} {\n    set a 1\n} else {\n    set c 2\n    set b $nothere\n}",
+    "set y 0\nif $y {\n    set a 1\n} else {\n    set c 2\n    set b $nothere\n}",
+    "if {0} {\n    set a 1\n} elseif {0} {\n    set q 2\n} else {\n    set b $nothere\n}",
+    "$ns make-simulated {\n    if {0} {\n        set a 1\n    } else {\n        set b $nothere\n    }\n}",
+    "namespace eval x {\n    if {0} {\n        set a 1\n    } else {\n        set b $nothere\n    }\n}",
+    "foreach i {1 2} {\n    if {$i == 1} {\n        set a 1\n    } else {\n        set b $nothere\n    }\n}",
+    "proc p {} {\n    if {0} {\n        set a 1\n    } else {\n        set b $nothere\n    }\n}\np",
+]
+
+
+@pytest.mark.parametrize("body", ELSE_BRANCHES)
+def test_tcl_error_in_a_later_branch_has_its_own_line(run, body: str) -> None:
+    t = run(body)
+    want = body.split("\n").index(next(x for x in body.split("\n") if "$nothere" in x)) + 1
+    assert [(e.message, e.line) for e in t.errors] == [
+        ('can\'t read "nothere": no such variable', line(want))
+    ]

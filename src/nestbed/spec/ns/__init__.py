@@ -33,6 +33,7 @@ from nestbed.spec.problems import Problems, describe_validation_error
 HERE = Path(__file__).resolve().parent
 LIBRARY = HERE / "nestbed.tcl"
 STUB = HERE / "tb_compat.tcl"
+SANDBOX = HERE / "sandbox.tcl"  # tclsh's entry point: it loads LIBRARY into a safe interpreter
 TIMEOUT_S = 30.0
 MEMORY_LIMIT_BYTES = 1 << 30  # address space of the tclsh child; a parse needs a few tens of MB
 
@@ -76,7 +77,7 @@ def translate(
         raise EnvironmentProblem(
             "tclsh is not installed; run `make setup` or `apt-get install tcl`"
         )
-    argv = [executable, str(LIBRARY), str(path.resolve())]
+    argv = [executable, str(SANDBOX), str(path.resolve())]
     for name, value in (parameters or {}).items():
         argv += ["-p", str(name), str(value)]
     with tempfile.TemporaryDirectory(prefix="nestbed-ns-") as scratch:

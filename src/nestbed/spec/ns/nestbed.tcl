@@ -1498,10 +1498,15 @@ proc ::nb::proc_defined {command code result op} {
 # The file:line of a Tcl error, from its -errorinfo (innermost script line first).
 proc ::nb::error_location {info} {
     set offset 0
+    # The failing command, as errorinfo quotes it (its first line is searched for below).
+    set command ""
+    regexp {\n    while executing\n"([^\n]*)} $info -> command
     foreach line [split $info "\n"] {
         if {![regexp {^\s*\((.*) line (\d+)\)$} [::tcl::string::trim $line] -> what n]} { continue }
         if {[regexp {^file "(.*)"$} $what -> file]} {
-            if {$file ni $::nb::libfiles} { return [list [file tail $file] [expr {$n + $offset}]] }
+            if {$file ni $::nb::libfiles} {
+                return [list [tail $file] [find_command $file [expr {$n + $offset}] $command]]
+            }
             set offset 0
         } elseif {[regexp {^procedure "(.*)"$} $what -> pname]} {
             if {![::tcl::string::match ::* $pname]} { set pname ::$pname }
@@ -1517,7 +1522,25 @@ proc ::nb::error_location {info} {
             set offset 0
         }
     }
-    return [list [file tail $::nb::mainfile] 1]
+    return [list [tail $::nb::mainfile] 1]
+}
+
+# The line of COMMAND in FILE at or after line FROM. Error lines are counted from the start of
+# the innermost body Tcl names, which is not known for an else branch, a body run by uplevel
+# (make-simulated) or namespace eval, or an if whose condition is not braced; the failing
+# command itself is found in the file instead. FROM when it is not found.
+proc ::nb::find_command {file from command} {
+    # errorinfo quotes the command ("...") and cuts a long one short with "..."
+    set command [::tcl::string::trim [::tcl::string::trimright $command {".}]]
+    if {$command eq "" || [catch {::nb::realopen $file} channel]} { return $from }
+    set lines [split [read $channel] "\n"]
+    close $channel
+    for {set i [expr {$from - 1}]} {$i < [llength $lines]} {incr i} {
+        if {[::tcl::string::first $command [::tcl::string::trim [lindex $lines $i]]] == 0} {
+            return [expr {$i + 1}]
+        }
+    }
+    return $from
 }
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 # sandbox.tcl -- runs an experiment file in a Tcl safe interpreter, so that parsing runs nothing.
 #
-# Sourced by nestbed.tcl when tclsh starts it (`tclsh nestbed.tcl FILE ?-p NAME VALUE ...?`).
+# tclsh's entry point (`tclsh sandbox.tcl FILE ?-p NAME VALUE ...?`; nestbed.tcl started by
+# tclsh hands over to it too).
 # This master interpreter never evaluates the user's code: it creates a safe interpreter
 # (`interp create -safe`: no exec, socket, cd, glob, load, open, source or file), loads
 # nestbed.tcl's commands into it, and gives it only these aliases back:
