@@ -56,11 +56,6 @@ ERRORS = [
         "$ns link: there is no link between node n0 and node n1; create one with `$ns duplex-link`",
     ),
     (
-        "tb-set-ip-routing ospf",
-        1,
-        "tb-set-ip-routing 'ospf' is not supported; use static, session or manual",
-    ),
-    (
         LINK
         + "set n2 [$ns node]\n$ns duplex-link $n0 $n2 1Mb 1ms DropTail\ntb-set-ip $n0 10.0.0.1",
         6,
@@ -226,6 +221,11 @@ WARNINGS = [
         "variable 'burst_' of cbr c has no effect here; ignored",
     ),
     # Emulab's lenience (issue 16): it warns and goes on where these used to be errors
+    (
+        "tb-set-ip-routing ospf",
+        1,
+        "tb-set-ip-routing ospf: OSPF is computed as static shortest paths (like Session); routes are not recomputed when links go down",
+    ),
     (
         N2 + "$ns duplex-link $n0 $n1 1Mb 1ms FQ",
         3,

@@ -272,6 +272,7 @@ oo::class create ::nb::Simulator {
     method cost {args} { ::nb::cost {*}$args }
     method attach-agent {args} { ::nb::attach_agent {*}$args }
     method connect {args} { ::nb::connect {*}$args }
+    method create-connection {args} { ::nb::create_connection {*}$args }
     method at {args} { ::nb::at [expr {[::tcl::info::level] - 1}] {*}$args }
     method event-timeline {args} { ::nb::new_timeline }
     method event-sequence {args} { ::nb::new_sequence [expr {[::tcl::info::level] - 1}] {*}$args }
@@ -652,6 +653,7 @@ set ::nb::APPS {Application/Traffic/CBR cbr Application/FTP ftp}
 oo::class create ::nb::Agent {
     superclass ::nb::Object
     method set {args} { ::nb::agent_set [::nb::me [self]] {*}$args }
+    method attach-app {args} { ::nb::attach_app [::nb::me [self]] {*}$args }
 }
 
 oo::class create ::nb::Application {
@@ -686,6 +688,42 @@ proc ::nb::attach_agent {args} {
     if {![need $node node "attach-agent"] || ![need $agent agent "attach-agent"]} { return "" }
     put $agent node [list r $node]
     return ""
+}
+
+# ns-2's `$agent attach-app FTP`: a new application of class Application/CLASS on the agent.
+proc ::nb::attach_app {agent args} {
+    if {![arity $args 1 1 {$agent attach-app FTP|Traffic/CBR}]} { return [dummy] }
+    set class Application/[lindex $args 0]
+    if {![::tcl::dict::exists $::nb::APPS $class]} {
+        warn "attach-app: class '$class' is not supported; its object does nothing here, as in\
+            Emulab (supported: [join [::tcl::dict::keys $::nb::APPS] {, }])"
+        return [dummy]
+    }
+    set h [new_app $class]
+    put $h agent [list r $agent]
+    return $h
+}
+
+# ns-2's `$ns create-connection SRCTYPE SRCNODE DSTTYPE DSTNODE FLOWID`: two agents, attached
+# and connected; returns the source agent.
+proc ::nb::create_connection {args} {
+    set usage {$ns create-connection SRCTYPE SRCNODE DSTTYPE DSTNODE FLOWID}
+    if {![arity $args 5 5 $usage]} { return [dummy] }
+    lassign $args stype snode dtype dnode
+    set agents {}
+    foreach type [list $stype $dtype] node [list $snode $dnode] {
+        set class Agent/$type
+        if {![::tcl::dict::exists $::nb::AGENTS $class]} {
+            error "create-connection: agent class '$class' is not supported; use one of\
+                [join [::tcl::dict::keys $::nb::AGENTS] {, }]"
+            return [dummy]
+        }
+        set a [new_agent $class]
+        attach_agent $node $a
+        lappend agents $a
+    }
+    connect {*}$agents
+    return [lindex $agents 0]
 }
 
 proc ::nb::connect {args} {
@@ -1030,6 +1068,13 @@ proc ::tb-fix-node {args} {
 proc ::nb-set-node-cpu {args} {
     ::nb::node_field nb-set-node-cpu cpu 2 2 {nb-set-node-cpu NODE CORES} $args
 }
+proc ::tb-set-node-memsize {args} {
+    if {![::nb::arity $args 2 2 {tb-set-node-memsize NODE MEGABYTES}]} { return "" }
+    lassign $args node size
+    if {![::nb::need $node node tb-set-node-memsize]} { return "" }
+    ::nb::puts_str $node memory ${size}MiB
+    return ""
+}
 proc ::nb-set-node-memory {args} {
     ::nb::node_field nb-set-node-memory memory 2 2 {nb-set-node-memory NODE SIZE} $args
 }
@@ -1055,6 +1100,11 @@ proc ::nb-set-node-sysctl {args} {
 proc ::tb-set-ip-routing {args} {
     if {![::nb::arity $args 1 1 {tb-set-ip-routing static|session|manual}]} { return "" }
     set mode [::tcl::string::tolower [lindex $args 0]]
+    if {$mode eq "ospf"} {
+        ::nb::warn "tb-set-ip-routing ospf: OSPF is computed as static shortest paths (like Session);\
+            routes are not recomputed when links go down"
+        set mode session
+    }
     if {$mode ni {static session manual none}} {
         return [::nb::error "tb-set-ip-routing '[lindex $args 0]' is not supported; use static,\
             session or manual"]
@@ -1225,7 +1275,17 @@ foreach ::nb::cmd {
     tb-make-hard-vtype tb-make-weighted-vtype tb-set-colocate-factor tb-set-cpu-usage
     tb-set-mem-usage tb-set-link-est-bandwidth tb-set-lan-est-bandwidth tb-set-multiplexed
     tb-set-useveth tb-set-link-encap tb-set-allowcolocate tb-set-security-level tb-use-ipassign
-    tb-add-node-attribute tb-elab-in-elab
+    tb-add-node-attribute tb-elab-in-elab tb-set-link-backfill tb-set-lan-backfill
+    tb-set-link-simplex-backfill tb-set-node-lan-est-bandwidth tb-set-node-lan-backfill
+    tb-set-uselatestwadata tb-set-usewatunnels tb-set-wasolver-weights tb-set-node-usesharednode
+    tb-set-node-sharingmode tb-set-node-service tb-add-node-service-hook tb-bind-parent
+    tb-fix-current-resources tb-set-encapsulate tb-set-jail-os tb-set-delay-os
+    tb-set-delay-capacity tb-set-ipassign-args tb-set-dpdb tb-set-elabinelab-cvstag
+    tb-elabinelab-singlenet tb-set-elabinelab-attribute tb-unset-elabinelab-attribute
+    tb-set-node-plab-role tb-set-node-plab-plcnet tb-use-physnaming tb-set-modelnet-cores
+    tb-set-modelnet-edges tb-set-node-deltas tb-set-lan-protocol tb-set-link-protocol
+    tb-set-lan-accesspoint tb-set-lan-setting tb-set-node-lan-setting tb-feedback-vnode
+    tb-feedback-vlan tb-set-vlink-emulation tb-set-node-id tb-set-node-inner-elab-role
 } {
     proc ::$::nb::cmd {args} "::nb::inert $::nb::cmd \$args"
 }
