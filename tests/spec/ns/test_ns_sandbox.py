@@ -154,3 +154,20 @@ def test_files_in_the_folder_are_read_and_sourced(tmp_path: Path) -> None:
     )
     assert not t.errors, t.errors
     assert [n.name for n in t.document.nodes] == ["a", "b", "c", "d"]
+
+
+def test_loading_through_the_api_refuses_too(tmp_path: Path) -> None:
+    """`load` (behind parse, convert, create, run, sweep and the Python API) uses the sandbox."""
+    from nestbed.errors import SpecError
+    from nestbed.spec import load
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    path = folder / "t.ns"
+    path.write_text(PRELUDE + f"set n0 [$ns node]\nexec touch {tmp_path / 'made'}\n$ns run\n")
+    with pytest.raises(SpecError) as info:
+        load(path)
+    assert [(p.line, p.message.split(":")[0]) for p in info.value.problems] == [
+        (line(2), "exec is refused")
+    ]
+    assert not (tmp_path / "made").exists()
