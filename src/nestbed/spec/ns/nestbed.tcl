@@ -243,7 +243,11 @@ set ::nb::NO_EFFECT_NODE {color shape label label-color label-at add-mark delete
 set ::nb::NO_EFFECT_LINK {trace trace_snaplen trace_endnode trace_type orient color label}
 set ::nb::NS_EVENTS {halt terminate swapout log message linktest}
 # ns-2 classes a script may use as commands (`Agent/TCP set window_ 20`, `Queue/RED set ...`).
-set ::nb::NS_CLASSES {^(Agent|Application|Queue|Simulator|Node|Link|SimpleLink|LanLink|DelayLink|Classifier|RandomVariable|ErrorModel|Trace|Mac|LL|Phy|Channel|Antenna|Propagation|Connector|TclObject|Process|TrafficGenerator|Module|RtModel|Class|PacketHeaderManager|Scheduler)(/.*)?$}
+set ::nb::NS_CLASSES "^([join {
+    Agent Application Queue Simulator Node Link SimpleLink LanLink DelayLink Classifier
+    RandomVariable ErrorModel Trace Mac LL Phy Channel Antenna Propagation Connector TclObject
+    Process TrafficGenerator Module RtModel Class PacketHeaderManager Scheduler
+} |])(/.*)?$"
 # Verbs of $ns in events that only matter to the simulator (traces, nam, wireless, agents).
 set ::nb::SIM_ONLY_EVENTS {
     detach-agent nam-end-wireless flush-trace trace-annotate puts-nam-config namtrace-all
@@ -396,16 +400,23 @@ proc ::nb::new_link {kind nodes bw delay} {
     return $h
 }
 
-proc ::nb::duplex_link {args} {
-    if {![arity $args 5 5 {$ns duplex-link NODE1 NODE2 BANDWIDTH DELAY DropTail|RED|GRED}]} {
-        return [dummy]
-    }
-    lassign $args a b bw delay qtype
-    if {![need $a node "duplex-link"] || ![need $b node "duplex-link"]} { return [dummy] }
+# Checks the arguments of CMD (duplex-link or simplex-link): A B BANDWIDTH DELAY QUEUE, two
+# different nodes; records an error and returns 0 when they are wrong.
+proc ::nb::link_args {cmd arglist} {
+    set usage "\$ns $cmd NODE1 NODE2 BANDWIDTH DELAY DropTail|RED|GRED"
+    if {![arity $arglist 5 5 $usage]} { return 0 }
+    lassign $arglist a b
+    if {![need $a node $cmd] || ![need $b node $cmd]} { return 0 }
     if {$a eq $b} {
-        error "duplex-link joins [label $a] to itself; a link joins two different nodes"
-        return [dummy]
+        error "$cmd joins [label $a] to itself; a link joins two different nodes"
+        return 0
     }
+    return 1
+}
+
+proc ::nb::duplex_link {args} {
+    if {![link_args duplex-link $args]} { return [dummy] }
+    lassign $args a b bw delay qtype
     set type [queue_type $qtype duplex-link]
     set h [new_link link [list $a $b] $bw $delay]
     puts_str $h queue.type $type
@@ -416,17 +427,11 @@ proc ::nb::duplex_link {args} {
 # direction only (the other direction unshaped, with a warning: nestbed links carry packets
 # both ways); a second one in the other direction shapes that direction of the same link.
 proc ::nb::simplex_link {args} {
-    if {![arity $args 5 5 {$ns simplex-link FROM TO BANDWIDTH DELAY DropTail|RED|GRED}]} {
-        return [dummy]
-    }
+    if {![link_args simplex-link $args]} { return [dummy] }
     lassign $args a b bw delay qtype
-    if {![need $a node "simplex-link"] || ![need $b node "simplex-link"]} { return [dummy] }
-    if {$a eq $b} {
-        error "simplex-link joins [label $a] to itself; a link joins two different nodes"
-        return [dummy]
-    }
     set type [queue_type $qtype simplex-link]
-    if {[::tcl::info::exists ::nb::simplex([list $b $a])] && ![::tcl::info::exists ::nb::simplex([list $a $b])]} {
+    if {[::tcl::info::exists ::nb::simplex([list $b $a])]
+            && ![::tcl::info::exists ::nb::simplex([list $a $b])]} {
         set h $::nb::simplex([list $b $a])
         set ::nb::simplex([list $a $b]) $h
         set i 1
@@ -570,7 +575,8 @@ proc ::nb::queue_set {q args} {
     switch -- $var {
         limit_ { puts_str $h $base.limit $value }
         queue-in-bytes_ {
-            puts_str $h $base.limit_unit [expr {[::tcl::string::is true -strict $value] ? "bytes" : "packets"}]
+            set unit [expr {[::tcl::string::is true -strict $value] ? "bytes" : "packets"}]
+            puts_str $h $base.limit_unit $unit
         }
         thresh_ { puts_str $h $base.thresh $value }
         maxthresh_ { puts_str $h $base.maxthresh $value }
@@ -661,7 +667,9 @@ oo::class create ::nb::Application {
     method set {args} { ::nb::app_set [::nb::me [self]] {*}$args }
     method attach-agent {args} { ::nb::app_attach [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in {start stop reset produce send}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        if {$m in {start stop reset produce send}} {
+            return [::nb::event_outside [::nb::me [self]] $m]
+        }
         ::nb::unknown_method [::nb::me [self]] $m
     }
 }
@@ -822,7 +830,9 @@ proc ::nb::program_agent {node args} {
 
 oo::class create ::nb::Timeline {
     superclass ::nb::Object
-    method at {args} { ::nb::timeline_at [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args }
+    method at {args} {
+        ::nb::timeline_at [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args
+    }
     method unknown {m args} {
         if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
         ::nb::unknown_method [::nb::me [self]] $m
@@ -831,7 +841,9 @@ oo::class create ::nb::Timeline {
 
 oo::class create ::nb::Sequence {
     superclass ::nb::Object
-    method append {args} { ::nb::sequence_append [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args }
+    method append {args} {
+        ::nb::sequence_append [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args
+    }
     method unknown {m args} {
         if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
         ::nb::unknown_method [::nb::me [self]] $m
@@ -1032,7 +1044,8 @@ proc ::nb::new {class args} {
     if {[::tcl::dict::exists $::nb::APPS $class]} { return [new_app $class] }
     if {$class eq "Program"} { return [new_program] }
     if {$class eq "EventGroup"} { return [new_group] }
-    set known [concat Simulator [::tcl::dict::keys $::nb::AGENTS] [::tcl::dict::keys $::nb::APPS] Program \
+    set known [concat Simulator [::tcl::dict::keys $::nb::AGENTS] \
+        [::tcl::dict::keys $::nb::APPS] Program \
         EventGroup]
     warn "class '$class' is not supported; its object does nothing here, as in Emulab\
         (supported classes are [join $known {, }])"
@@ -1355,9 +1368,12 @@ proc ::nb-set-link-drop-packets {args} {
 # returns the value the variable gets: the object's new handle when it was renamed.
 proc ::nb::name_from_var {h var} {
     variable kind
-    if {[::tcl::info::exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy blockstore}} { return $h }
+    if {[::tcl::info::exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy blockstore}} {
+        return $h
+    }
     set n [::tcl::string::map {( - ) ""} [regsub {^::} $var ""]]
-    set what [expr {$kind($h) eq "app" ? [lindex [::tcl::dict::get $::nb::F($h) type] 1] : $kind($h)}]
+    set what $kind($h)
+    if {$what eq "app"} { set what [lindex [::tcl::dict::get $::nb::F($h) type] 1] }
     if {$what eq "lan"} { set what LAN }
     # Node, link and LAN names become host and interface names; the others may hold '_'.
     if {$kind($h) in {node link lan}} {
