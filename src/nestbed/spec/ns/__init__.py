@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -37,9 +38,13 @@ TIMEOUT_S = 30.0
 MEMORY_LIMIT_BYTES = 1 << 30  # address space of the tclsh child; a parse needs a few tens of MB
 
 
-# The limits are set by a shell that then becomes tclsh: a preexec_fn would make Python fork
-# itself in full for every parse (some milliseconds of CPU time) instead of spawning.
-_LIMITED = 'ulimit -v {kib}; ulimit -c 0; exec "$@"'
+def _limit(pid: int) -> None:
+    """Bounds the address space of process PID and forbids its core files."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+    except ProcessLookupError:  # it already ended (tclsh failed to start); its output says why
+        pass
 
 
 @dataclass(frozen=True)
@@ -75,27 +80,42 @@ def translate(
         raise EnvironmentProblem(
             "tclsh is not installed; run `make setup` or `apt-get install tcl`"
         )
-    limits = _LIMITED.format(kib=MEMORY_LIMIT_BYTES >> 10)
-    argv = ["/bin/sh", "-c", limits, "sh", executable, str(SANDBOX), str(path.resolve())]
+    argv = [executable, str(SANDBOX), str(path.resolve())]
     for name, value in (parameters or {}).items():
         argv += ["-p", str(name), str(value)]
+    env = {
+        **os.environ,
+        "NESTBED_PARSE_MEMORY_MB": str(MEMORY_LIMIT_BYTES >> 20),
+        "NESTBED_PARSE_WAIT": "1",
+    }
     with tempfile.TemporaryDirectory(prefix="nestbed-ns-") as scratch:
+        child = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=scratch,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
-            done = subprocess.run(
-                argv,
-                env={**os.environ, "NESTBED_PARSE_MEMORY_MB": str(MEMORY_LIMIT_BYTES >> 20)},
-                cwd=scratch,
-                capture_output=True,
-                timeout=timeout_s,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
+            # tclsh waits for a line on stdin before it reads the file, so the limits hold
+            # from the first line of the script. (A preexec_fn would make Python fork itself
+            # in full for every parse, some milliseconds of CPU time, instead of spawning.)
+            _limit(child.pid)
+            stdout, stderr_bytes = child.communicate(b"go\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
             message = (
                 f"the script did not finish within {timeout_s:g} s (an endless loop?); "
                 "fix the loop or make the experiment smaller"
             )
             return Translation(ExperimentDoc(), errors=[Problem(message, path.name)])
+        except BaseException:
+            child.kill()
+            child.communicate()
+            raise
+    done = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr_bytes)
     stderr = done.stderr.decode(errors="replace")
     if done.returncode != 0 and ("alloc" in stderr or "max size for a Tcl value" in stderr):
         message = (
