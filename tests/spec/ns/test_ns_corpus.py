@@ -97,7 +97,6 @@ def test_converts_to_yaml_and_to_ns_and_back(path: Path, tmp_path: Path) -> None
     """`nestbed convert` keeps the meaning of every corpus file, in both directions (or says in
     one sentence what ns syntax cannot express: simulated nodes, per-direction queue types)."""
     from nbtest import semantic
-
     from nestbed.errors import UserError
     from nestbed.spec import yaml as yaml_front_end
     from nestbed.spec.export import to_document, to_ns
