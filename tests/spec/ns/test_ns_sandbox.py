@@ -171,3 +171,12 @@ def test_loading_through_the_api_refuses_too(tmp_path: Path) -> None:
         (line(2), "exec is refused")
     ]
     assert not (tmp_path / "made").exists()
+
+
+def test_a_link_in_the_folder_to_a_file_outside_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (tmp_path / "secret.txt").write_text("secret\n")
+    (folder / "looks-inside.txt").symlink_to(tmp_path / "secret.txt")
+    t = parse(tmp_path, "set f [open looks-inside.txt]\nputs [read $f]")
+    assert [e.message.split(" is refused")[0] for e in t.errors] == ["open 'looks-inside.txt'"]

@@ -2028,6 +2028,10 @@ proc ::nb::main {mainfile libfile overrides memoryLimitMB} {
     set ::nb::overrides $overrides
     set ::nb::mainfile $mainfile
     set ::nb::maindir [file dirname $mainfile]
+    # As tclsh or ns-2 would run the script with no arguments (scripts read $argc and $argv).
+    set ::argv0 $mainfile
+    set ::argv {}
+    set ::argc 0
     install_wrappers
     set code [catch {uplevel #0 [list ::nb::realsource -encoding utf-8 $::nb::mainfile]} \
         message options]

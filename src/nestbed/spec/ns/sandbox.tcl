@@ -34,6 +34,20 @@ proc ::sb::absolute {path} {
     return [::file normalize $path]
 }
 
+# The file PATH (absolute) really is, every symbolic link followed: `file normalize` leaves a
+# link in the last component, which could point out of the folder.
+proc ::sb::real {path} {
+    for {set hops 0} {$hops < 40 && [::file exists $path]} {incr hops} {
+        if {[::file type $path] ne "link"} { return $path }
+        set target [::file readlink $path]
+        if {[::file pathtype $target] ne "absolute"} {
+            set target [::file join [::file dirname $path] $target]
+        }
+        set path [::file normalize $target]
+    }
+    return $path
+}
+
 # Records MESSAGE as an error at the user's file:line (the slave's frames are still on its
 # stack during an alias call) and stops the script.
 proc ::sb::refuse {message} {
@@ -50,7 +64,7 @@ proc ::sb::outside {what path} {
 
 proc ::sb::source {args} {
     variable slave
-    set path [absolute [lindex $args end]]
+    set path [real [absolute [lindex $args end]]]
     if {![inside $path]} { outside source [lindex $args end] }
     return [interp invokehidden $slave source {*}[lrange $args 0 end-1] $path]
 }
@@ -68,7 +82,7 @@ proc ::sb::open {path args} {
             file changes no files; write files on a node with a program agent or\
             tb-set-node-startup"
     }
-    set full [absolute $path]
+    set full [real [absolute $path]]
     if {![inside $full]} { outside open $path }
     set channel [::open $full {*}$args]
     interp transfer {} $channel $slave
@@ -88,7 +102,7 @@ proc ::sb::file {args} {
         }
         exists - isfile - isdirectory - readable - size - type - mtime - atime {
             if {[llength $args] != 2} { refuse "wrong arguments: use `file $sub PATH`" }
-            set path [absolute [lindex $args 1]]
+            set path [real [absolute [lindex $args 1]]]
             if {![inside $path]} { outside "file $sub of" [lindex $args 1] }
             return [::file $sub $path]
         }
