@@ -114,3 +114,20 @@ def test_converts_to_yaml_and_to_ns_and_back(path: Path, tmp_path: Path) -> None
     converted = tmp_path / f"{exp.name}.ns"
     converted.write_text(ns_text)
     assert semantic(load(converted).experiment) == semantic(exp)
+
+
+def test_the_stub_and_the_front_end_know_the_same_commands() -> None:
+    """Every tb-* and nb-* command nestbed reads is a no-op in the stub for plain ns-2, and every
+    inert one has its reason."""
+    from nestbed.spec.ns import LIBRARY
+    from nestbed.spec.resolve import INERT_REASONS
+
+    words = re.compile(r"\b(?:tb|nb)-[a-z-]*[a-z]\b")
+    library = LIBRARY.read_text()
+    # tb-set-sync-server-noop is a method of $ns (without effect), not a command
+    ours = set(words.findall(library)) - {"nb-ns", "tb-set-sync-server-noop"}
+    assert sorted(ours - set(words.findall(STUB.read_text()))) == []
+    inert = library[
+        library.index("foreach ::nb::cmd {") : library.index("} {\n    proc ::$::nb::cmd")
+    ]
+    assert sorted(set(words.findall(inert)) - set(INERT_REASONS)) == []
