@@ -127,7 +127,6 @@ links:
   - {name: l2, members: [{node: c, ip: 10.9.0.1}, b]}
 """
     ) == [
-        "t.yaml:5: link l2 and l1 are both in subnet 10.9.0.0/24; give each link and LAN its own subnet",
         "t.yaml:5: address 10.9.0.1 is given to both a on link l1 and c on link l2; change one of them",
     ]
 

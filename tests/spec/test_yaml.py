@@ -49,3 +49,39 @@ def test_write_then_read_gives_the_same_document():
 
 def test_a_self_referencing_alias_is_an_error():
     assert problems("nodes: &x [*x]\n") == ["t.yaml: an alias refers to itself; remove the loop"]
+
+
+TEMPLATE = """parameters: {bw: 10Mb, delay: 20ms, n: 3, cores: 0.5}
+nodes: [{name: a, cpu: '${cores}'}, {name: b}]
+links:
+- {name: l, members: [a, b], bandwidth: '${bw}', delay: '${delay}'}
+programs:
+- {name: p, node: a, command: 'ping -c ${n} b; echo ${HOME}'}
+"""
+
+
+def test_declared_parameters_are_substituted(tmp_path):
+    from nestbed.spec import load
+
+    path = tmp_path / "t.yaml"
+    path.write_text(TEMPLATE)
+    exp = load(path).experiment
+    egress = exp.links[0].ports[0].egress
+    assert (egress.bandwidth_bps, egress.delay_s) == (10_000_000, 0.02)
+    assert exp.nodes[0].cpu_cores == 0.5
+    # only declared names are parameters; ${HOME} is the shell's
+    assert exp.programs[0].command == "ping -c 3 b; echo ${HOME}"
+    exp = load(path, parameters={"bw": "1Mb", "n": "5"}).experiment
+    assert exp.links[0].ports[0].egress.bandwidth_bps == 1_000_000
+    assert exp.programs[0].command == "ping -c 5 b; echo ${HOME}"
+    assert exp.parameters == {"bw": "1Mb", "delay": "20ms", "n": "5", "cores": "0.5"}
+
+
+def test_a_substituted_value_that_is_wrong_is_reported_at_its_line(tmp_path):
+    from nestbed.spec import load
+
+    path = tmp_path / "t.yaml"
+    path.write_text(TEMPLATE)
+    with pytest.raises(SpecError) as info:
+        load(path, parameters={"bw": "fast"})
+    assert [(p.line, "fast" in p.message) for p in info.value.problems] == [(4, True)]

@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict
 # Names become host names and interface names, so Emulab's rule applies (see issue 2).
 NAME_PATTERN = r"^[-0-9A-Za-z]+$"
 NAME_RE = re.compile(NAME_PATTERN)
+# Programs, agents, applications, timelines, sequences and groups name no host or interface, so
+# Emulab lets them contain '_' too (`prog_simple`, `tcp_src`).
+OBJECT_NAME_PATTERN = r"^[-0-9A-Za-z_]+$"
+OBJECT_NAME_RE = re.compile(OBJECT_NAME_PATTERN)
 
 
 class Frozen(BaseModel):

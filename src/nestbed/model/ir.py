@@ -14,11 +14,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nestbed.model.base import NAME_PATTERN, Frozen
+from nestbed.model.base import NAME_PATTERN, OBJECT_NAME_PATTERN, Frozen
 
 IR_VERSION = 1
 
 Name = Field(pattern=NAME_PATTERN)
+ObjectName = Field(pattern=OBJECT_NAME_PATTERN)
 Probability = Field(ge=0.0, le=1.0)
 JitterDistribution = Literal["uniform", "normal", "pareto", "paretonormal"]
 QueueKind = Literal["droptail", "red", "gred"]
@@ -204,7 +205,7 @@ class Node(Frozen):
 class Agent(Frozen):
     """A transport endpoint on a node (ns-2 Agent)."""
 
-    name: str = Name
+    name: str = ObjectName
     kind: AgentKind
     variant: str | None = None
     node: str = Name
@@ -215,9 +216,9 @@ class Agent(Frozen):
 class Application(Frozen):
     """A traffic source driving an agent (ns-2 Application)."""
 
-    name: str = Name
+    name: str = ObjectName
     kind: ApplicationKind
-    agent: str = Name
+    agent: str = ObjectName
     packet_size_bytes: int = Field(default=210, ge=1)
     rate_bps: int = Field(default=100_000_000, ge=0)
     interval_s: float | None = Field(default=None, gt=0, description="overrides rate_bps")
@@ -228,7 +229,7 @@ class Application(Frozen):
 class Program(Frozen):
     """A command run inside a node (Emulab program object)."""
 
-    name: str = Name
+    name: str = ObjectName
     node: str = Name
     command: str
     dir: str | None = None
@@ -254,21 +255,21 @@ class Event(Action):
 class Timeline(Frozen):
     """Events that run relative to the timeline's own start event."""
 
-    name: str = Name
+    name: str = ObjectName
     events: tuple[Event, ...] = ()
 
 
 class Sequence(Frozen):
     """Actions run one after the other, each waiting for the previous to finish."""
 
-    name: str = Name
+    name: str = ObjectName
     steps: tuple[Action, ...] = ()
 
 
 class Group(Frozen):
     """Objects of one kind addressed together by events."""
 
-    name: str = Name
+    name: str = ObjectName
     members: tuple[str, ...]
 
 

@@ -74,7 +74,7 @@ def load(
     else:
         from nestbed.spec import yaml as yaml_front_end
 
-        document, locations = yaml_front_end.read(text, path.name)
+        document, locations = yaml_front_end.read(text, path.name, parameters)
         link_order = None  # file order, from the locations
         warnings = []
         if parameters:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from nestbed.model import ir
-from nestbed.model.base import NAME_RE
+from nestbed.model.base import NAME_RE, OBJECT_NAME_RE
 from nestbed.model.events import check_action
 from nestbed.model.ir import lan_halves
 from nestbed.spec import document as doc
@@ -59,6 +59,48 @@ INERT_REASONS = {
     "tb-set-allowcolocate": "all nodes share one host",
     "tb-set-security-level": "nodes are network namespaces on one host",
     "tb-use-ipassign": "addresses are always assigned as described in the documentation",
+    "tb-add-node-attribute": "nodes have no testbed attributes on one host",
+    "tb-elab-in-elab": "nestbed does not build a testbed inside an experiment",
+    "tb-set-elabinelab-cvstag": "nestbed does not build a testbed inside an experiment",
+    "tb-elabinelab-singlenet": "nestbed does not build a testbed inside an experiment",
+    "tb-set-elabinelab-attribute": "nestbed does not build a testbed inside an experiment",
+    "tb-unset-elabinelab-attribute": "nestbed does not build a testbed inside an experiment",
+    "tb-set-node-inner-elab-role": "nestbed does not build a testbed inside an experiment",
+    "tb-set-link-backfill": "links carry only the experiment's traffic",
+    "tb-set-lan-backfill": "links carry only the experiment's traffic",
+    "tb-set-link-simplex-backfill": "links carry only the experiment's traffic",
+    "tb-set-node-lan-est-bandwidth": "the mapper places links by their shaped bandwidth",
+    "tb-set-node-lan-backfill": "links carry only the experiment's traffic",
+    "tb-set-uselatestwadata": "there are no wide-area nodes",
+    "tb-set-usewatunnels": "there are no wide-area nodes",
+    "tb-set-wasolver-weights": "there are no wide-area nodes",
+    "tb-set-node-plab-role": "there are no PlanetLab nodes",
+    "tb-set-node-plab-plcnet": "there are no PlanetLab nodes",
+    "tb-set-node-usesharednode": "every node shares the one host",
+    "tb-set-node-sharingmode": "every node shares the one host",
+    "tb-set-node-service": "nodes run no Emulab client services; use tb-set-node-startcmd",
+    "tb-add-node-service-hook": "nodes run no Emulab client services; use tb-set-node-startcmd",
+    "tb-bind-parent": "all nodes share one host",
+    "tb-fix-current-resources": "all nodes share one host",
+    "tb-set-encapsulate": "links are veth pairs without encapsulation",
+    "tb-set-vlink-emulation": "links are veth pairs without encapsulation",
+    "tb-set-jail-os": "nodes are network namespaces sharing the host's file system",
+    "tb-set-delay-os": "links are shaped by nestbed-linkd, not delay nodes",
+    "tb-set-delay-capacity": "links are shaped by nestbed-linkd, not delay nodes",
+    "tb-set-ipassign-args": "addresses are always assigned as described in the documentation",
+    "tb-set-dpdb": "nestbed keeps its own store",
+    "tb-use-physnaming": "there are no physical node names to take",
+    "tb-set-node-id": "there are no physical node names to take",
+    "tb-set-modelnet-cores": "there is no ModelNet",
+    "tb-set-modelnet-edges": "there is no ModelNet",
+    "tb-set-node-deltas": "nodes share the host's file system, so nothing is installed",
+    "tb-set-lan-protocol": "links and LANs are Ethernet",
+    "tb-set-link-protocol": "links and LANs are Ethernet",
+    "tb-set-lan-accesspoint": "there are no wireless LANs",
+    "tb-set-lan-setting": "there are no wireless LANs",
+    "tb-set-node-lan-setting": "there are no wireless LANs",
+    "tb-feedback-vnode": "there is no resource feedback",
+    "tb-feedback-vlan": "there is no resource feedback",
 }
 
 # Only network sysctls are per namespace; anything else would change the host itself.
@@ -134,11 +176,18 @@ class _Resolver:
         return f"{kind} {name}"
 
     def claim(self, path: Path_, name: str, kind: str) -> None:
-        if not NAME_RE.match(name):
+        # Node, link and LAN names become host and interface names; other names may hold '_'.
+        if kind in ("node", "link", "LAN", "lan") and not NAME_RE.match(name):
             self.p.error(
                 path,
                 f"{kind} name '{name}' is not valid: names may contain only letters, digits "
                 "and '-'; rename it",
+            )
+        elif not OBJECT_NAME_RE.match(name):
+            self.p.error(
+                path,
+                f"{kind} name '{name}' is not valid: names may contain only letters, digits, "
+                "'-' and '_'; rename it",
             )
         if name in self.kinds:
             self.p.error(
@@ -170,6 +219,15 @@ class _Resolver:
     ) -> ir.Experiment:
         d = self.doc
         name = d.name or default_name
+        if not d.name and not NAME_RE.match(name):
+            # As Emulab's web form asks: only letters, digits and '-'; the file's name is a
+            # suggestion, so a valid one is derived from it rather than refused.
+            name = derive_name(default_name)
+            self.p.warn(
+                ("name",),
+                f"the experiment is named '{name}' after the file name '{default_name}', which "
+                "is not a valid name (only letters, digits and '-'); pass --name to choose another",
+            )
         if not NAME_RE.match(name):
             self.p.error(
                 ("name",),
@@ -485,7 +543,9 @@ class _Resolver:
         """``base`` with every field ``s`` sets replaced."""
         out: dict = {}
         if s.bandwidth is not None:
-            out["bandwidth_bps"] = self.unit(path + ("bandwidth",), parse_bandwidth, s.bandwidth)
+            out["bandwidth_bps"] = self.unit(
+                path + ("bandwidth",), parse_ns2_bandwidth, s.bandwidth
+            )
         if s.delay is not None:
             out["delay_s"] = self.unit(path + ("delay",), parse_delay, s.delay)
         if s.jitter is not None:
@@ -616,14 +676,9 @@ class _Resolver:
                     f"{link.kind} {link.name}: the addresses given ({shown}) are not in one "
                     "subnet; put them in one subnet or change the netmask",
                 )
+            # Two links or LANs in one subnet are allowed (Emulab's own tests do it; Linux
+            # routes per interface): only addresses given twice collide, checked below.
             subnet = min(nets)
-            for other_name, other in user_subnet.items():
-                if subnet.overlaps(other):
-                    self.p.error(
-                        path,
-                        f"{link.kind} {link.name} and {other_name} are both in subnet {other}; "
-                        "give each link and LAN its own subnet",
-                    )
             user_subnet[link.name] = subnet
             claimed.extend(nets)
         owner: dict[str, str] = {}
@@ -713,12 +768,21 @@ class _Resolver:
                     f"agent {a.name} ({a.type}) is connected to {peer.name} ({peer.type}); connect "
                     "UDP to a Null agent and TCP to a TCPSink",
                 )
-            if peer.peer not in (None, a.name):
-                self.p.error(
-                    path + ("peer",),
-                    f"agent {a.name} is connected to {peer.name}, which is connected to "
-                    f"{peer.peer}; connect each agent to one peer",
-                )
+            # As in Emulab and ns-2, a sink may have several sources, and a source connected
+            # again sends to its last peer only (its earlier sinks then receive nothing).
+            if peer.peer not in (None, a.name) and peer.type not in ("null", "tcpsink"):
+                if a.type in ("null", "tcpsink"):
+                    self.p.warn(
+                        path + ("peer",),
+                        f"agent {a.name} is connected to {peer.name}, which was connected again "
+                        f"to {peer.peer}; {peer.name} sends to {peer.peer} only, as in ns-2",
+                    )
+                else:
+                    self.p.error(
+                        path + ("peer",),
+                        f"agent {a.name} is connected to {peer.name}, which is connected to "
+                        f"{peer.peer}; connect each agent to one peer",
+                    )
         # `$ns connect` joins both ends; a YAML file may name the peer on one side only.
         peer = a.peer or next((x.name for x in self.doc.agents if x.peer == a.name), None)
         return ir.Agent.model_construct(
@@ -755,7 +819,7 @@ class _Resolver:
                 a.packet_size,
             )
         if a.rate is not None:
-            fields["rate_bps"] = self.unit(path + ("rate",), parse_bandwidth, a.rate)
+            fields["rate_bps"] = self.unit(path + ("rate",), parse_ns2_bandwidth, a.rate)
         if a.interval is not None:
             fields["interval_s"] = self.unit(path + ("interval",), parse_delay, a.interval)
             if fields["interval_s"] == 0:
@@ -909,3 +973,20 @@ def _free_subnet(
     raise ValueError(
         "the automatic address range 10.1.1.0-10.254.255.0 is used up; give addresses explicitly"
     )
+
+
+def derive_name(text: str) -> str:
+    """A valid experiment name made from TEXT: other characters become '-', runs of '-' one."""
+    name = re.sub(r"-+", "-", re.sub(r"[^-0-9A-Za-z]", "-", text)).strip("-")
+    return name or "experiment"
+
+
+_NS2_MULTIPLIER = re.compile(r"^\s*([-+0-9.eE]+)\s*([kmg])(b|bps)?\s*$")
+
+
+def parse_ns2_bandwidth(value: str | int | float) -> int:
+    """Bits per second as ns-2 reads them: also lowercase multipliers (`1mb`, `10kb`, `5m`)."""
+    match = _NS2_MULTIPLIER.match(str(value)) if isinstance(value, str) else None
+    if match:
+        value = f"{match.group(1)}{match.group(2).upper()}b"
+    return parse_bandwidth(value)

@@ -55,8 +55,11 @@ def _locations(node: yaml.Node, file: str, path: tuple = (), out: dict | None = 
     return out
 
 
-def read(text: str, file: str) -> tuple[ExperimentDoc, dict[str, Location]]:
-    """Parses YAML text into a document and the line of every key."""
+def read(
+    text: str, file: str, parameters: dict[str, str] | None = None
+) -> tuple[ExperimentDoc, dict[str, Location]]:
+    """Parses YAML text into a document and the line of every key; `${NAME}` references to
+    declared parameters are replaced (with PARAMETERS' values where given)."""
     try:
         loader = _Loader(text)
         try:
@@ -86,6 +89,7 @@ def read(text: str, file: str) -> tuple[ExperimentDoc, dict[str, Location]]:
                 )
             ]
         )
+    data = _substitute(data, parameters or {})
     try:
         return ExperimentDoc.model_validate(data), locations
     except ValidationError as exc:
@@ -93,6 +97,45 @@ def read(text: str, file: str) -> tuple[ExperimentDoc, dict[str, Location]]:
         describe_validation_error(exc, problems)
         problems.raise_if_any()
         raise
+
+
+_REFERENCE = re.compile(r"\$\{([-A-Za-z0-9_.]+)\}")
+
+
+def _substitute(data: dict, overrides: dict[str, str]) -> dict:
+    """DATA with every `${NAME}` of a parameter declared under `parameters:` replaced by its
+    value (OVERRIDES, from `-p NAME=VALUE`, first). A string that is only the reference takes
+    the value as it is; other `${...}` (a shell variable in a command) are left alone."""
+    declared = data.get("parameters")
+    if not isinstance(declared, dict) or not declared:
+        return data
+    values = dict(declared)
+    for name, raw in overrides.items():
+        if name in values:
+            values[name] = yaml.safe_load(raw) if raw.strip() else raw
+
+    def walk(value: object) -> object:
+        if isinstance(value, str):
+            whole = _REFERENCE.fullmatch(value)
+            if whole and whole.group(1) in values:
+                return values[whole.group(1)]
+            return _REFERENCE.sub(
+                lambda m: _text(values[m.group(1)]) if m.group(1) in values else m.group(0),
+                value,
+            )
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return {k: (v if k == "parameters" else walk(v)) for k, v in data.items()}
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def write(document: ExperimentDoc) -> str:

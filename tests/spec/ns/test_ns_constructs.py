@@ -447,3 +447,10 @@ def test_non_ascii_and_control_characters_survive(run) -> None:
     t = run('set n [$ns node]\ntb-set-node-startcmd $n "echo \\"é ✓ 😀\\" \\\\ \\t\\x01"')
     assert t.errors == []
     assert t.document.nodes[0].startcmd == 'echo "é ✓ 😀" \\ \t\x01'
+
+
+def test_argv_is_that_of_a_script_run_without_arguments(run) -> None:
+    t = run(
+        "if {$argc > 0} { set q [lindex $argv 0] } else { set q DropTail }\nset a [$ns node]\nset b [$ns node]\n$ns duplex-link $a $b 1Mb 1ms $q\nputs [file tail $argv0]"
+    )
+    assert t.errors == [] and t.document.links[0].queue.type == "droptail"

@@ -2,6 +2,9 @@
 
 The script runs in a real Tcl interpreter with nestbed's own definitions of the ns-2 and Emulab
 commands (``nestbed.tcl`` beside this module), so loops, procs and arrays work as in Emulab.
+Parsing runs nothing: the script is evaluated in a Tcl safe interpreter (``sandbox.tcl``) that can
+read only files in the experiment file's folder, and the tclsh process is bounded in time
+(``TIMEOUT_S``) and address space (``MEMORY_LIMIT_BYTES``).
 The Tcl side prints one JSON object: the document (``nestbed.spec.document.ExperimentDoc``) with
 the user's raw values, the file:line of every object and field, and the warnings and errors it
 found. Resolving the document into the IR (units, addresses, event verbs) is
@@ -13,6 +16,8 @@ found. Resolving the document into the IR (units, addresses, event verbs) is
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -28,7 +33,18 @@ from nestbed.spec.problems import Problems, describe_validation_error
 HERE = Path(__file__).resolve().parent
 LIBRARY = HERE / "nestbed.tcl"
 STUB = HERE / "tb_compat.tcl"
+SANDBOX = HERE / "sandbox.tcl"  # tclsh's entry point: it loads LIBRARY into a safe interpreter
 TIMEOUT_S = 30.0
+MEMORY_LIMIT_BYTES = 1 << 30  # address space of the tclsh child; a parse needs a few tens of MB
+
+
+def _limit(pid: int) -> None:
+    """Bounds the address space of process PID and forbids its core files."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+    except ProcessLookupError:  # it already ended (tclsh failed to start); its output says why
+        pass
 
 
 @dataclass(frozen=True)
@@ -64,29 +80,53 @@ def translate(
         raise EnvironmentProblem(
             "tclsh is not installed; run `make setup` or `apt-get install tcl`"
         )
-    argv = [executable, str(LIBRARY), str(path.resolve())]
+    argv = [executable, str(SANDBOX), str(path.resolve())]
     for name, value in (parameters or {}).items():
         argv += ["-p", str(name), str(value)]
+    env = {
+        **os.environ,
+        "NESTBED_PARSE_MEMORY_MB": str(MEMORY_LIMIT_BYTES >> 20),
+        "NESTBED_PARSE_WAIT": "1",
+    }
     with tempfile.TemporaryDirectory(prefix="nestbed-ns-") as scratch:
+        child = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=scratch,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
-            done = subprocess.run(
-                argv,
-                cwd=scratch,
-                capture_output=True,
-                timeout=timeout_s,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
+            # tclsh waits for a line on stdin before it reads the file, so the limits hold
+            # from the first line of the script. (A preexec_fn would make Python fork itself
+            # in full for every parse, some milliseconds of CPU time, instead of spawning.)
+            _limit(child.pid)
+            stdout, stderr_bytes = child.communicate(b"go\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
             message = (
                 f"the script did not finish within {timeout_s:g} s (an endless loop?); "
                 "fix the loop or make the experiment smaller"
             )
             return Translation(ExperimentDoc(), errors=[Problem(message, path.name)])
+        except BaseException:
+            child.kill()
+            child.communicate()
+            raise
+    done = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr_bytes)
+    stderr = done.stderr.decode(errors="replace")
+    if done.returncode != 0 and ("alloc" in stderr or "max size for a Tcl value" in stderr):
+        message = (
+            f"the script needs more than {MEMORY_LIMIT_BYTES >> 20} MB of memory (a huge list or "
+            "string?); make the experiment's lists and strings smaller"
+        )
+        return Translation(ExperimentDoc(), errors=[Problem(message, path.name)])
     if done.returncode != 0:
         raise InternalError(
             f"the ns front end (tclsh nestbed.tcl) failed with exit code {done.returncode}: "
-            f"{done.stderr.decode(errors='replace').strip()}"
+            f"{stderr.strip()}"
         )
     return _read_output(done.stdout, path.name)
 

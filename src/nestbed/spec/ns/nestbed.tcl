@@ -19,10 +19,25 @@
 # kind1, ... at the end. Values that refer to objects are kept as handles and turned into
 # final names only when the JSON is printed.
 #
-# Library code lives in namespace ::nb, where `set` still means the builtin.
+# Library code lives in namespace ::nb, where `set` still means the builtin. It calls the
+# implementations of Tcl's ensembles directly (`::tcl::dict::get`, not `dict get`): a safe
+# interpreter compiles no ensemble to bytecode, and parsing was twice as slow with them.
+#
+# tclsh starts this file in its own (master) interpreter, which only hands over to
+# sandbox.tcl: that creates a Tcl safe interpreter, loads this file into it and runs the
+# user's file there, so the user's code never runs with exec, open for writing, socket and
+# the like at hand (see sandbox.tcl for what the safe interpreter is given back).
+
+if {![interp issafe]} {
+    source [file join [file dirname [file normalize [info script]]] sandbox.tcl]
+    return
+}
 
 namespace eval ::nb {
     variable seq 0            ;# handle counter
+    variable last ""          ;# the object created last (renamed when a `set` names it)
+    variable renamed          ;# array: old handle -> name, for messages made before a rename
+    array set renamed {}
     variable order {}         ;# every handle, in creation order
     variable ns ""            ;# the Simulator handle
     variable warnings {}      ;# {message {file line}} pairs; messages may hold \x01handle\x01
@@ -42,25 +57,31 @@ namespace eval ::nb {
     variable mainfile ""
     variable maindir ""
     variable ran 0
+    variable simplex          ;# array: {from to} -> link made by simplex-link
+    variable oneway           ;# array: link -> where its first simplex-link was, or 0 when paired
+    ::tcl::array::set simplex {}
+    ::tcl::array::set oneway {}
+    variable procEvents {}    ;# {time name loc}: `$ns at T "proc"`, checked once procs exist
+    variable memoryLimitMB 1024 ;# the tclsh process's address space limit, for messages
     variable used             ;# array: name -> handle
     variable kind; variable name; variable F; variable L; variable created
     variable members; variable ifaces; variable link; variable src
     variable steps; variable gmembers; variable tlevents; variable sysctl; variable routes
-    array set used {}
-    array set kind {}
-    array set name {}
-    array set F {}
-    array set L {}
-    array set created {}
-    array set members {}
-    array set ifaces {}
-    array set link {}
-    array set src {}
-    array set steps {}
-    array set gmembers {}
-    array set tlevents {}
-    array set sysctl {}
-    array set routes {}
+    ::tcl::array::set used {}
+    ::tcl::array::set kind {}
+    ::tcl::array::set name {}
+    ::tcl::array::set F {}
+    ::tcl::array::set L {}
+    ::tcl::array::set created {}
+    ::tcl::array::set members {}
+    ::tcl::array::set ifaces {}
+    ::tcl::array::set link {}
+    ::tcl::array::set src {}
+    ::tcl::array::set steps {}
+    ::tcl::array::set gmembers {}
+    ::tcl::array::set tlevents {}
+    ::tcl::array::set sysctl {}
+    ::tcl::array::set routes {}
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -69,16 +90,24 @@ namespace eval ::nb {
 # The file:line of the innermost user command being run (frames of this library are skipped).
 proc ::nb::where {} {
     variable libfiles
-    for {set i [expr {[info frame] - 1}]} {$i > 0} {incr i -1} {
-        set f [info frame $i]
-        if {[dict get $f type] eq "source" && [dict exists $f file]} {
-            set file [dict get $f file]
+    for {set i [expr {[::tcl::info::frame] - 1}]} {$i > 0} {incr i -1} {
+        set f [::tcl::info::frame $i]
+        if {[::tcl::dict::get $f type] eq "source" && [::tcl::dict::exists $f file]} {
+            set file [::tcl::dict::get $f file]
             if {$file ni $libfiles} {
-                return [list [file tail $file] [dict get $f line]]
+                return [list [tail $file] [::tcl::dict::get $f line]]
             }
         }
     }
-    return [list [file tail $::nb::mainfile] 1]
+    return [list [tail $::nb::mainfile] 1]
+}
+
+# A path's last component. `file` is an alias into the sandbox's master, too slow to call for
+# every located field, so the answers are kept.
+proc ::nb::tail {path} {
+    variable tails
+    if {![::tcl::info::exists tails($path)]} { set tails($path) [file tail $path] }
+    return $tails($path)
 }
 
 proc ::nb::warn {message {loc {}}} {
@@ -108,7 +137,7 @@ proc ::nb::label {h} {
         ns { return {$ns} }
         lan { return "LAN [ref $h]" }
         agent { return "agent [ref $h]" }
-        app { return "[lindex [dict get $F($h) type] 1] [ref $h]" }
+        app { return "[lindex [::tcl::dict::get $F($h) type] 1] [ref $h]" }
         queue { return "the queue of [label $::nb::link($h)] from [ref $::nb::src($h)]" }
         dir { return "[label $::nb::link($h)] (direction from [ref $::nb::src($h)])" }
         default { return "$kind($h) [ref $h]" }
@@ -119,7 +148,7 @@ proc ::nb::label {h} {
 # Objects
 
 oo::class create ::nb::Object {
-    method unknown {m args} { ::nb::unknown_method [self] $m }
+    method unknown {m args} { ::nb::unknown_method [::nb::me [self]] $m }
 }
 
 # Makes a new object of CLASS and KIND; its creation line is recorded.
@@ -134,23 +163,31 @@ proc ::nb::create {class kind} {
     set ::nb::L($h) {}
     set ::nb::created($h) [where]
     lappend order $h
+    set ::nb::last $h
     return $h
 }
 
+# An object's handle from inside its methods: [self] is fully qualified, and a renamed object
+# lives in the global namespace (`::far` is handle `far`).
+proc ::nb::me {self} {
+    if {[::tcl::info::exists ::nb::kind($self)]} { return $self }
+    return [::tcl::string::range $self 2 end]
+}
+
 proc ::nb::is_object {value} {
-    return [info exists ::nb::kind($value)]
+    return [::tcl::info::exists ::nb::kind($value)]
 }
 
 proc ::nb::kind_of {value} {
-    if {[info exists ::nb::kind($value)]} { return $::nb::kind($value) }
+    if {[::tcl::info::exists ::nb::kind($value)]} { return $::nb::kind($value) }
     return ""
 }
 
 # Records field PATH (dotted) of object H as the tagged JSON value TAGGED, at the current line.
 proc ::nb::put {h path tagged {loc {}}} {
     if {$loc eq {}} { set loc [where] }
-    dict set ::nb::F($h) $path $tagged
-    dict set ::nb::L($h) $path $loc
+    ::tcl::dict::set ::nb::F($h) $path $tagged
+    ::tcl::dict::set ::nb::L($h) $path $loc
 }
 
 proc ::nb::puts_str {h path value} {
@@ -205,6 +242,17 @@ set ::nb::NO_EFFECT_NS {
 set ::nb::NO_EFFECT_NODE {color shape label label-color label-at add-mark delete-mark}
 set ::nb::NO_EFFECT_LINK {trace trace_snaplen trace_endnode trace_type orient color label}
 set ::nb::NS_EVENTS {halt terminate swapout log message linktest}
+# ns-2 classes a script may use as commands (`Agent/TCP set window_ 20`, `Queue/RED set ...`).
+set ::nb::NS_CLASSES "^([join {
+    Agent Application Queue Simulator Node Link SimpleLink LanLink DelayLink Classifier
+    RandomVariable ErrorModel Trace Mac LL Phy Channel Antenna Propagation Connector TclObject
+    Process TrafficGenerator Module RtModel Class PacketHeaderManager Scheduler
+} |])(/.*)?$"
+# Verbs of $ns in events that only matter to the simulator (traces, nam, wireless, agents).
+set ::nb::SIM_ONLY_EVENTS {
+    detach-agent nam-end-wireless flush-trace trace-annotate puts-nam-config namtrace-all
+    trace-all set-animation-rate dump-namcolors at-now initial_node_pos
+}
 
 # ----------------------------------------------------------------------------------------------
 # The simulator
@@ -213,10 +261,13 @@ oo::class create ::nb::Simulator {
     superclass ::nb::Object
     method node {args} { ::nb::new_node }
     method duplex-link {args} { ::nb::duplex_link {*}$args }
-    method simplex-link {args} {
-        ::nb::error "simplex-link is not supported; use duplex-link and\
-            tb-set-link-simplex-params to shape one direction"
+    method simplex-link {args} { ::nb::simplex_link {*}$args }
+    method bridge {args} {
+        ::nb::error "\$ns bridge is not supported: nestbed has no bridge nodes; join the nodes\
+            with one LAN (`\$ns make-lan`) instead"
+        return [::nb::dummy]
     }
+    method blockstore {args} { ::nb::new_blockstore }
     method make-lan {args} { ::nb::make_lan {*}$args }
     method link {args} { ::nb::ns_link {*}$args }
     method lanlink {args} { ::nb::ns_lanlink {*}$args }
@@ -225,19 +276,41 @@ oo::class create ::nb::Simulator {
     method cost {args} { ::nb::cost {*}$args }
     method attach-agent {args} { ::nb::attach_agent {*}$args }
     method connect {args} { ::nb::connect {*}$args }
-    method at {args} { ::nb::at [expr {[info level] - 1}] {*}$args }
+    method create-connection {args} { ::nb::create_connection {*}$args }
+    method at {args} { ::nb::at [expr {[::tcl::info::level] - 1}] {*}$args }
     method event-timeline {args} { ::nb::new_timeline }
-    method event-sequence {args} { ::nb::new_sequence [expr {[info level] - 1}] {*}$args }
+    method event-sequence {args} { ::nb::new_sequence [expr {[::tcl::info::level] - 1}] {*}$args }
     method event-group {args} { ::nb::new_group {*}$args }
     method define-template-parameter {args} { ::nb::template_parameter {*}$args }
     method make-simulated {args} { ::nb::make_simulated {*}$args }
     method run {args} { set ::nb::ran 1; return "" }
     method now {args} { return 0 }
     method unknown {m args} {
-        if {$m in $::nb::NO_EFFECT_NS} { return [::nb::no_effect [self] $m] }
-        if {$m in $::nb::NS_EVENTS} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in $::nb::NO_EFFECT_NS} { return [::nb::no_effect [::nb::me [self]] $m] }
+        if {$m in $::nb::NS_EVENTS} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
+}
+
+# A blockstore (Emulab's storage objects): accepted, and every setting ignored with a warning.
+oo::class create ::nb::Blockstore {
+    superclass ::nb::Object
+    method unknown {m args} {
+        ::nb::warn "blockstore method '$m' has no effect here (nestbed has no block stores);\
+            ignored"
+    }
+}
+
+proc ::nb::new_blockstore {} {
+    warn "\$ns blockstore: nestbed has no block stores (nodes use the host's file system); the\
+        blockstore and its settings are ignored"
+    return [create ::nb::Blockstore blockstore]
+}
+
+# ns-1 style: the command `ns` is the simulator itself (`ns duplex-link ...`, `ns at ...`).
+proc ::ns {args} {
+    if {![llength $args]} { return [::nb::new_simulator] }
+    return [uplevel 1 [list [::nb::new_simulator] {*}$args]]
 }
 
 proc ::nb::new_simulator {} {
@@ -254,11 +327,11 @@ proc ::nb::new_simulator {} {
 
 oo::class create ::nb::Node {
     superclass ::nb::Object
-    method add-route {args} { ::nb::add_route [self] {*}$args }
-    method program-agent {args} { ::nb::program_agent [self] {*}$args }
+    method add-route {args} { ::nb::add_route [::nb::me [self]] {*}$args }
+    method program-agent {args} { ::nb::program_agent [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in $::nb::NO_EFFECT_NODE} { return [::nb::no_effect [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in $::nb::NO_EFFECT_NODE} { return [::nb::no_effect [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
@@ -293,7 +366,7 @@ proc ::nb::add_route {node args} {
 
 oo::class create ::nb::Link {
     superclass ::nb::Object
-    method unknown {m args} { ::nb::link_method [self] $m }
+    method unknown {m args} { ::nb::link_method [::nb::me [self]] $m }
 }
 
 proc ::nb::link_method {h m} {
@@ -302,15 +375,18 @@ proc ::nb::link_method {h m} {
     unknown_method $h $m
 }
 
-# Maps an ns-2 queue class name to the document's queue type, or "" when unsupported.
-proc ::nb::queue_type {name} {
-    regsub {^Queue/} $name {} name
-    switch -- $name {
+# Maps an ns-2 queue class name to the document's queue type. Like Emulab, a type it does not
+# support (a misspelling, or FQ, SFQ, CBQ...) becomes DropTail, with a warning naming WHAT.
+proc ::nb::queue_type {name what} {
+    regsub {^Queue/} $name {} bare
+    switch -- $bare {
         DropTail { return droptail }
         RED { return red }
         GRED { return gred }
     }
-    return ""
+    warn "$what: queue type '$name' is not supported; using DropTail, as Emulab does (the\
+        supported types are DropTail, RED and GRED)"
+    return droptail
 }
 
 proc ::nb::new_link {kind nodes bw delay} {
@@ -324,23 +400,66 @@ proc ::nb::new_link {kind nodes bw delay} {
     return $h
 }
 
-proc ::nb::duplex_link {args} {
-    if {![arity $args 5 5 {$ns duplex-link NODE1 NODE2 BANDWIDTH DELAY DropTail|RED|GRED}]} {
-        return [dummy]
-    }
-    lassign $args a b bw delay qtype
-    if {![need $a node "duplex-link"] || ![need $b node "duplex-link"]} { return [dummy] }
+# Checks the arguments of CMD (duplex-link or simplex-link): A B BANDWIDTH DELAY QUEUE, two
+# different nodes; records an error and returns 0 when they are wrong.
+proc ::nb::link_args {cmd arglist} {
+    set usage "\$ns $cmd NODE1 NODE2 BANDWIDTH DELAY DropTail|RED|GRED"
+    if {![arity $arglist 5 5 $usage]} { return 0 }
+    lassign $arglist a b
+    if {![need $a node $cmd] || ![need $b node $cmd]} { return 0 }
     if {$a eq $b} {
-        error "duplex-link joins [label $a] to itself; a link joins two different nodes"
-        return [dummy]
+        error "$cmd joins [label $a] to itself; a link joins two different nodes"
+        return 0
     }
-    set type [queue_type $qtype]
-    if {$type eq ""} {
-        error "duplex-link: queue type '$qtype' is not supported; use DropTail, RED or GRED"
-    }
+    return 1
+}
+
+proc ::nb::duplex_link {args} {
+    if {![link_args duplex-link $args]} { return [dummy] }
+    lassign $args a b bw delay qtype
+    set type [queue_type $qtype duplex-link]
     set h [new_link link [list $a $b] $bw $delay]
-    if {$type ne ""} { puts_str $h queue.type $type }
+    puts_str $h queue.type $type
     return $h
+}
+
+# ns-2's one-way link. The first simplex link between two nodes becomes a link shaped in that
+# direction only (the other direction unshaped, with a warning: nestbed links carry packets
+# both ways); a second one in the other direction shapes that direction of the same link.
+proc ::nb::simplex_link {args} {
+    if {![link_args simplex-link $args]} { return [dummy] }
+    lassign $args a b bw delay qtype
+    set type [queue_type $qtype simplex-link]
+    if {[::tcl::info::exists ::nb::simplex([list $b $a])]
+            && ![::tcl::info::exists ::nb::simplex([list $a $b])]} {
+        set h $::nb::simplex([list $b $a])
+        set ::nb::simplex([list $a $b]) $h
+        set i 1
+        set ::nb::oneway($h) 0
+    } else {
+        set h [new_link link [list $a $b] 0 0]
+        ::tcl::dict::unset ::nb::F($h) bandwidth
+        ::tcl::dict::unset ::nb::F($h) delay
+        set ::nb::simplex([list $a $b]) $h
+        set ::nb::oneway($h) [where]
+        set i 0
+    }
+    puts_str $h members.$i.egress.bandwidth $bw
+    puts_str $h members.$i.egress.delay $delay
+    puts_str $h members.$i.egress.queue.type $type
+    return $h
+}
+
+# Warns about simplex links never paired with one in the other direction.
+proc ::nb::warn_oneway {} {
+    foreach h [::tcl::array::names ::nb::oneway] {
+        if {$::nb::oneway($h) ne "0"} {
+            lassign $::nb::members($h) a b
+            warn "simplex-link from [ref $a] to [ref $b] has no simplex-link back; nestbed links\
+                carry packets both ways, so link [ref $h] is shaped from [ref $a] to [ref $b]\
+                only" $::nb::oneway($h)
+        }
+    }
 }
 
 proc ::nb::make_lan {args} {
@@ -359,14 +478,8 @@ proc ::nb::make_lan {args} {
     }
     set h [new_link lan $nodes $bw $delay]
     foreach arg $extra {
-        if {[string match Queue/* $arg]} {
-            set type [queue_type $arg]
-            if {$type eq ""} {
-                error "make-lan: queue type '$arg' is not supported; use Queue/DropTail,\
-                    Queue/RED or Queue/GRED"
-            } else {
-                puts_str $h queue.type $type
-            }
+        if {[::tcl::string::match Queue/* $arg]} {
+            puts_str $h queue.type [queue_type $arg make-lan]
         }
     }
     return $h
@@ -404,19 +517,19 @@ proc ::nb::member_index {h node what} {
 
 oo::class create ::nb::Direction {
     superclass ::nb::Object
-    method queue {args} { ::nb::direction_queue [self] }
-    method unknown {m args} { ::nb::link_method [self] $m }
+    method queue {args} { ::nb::direction_queue [::nb::me [self]] }
+    method unknown {m args} { ::nb::link_method [::nb::me [self]] $m }
 }
 
 oo::class create ::nb::Queue {
     superclass ::nb::Object
-    method set {args} { ::nb::queue_set [self] {*}$args }
+    method set {args} { ::nb::queue_set [::nb::me [self]] {*}$args }
 }
 
 # The object of one direction of link or LAN H, from member NODE (created once).
 proc ::nb::direction {h node} {
     set key "$h $node"
-    if {![info exists ::nb::directions($key)]} {
+    if {![::tcl::info::exists ::nb::directions($key)]} {
         set d [create ::nb::Direction dir]
         set ::nb::link($d) $h
         set ::nb::src($d) $node
@@ -426,7 +539,7 @@ proc ::nb::direction {h node} {
 }
 
 proc ::nb::direction_queue {d} {
-    if {![info exists ::nb::queueOf($d)]} {
+    if {![::tcl::info::exists ::nb::queueOf($d)]} {
         set q [create ::nb::Queue queue]
         set ::nb::link($q) $::nb::link($d)
         set ::nb::src($q) $::nb::src($d)
@@ -462,7 +575,8 @@ proc ::nb::queue_set {q args} {
     switch -- $var {
         limit_ { puts_str $h $base.limit $value }
         queue-in-bytes_ {
-            puts_str $h $base.limit_unit [expr {[string is true -strict $value] ? "bytes" : "packets"}]
+            set unit [expr {[::tcl::string::is true -strict $value] ? "bytes" : "packets"}]
+            puts_str $h $base.limit_unit $unit
         }
         thresh_ { puts_str $h $base.thresh $value }
         maxthresh_ { puts_str $h $base.maxthresh $value }
@@ -470,10 +584,10 @@ proc ::nb::queue_set {q args} {
         linterm_ { puts_str $h $base.linterm $value }
         mean_pktsize_ { puts_str $h $base.mean_packet_size $value }
         gentle_ {
-            if {[string is true -strict $value]} {
+            if {[::tcl::string::is true -strict $value]} {
                 puts_str $h $base.type gred
-            } elseif {[dict exists $::nb::F($h) queue.type]
-                      && [lindex [dict get $::nb::F($h) queue.type] 1] eq "gred"} {
+            } elseif {[::tcl::dict::exists $::nb::F($h) queue.type]
+                      && [lindex [::tcl::dict::get $::nb::F($h) queue.type] 1] eq "gred"} {
                 puts_str $h $base.type red
             }
         }
@@ -515,7 +629,8 @@ proc ::nb::rtproto {args} {
         }
         Manual { set mode manual }
         default {
-            error "rtproto '$proto' is not supported; use Static, Session, ospf or Manual"
+            warn "rtproto '$proto' is not supported; ignored, as Emulab does (routing stays as\
+                set; use Static, Session, ospf or Manual)"
             return ""
         }
     }
@@ -537,26 +652,30 @@ set ::nb::AGENTS {
     Agent/TCP/Fack {tcp fack} Agent/TCP/FullTcp {tcp fulltcp}
     Agent/TCP/FullTcp/Sack {tcp fulltcp-sack} Agent/Null {null {}} Agent/TCPSink {tcpsink {}}
     Agent/TCPSink/DelAck {tcpsink delack} Agent/TCPSink/Sack1 {tcpsink sack}
+    Agent/LossMonitor {null {}}
 }
 set ::nb::APPS {Application/Traffic/CBR cbr Application/FTP ftp}
 
 oo::class create ::nb::Agent {
     superclass ::nb::Object
-    method set {args} { ::nb::agent_set [self] {*}$args }
+    method set {args} { ::nb::agent_set [::nb::me [self]] {*}$args }
+    method attach-app {args} { ::nb::attach_app [::nb::me [self]] {*}$args }
 }
 
 oo::class create ::nb::Application {
     superclass ::nb::Object
-    method set {args} { ::nb::app_set [self] {*}$args }
-    method attach-agent {args} { ::nb::app_attach [self] {*}$args }
+    method set {args} { ::nb::app_set [::nb::me [self]] {*}$args }
+    method attach-agent {args} { ::nb::app_attach [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in {start stop reset produce send}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start stop reset produce send}} {
+            return [::nb::event_outside [::nb::me [self]] $m]
+        }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
 proc ::nb::new_agent {class} {
-    lassign [dict get $::nb::AGENTS $class] type variant
+    lassign [::tcl::dict::get $::nb::AGENTS $class] type variant
     set h [create ::nb::Agent agent]
     puts_str $h type $type
     if {$variant ne ""} { puts_str $h variant $variant }
@@ -579,6 +698,42 @@ proc ::nb::attach_agent {args} {
     return ""
 }
 
+# ns-2's `$agent attach-app FTP`: a new application of class Application/CLASS on the agent.
+proc ::nb::attach_app {agent args} {
+    if {![arity $args 1 1 {$agent attach-app FTP|Traffic/CBR}]} { return [dummy] }
+    set class Application/[lindex $args 0]
+    if {![::tcl::dict::exists $::nb::APPS $class]} {
+        warn "attach-app: class '$class' is not supported; its object does nothing here, as in\
+            Emulab (supported: [join [::tcl::dict::keys $::nb::APPS] {, }])"
+        return [dummy]
+    }
+    set h [new_app $class]
+    put $h agent [list r $agent]
+    return $h
+}
+
+# ns-2's `$ns create-connection SRCTYPE SRCNODE DSTTYPE DSTNODE FLOWID`: two agents, attached
+# and connected; returns the source agent.
+proc ::nb::create_connection {args} {
+    set usage {$ns create-connection SRCTYPE SRCNODE DSTTYPE DSTNODE FLOWID}
+    if {![arity $args 5 5 $usage]} { return [dummy] }
+    lassign $args stype snode dtype dnode
+    set agents {}
+    foreach type [list $stype $dtype] node [list $snode $dnode] {
+        set class Agent/$type
+        if {![::tcl::dict::exists $::nb::AGENTS $class]} {
+            error "create-connection: agent class '$class' is not supported; use one of\
+                [join [::tcl::dict::keys $::nb::AGENTS] {, }]"
+            return [dummy]
+        }
+        set a [new_agent $class]
+        attach_agent $node $a
+        lappend agents $a
+    }
+    connect {*}$agents
+    return [lindex $agents 0]
+}
+
 proc ::nb::connect {args} {
     if {![arity $args 2 2 {$ns connect AGENT1 AGENT2}]} { return "" }
     lassign $args a b
@@ -590,7 +745,7 @@ proc ::nb::connect {args} {
 
 proc ::nb::new_app {class} {
     set h [create ::nb::Application app]
-    puts_str $h type [dict get $::nb::APPS $class]
+    puts_str $h type [::tcl::dict::get $::nb::APPS $class]
     return $h
 }
 
@@ -600,8 +755,8 @@ proc ::nb::app_set {h args} {
     lassign $args var value
     set fields {packetSize_ packet_size rate_ rate interval_ interval maxpkts_ max_packets
         random_ random}
-    if {[dict exists $fields $var]} {
-        puts_str $h [dict get $fields $var] $value
+    if {[::tcl::dict::exists $fields $var]} {
+        puts_str $h [::tcl::dict::get $fields $var] $value
     } else {
         warn "variable '$var' of [label $h] has no effect here; ignored"
     }
@@ -621,10 +776,10 @@ proc ::nb::app_attach {h args} {
 
 oo::class create ::nb::Program {
     superclass ::nb::Object
-    method set {args} { ::nb::program_set [self] {*}$args }
+    method set {args} { ::nb::program_set [::nb::me [self]] {*}$args }
     method unknown {m args} {
-        if {$m in {start run stop kill}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start run stop kill}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
@@ -662,7 +817,7 @@ proc ::nb::program_agent {node args} {
     }
     foreach {opt value} $args {
         switch -- $opt {
-            -command - -dir - -timeout { puts_str $h [string range $opt 1 end] $value }
+            -command - -dir - -timeout { puts_str $h [::tcl::string::range $opt 1 end] $value }
             -expected-exit-code { puts_str $h expected_exit_code $value }
             default { warn "program-agent option '$opt' has no effect here; ignored" }
         }
@@ -675,25 +830,29 @@ proc ::nb::program_agent {node args} {
 
 oo::class create ::nb::Timeline {
     superclass ::nb::Object
-    method at {args} { ::nb::timeline_at [self] [expr {[info level] - 1}] {*}$args }
+    method at {args} {
+        ::nb::timeline_at [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args
+    }
     method unknown {m args} {
-        if {$m in {start stop reset run}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
 oo::class create ::nb::Sequence {
     superclass ::nb::Object
-    method append {args} { ::nb::sequence_append [self] [expr {[info level] - 1}] {*}$args }
+    method append {args} {
+        ::nb::sequence_append [::nb::me [self]] [expr {[::tcl::info::level] - 1}] {*}$args
+    }
     method unknown {m args} {
-        if {$m in {start stop reset run}} { return [::nb::event_outside [self] $m] }
-        ::nb::unknown_method [self] $m
+        if {$m in {start stop reset run}} { return [::nb::event_outside [::nb::me [self]] $m] }
+        ::nb::unknown_method [::nb::me [self]] $m
     }
 }
 
 oo::class create ::nb::Group {
     superclass ::nb::Object
-    method add {args} { ::nb::group_add [self] {*}$args }
+    method add {args} { ::nb::group_add [::nb::me [self]] {*}$args }
 }
 
 # Splits SCRIPT into its commands with Tcl's own rules (quotes, braces, `;`, newlines).
@@ -701,7 +860,7 @@ proc ::nb::split_commands {script} {
     set commands {}
     set current ""
     foreach char [split $script ""] {
-        if {($char eq ";" || $char eq "\n") && [info complete $current]} {
+        if {($char eq ";" || $char eq "\n") && [::tcl::info::complete $current]} {
             lappend commands $current
             set current ""
         } else {
@@ -711,15 +870,15 @@ proc ::nb::split_commands {script} {
     lappend commands $current
     set out {}
     foreach c $commands {
-        set c [string trim $c]
-        if {$c ne "" && ![string match #* $c]} { lappend out $c }
+        set c [::tcl::string::trim $c]
+        if {$c ne "" && ![::tcl::string::match #* $c]} { lappend out $c }
     }
     return $out
 }
 
 # The actions of an event script: a list of {object verb args}; errors name WHAT.
 # A first word written as $var (inside braces) is substituted in the caller's scope LEVEL.
-proc ::nb::parse_actions {level script what} {
+proc ::nb::parse_actions {level script what {time ""}} {
     set out {}
     foreach command [split_commands $script] {
         if {[catch {lrange $command 0 end} words]} {
@@ -727,7 +886,12 @@ proc ::nb::parse_actions {level script what} {
             continue
         }
         set rest [lassign $words object verb]
-        if {[string match {$*} $object]} {
+        # `$ns at 5 "finish"`: a Tcl procedure of the script, checked once the script has run.
+        if {$time ne "" && ![::tcl::string::match {$*} $object] && ![is_object $object]} {
+            lappend ::nb::procEvents [list $time $object [where] $what]
+            continue
+        }
+        if {[::tcl::string::match {$*} $object]} {
             if {[catch {uplevel #$level [list subst -nocommands -nobackslashes $object]} value]
                     && [catch {uplevel #0 [list subst -nocommands -nobackslashes $object]} value]} {
                 set value $object
@@ -739,6 +903,17 @@ proc ::nb::parse_actions {level script what} {
                 links, LANs, queues, agents, applications, programs, timelines, sequences,\
                 groups or \$ns"
             continue
+        }
+        if {[kind_of $object] eq "ns" && $verb in $::nb::SIM_ONLY_EVENTS} {
+            warn "$what: '\$ns $verb' only matters to the simulator (`nestbed simulate`);\
+                ignored in emulation"
+            continue
+        }
+        # Emulab's event form `$link bandwidth 10Mb duplex`: duplex is both directions, as
+        # without it.
+        if {[kind_of $object] in {link lan dir} && $verb in {bandwidth delay plr}
+                && [llength $rest] == 2 && [lindex $rest 1] eq "duplex"} {
+            set rest [lrange $rest 0 0]
         }
         set args {}
         foreach a $rest {
@@ -766,7 +941,7 @@ proc ::nb::at {level args} {
     if {![arity $args 2 2 {$ns at TIME "EVENT; EVENT ..."}]} { return "" }
     lassign $args time script
     set loc [where]
-    foreach action [parse_actions $level $script "event at $time"] {
+    foreach action [parse_actions $level $script "event at $time" $time] {
         lappend ::nb::events [list $time {*}$action $loc]
     }
     return ""
@@ -836,12 +1011,12 @@ proc ::nb::template_parameter {args} {
     }
     lassign $args pname default
     set value $default
-    if {[dict exists $::nb::overrides $pname]} {
-        set value [dict get $::nb::overrides $pname]
-        dict set ::nb::usedOverrides $pname 1
+    if {[::tcl::dict::exists $::nb::overrides $pname]} {
+        set value [::tcl::dict::get $::nb::overrides $pname]
+        ::tcl::dict::set ::nb::usedOverrides $pname 1
     }
-    dict set ::nb::parameters $pname $value
-    dict set ::nb::paramLocs $pname [where]
+    ::tcl::dict::set ::nb::parameters $pname $value
+    ::tcl::dict::set ::nb::paramLocs $pname [where]
     uplevel #0 [list ::nb::set $pname $value]
     return ""
 }
@@ -865,11 +1040,15 @@ proc ::nb::dummy {} {
 
 proc ::nb::new {class args} {
     if {$class eq "Simulator"} { return [new_simulator] }
-    if {[dict exists $::nb::AGENTS $class]} { return [new_agent $class] }
-    if {[dict exists $::nb::APPS $class]} { return [new_app $class] }
+    if {[::tcl::dict::exists $::nb::AGENTS $class]} { return [new_agent $class] }
+    if {[::tcl::dict::exists $::nb::APPS $class]} { return [new_app $class] }
     if {$class eq "Program"} { return [new_program] }
-    set known [concat Simulator [dict keys $::nb::AGENTS] [dict keys $::nb::APPS] Program]
-    error "unknown class '$class' in new; supported classes are [join $known {, }]"
+    if {$class eq "EventGroup"} { return [new_group] }
+    set known [concat Simulator [::tcl::dict::keys $::nb::AGENTS] \
+        [::tcl::dict::keys $::nb::APPS] Program \
+        EventGroup]
+    warn "class '$class' is not supported; its object does nothing here, as in Emulab\
+        (supported classes are [join $known {, }])"
     return [dummy]
 }
 
@@ -902,6 +1081,13 @@ proc ::tb-fix-node {args} {
 proc ::nb-set-node-cpu {args} {
     ::nb::node_field nb-set-node-cpu cpu 2 2 {nb-set-node-cpu NODE CORES} $args
 }
+proc ::tb-set-node-memsize {args} {
+    if {![::nb::arity $args 2 2 {tb-set-node-memsize NODE MEGABYTES}]} { return "" }
+    lassign $args node size
+    if {![::nb::need $node node tb-set-node-memsize]} { return "" }
+    ::nb::puts_str $node memory ${size}MiB
+    return ""
+}
 proc ::nb-set-node-memory {args} {
     ::nb::node_field nb-set-node-memory memory 2 2 {nb-set-node-memory NODE SIZE} $args
 }
@@ -920,13 +1106,18 @@ proc ::nb-set-node-sysctl {args} {
     if {![::nb::arity $args 3 3 {nb-set-node-sysctl NODE KEY VALUE}]} { return "" }
     lassign $args node key value
     if {![::nb::need $node node nb-set-node-sysctl]} { return "" }
-    dict set ::nb::sysctl($node) $key [list $value [::nb::where]]
+    ::tcl::dict::set ::nb::sysctl($node) $key [list $value [::nb::where]]
     return ""
 }
 
 proc ::tb-set-ip-routing {args} {
     if {![::nb::arity $args 1 1 {tb-set-ip-routing static|session|manual}]} { return "" }
-    set mode [string tolower [lindex $args 0]]
+    set mode [::tcl::string::tolower [lindex $args 0]]
+    if {$mode eq "ospf"} {
+        ::nb::warn "tb-set-ip-routing ospf: OSPF is computed as static shortest paths (like Session);\
+            routes are not recomputed when links go down"
+        set mode session
+    }
     if {$mode ni {static session manual none}} {
         return [::nb::error "tb-set-ip-routing '[lindex $args 0]' is not supported; use static,\
             session or manual"]
@@ -956,7 +1147,7 @@ proc ::tb-set-link-loss {args} {
         return [::nb::linklan_field tb-set-link-loss loss {tb-set-link-loss LINK LOSS} $args]
     }
     lassign $args a b loss
-    set h [::nb::find_link $a $b tb-set-link-loss]
+    ::nb::set h [::nb::find_link $a $b tb-set-link-loss]
     if {$h ne ""} { ::nb::puts_str $h loss $loss }
     return ""
 }
@@ -1046,7 +1237,7 @@ proc ::tb-set-ip {args} {
     if {![::nb::arity $args 2 2 {tb-set-ip NODE IP}]} { return "" }
     lassign $args node ip
     if {![::nb::need $node node tb-set-ip]} { return "" }
-    set links $::nb::ifaces($node)
+    ::nb::set links $::nb::ifaces($node)
     if {[llength $links] != 1} {
         return [::nb::error "tb-set-ip: [::nb::label $node] has [llength $links] links or LANs so\
             far, not one; use tb-set-ip-link, tb-set-ip-lan or tb-set-ip-interface"]
@@ -1057,7 +1248,7 @@ proc ::tb-set-ip {args} {
 proc ::tb-set-ip-interface {args} {
     if {![::nb::arity $args 3 3 {tb-set-ip-interface NODE DST IP}]} { return "" }
     lassign $args node dst ip
-    set h [::nb::find_link $node $dst tb-set-ip-interface]
+    ::nb::set h [::nb::find_link $node $dst tb-set-ip-interface]
     if {$h ne ""} { ::nb::set_ip tb-set-ip-interface $h $node $ip }
     return ""
 }
@@ -1097,6 +1288,17 @@ foreach ::nb::cmd {
     tb-make-hard-vtype tb-make-weighted-vtype tb-set-colocate-factor tb-set-cpu-usage
     tb-set-mem-usage tb-set-link-est-bandwidth tb-set-lan-est-bandwidth tb-set-multiplexed
     tb-set-useveth tb-set-link-encap tb-set-allowcolocate tb-set-security-level tb-use-ipassign
+    tb-add-node-attribute tb-elab-in-elab tb-set-link-backfill tb-set-lan-backfill
+    tb-set-link-simplex-backfill tb-set-node-lan-est-bandwidth tb-set-node-lan-backfill
+    tb-set-uselatestwadata tb-set-usewatunnels tb-set-wasolver-weights tb-set-node-usesharednode
+    tb-set-node-sharingmode tb-set-node-service tb-add-node-service-hook tb-bind-parent
+    tb-fix-current-resources tb-set-encapsulate tb-set-jail-os tb-set-delay-os
+    tb-set-delay-capacity tb-set-ipassign-args tb-set-dpdb tb-set-elabinelab-cvstag
+    tb-elabinelab-singlenet tb-set-elabinelab-attribute tb-unset-elabinelab-attribute
+    tb-set-node-plab-role tb-set-node-plab-plcnet tb-use-physnaming tb-set-modelnet-cores
+    tb-set-modelnet-edges tb-set-node-deltas tb-set-lan-protocol tb-set-link-protocol
+    tb-set-lan-accesspoint tb-set-lan-setting tb-set-node-lan-setting tb-feedback-vnode
+    tb-feedback-vlan tb-set-vlink-emulation tb-set-node-id tb-set-node-inner-elab-role
 } {
     proc ::$::nb::cmd {args} "::nb::inert $::nb::cmd \$args"
 }
@@ -1162,52 +1364,91 @@ proc ::nb-set-link-drop-packets {args} {
 # ----------------------------------------------------------------------------------------------
 # Wrapped Tcl commands: set (names), new, source, puts, exit, unknown, open
 
-# Names object H after variable VAR (Emulab's rule: the first variable assigned names it).
+# Names object H after variable VAR (Emulab's rule: the first variable assigned names it) and
+# returns the value the variable gets: the object's new handle when it was renamed.
 proc ::nb::name_from_var {h var} {
     variable kind
-    if {[info exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy}} { return }
-    set n [string map {( - ) ""} [regsub {^::} $var ""]]
-    set what [expr {$kind($h) eq "app" ? [lindex [dict get $::nb::F($h) type] 1] : $kind($h)}]
-    if {$what eq "lan"} { set what LAN }
-    if {![regexp {^[-0-9A-Za-z]+$} $n]} {
-        error "$what name '$n' (from variable $var) is not valid: names may contain only\
-            letters, digits and '-'; rename the variable"
-        return
+    if {[::tcl::info::exists ::nb::name($h)] || $kind($h) in {ns queue dir dummy blockstore}} {
+        return $h
     }
-    if {[info exists ::nb::used($n)]} {
+    set n [::tcl::string::map {( - ) ""} [regsub {^::} $var ""]]
+    set what $kind($h)
+    if {$what eq "app"} { set what [lindex [::tcl::dict::get $::nb::F($h) type] 1] }
+    if {$what eq "lan"} { set what LAN }
+    # Node, link and LAN names become host and interface names; the others may hold '_'.
+    if {$kind($h) in {node link lan}} {
+        set valid [regexp {^[-0-9A-Za-z]+$} $n]
+        set allowed "letters, digits and '-'"
+    } else {
+        set valid [regexp {^[-0-9A-Za-z_]+$} $n]
+        set allowed "letters, digits, '-' and '_'"
+    }
+    if {!$valid} {
+        error "$what name '$n' (from variable $var) is not valid: names may contain only\
+            $allowed; rename the variable"
+        return $h
+    }
+    if {[::tcl::info::exists ::nb::used($n)]} {
         set other $::nb::used($n)
         error "$what name '$n' (from variable $var) is already used by the\
-            [string map {app application} $kind($other)] created at line\
+            [::tcl::string::map {app application} $kind($other)] created at line\
             [lindex $::nb::created($other) 1]; use a different variable for each object"
-        return
+        return $h
     }
     set ::nb::name($h) $n
     set ::nb::used($n) $h
+    if {$h eq $::nb::last} { return [rename_object $h $n] }
+    return $h
+}
+
+# Emulab renames an object assigned right after its creation to its name, so the name itself
+# is the object (`tb-set-ip ping 10.0.0.1`, `lan$router` with $router the string "router").
+# Right after creation only the object's own entries and its nodes' interface lists refer to
+# it. A name that is already a command (a proc, a Tcl command) keeps the internal handle.
+proc ::nb::rename_object {h n} {
+    if {[llength [::tcl::info::commands ::$n]] || [::tcl::info::exists ::nb::kind($n)]} { return $h }
+    rename $h ::$n
+    foreach array {kind name F L created members ifaces routes steps gmembers tlevents} {
+        if {[::tcl::info::exists ::nb::${array}($h)]} {
+            set ::nb::${array}($n) [set ::nb::${array}($h)]
+            unset ::nb::${array}($h)
+        }
+    }
+    set ::nb::used($n) $n
+    set i [lsearch -exact $::nb::order $h]
+    lset ::nb::order $i $n
+    if {[::tcl::info::exists ::nb::members($n)]} {
+        foreach node $::nb::members($n) {
+            set j [lsearch -exact $::nb::ifaces($node) $h]
+            if {$j >= 0} { lset ::nb::ifaces($node) $j $n }
+        }
+    }
+    set ::nb::renamed($h) $n
+    set ::nb::last ""
+    return $n
 }
 
 proc ::nb::install_wrappers {} {
     rename ::set ::nb::set
     rename ::puts ::nb::realputs
-    rename ::exit ::nb::realexit
-    rename ::source ::nb::realsource
-    rename ::open ::nb::realopen
-    rename ::unknown ::nb::tclunknown
 
     # `set` names objects and applies overridden opt(NAME) values.
     proc ::set {varName args} {
         if {[llength $args] == 1} {
             ::nb::set value [lindex $args 0]
-            if {[info exists ::nb::kind($value)]
-                    && ![string match ::nb* [uplevel 1 {::namespace current}]]
-                    && ![string match ::oo* [uplevel 1 {::namespace current}]]} {
-                ::nb::name_from_var $value $varName
+            # Only the user's own `set` names (this library's tb-* procs, in the global
+            # namespace too, use ::nb::set).
+            if {[::tcl::info::exists ::nb::kind($value)]
+                    && ![::tcl::string::match ::nb* [uplevel 1 {::tcl::namespace::current}]]
+                    && ![::tcl::string::match ::oo* [uplevel 1 {::tcl::namespace::current}]]} {
+                ::nb::set value [::nb::name_from_var $value $varName]
             }
             if {[regexp {^(?:::)?opt\((.*)\)$} $varName -> optname]} {
-                if {[dict exists $::nb::overrides $optname]} {
-                    ::nb::set value [dict get $::nb::overrides $optname]
-                    dict set ::nb::usedOverrides $optname 1
+                if {[::tcl::dict::exists $::nb::overrides $optname]} {
+                    ::nb::set value [::tcl::dict::get $::nb::overrides $optname]
+                    ::tcl::dict::set ::nb::usedOverrides $optname 1
                 }
-                dict set ::nb::envLocs $optname [::nb::where]
+                ::tcl::dict::set ::nb::envLocs $optname [::nb::where]
             }
             return [uplevel 1 [list ::nb::set $varName $value]]
         }
@@ -1228,7 +1469,8 @@ proc ::nb::install_wrappers {} {
         return -code error -errorcode {NESTBED EXIT} "exit"
     }
 
-    # tb_compat.tcl is already loaded; other files are found relative to the sourcing file.
+    # tb_compat.tcl is already loaded; other files are found relative to the sourcing file
+    # (the sandbox allows only files in the experiment file's folder).
     proc ::source {args} {
         set path [lindex $args end]
         if {[file tail $path] eq "tb_compat.tcl"} { return "" }
@@ -1240,13 +1482,15 @@ proc ::nb::install_wrappers {} {
         return [uplevel 1 [list ::nb::realsource {*}$args]]
     }
 
-    # Files opened for reading are found relative to the experiment file; written files land
-    # in the (temporary) working directory.
+    # Files are opened for reading only, relative to the experiment file's folder. A file
+    # opened for writing (ns-2's trace and nam files) gets a channel that discards its output.
     proc ::open {path args} {
         set mode [expr {[llength $args] ? [lindex $args 0] : "r"}]
-        if {[file pathtype $path] eq "relative" && $mode in {r rb {r+}}
-                && ![string match |* $path]} {
-            set path [file join $::nb::maindir $path]
+        if {![::tcl::string::match |* $path] && $mode ni {r rb RDONLY {RDONLY BINARY}}} {
+            ::nb::warn "open of '$path' for writing writes nothing while parsing (parsing changes\
+                no files); `nestbed simulate` writes ns-2's traces, and programs on the nodes\
+                write their own files"
+            return [chan create write ::nb::nullchan]
         }
         return [::nb::realopen $path {*}$args]
     }
@@ -1254,8 +1498,10 @@ proc ::nb::install_wrappers {} {
     # Unknown commands are errors; parsing goes on.
     proc ::unknown {args} {
         set cmd [lindex $args 0]
-        if {[info exists ::auto_index($cmd)] || [string match ::tcl::* $cmd]} {
-            return [uplevel 1 [list ::nb::tclunknown {*}$args]]
+        if {[regexp $::nb::NS_CLASSES $cmd]} {
+            ::nb::warn "'[join [lrange $args 0 1]]' acts on the ns-2 class $cmd itself (class\
+                defaults and methods), which only the simulator uses; ignored here"
+            return ""
         }
         ::nb::error "unknown command '$cmd'; it is not a Tcl, ns-2 or Emulab command that\
             nestbed knows (check its spelling)"
@@ -1270,13 +1516,49 @@ proc ::nb::install_wrappers {} {
     trace add execution proc leave ::nb::proc_defined
 }
 
+# Refuses a command: one error at the user's line, and the script stops.
+proc ::nb::refuse {message} {
+    error $message
+    return -code error -errorcode {NESTBED REFUSED} $message
+}
+
+# A write-only channel that discards what is written to it.
+namespace eval ::nb::nullchan {
+    namespace export *
+    namespace ensemble create
+    proc initialize {channel mode} { return {initialize finalize watch write} }
+    proc finalize {channel} {}
+    proc watch {channel events} {}
+    proc write {channel data} { return [::tcl::string::length $data] }
+}
+
+# Commands a safe interpreter lacks, refused with what to use instead.
+foreach {::nb::cmd ::nb::sentence} {
+    exec {exec is refused: parsing an experiment file runs no programs; run commands on a node
+        with a program agent (`$node program-agent -command ...`) or tb-set-node-startup}
+    socket {socket is refused: parsing an experiment file makes no connections; connect from a
+        node with a program agent or tb-set-node-startup}
+    cd {cd is refused: an experiment file reads files relative to its own folder; name them
+        relative to it}
+    glob {glob is refused: an experiment file may read only the files it names in its own folder;
+        list them explicitly}
+    load {load is refused: an experiment file cannot load binary extensions; use plain Tcl}
+    unload {unload is refused: an experiment file cannot load binary extensions; use plain Tcl}
+    pwd {pwd is refused: parsing has no working folder; name files relative to the experiment
+        file}
+    encoding {encoding is refused while parsing; write the experiment file in UTF-8}
+} {
+    proc ::$::nb::cmd {args} [list ::nb::refuse [regsub -all {\s+} $::nb::sentence " "]]
+}
+unset ::nb::cmd ::nb::sentence
+
 # The user file whose command is running (full path).
 proc ::nb::current_file {} {
-    for {set i [expr {[info frame] - 1}]} {$i > 0} {incr i -1} {
-        set f [info frame $i]
-        if {[dict get $f type] eq "source" && [dict exists $f file]
-                && [dict get $f file] ni $::nb::libfiles} {
-            return [dict get $f file]
+    for {set i [expr {[::tcl::info::frame] - 1}]} {$i > 0} {incr i -1} {
+        set f [::tcl::info::frame $i]
+        if {[::tcl::dict::get $f type] eq "source" && [::tcl::dict::exists $f file]
+                && [::tcl::dict::get $f file] ni $::nb::libfiles} {
+            return [::tcl::dict::get $f file]
         }
     }
     return $::nb::mainfile
@@ -1285,33 +1567,56 @@ proc ::nb::current_file {} {
 # Remembers where each user proc is defined, to locate errors raised inside it.
 proc ::nb::proc_defined {command code result op} {
     if {$code != 0} { return }
-    set full [uplevel 1 [list namespace which -command [lindex $command 1]]]
-    if {$full ne ""} { dict set ::nb::procdefs $full [where] }
+    set full [uplevel 1 [list ::tcl::namespace::which -command [lindex $command 1]]]
+    if {$full ne ""} { ::tcl::dict::set ::nb::procdefs $full [where] }
 }
 
 # The file:line of a Tcl error, from its -errorinfo (innermost script line first).
 proc ::nb::error_location {info} {
     set offset 0
+    # The failing command, as errorinfo quotes it (its first line is searched for below).
+    set command ""
+    regexp {\n    while executing\n"([^\n]*)} $info -> command
     foreach line [split $info "\n"] {
-        if {![regexp {^\s*\((.*) line (\d+)\)$} [string trim $line] -> what n]} { continue }
+        if {![regexp {^\s*\((.*) line (\d+)\)$} [::tcl::string::trim $line] -> what n]} { continue }
         if {[regexp {^file "(.*)"$} $what -> file]} {
-            if {$file ni $::nb::libfiles} { return [list [file tail $file] [expr {$n + $offset}]] }
+            if {$file ni $::nb::libfiles} {
+                return [list [tail $file] [find_command $file [expr {$n + $offset}] $command]]
+            }
             set offset 0
         } elseif {[regexp {^procedure "(.*)"$} $what -> pname]} {
-            if {![string match ::* $pname]} { set pname ::$pname }
-            if {[dict exists $::nb::procdefs $pname]} {
-                lassign [dict get $::nb::procdefs $pname] file first
+            if {![::tcl::string::match ::* $pname]} { set pname ::$pname }
+            if {[::tcl::dict::exists $::nb::procdefs $pname]} {
+                lassign [::tcl::dict::get $::nb::procdefs $pname] file first
                 return [list $file [expr {$first + $n - 1 + $offset}]]
             }
             set offset 0
-        } elseif {[string match {"*"*} $what]} {
+        } elseif {[::tcl::string::match {"*"*} $what]} {
             # A body of for, foreach, while, if, catch...: its lines count from the command's.
             incr offset [expr {$n - 1}]
         } else {
             set offset 0
         }
     }
-    return [list [file tail $::nb::mainfile] 1]
+    return [list [tail $::nb::mainfile] 1]
+}
+
+# The line of COMMAND in FILE at or after line FROM. Error lines are counted from the start of
+# the innermost body Tcl names, which is not known for an else branch, a body run by uplevel
+# (make-simulated) or namespace eval, or an if whose condition is not braced; the failing
+# command itself is found in the file instead. FROM when it is not found.
+proc ::nb::find_command {file from command} {
+    # errorinfo quotes the command ("...") and cuts a long one short with "..."
+    set command [::tcl::string::trim [::tcl::string::trimright $command {".}]]
+    if {$command eq "" || [catch {::nb::realopen $file} channel]} { return $from }
+    set lines [split [read $channel] "\n"]
+    close $channel
+    for {set i [expr {$from - 1}]} {$i < [llength $lines]} {incr i} {
+        if {[::tcl::string::first $command [::tcl::string::trim [lindex $lines $i]]] == 0} {
+            return [expr {$i + 1}]
+        }
+    }
+    return $from
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -1321,15 +1626,15 @@ proc ::nb::error_location {info} {
 proc ::nb::assign_default_names {} {
     variable order
     variable kind
-    array set counter {}
+    ::tcl::array::set counter {}
     foreach h $order {
-        if {[info exists ::nb::name($h)] || $kind($h) in {queue dir dummy}} { continue }
+        if {[::tcl::info::exists ::nb::name($h)] || $kind($h) in {queue dir dummy blockstore}} { continue }
         switch -- $kind($h) {
-            agent - app { set prefix [lindex [dict get $::nb::F($h) type] 1] }
+            agent - app { set prefix [lindex [::tcl::dict::get $::nb::F($h) type] 1] }
             default { set prefix $kind($h) }
         }
-        if {![info exists counter($prefix)]} { set counter($prefix) 0 }
-        while {[info exists ::nb::used($prefix$counter($prefix))]} { incr counter($prefix) }
+        if {![::tcl::info::exists counter($prefix)]} { set counter($prefix) 0 }
+        while {[::tcl::info::exists ::nb::used($prefix$counter($prefix))]} { incr counter($prefix) }
         set n $prefix$counter($prefix)
         set ::nb::name($h) $n
         set ::nb::used($n) $h
@@ -1341,38 +1646,39 @@ proc ::nb::objname {h} {
         ns { return ns }
         queue - dir { return [objname $::nb::link($h)] }
     }
-    if {[info exists ::nb::name($h)]} { return $::nb::name($h) }
+    if {[::tcl::info::exists ::nb::name($h)]} { return $::nb::name($h) }
+    if {[::tcl::info::exists ::nb::renamed($h)]} { return $::nb::renamed($h) }
     return $h
 }
 
 proc ::nb::resolve_message {message} {
     set map {}
     foreach h [regexp -all -inline {\x01[^\x01]*\x01} $message] {
-        lappend map $h [objname [string trim $h \x01]]
+        lappend map $h [objname [::tcl::string::trim $h \x01]]
     }
-    return [string map $map $message]
+    return [::tcl::string::map $map $message]
 }
 
 # Nests a flat dict of dotted paths into a tagged JSON object.
 proc ::nb::nest {flat} {
     set heads {}
-    set leaves [dict create]
-    array set sub {}
-    dict for {path value} $flat {
-        set dot [string first . $path]
+    set leaves [::tcl::dict::create]
+    ::tcl::array::set sub {}
+    ::tcl::dict::for {path value} $flat {
+        set dot [::tcl::string::first . $path]
         if {$dot < 0} {
             set head $path
-            dict set leaves $head $value
+            ::tcl::dict::set leaves $head $value
         } else {
-            set head [string range $path 0 [expr {$dot - 1}]]
-            dict set sub($head) [string range $path [expr {$dot + 1}] end] $value
+            set head [::tcl::string::range $path 0 [expr {$dot - 1}]]
+            ::tcl::dict::set sub($head) [::tcl::string::range $path [expr {$dot + 1}] end] $value
         }
         if {$head ni $heads} { lappend heads $head }
     }
     set out {}
     foreach head $heads {
-        if {[dict exists $leaves $head]} {
-            lappend out $head [dict get $leaves $head]
+        if {[::tcl::dict::exists $leaves $head]} {
+            lappend out $head [::tcl::dict::get $leaves $head]
         } else {
             lappend out $head [nest $sub($head)]
         }
@@ -1382,11 +1688,11 @@ proc ::nb::nest {flat} {
 
 # Fields of H whose path starts with PREFIX (the prefix removed), in recording order.
 proc ::nb::fields_under {h prefix} {
-    set out [dict create]
-    set n [string length $prefix]
-    dict for {path value} $::nb::F($h) {
-        if {[string equal -length $n $prefix $path]} {
-            dict set out [string range $path $n end] $value
+    set out [::tcl::dict::create]
+    set n [::tcl::string::length $prefix]
+    ::tcl::dict::for {path value} $::nb::F($h) {
+        if {[::tcl::string::equal -length $n $prefix $path]} {
+            ::tcl::dict::set out [::tcl::string::range $path $n end] $value
         }
     }
     return $out
@@ -1394,13 +1700,13 @@ proc ::nb::fields_under {h prefix} {
 
 # Fields of H that are not under any of the PREFIXES.
 proc ::nb::fields_except {h prefixes} {
-    set out [dict create]
-    dict for {path value} $::nb::F($h) {
+    set out [::tcl::dict::create]
+    ::tcl::dict::for {path value} $::nb::F($h) {
         set skip 0
         foreach p $prefixes {
-            if {[string match $p* $path]} { set skip 1; break }
+            if {[::tcl::string::match $p* $path]} { set skip 1; break }
         }
-        if {!$skip} { dict set out $path $value }
+        if {!$skip} { ::tcl::dict::set out $path $value }
     }
     return $out
 }
@@ -1408,9 +1714,9 @@ proc ::nb::fields_except {h prefixes} {
 # Records every field location of H under the document path BASE.
 proc ::nb::locate_fields {h base} {
     variable locations
-    dict set locations $base $::nb::created($h)
-    dict for {path loc} $::nb::L($h) {
-        dict set locations $base.$path $loc
+    ::tcl::dict::set locations $base $::nb::created($h)
+    ::tcl::dict::for {path loc} $::nb::L($h) {
+        ::tcl::dict::set locations $base.$path $loc
     }
 }
 
@@ -1426,11 +1732,11 @@ proc ::nb::emit_node {h base} {
     variable locations
     set fields [lindex [nest $::nb::F($h)] 1]
     set obj [concat [list name [list r $h]] $fields]
-    if {[info exists ::nb::sysctl($h)] && [dict size $::nb::sysctl($h)]} {
+    if {[::tcl::info::exists ::nb::sysctl($h)] && [::tcl::dict::size $::nb::sysctl($h)]} {
         set items {}
-        dict for {key entry} $::nb::sysctl($h) {
+        ::tcl::dict::for {key entry} $::nb::sysctl($h) {
             lappend items $key [list s [lindex $entry 0]]
-            dict set locations $base.sysctls.$key [lindex $entry 1]
+            ::tcl::dict::set locations $base.sysctls.$key [lindex $entry 1]
         }
         lappend obj sysctls [list o $items]
     }
@@ -1440,7 +1746,7 @@ proc ::nb::emit_node {h base} {
         foreach entry $::nb::routes($h) {
             lassign $entry route loc
             lappend items [list o $route]
-            dict set locations $base.routes.$j $loc
+            ::tcl::dict::set locations $base.routes.$j $loc
             incr j
         }
         lappend obj routes [list a $items]
@@ -1455,12 +1761,12 @@ proc ::nb::emit_link {h base} {
     set i 0
     foreach node $::nb::members($h) {
         set extra [fields_under $h members.$i.]
-        if {[dict size $extra]} {
+        if {[::tcl::dict::size $extra]} {
             lappend members [list o [concat [list node [list r $node]] [lindex [nest $extra] 1]]]
         } else {
             lappend members [list r $node]
         }
-        dict set locations $base.members.$i $::nb::created($h)
+        ::tcl::dict::set locations $base.members.$i $::nb::created($h)
         incr i
     }
     lappend obj members [list a $members]
@@ -1479,8 +1785,8 @@ proc ::nb::emit_action {time object verb args} {
 
 proc ::nb::emit_simple {h base required} {
     foreach field $required {
-        if {![dict exists $::nb::F($h) $field]} {
-            set hint [dict get {
+        if {![::tcl::dict::exists $::nb::F($h) $field]} {
+            set hint [::tcl::dict::get {
                 node {attach it with `$ns attach-agent NODE AGENT` or `$prog set node NODE`}
                 agent {attach it with `$app attach-agent AGENT`}
                 command {set it with `$prog set command "..."`}
@@ -1497,23 +1803,23 @@ proc ::nb::document {} {
     set doc {}
     if {$::nb::routing ne ""} {
         lappend doc routing [list s $::nb::routing]
-        dict set locations routing $::nb::routingLoc
+        ::tcl::dict::set locations routing $::nb::routingLoc
     }
     set env {}
-    if {[array exists ::opt]} {
-        foreach key [lsort [array names ::opt]] {
+    if {[::tcl::array::exists ::opt]} {
+        foreach key [lsort [::tcl::array::names ::opt]] {
             lappend env $key [list s $::opt($key)]
-            if {[dict exists $::nb::envLocs $key]} {
-                dict set locations env.$key [dict get $::nb::envLocs $key]
+            if {[::tcl::dict::exists $::nb::envLocs $key]} {
+                ::tcl::dict::set locations env.$key [::tcl::dict::get $::nb::envLocs $key]
             }
         }
         lappend doc env [list o $env]
     }
-    if {[dict size $::nb::parameters]} {
+    if {[::tcl::dict::size $::nb::parameters]} {
         set items {}
-        dict for {key value} $::nb::parameters {
+        ::tcl::dict::for {key value} $::nb::parameters {
             lappend items $key [list s $value]
-            dict set locations parameters.$key [dict get $::nb::paramLocs $key]
+            ::tcl::dict::set locations parameters.$key [::tcl::dict::get $::nb::paramLocs $key]
         }
         lappend doc parameters [list o $items]
     }
@@ -1543,18 +1849,18 @@ proc ::nb::document {} {
     set items {}
     foreach e $::nb::events {
         lassign $e time object verb args loc
-        dict set locations events.[llength $items] $loc
+        ::tcl::dict::set locations events.[llength $items] $loc
         lappend items [emit_action $time $object $verb {*}$args]
     }
     lappend doc events [list a $items]
     set items {}
     foreach h [handles_of timeline] {
         set base timelines.[llength $items]
-        dict set locations $base $::nb::created($h)
+        ::tcl::dict::set locations $base $::nb::created($h)
         set evs {}
         foreach e $::nb::tlevents($h) {
             lassign $e time object verb args loc
-            dict set locations $base.events.[llength $evs] $loc
+            ::tcl::dict::set locations $base.events.[llength $evs] $loc
             lappend evs [emit_action $time $object $verb {*}$args]
         }
         lappend items [list o [list name [list r $h] events [list a $evs]]]
@@ -1563,11 +1869,11 @@ proc ::nb::document {} {
     set items {}
     foreach h [handles_of sequence] {
         set base sequences.[llength $items]
-        dict set locations $base $::nb::created($h)
+        ::tcl::dict::set locations $base $::nb::created($h)
         set steps {}
         foreach s $::nb::steps($h) {
             lassign $s object verb args loc
-            dict set locations $base.steps.[llength $steps] $loc
+            ::tcl::dict::set locations $base.steps.[llength $steps] $loc
             lappend steps [emit_action "" $object $verb {*}$args]
         }
         lappend items [list o [list name [list r $h] steps [list a $steps]]]
@@ -1576,11 +1882,11 @@ proc ::nb::document {} {
     set items {}
     foreach h [handles_of group] {
         set base groups.[llength $items]
-        dict set locations $base $::nb::created($h)
+        ::tcl::dict::set locations $base $::nb::created($h)
         set ms {}
         foreach m $::nb::gmembers($h) {
             lassign $m x loc
-            dict set locations $base.members.[llength $ms] $loc
+            ::tcl::dict::set locations $base.members.[llength $ms] $loc
             lappend ms [list r $x]
         }
         lappend items [list o [list name [list r $h] members [list a $ms]]]
@@ -1589,7 +1895,7 @@ proc ::nb::document {} {
     set items {}
     foreach x $::nb::inert {
         lassign $x command args loc
-        dict set locations inert.[llength $items] $loc
+        ::tcl::dict::set locations inert.[llength $items] $loc
         lappend items [list o [list command [list s $command] args [list a $args]]]
     }
     lappend doc inert [list a $items]
@@ -1598,7 +1904,7 @@ proc ::nb::document {} {
 
 # A JSON string literal: quotes, backslashes, control and non-ASCII characters escaped.
 proc ::nb::json_string {text} {
-    set text [string map {\\ \\\\ \" \\\" \n \\n \r \\r \t \\t} $text]
+    set text [::tcl::string::map {\\ \\\\ \" \\\" \n \\n \r \\r \t \\t} $text]
     if {[regexp {[^\x20-\x7e]} $text]} {
         set out ""
         foreach char [split $text ""] {
@@ -1650,15 +1956,39 @@ proc ::nb::problems {list} {
     return [list a $items]
 }
 
+# `$ns at T "NAME"` where NAME is the script's own procedure: it runs in the simulator; in
+# emulation it is a warning, and a procedure that calls exit ends the run there (like halt).
+proc ::nb::check_proc_events {} {
+    foreach entry $::nb::procEvents {
+        lassign $entry time pname loc what
+        if {![llength [::tcl::info::procs ::$pname]]} {
+            error "$what: '$pname' is not an object of this experiment nor a procedure of the\
+                script; events act on nodes, links, LANs, queues, agents, applications,\
+                programs, timelines, sequences, groups or \$ns" $loc
+            continue
+        }
+        if {[regexp {(^|[\s;\[{])exit($|[\s;\]}])} [::tcl::info::body ::$pname]]} {
+            warn "$what: procedure '$pname' runs only in the simulator; in emulation it is\
+                ignored, and as it calls exit the run ends there (like `\$ns halt`)" $loc
+            lappend ::nb::events [list $time $::nb::ns halt {} $loc]
+        } else {
+            warn "$what: procedure '$pname' runs only in the simulator (`nestbed simulate`);\
+                ignored in emulation" $loc
+        }
+    }
+}
+
 proc ::nb::output {} {
-    variable locations [dict create]
+    variable locations [::tcl::dict::create]
+    check_proc_events
+    warn_oneway
     assign_default_names
     if {!$::nb::ran && ![llength $::nb::errors]} {
         warn "the file never calls `\$ns run`; add it at the end (ns-2 needs it)" \
             [list [file tail $::nb::mainfile] 1]
     }
-    dict for {pname value} $::nb::overrides {
-        if {![dict exists $::nb::usedOverrides $pname]} {
+    ::tcl::dict::for {pname value} $::nb::overrides {
+        if {![::tcl::dict::exists $::nb::usedOverrides $pname]} {
             warn "parameter '$pname' is given but the file neither sets opt($pname) nor defines\
                 it with define-template-parameter; it is ignored" \
                 [list [file tail $::nb::mainfile] 1]
@@ -1666,55 +1996,55 @@ proc ::nb::output {} {
     }
     set doc [document]
     set locs {}
-    dict for {path loc} $locations {
+    ::tcl::dict::for {path loc} $locations {
         lassign $loc file line
         lappend locs $path [list a [list [list s $file] [list n $line]]]
     }
     # Links and LANs in the order the script created them (the document lists them apart):
     # subnets are assigned in this order, as Emulab does.
     set created {}
-    set counts [dict create link 0 lan 0]
+    set counts [::tcl::dict::create link 0 lan 0]
     foreach h $::nb::order {
         set kind $::nb::kind($h)
         if {$kind in {link lan}} {
-            lappend created [list s ${kind}s.[dict get $counts $kind]]
-            dict incr counts $kind
+            lappend created [list s ${kind}s.[::tcl::dict::get $counts $kind]]
+            ::tcl::dict::incr counts $kind
         }
     }
     set top [list o [list document $doc locations [list o $locs] \
         link_order [list a $created] \
         warnings [problems $::nb::warnings] errors [problems $::nb::errors]]]
-    fconfigure stdout -encoding ascii -translation lf
-    ::nb::realputs stdout [json $top]
+    return [json $top]
 }
 
 # ----------------------------------------------------------------------------------------------
 # Main
 
-proc ::nb::main {argv} {
-    set rest [lassign $argv file]
-    foreach {flag pname value} $rest {
-        if {$flag ne "-p"} {
-            ::nb::realputs stderr "usage: tclsh nestbed.tcl FILE ?-p NAME VALUE ...?"
-            ::nb::realexit 2
-        }
-        dict set ::nb::overrides $pname $value
-    }
-    set ::nb::mainfile [file normalize $file]
-    set ::nb::maindir [file dirname $::nb::mainfile]
+# Runs the user's file MAINFILE (full path; this library is LIBFILE) with the caller's
+# parameter OVERRIDES and returns the JSON document; MEMORYLIMITMB is named in messages.
+proc ::nb::main {mainfile libfile overrides memoryLimitMB} {
+    set ::nb::memoryLimitMB $memoryLimitMB
+    set ::nb::libfiles [list $libfile]
+    set ::nb::overrides $overrides
+    set ::nb::mainfile $mainfile
+    set ::nb::maindir [file dirname $mainfile]
+    # As tclsh or ns-2 would run the script with no arguments (scripts read $argc and $argv).
+    set ::argv0 $mainfile
+    set ::argv {}
+    set ::argc 0
+    install_wrappers
     set code [catch {uplevel #0 [list ::nb::realsource -encoding utf-8 $::nb::mainfile]} \
         message options]
-    if {$code == 1 && [dict get $options -errorcode] ne {NESTBED EXIT}} {
-        set loc [error_location [dict get $options -errorinfo]]
+    if {$code == 1 && [::tcl::dict::get $options -errorcode] ni {{NESTBED EXIT} {NESTBED REFUSED}}} {
+        set loc [error_location [::tcl::dict::get $options -errorinfo]]
+        if {[lrange [::tcl::dict::get $options -errorcode] 0 2] eq {TCL LIMIT STACK}} {
+            set message "the script nests calls too deeply (an endless recursion?); make the\
+                recursion end"
+        } elseif {[regexp {unable to (re)?alloc} $message]} {
+            set message "the script needs more than $::nb::memoryLimitMB MB of\
+                memory (a huge list or string?); make the experiment's lists and strings smaller"
+        }
         error $message $loc
     }
-    output
+    return [output]
 }
-
-set ::nb::libfiles [list [file normalize [info script]]]
-if {[llength $argv] < 1} {
-    puts stderr "usage: tclsh nestbed.tcl FILE ?-p NAME VALUE ...?"
-    exit 2
-}
-::nb::install_wrappers
-::nb::main $argv

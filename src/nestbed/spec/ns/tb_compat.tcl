@@ -30,7 +30,18 @@ foreach nb_cmd {
     tb-make-soft-vtype tb-make-hard-vtype tb-make-weighted-vtype tb-set-colocate-factor
     tb-set-cpu-usage tb-set-mem-usage tb-set-link-est-bandwidth tb-set-lan-est-bandwidth
     tb-set-multiplexed tb-set-useveth tb-set-link-encap tb-set-allowcolocate
-    tb-set-security-level tb-use-ipassign
+    tb-set-security-level tb-use-ipassign tb-add-node-attribute tb-elab-in-elab
+    tb-set-node-memsize tb-set-link-backfill tb-set-lan-backfill tb-set-link-simplex-backfill
+    tb-set-node-lan-est-bandwidth tb-set-node-lan-backfill tb-set-uselatestwadata
+    tb-set-usewatunnels tb-set-wasolver-weights tb-set-node-usesharednode
+    tb-set-node-sharingmode tb-set-node-service tb-add-node-service-hook tb-bind-parent
+    tb-fix-current-resources tb-set-encapsulate tb-set-jail-os tb-set-delay-os
+    tb-set-delay-capacity tb-set-ipassign-args tb-set-dpdb tb-set-elabinelab-cvstag
+    tb-elabinelab-singlenet tb-set-elabinelab-attribute tb-unset-elabinelab-attribute
+    tb-set-node-plab-role tb-set-node-plab-plcnet tb-use-physnaming tb-set-modelnet-cores
+    tb-set-modelnet-edges tb-set-node-deltas tb-set-lan-protocol tb-set-link-protocol
+    tb-set-lan-accesspoint tb-set-lan-setting tb-set-node-lan-setting tb-feedback-vnode
+    tb-feedback-vlan tb-set-vlink-emulation tb-set-node-id tb-set-node-inner-elab-role
     nb-set-node-cpu nb-set-node-cpu-pin nb-set-node-memory nb-set-node-sysctl
     nb-set-link-jitter nb-set-link-reorder nb-set-link-gilbert nb-set-link-gilbert-elliott
     nb-set-link-drop-packets nb-set-link-duplicate nb-set-link-corrupt
@@ -134,8 +145,18 @@ proc nb_unlimited {bw} {
     return $bw
 }
 
+# A queue type ns-2 does not know becomes DropTail, as Emulab's parser does.
+proc nb_queue_type {type} {
+    if {[catch {Queue/$type info class}]} {
+        puts stderr "warning: queue type '$type' is not supported; using DropTail, as Emulab does"
+        return DropTail
+    }
+    return $type
+}
+
 Simulator instproc duplex-link {n1 n2 bw delay type args} {
     set bw [nb_unlimited $bw]
+    set type [nb_queue_type $type]
     set gentle [expr {$type eq "GRED"}]
     if {$gentle} { set type RED }
     eval [list $self nb-ns-duplex-link $n1 $n2 $bw $delay $type] $args
@@ -165,8 +186,12 @@ foreach nb_verb {up down bandwidth delay plr reset} {
 }
 unset nb_verb
 
+# One direction of a LAN: its queue (and anything else) accepts every method.
+Class NBLanLink -superclass NBNothing
+NBLanLink instproc queue {} { return [new NBNothing] }
+
 Simulator instproc lanlink {lan node} {
-    return [new NBNothing]
+    return [new NBLanLink]
 }
 
 # --- Routing ----------------------------------------------------------------------------------
@@ -267,6 +292,11 @@ NBGroup instproc unknown {verb args} {
 Simulator instproc event-timeline {} { return [new NBTimeline $self] }
 Simulator instproc event-sequence {{script ""}} { return [new NBSequence $self $script] }
 Simulator instproc event-group {{members ""}} { return [new NBGroup $self $members] }
+# Emulab's `new EventGroup $ns`.
+Class EventGroup -superclass NBGroup
+
+# Emulab's block stores mean nothing to the simulator.
+Simulator instproc blockstore {args} { return [new NBNothing] }
 
 # --- Programs ---------------------------------------------------------------------------------
 

@@ -1,0 +1,2 @@
+set h1 [$ns node]
+set h2 [$ns node]
