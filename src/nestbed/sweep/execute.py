@@ -24,6 +24,7 @@ from nestbed.model.options import RunOptions
 from nestbed.results import manifest
 from nestbed.results.folder import make_folder
 from nestbed.spec import load
+from nestbed.spec.resolve import derive_name
 from nestbed.store import State, Store
 from nestbed.sweep.metrics import metrics
 from nestbed.sweep.spec import Point, Sweep, expand
@@ -147,8 +148,7 @@ def _cut(duration: float | None, timeout: float | None, ran: float | None) -> bo
 
 
 def point_name(sweep: Sweep, point: Point) -> str:
-    stem = (sweep.file or sweep.experiment).stem
-    return f"{stem}-{point.key}"
+    return derive_name(f"{(sweep.file or sweep.experiment).stem}-{point.key}")
 
 
 def _row(point: Point, results: Path) -> dict[str, Any]:
@@ -297,7 +297,7 @@ def _run_reusing(
     and starts a new run (a new controller, clock at 0) on the same network."""
     from nestbed.lifecycle.runs import wait_and_end
 
-    name = f"{(sweep.file or sweep.experiment).stem}-reused"
+    name = derive_name(f"{(sweep.file or sweep.experiment).stem}-reused")
     doc = sweep.doc
     first = exps[points[0].key].model_copy(update={"name": name})
     with Store.open(store_url) as store:
