@@ -21,6 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
+from nestbed.results import markdown
 from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
 TABLES = (
@@ -128,13 +129,9 @@ def human(x: Any, kind: str) -> str:
 
 def _markdown(table: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
     """A Markdown table of (header, column, kind) where kind "" is text shown as is."""
-    lines = ["| " + " | ".join(h for h, _, _ in columns) + " |", "|" + " --- |" * len(columns)]
-    for row in table.fillna("").to_dict("records"):
-        cells = [human(row.get(c), k) if k else str(row.get(c, "")) for _, c, k in columns]
-        lines.append(
-            "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
-        )
-    return lines
+    rows = [[human(row.get(c), k) if k else str(row.get(c, "")) for _, c, k in columns]
+            for row in table.fillna("").to_dict("records")]  # fmt: skip
+    return markdown.table([h for h, _, _ in columns], rows)
 
 
 def _static(events: pd.DataFrame) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
+from nestbed.results import markdown
 from nestbed.results.folder import make_folder
 from nestbed.results.report import human, number
 from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
@@ -277,9 +278,7 @@ def _markdown(result: dict[str, Any], plots: list[str]) -> str:
               for r in result["runs"]]  # fmt: skip
     lines += ["", f"Tolerance: {result['tolerance']:g} (relative for throughput and delay, "
               "absolute for loss); differences are from the first run.", ""]  # fmt: skip
-    lines.append("| " + " | ".join(t["columns"]) + " |")
-    lines.append("|" + " --- |" * len(t["columns"]))
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in t["rows"]]
+    lines += markdown.table(t["columns"], t["rows"])
     lines += ["", "## Beyond the tolerance", ""]
     lines += [f"- {s}" for s in result["differences"]] or ["None."]
     if result.get("tcp"):

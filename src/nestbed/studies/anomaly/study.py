@@ -20,6 +20,7 @@ from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.lifecycle.runs import run_alone
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
+from nestbed.results import markdown
 from nestbed.results.folder import make_folder
 from nestbed.spec import load
 from nestbed.studies.anomaly.workload import TABLE2
@@ -205,20 +206,37 @@ def _write(folder: Path, study: dict[str, Any], drawn: list[tuple[str, str]]) ->
     lines = ["# Throughput anomalies: the reproduction study", "",
              f"Run: {study['run']['outcome']} ({study['run']['results']}); analysis: "
              f"{study['analysis']}/report.md.", "",
-             f"**{study['correct']} of {len(study['pairs'])} pairs classified as expected.**", "",
-             "| Pair | Expected | Verdict | Data transfers agreeing | Failed | Throughput | "
-             "Ideal | Loss | Mean spacing | CPU available |", "|" + " --- |" * 10]  # fmt: skip
-    for p in study["pairs"]:
-        lines.append(
-            f"| {p['role']} ({p['sender']} → {p['receiver']}) | {p['expected']} | "
-            f"{p['verdict'] or '—'} | {p['agreeing']} / {p['data_transfers']} | "
-            f"{p['failed_transfers']} / {p['records']} | {_rate(p['throughput_bytes_per_s'])} | "
-            f"{_rate(p['ideal_bytes_per_s'])} | {_pct(p['loss_rate'])} | "
-            f"{_ms(p['spacing_mean_s'])} | {_num(p['cpu_available_mean'])} |"
-        )
+             f"**{study['correct']} of {len(study['pairs'])} pairs classified as expected.**", ""]  # fmt: skip
+    cells = [pair_cells(p) for p in study["pairs"]]
+    lines += markdown.table(list(REPORT_COLUMNS.values()), [[c[k] for k in REPORT_COLUMNS] for c in cells])
     lines += ["", "Plots: the largest data transfer of each pair.", ""]
     lines += [f"![{caption}]({file})" for file, caption in drawn]
     (folder / "report.md").write_text("\n".join(lines) + "\n")
+
+
+# report.md's columns: a key of pair_cells and its heading.
+REPORT_COLUMNS = {"pair": "Pair", "expected": "Expected", "verdict": "Verdict",
+                  "agreeing": "Data transfers agreeing", "failed": "Failed",
+                  "throughput": "Throughput", "ideal": "Ideal", "loss": "Loss",
+                  "mean spacing": "Mean spacing", "CPU available": "CPU available"}  # fmt: skip
+
+
+def pair_cells(p: dict[str, Any]) -> dict[str, str]:
+    """One pair's figures as text, by column: report.md's table and the CLI's pick from them."""
+    ratio = p["ratio_min"], p["ratio_max"]
+    return {
+        "pair": f"{p['role']} ({p['sender']} → {p['receiver']})",
+        "expected": p["expected"],
+        "verdict": p["verdict"] or "—",
+        "agreeing": f"{p['agreeing']} / {p['data_transfers']}",
+        "failed": f"{p['failed_transfers']} / {p['records']}",
+        "throughput": _rate(p["throughput_bytes_per_s"]),
+        "ideal": _rate(p["ideal_bytes_per_s"]),
+        "of ideal": f"{ratio[0]:.2f}–{ratio[1]:.2f}" if ratio[0] is not None else "—",
+        "loss": _pct(p["loss_rate"]),
+        "mean spacing": _ms(p["spacing_mean_s"]),
+        "CPU available": _num(p["cpu_available_mean"]),
+    }
 
 
 def _rate(v: float | None) -> str:

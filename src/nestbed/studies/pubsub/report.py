@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
+from nestbed.results import markdown
 from nestbed.studies.pubsub.compression import available
 
 # The paper's tree-based formats (XML, JSON, YAML); msgpack is flexible too but binary, and is
@@ -410,12 +411,14 @@ def findings(local: pd.DataFrame, delivery: pd.DataFrame) -> list[Finding]:
 
 
 def _table(frame: pd.DataFrame, columns: dict[str, Callable[[Any], str] | None]) -> str:
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    body = ""
-    for _, row in frame.iterrows():
-        cells = [(fmt or str)(row[c]) for c, fmt in columns.items()]
-        body += "| " + " | ".join(cells) + " |\n"
-    return head + body
+    rows = [[(fmt or str)(row[c]) for c, fmt in columns.items()] for _, row in frame.iterrows()]
+    return "\n".join(markdown.table(list(columns), rows)) + "\n"
+
+
+def _scenario_row(name: str, sc: Any, runs: dict[str, str]) -> list[object]:
+    p, r = sc.p_r
+    return [name, sc.printed_plr, sc.printed_abl, _f(sc.plr), _f(sc.abl), _f(p), _f(r),
+            runs.get(name, "not run")]  # fmt: skip
 
 
 def render(
@@ -449,15 +452,11 @@ def render(
         f"{settings.bandwidth}, {settings.delay} one way; echo timeout {settings.timeout_s} s; "
         f"seed {settings.seed}.",
         "",
-        "| scenario | PLR printed | ABL printed | PLR used | ABL used | p | r | run |",
-        "|---|---|---|---|---|---|---|---|",
+        *markdown.table(
+            ["scenario", "PLR printed", "ABL printed", "PLR used", "ABL used", "p", "r", "run"],
+            [_scenario_row(name, sc, runs) for name, sc in scenarios.items()],
+        ),
     ]
-    for name, sc in scenarios.items():
-        p, r = sc.p_r
-        lines.append(
-            f"| {name} | {sc.printed_plr} | {sc.printed_abl} | {_f(sc.plr)} | {_f(sc.abl)} | "
-            f"{_f(p)} | {_f(r)} | {runs.get(name, 'not run')} |"
-        )
     lines += ["", "## The paper's conclusions and ours", ""]
     for i, f in enumerate(found, 1):
         where = f" ({f.section})" if f.section else ""
