@@ -34,6 +34,7 @@ from nestbed.linktest.expect import Direction, Route
 from nestbed.linktest.levels import LEVELS, Notify, check_level
 from nestbed.model import Experiment
 from nestbed.results import markdown as md
+from nestbed.results.folder import RunFolder
 
 LATENCY_PROBES = 40
 LATENCY_PAYLOAD = 64
@@ -610,13 +611,13 @@ class _Datagrams:
 
 
 def write(report: Report, folder: Path) -> Path:
-    """Writes the report into ``folder``/linktest (linktest-2, -3 ... when one exists):
-    checks.csv, linktest.json and linktest.md."""
-    target = folder / "linktest"
+    """Writes the report into the run folder ``folder``'s linktest/ (linktest-2, -3 ... when
+    one exists): checks.csv, linktest.json and linktest.md."""
+    first = target = RunFolder(folder).linktest
     k = 1
     while target.exists():
         k += 1
-        target = folder / f"linktest-{k}"
+        target = first.with_name(f"{first.name}-{k}")
     target.mkdir(parents=True)
     (target / "linktest.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     with (target / "checks.csv").open("w", newline="") as f:

@@ -15,7 +15,7 @@ from nestbed.errors import EnvironmentProblem
 from nestbed.lifecycle.runs import run_alone
 from nestbed.model.options import RunOptions
 from nestbed.results import markdown
-from nestbed.results.folder import make_folder
+from nestbed.results.folder import RunFolder, make_folder
 from nestbed.results.seqplot import SeqTrace, read_tcp_table
 from nestbed.simulate import compare, simulate
 from nestbed.spec import load
@@ -57,10 +57,11 @@ def run(results: Path, progress: Callable[[str], None] | None = None) -> dict[st
     compared = compare([folder / "ns2", folder / "linux"], output=folder / "compare")
     stacks = {}
     for stack, run_folder in (("ns-2", folder / "ns2"), ("Linux", folder / "linux")):
-        table = run_folder / "tcp" / f"{FLOW}.csv"
+        run = RunFolder(run_folder)
+        table = run.tcp_flow(FLOW)
         if not table.is_file():
             raise EnvironmentProblem(f"{run_folder} has no TCP segment table ({table.name}); "
-                                     f"see its report.md")  # fmt: skip
+                                     f"see its {run.relative(run.report)}")  # fmt: skip
         trace = read_tcp_table(table, stack)
         recoveries = trace.recoveries()
         stacks[stack] = {

@@ -252,7 +252,9 @@ def _profiles(manifest: Mapping[str, Any]) -> list[str]:
             )
         )
     if rows:
-        lines += markdown.table(("target", "txqueuelen", "qdisc", "host backlog", "host rmem_max"), rows)
+        lines += markdown.table(
+            ("target", "txqueuelen", "qdisc", "host backlog", "host rmem_max"), rows
+        )
         lines.append("")
     return lines
 
