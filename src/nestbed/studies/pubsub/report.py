@@ -328,13 +328,20 @@ def _lost(delivery: pd.DataFrame, scenario: str) -> pd.DataFrame:
     return rows
 
 
+def _lost_by_compressor(rows: pd.DataFrame, *, compressed: bool) -> tuple[pd.DataFrame, Any]:
+    """Lost and sent messages of the tree-based formats per compressor (only the compressed
+    ones with ``compressed``), and the fraction lost."""
+    tree = rows[rows["format"].isin(TREE)]
+    if compressed:
+        tree = tree[tree["compressor"] != "none"]
+    by = tree.groupby("compressor")[["lost", "messages"]].sum()
+    return by, by["lost"] / by["messages"]
+
+
 def _compression_reduces_losses(local: pd.DataFrame, delivery: pd.DataFrame) -> Finding:
     parts, wins = [], []
     for scenario in _lossy(_need(delivery, "network runs")):
-        rows = _lost(delivery, scenario)
-        tree = rows[rows["format"].isin(TREE)]
-        by = tree.groupby("compressor")[["lost", "messages"]].sum()
-        fraction = by["lost"] / by["messages"]
+        by, fraction = _lost_by_compressor(_lost(delivery, scenario), compressed=False)
         if "none" not in fraction.index or len(fraction) < 2:
             raise _Missing("lost messages with and without compression")
         wins.append(bool((fraction.drop("none") < fraction["none"]).all()))
@@ -353,9 +360,7 @@ def _bzip2_fewest_losses(local: pd.DataFrame, delivery: pd.DataFrame) -> Finding
     parts, wins = [], []
     for scenario in _lossy(_need(delivery, "network runs")):
         rows = _lost(delivery, scenario)
-        tree = rows[rows["format"].isin(TREE) & (rows["compressor"] != "none")]
-        by = tree.groupby("compressor")[["lost", "messages"]].sum()
-        fraction = by["lost"] / by["messages"]
+        _, fraction = _lost_by_compressor(rows, compressed=True)
         if "bzip2" not in fraction.index:
             raise _Missing("bzip2 under loss")
         cdr = rows[(rows["format"] == "cdr") & (rows["compressor"] == "none")]
