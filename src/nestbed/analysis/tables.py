@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from nestbed.results import markdown
+
 TRANSFER_COLUMNS = [
     "transfer", "file", "src", "sport", "dst", "dport", "ip_version", "start_unix_s",
     "duration_s", "bytes", "verdict",
@@ -63,22 +65,30 @@ def idle_per_bin(idle: pd.DataFrame, transfer: dict[str, Any], bin_s: float) -> 
 def write_report(folder: Path, summary: dict[str, Any], plots: list[tuple[str, str]]) -> Path:
     """report.md: captures and unusable packets, one line per transfer, the plots."""
     lines = ["# Trace analysis", "", "## Captures", ""]
-    lines += ["| Capture | Format | Records | TCP segments | Unusable |", "|" + " --- |" * 5]
-    for c in summary["captures"]:
-        why = ", ".join(f"{r} {n}" for r, n in sorted(c["unusable"].items())) or "none"
-        lines.append(f"| `{c['file']}` | {c['format']} | {c['records']:,} | "
-                     f"{c['tcp_segments']:,} | {c['unusable_total']:,} ({why}) |")  # fmt: skip
-    lines += ["", "## Transfers", "", "| # | Path | Throughput | Ideal | Verdict | Why |",
-              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    for t in summary["transfers"]:
-        e = t["evidence"]
-        got, ideal = e.get("throughput_bytes_per_s"), e.get("ideal_bytes_per_s")
-        rate = [f"{8 * v / 1e6:.3g} Mb/s" if v else "—" for v in (got, ideal)]
-        lines.append(f"| {t['transfer']} | {t['src']}:{t['sport']} → {t['dst']}:{t['dport']} | "
-                     f"{rate[0]} | {rate[1]} | {t['verdict']} | {t['reason']} |")  # fmt: skip
+    lines += markdown.table(
+        ["Capture", "Format", "Records", "TCP segments", "Unusable"],
+        [[f"`{c['file']}`", c["format"], f"{c['records']:,}", f"{c['tcp_segments']:,}",
+          f"{c['unusable_total']:,} ({_unusable(c)})"] for c in summary["captures"]],
+    )  # fmt: skip
+    lines += ["", "## Transfers", ""]
+    lines += markdown.table(
+        ["#", "Path", "Throughput", "Ideal", "Verdict", "Why"],
+        [[t["transfer"], f"{t['src']}:{t['sport']} → {t['dst']}:{t['dport']}",
+          *_rates(t["evidence"]), t["verdict"], t["reason"]] for t in summary["transfers"]],
+    )  # fmt: skip
     if not summary["transfers"]:
         lines.append("_No TCP transfer carried payload in these captures._")
     lines += ["", "## Plots", "", *(f"![{c}]({f})" for f, c in plots)]
     path = folder / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _unusable(capture: dict[str, Any]) -> str:
+    return ", ".join(f"{r} {n}" for r, n in sorted(capture["unusable"].items())) or "none"
+
+
+def _rates(evidence: dict[str, Any]) -> list[str]:
+    """Throughput and ideal rate of a transfer, in Mb/s."""
+    got, ideal = evidence.get("throughput_bytes_per_s"), evidence.get("ideal_bytes_per_s")
+    return [f"{8 * v / 1e6:.3g} Mb/s" if v else "—" for v in (got, ideal)]

@@ -112,23 +112,16 @@ def anomaly(
 
 
 def _table(found: dict) -> Table:  # type: ignore[type-arg]
+    from nestbed.studies.anomaly.study import pair_cells
+
     table = Table(title="anomaly study: verdicts of the data transfers per pair")
-    for column in ("pair", "expected", "verdict", "agreeing", "throughput", "of ideal",
-                   "loss", "mean spacing", "CPU available"):  # fmt: skip
+    columns = ("pair", "expected", "verdict", "agreeing", "throughput", "of ideal", "loss",
+               "mean spacing", "CPU available")  # fmt: skip
+    for column in columns:
         table.add_column(column)
     for p in found["pairs"]:
-        rate = p["throughput_bytes_per_s"]
-        table.add_row(
-            f"{p['role']} ({p['sender']} → {p['receiver']})",
-            p["expected"],
-            p["verdict"] or "—",
-            f"{p['agreeing']} / {p['data_transfers']}",
-            f"{8 * rate / 1e6:.3g} Mb/s" if rate else "—",
-            f"{p['ratio_min']:.2f}–{p['ratio_max']:.2f}" if p["ratio_min"] is not None else "—",
-            f"{100 * p['loss_rate']:.2g} %" if p["loss_rate"] is not None else "—",
-            f"{1e3 * p['spacing_mean_s']:.3g} ms" if p["spacing_mean_s"] is not None else "—",
-            f"{p['cpu_available_mean']:.2f}" if p["cpu_available_mean"] is not None else "—",
-        )
+        cells = pair_cells(p)
+        table.add_row(*(cells[c] for c in columns))
     return table
 
 

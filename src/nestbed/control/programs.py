@@ -63,6 +63,7 @@ class ProgramRunner:
         self.results = folder.root
         self.folder = folder.programs
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.own = folder.program(program.name)
         self.grace_s = grace_s
         self.spawn, self.now_s, self.record = spawn, now_s, record
         self.invocations: list[Invocation] = []
@@ -97,14 +98,13 @@ class ProgramRunner:
         shell = f"cd {shlex.quote(self.dir)} && exec {self.command}" if self.dir else self.command
         # A folder of its own in the results, where it may leave files (metrics.json: figures
         # a sweep puts in its table).
-        own = self.folder / self.name
-        own.mkdir(exist_ok=True)
+        self.own.mkdir(exist_ok=True)
         process = self.spawn(
             self.program.node,
             ["sh", "-c", shell],
             env={
                 **os.environ,
-                "NESTBED_PROGRAM_DIR": str(own),
+                "NESTBED_PROGRAM_DIR": str(self.own),
                 "NESTBED_NODE": self.program.node,
                 # the Python that runs nestbed, for programs written with it (its studies)
                 "NESTBED_PYTHON": sys.executable,
@@ -191,7 +191,7 @@ class ProgramRunner:
 
     def _marker(self) -> bytes:
         """What every process of this program has in its environment (it inherits it)."""
-        return f"\0NESTBED_PROGRAM_DIR={self.folder / self.name}\0".encode()
+        return f"\0NESTBED_PROGRAM_DIR={self.own}\0".encode()
 
     def status(self) -> dict[str, Any]:
         inv = self.invocations[-1] if self.invocations else None

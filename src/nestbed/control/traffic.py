@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nestbed.binaries import built_binary
+from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import EnvironmentProblem, NestbedError, Refused
 from nestbed.model import Agent, Application
 from nestbed.results.folder import RunFolder
@@ -246,22 +246,13 @@ class CbrFlow(Flow):
         return ("recv", "send", "log")
 
     def receiver_argv(self, port: int, files: dict[str, Path]) -> list[str]:
-        return [_probe(), "recv", "--bind", f"{self.address}:{port}", "--log", str(files["log"])]
+        return probe_recv(f"{self.address}:{port}", "--log", str(files["log"]))
 
     def sender_argv(self, port: int, files: dict[str, Path], amount: int | None) -> list[str]:
         size, interval, count = self._params()
         limit = ["--count", str(count)] if count is not None else ["--duration", "1000000"]
         to = f"{self.address}:{port}"
-        return [
-            _probe(),
-            "send",
-            "--to",
-            to,
-            "--size",
-            str(size),
-            "--interval",
-            f"{interval!r}",
-        ] + limit
+        return probe_send(to, "--size", str(size), "--interval", f"{interval!r}", *limit)
 
     def results(self, t0_ns: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         import numpy as np  # only at the end: a smaller controller spawns faster
@@ -374,10 +365,6 @@ class FtpFlow(Flow):
             retransmits=retransmits,
         )
         return row, series
-
-
-def _probe() -> str:
-    return built_binary("nestbed-probe")
 
 
 def _available_congestion() -> set[str]:

@@ -28,11 +28,13 @@ from nestbed.backend import get as get_backend
 from nestbed.backend.base import Backend
 from nestbed.backend.linkd import Pipe, drops_by_kind, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.binaries import built_binary
+from nestbed.binaries import probe_recv, probe_send
 from nestbed.linktest import expect, stats
 from nestbed.linktest.expect import Direction, Route
 from nestbed.linktest.levels import LEVELS, Notify, check_level
 from nestbed.model import Experiment
+from nestbed.results import markdown as md
+from nestbed.results.folder import RunFolder
 
 LATENCY_PROBES = 40
 LATENCY_PAYLOAD = 64
@@ -203,7 +205,6 @@ class _Probe:
 class _Tester:
     def __init__(self, backend: Backend, plan: Plan, report: Report):
         self.backend, self.plan, self.report = backend, plan, report
-        self.probe = built_binary("nestbed-probe")
 
     def add(self, level: int, d: Direction | Route, **fields: Any) -> None:
         link = d.link if isinstance(d, Direction) else " ".join(h.link for h in d.hops) or "-"
@@ -228,14 +229,12 @@ class _Tester:
         try:
             for k, p in enumerate(probes):
                 port = FIRST_PORT + k
-                argv = [self.probe, "recv", "--bind", f"{p.dst_ip}:{port}", *p.recv]
-                receivers.append(self._start(p.dst, argv))
+                receivers.append(self._start(p.dst, probe_recv(f"{p.dst_ip}:{port}", *p.recv)))
             for k, r in enumerate(receivers):
                 self.backend.wait_listening(r, FIRST_PORT + k, "udp")
             for k, p in enumerate(probes):
                 to = f"{p.dst_ip}:{FIRST_PORT + k}"
-                argv = [self.probe, "send", "--to", to, "--bind", p.src_ip, *p.send]
-                senders.append(self._start(p.src, argv))
+                senders.append(self._start(p.src, probe_send(to, "--bind", p.src_ip, *p.send)))
             for p, s in zip(probes, senders, strict=True):
                 p.sent = _summary(s)
             for p, r in zip(probes, receivers, strict=True):
@@ -612,13 +611,13 @@ class _Datagrams:
 
 
 def write(report: Report, folder: Path) -> Path:
-    """Writes the report into ``folder``/linktest (linktest-2, -3 ... when one exists):
-    checks.csv, linktest.json and linktest.md."""
-    target = folder / "linktest"
+    """Writes the report into the run folder ``folder``'s linktest/ (linktest-2, -3 ... when
+    one exists): checks.csv, linktest.json and linktest.md."""
+    first = target = RunFolder(folder).linktest
     k = 1
     while target.exists():
         k += 1
-        target = folder / f"linktest-{k}"
+        target = first.with_name(f"{first.name}-{k}")
     target.mkdir(parents=True)
     (target / "linktest.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     with (target / "checks.csv").open("w", newline="") as f:
@@ -643,11 +642,9 @@ def markdown(report: Report) -> str:
         rows = [c for c in report.checks if c.level == level]
         if not rows:
             continue
-        lines += ["", f"## Level {level}: {title}", "",
-                  "| link | direction | expected | measured | verdict | reason |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
-        lines += [
-            f"| {c.link} | {c.direction} | {c.expected} | {c.measured} | {c.verdict} | {c.reason} |"
-            for c in rows
-        ]
+        lines += ["", f"## Level {level}: {title}", ""]
+        lines += md.table(
+            ["link", "direction", "expected", "measured", "verdict", "reason"],
+            [[c.link, c.direction, c.expected, c.measured, c.verdict, c.reason] for c in rows],
+        )
     return "\n".join(lines) + "\n"

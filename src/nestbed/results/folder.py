@@ -7,15 +7,17 @@ written down once::
     manifest.json       what ran, with what, when, and how it ended
     ir.json             the experiment as it ran
     events.csv          planned and actual time of every event
-    programs.csv        programs' starts and exits; programs/NAME.out (+ .stderr)
-    traffic/flows.csv   one row per flow; traffic/FLOW.csv per second
+    programs.csv        programs' starts and exits; programs/NAME.stdout and .stderr (NAME.1
+                        ... for later starts); programs/NAME/ the program's own folder
+    traffic/flows.csv   one row per flow; traffic/FLOW.csv per second; traffic/raw/ what the
+                        controller's traffic agents wrote
     tcp/FLOW.csv        segment table of a TCP flow (simulated, or from captures)
     links/counters.csv  every pipe's counters each second
     nodes/usage.csv     CPU and memory per node; nodes/cpu.csv with --cpumon
-    pcaps/              captures (--capture)
-    linktest/           linktest reports
+    pcaps/              captures (--capture), LINK-NODE.pcap
+    linktest/           linktest reports (linktest-2/ ... for later ones)
     analysis/           `nestbed analyze` of this run
-    report.md, plots/   the report and its plots
+    report.md, plots/   the report and its plots; report.error when the report failed
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class RunFolder:
     @property
     def programs(self) -> Path:
         return self.root / "programs"
+
+    def program(self, name: str) -> Path:
+        """The program's own folder ($NESTBED_PROGRAM_DIR), for the files it leaves."""
+        return self.programs / name
 
     @property
     def traffic(self) -> Path:
@@ -106,6 +112,10 @@ class RunFolder:
     @property
     def plots(self) -> Path:
         return self.root / "plots"
+
+    def relative(self, path: Path) -> str:
+        """A path in the folder as reports and messages name it (``traffic/flows.csv``)."""
+        return path.relative_to(self.root).as_posix()
 
     def make(self) -> RunFolder:
         """Creates the folder (with its parents); one UserError naming it when it cannot."""

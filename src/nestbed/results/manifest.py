@@ -15,8 +15,7 @@ from typing import Any
 
 from nestbed import __version__
 from nestbed.model import Experiment
-
-MANIFEST = "manifest.json"
+from nestbed.results.folder import RunFolder
 
 
 def _version(argv: list[str]) -> str | None:
@@ -63,7 +62,7 @@ def start(
 ) -> dict[str, Any]:
     """Writes the manifest of a run that is starting (outcome ``running``) and returns it."""
     ir = exp.to_json()
-    (run / "ir.json").write_text(ir)
+    RunFolder(run).ir.write_text(ir)
     manifest = {
         "experiment": exp.name,
         "run_id": run_id,
@@ -86,13 +85,14 @@ def start(
 
 
 def read(run: Path) -> dict[str, Any]:
-    return json.loads((run / MANIFEST).read_text())
+    return json.loads(RunFolder(run).manifest.read_text())
 
 
 def write(run: Path, manifest: dict[str, Any]) -> None:
-    tmp = run / (MANIFEST + ".tmp")
+    path = RunFolder(run).manifest
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    tmp.replace(run / MANIFEST)
+    tmp.replace(path)
 
 
 def end(run: Path, outcome: str, reason: str | None, duration_s: float | None) -> dict[str, Any]:
@@ -101,8 +101,9 @@ def end(run: Path, outcome: str, reason: str | None, duration_s: float | None) -
     if manifest.get("outcome") != "running":
         return manifest
     manifest.update(outcome=outcome, reason=reason, ended_at=now(), duration_s=duration_s)
+    name = RunFolder(run).manifest.name
     manifest["files"] = sorted(
-        str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.name != MANIFEST
+        str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.name != name
     )
     write(run, manifest)
     return manifest

@@ -21,15 +21,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
+from nestbed.results import markdown
+from nestbed.results.folder import RunFolder
 from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
-TABLES = (
-    "events.csv",
-    "programs.csv",
-    "traffic/flows.csv",
-    "links/counters.csv",
-    "nodes/usage.csv",
-)
 LINK_VERBS = {"up", "down", "bandwidth", "delay", "plr"}
 MAX_EVENT_ROWS = 50
 MAX_LINES = 12  # lines per plot
@@ -46,18 +41,23 @@ LABEL = {"rotation": 90, "va": "top", "ha": "right", "fontsize": "x-small", "col
 
 @dataclass
 class _Run:
-    folder: Path
+    folder: RunFolder
     manifest: dict[str, Any] = field(default_factory=dict)
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    tables: dict[Path, pd.DataFrame] = field(default_factory=dict)  # by the table's path
     series: dict[str, pd.DataFrame] = field(default_factory=dict)  # traffic/<flow>.csv by flow
     absent: dict[str, str] = field(default_factory=dict)  # file -> why it gave no rows
 
-    def note(self, what: str, name: str) -> str:
+    def name(self, path: Path) -> str:
+        """A file as the report names it: its path in the run folder."""
+        return self.folder.relative(path)
+
+    def note(self, what: str, path: Path) -> str:
+        name = self.name(path)
         return f"_No {what}: `{name}` {self.absent.get(name, 'has no rows')}._"
 
 
-def _read(run: _Run, name: str) -> pd.DataFrame:
-    path = run.folder / name
+def _read(run: _Run, path: Path) -> pd.DataFrame:
+    name = run.name(path)
     if not path.is_file():
         run.absent[name] = "is missing"
         return pd.DataFrame()
@@ -74,19 +74,22 @@ def _read(run: _Run, name: str) -> pd.DataFrame:
     return table
 
 
-def _load(folder: Path) -> _Run:
+def _load(root: Path) -> _Run:
+    folder = RunFolder(root)
     run = _Run(folder)
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest = json.loads(folder.manifest.read_text())
         run.manifest = manifest if isinstance(manifest, dict) else {}
     except FileNotFoundError:
-        run.absent["manifest.json"] = "is missing"
+        run.absent[run.name(folder.manifest)] = "is missing"
     except (ValueError, OSError):
-        run.absent["manifest.json"] = "is unreadable"
-    run.tables = {name: _read(run, name) for name in TABLES}
-    for path in sorted((folder / "traffic").glob("*.csv")):
-        if path.name != "flows.csv":
-            run.series[path.stem] = _read(run, f"traffic/{path.name}")
+        run.absent[run.name(folder.manifest)] = "is unreadable"
+    tables = (folder.events, folder.programs_table, folder.flows, folder.link_counters,
+              folder.node_usage)  # fmt: skip
+    run.tables = {path: _read(run, path) for path in tables}
+    for path in sorted(folder.traffic.glob("*.csv")):
+        if path != folder.flows:
+            run.series[path.stem] = _read(run, path)
     return run
 
 
@@ -128,13 +131,9 @@ def human(x: Any, kind: str) -> str:
 
 def _markdown(table: pd.DataFrame, columns: list[tuple[str, str, str]]) -> list[str]:
     """A Markdown table of (header, column, kind) where kind "" is text shown as is."""
-    lines = ["| " + " | ".join(h for h, _, _ in columns) + " |", "|" + " --- |" * len(columns)]
-    for row in table.fillna("").to_dict("records"):
-        cells = [human(row.get(c), k) if k else str(row.get(c, "")) for _, c, k in columns]
-        lines.append(
-            "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
-        )
-    return lines
+    rows = [[human(row.get(c), k) if k else str(row.get(c, "")) for _, c, k in columns]
+            for row in table.fillna("").to_dict("records")]  # fmt: skip
+    return markdown.table([h for h, _, _ in columns], rows)
 
 
 def _static(events: pd.DataFrame) -> pd.DataFrame:
@@ -152,7 +151,7 @@ def _timing(events: pd.DataFrame) -> dict[str, float] | None:
 
 def _flows(r: _Run) -> pd.DataFrame:
     """traffic/flows.csv with a path column; missing text columns become empty text."""
-    flows = r.tables["traffic/flows.csv"]
+    flows = r.tables[r.folder.flows]
     flows = flows.assign(**{c: _text(flows, c) for c in ("flow", "kind", "outcome")})
     return flows.assign(path=_text(flows, "source") + "→" + _text(flows, "destination"))
 
@@ -163,7 +162,7 @@ def summary(run: Path) -> dict[str, Any]:
     ms (of static events), programs ok/failed counts."""
     r = _load(run)
     m = r.manifest
-    programs = _text(r.tables["programs.csv"], "outcome")
+    programs = _text(r.tables[r.folder.programs_table], "outcome")
     flows = [
         {**{k: f[k] for k in ("flow", "kind", "path")},
          **{k: number(f.get(k)) for k in ("throughput_bps", "loss", "delay_mean_ms")}}
@@ -173,7 +172,7 @@ def summary(run: Path) -> dict[str, Any]:
         **{k: m.get(k) for k in ("experiment", "run_id", "outcome", "reason")},
         "duration_s": number(m.get("duration_s")),
         "flows": flows,
-        "timing_ms": _timing(r.tables["events.csv"]),
+        "timing_ms": _timing(r.tables[r.folder.events]),
         # Killed at teardown or still running then is not a failure of the program itself.
         "programs": {
             "ok": int((programs == "ok").sum()),
@@ -201,7 +200,7 @@ def _per_second(group: pd.DataFrame, values: pd.Series) -> pd.Series:
 
 def _plot_series(r: _Run, fig: Figure, column: str, scale: float, ylabel: str) -> bool:
     ax = fig.subplots()
-    flows = _busiest(iter(r.series.items()), "bytes", fig, "flows", "traffic/")
+    flows = _busiest(iter(r.series.items()), "bytes", fig, "flows", r.name(r.folder.traffic) + "/")
     for flow, series in flows:
         s = series.assign(_t=_num(series, "t_s"), _y=_num(series, column) / scale)
         if column == "throughput_bps" and s["_y"].isna().all():
@@ -217,7 +216,7 @@ def _plot_throughput(r: _Run, fig: Figure) -> bool:
     if not _plot_series(r, fig, "throughput_bps", 1e6, "throughput (Mb/s)"):
         return False
     ax = fig.axes[0]
-    events = _static(r.tables["events.csv"])
+    events = _static(r.tables[r.folder.events])
     events = events[_text(events, "verb").isin(LINK_VERBS)]
     names = _text(events, "object") + " " + _text(events, "verb") + " " + _text(events, "args")
     for t, name in zip(_num(events, "actual_s"), names, strict=True):
@@ -248,9 +247,9 @@ def _busiest(
 
 def _plot_links(r: _Run, fig: Figure) -> bool:
     rate_ax, drop_ax = fig.subplots(2, 1, sharex=True)
-    table = "links/counters.csv"
+    table = r.folder.link_counters
     groups = _by_key(r.tables[table], ["link", "port", "direction"])
-    for name, g in _busiest(groups, "bytes_out", fig, "link directions", table):
+    for name, g in _busiest(groups, "bytes_out", fig, "link directions", r.name(table)):
         drops = sum(_num(g, c).fillna(0) for c in ("drops_loss", "drops_queue", "drops_other"))
         rate = _per_second(g, _num(g, "bytes_out")) * 8 / 1e6
         if rate.notna().any():
@@ -262,7 +261,7 @@ def _plot_links(r: _Run, fig: Figure) -> bool:
 
 
 def _plot_events(r: _Run, fig: Figure) -> bool:
-    errors = np.sort(_num(_static(r.tables["events.csv"]), "error_ms").dropna().to_numpy())
+    errors = np.sort(_num(_static(r.tables[r.folder.events]), "error_ms").dropna().to_numpy())
     ax = fig.subplots()
     ax.step(errors, np.arange(1, errors.size + 1) / max(errors.size, 1), where="post")
     ax.set(xlabel="timing error of static events, actual − planned (ms)", ylabel="CDF", ylim=(0, 1))
@@ -271,8 +270,9 @@ def _plot_events(r: _Run, fig: Figure) -> bool:
 
 def _plot_cpu(r: _Run, fig: Figure) -> bool:
     ax = fig.subplots()
-    table = "nodes/usage.csv"
-    for node, g in _busiest(_by_key(r.tables[table], ["node"]), "cpu_s", fig, "nodes", table):
+    table = r.folder.node_usage
+    groups = _by_key(r.tables[table], ["node"])
+    for node, g in _busiest(groups, "cpu_s", fig, "nodes", r.name(table)):
         cores = _per_second(g, _num(g, "cpu_s"))
         if cores.notna().any():
             ax.plot(g["_t"], cores, label=node)
@@ -295,13 +295,13 @@ def _draw(r: _Run) -> list[str]:
     for name, caption, draw in PLOTS:
         fig = Figure(figsize=(9, 6 if name == "links.png" else 4.5), layout="constrained")
         FigureCanvasAgg(fig)
-        path = r.folder / "plots" / name
+        path = r.folder.plots / name
         if draw(r, fig):
             if fig.axes[0].get_legend_handles_labels()[1]:  # one legend: subplots share lines
                 fig.axes[0].legend(loc="best", fontsize="small")
             path.parent.mkdir(exist_ok=True)
             fig.savefig(path, dpi=100)
-            made.append(f"![{caption}](plots/{name})")
+            made.append(f"![{caption}]({r.name(path)})")
         else:
             path.unlink(missing_ok=True)
     return made
@@ -345,19 +345,20 @@ LINKS = [("Link", "link", ""), ("Port", "port", ""), ("Direction", "direction", 
 
 def _flow_section(r: _Run) -> list[str]:
     flows = _flows(r)
-    return _markdown(flows, FLOWS) if len(flows) else [r.note("flows", "traffic/flows.csv")]
+    return _markdown(flows, FLOWS) if len(flows) else [r.note("flows", r.folder.flows)]
 
 
 def _event_section(r: _Run) -> list[str]:
-    events = r.tables["events.csv"]
+    events = r.tables[r.folder.events]
     if events.empty:
-        return [r.note("events", "events.csv")]
+        return [r.note("events", r.folder.events)]
     event = _text(events, "object") + " " + _text(events, "verb") + " " + _text(events, "args")
     lines = _markdown(events.assign(event=event.str.strip()).head(MAX_EVENT_ROWS), EVENTS)
     if len(events) > MAX_EVENT_ROWS:
         lines += [
             "",
-            f"_The first {MAX_EVENT_ROWS} of {len(events)} events; all are in `events.csv`._",
+            f"_The first {MAX_EVENT_ROWS} of {len(events)} events; all are in "
+            f"`{r.name(r.folder.events)}`._",
         ]
     t = _timing(events)
     if t is None:
@@ -369,19 +370,19 @@ def _event_section(r: _Run) -> list[str]:
 
 
 def _program_section(r: _Run) -> list[str]:
-    programs = r.tables["programs.csv"]
+    programs = r.tables[r.folder.programs_table]
     if programs.empty:
-        return [r.note("programs", "programs.csv")]
+        return [r.note("programs", r.folder.programs_table)]
     output = [" ".join(f"[{k}]({p[k]})" for k in ("stdout", "stderr") if p.get(k))
               for p in programs.fillna("").to_dict("records")]  # fmt: skip
     return _markdown(programs.assign(output=output), PROGRAMS)
 
 
 def _link_section(r: _Run) -> list[str]:
-    counters = r.tables["links/counters.csv"]
+    counters = r.tables[r.folder.link_counters]
     keys = [k for k in ("link", "port", "direction") if k in counters]
     if counters.empty or not keys:
-        return [r.note("link counters", "links/counters.csv")]
+        return [r.note("link counters", r.folder.link_counters)]
     # Counters are cumulative since the pipe was made, so a total is the largest sample.
     numbers = {c: _num(counters, c) for _, c, kind in LINKS if kind}
     totals = counters[keys].assign(**numbers).groupby(keys, sort=True, dropna=False).max()
@@ -391,7 +392,7 @@ def _link_section(r: _Run) -> list[str]:
 def _tcp_traces(r: _Run) -> Iterator[tuple[str, SeqTrace]]:
     flows = {f: row for f, row in _by_key(_flows(r), ["flow"])}
     backend = (r.manifest.get("options") or {}).get("backend") or "emulated"
-    for path in sorted((r.folder / "tcp").glob("*.csv")):
+    for path in sorted(r.folder.tcp.glob("*.csv")):
         row = flows.get(path.stem)
         where = ""
         if row is not None:
@@ -405,16 +406,16 @@ def _tcp_section(r: _Run) -> list[str]:
     for flow, trace in _tcp_traces(r):
         recoveries = trace.recoveries()
         lines.append(f"- {flow}: {describe_recoveries(recoveries)}")
-    return lines or ["_No TCP segment tables (`tcp/`): a simulated run, or a run with "
-                     "`--capture`, has them._"]  # fmt: skip
+    return lines or [f"_No TCP segment tables (`{r.name(r.folder.tcp)}/`): a simulated run, "
+                     "or a run with `--capture`, has them._"]  # fmt: skip
 
 
 def _draw_tcp(r: _Run) -> list[str]:
     made = []
     for flow, trace in _tcp_traces(r):
-        name = f"tcp-{flow}.png"
-        plot_sequence([trace], r.folder / "plots" / name)
-        made.append(f"![{flow}: sequence numbers over time](plots/{name})")
+        path = r.folder.plots / f"tcp-{flow}.png"
+        plot_sequence([trace], path)
+        made.append(f"![{flow}: sequence numbers over time]({r.name(path)})")
     return made
 
 
@@ -432,6 +433,6 @@ def write_report(run: Path) -> Path:
         lines += ["", f"## {title}", "", *section(r)]
     images = _draw(r) + _draw_tcp(r)
     lines += ["", "## Plots", "", *(images or ["_No plots: the run recorded no series to draw._"])]
-    path = run / "report.md"
+    path = r.folder.report
     path.write_text("\n".join(lines) + "\n")
     return path

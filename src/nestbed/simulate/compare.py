@@ -15,7 +15,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
-from nestbed.results.folder import make_folder
+from nestbed.results import markdown
+from nestbed.results.folder import RunFolder, make_folder
 from nestbed.results.report import human, number
 from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
@@ -71,21 +72,25 @@ def load_run(folder: Path, label: str) -> Run:
     """A run folder's manifest, traffic/flows.csv and per-flow series."""
     if not folder.is_dir():
         raise UserError(f"{folder} is not a run folder; give the results folder of a run")
+    paths = RunFolder(folder)
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest = json.loads(paths.manifest.read_text())
     except FileNotFoundError:
-        raise UserError(f"{folder} has no manifest.json, so it is not a run folder") from None
+        raise UserError(
+            f"{folder} has no {paths.relative(paths.manifest)}, so it is not a run folder"
+        ) from None
     except ValueError as exc:
-        raise UserError(f"{folder}/manifest.json is not JSON ({exc})") from None
-    flows_path = folder / "traffic" / "flows.csv"
-    if not flows_path.is_file():
-        raise UserError(f"{folder} has no traffic/flows.csv; the run measured no traffic")
-    flows = _read_csv(flows_path, dtype=str)  # numbers are converted where they are used
+        raise UserError(f"{paths.manifest} is not JSON ({exc})") from None
+    if not paths.flows.is_file():
+        raise UserError(
+            f"{folder} has no {paths.relative(paths.flows)}; the run measured no traffic"
+        )
+    flows = _read_csv(paths.flows, dtype=str)  # numbers are converted where they are used
     run = Run(folder, label, manifest if isinstance(manifest, dict) else {}, flows)
-    for path in sorted((folder / "traffic").glob("*.csv")):
-        if path.name != "flows.csv":
+    for path in sorted(paths.traffic.glob("*.csv")):
+        if path != paths.flows:
             run.series[path.stem] = _read_csv(path)
-    for path in sorted((folder / "tcp").glob("*.csv")):
+    for path in sorted(paths.tcp.glob("*.csv")):
         run.tcp[path.stem] = read_tcp_table(path, f"{path.stem}, {label} ({run.backend})")
     return run
 
@@ -277,9 +282,7 @@ def _markdown(result: dict[str, Any], plots: list[str]) -> str:
               for r in result["runs"]]  # fmt: skip
     lines += ["", f"Tolerance: {result['tolerance']:g} (relative for throughput and delay, "
               "absolute for loss); differences are from the first run.", ""]  # fmt: skip
-    lines.append("| " + " | ".join(t["columns"]) + " |")
-    lines.append("|" + " --- |" * len(t["columns"]))
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in t["rows"]]
+    lines += markdown.table(t["columns"], t["rows"])
     lines += ["", "## Beyond the tolerance", ""]
     lines += [f"- {s}" for s in result["differences"]] or ["None."]
     if result.get("tcp"):

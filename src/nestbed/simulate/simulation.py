@@ -12,7 +12,7 @@ from nestbed import spec
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.model import Experiment, Where
 from nestbed.results import manifest
-from nestbed.results.folder import make_folder
+from nestbed.results.folder import RunFolder, make_folder
 from nestbed.results.report import summary, write_report
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, write_table
 from nestbed.simulate import ns2
@@ -62,7 +62,7 @@ def simulate(
         binaries={},
         options={"backend": "ns-2", "duration": duration, "parameters": dict(parameters or {})},
     )
-    write_table(results / "programs.csv", PROGRAM_COLUMNS, program_rows(exp))
+    write_table(RunFolder(results).programs_table, PROGRAM_COLUMNS, program_rows(exp))
     converter = Converter(exp, results)
     error: NestbedError | None = None
     with ns2.running(file, exp, parameters=parameters, duration=duration) as ns:
@@ -170,7 +170,7 @@ def _close(
     the report."""
     converter.finish()
     end_s = converter.end_s or 0.0
-    write_table(results / "events.csv", EVENT_COLUMNS, event_rows(exp, end_s))
+    write_table(RunFolder(results).events, EVENT_COLUMNS, event_rows(exp, end_s))
     m = manifest.read(results)
     m["versions"]["ns-2"] = converter.header.version or None
     m["simulation"] = {

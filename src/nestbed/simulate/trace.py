@@ -22,6 +22,7 @@ from typing import Any
 
 from nestbed.errors import InternalError
 from nestbed.model import Agent, Experiment
+from nestbed.results.folder import RunFolder
 from nestbed.results.tables import FLOW_COLUMNS, FLOW_SERIES_COLUMNS, LINK_COLUMNS, Table
 from nestbed.simulate.scope import members, planned_events
 
@@ -292,7 +293,7 @@ class Converter:
     """Turns the lines of one ns-2 trace into the run folder's tables, as they come."""
 
     def __init__(self, exp: Experiment, run: Path):
-        self.exp, self.run = exp, run
+        self.exp, self.folder = exp, RunFolder(run)
         self.header = Header()
         self.started = False
         self.notes: list[str] = []
@@ -453,7 +454,7 @@ class Converter:
         self._map_links(names)
         self._map_lans(names)
         self._map_flows(names)
-        self.link_table = Table(self.run / "links" / "counters.csv", LINK_COLUMNS)
+        self.link_table = Table(self.folder.link_counters, LINK_COLUMNS)
 
     def _node_names(self) -> dict[int, str]:
         ids = self.header.nodes
@@ -521,9 +522,9 @@ class Converter:
                 dst_id,
                 header if app.kind == "ftp" else 0,
                 byte_seq="FullTcp" in classes[app.agent],
-                series=Table(self.run / "traffic" / f"{app.name}.csv", FLOW_SERIES_COLUMNS),
+                series=Table(self.folder.flow(app.name), FLOW_SERIES_COLUMNS),
                 seq=(
-                    Table(self.run / "tcp" / f"{app.name}.csv", TCP_COLUMNS)
+                    Table(self.folder.tcp_flow(app.name), TCP_COLUMNS)
                     if app.kind == "ftp"
                     else None
                 ),
@@ -582,7 +583,7 @@ class Converter:
                 if table is not None:
                     table.close()
             rows.append(flow.row(*times.get(flow.name, (None, None))))
-        table = Table(self.run / "traffic" / "flows.csv", FLOW_COLUMNS)
+        table = Table(self.folder.flows, FLOW_COLUMNS)
         for row in rows:
             table.add(row)
         table.close()

@@ -14,7 +14,8 @@ import numpy as np
 from nestbed.errors import EnvironmentProblem
 from nestbed.lifecycle.runs import run_alone
 from nestbed.model.options import RunOptions
-from nestbed.results.folder import make_folder
+from nestbed.results import markdown
+from nestbed.results.folder import RunFolder, make_folder
 from nestbed.results.seqplot import SeqTrace, read_tcp_table
 from nestbed.simulate import compare, simulate
 from nestbed.spec import load
@@ -56,10 +57,11 @@ def run(results: Path, progress: Callable[[str], None] | None = None) -> dict[st
     compared = compare([folder / "ns2", folder / "linux"], output=folder / "compare")
     stacks = {}
     for stack, run_folder in (("ns-2", folder / "ns2"), ("Linux", folder / "linux")):
-        table = run_folder / "tcp" / f"{FLOW}.csv"
+        run = RunFolder(run_folder)
+        table = run.tcp_flow(FLOW)
         if not table.is_file():
             raise EnvironmentProblem(f"{run_folder} has no TCP segment table ({table.name}); "
-                                     f"see its report.md")  # fmt: skip
+                                     f"see its {run.relative(run.report)}")  # fmt: skip
         trace = read_tcp_table(table, stack)
         recoveries = trace.recoveries()
         stacks[stack] = {
@@ -88,22 +90,28 @@ def _throughput(compared: dict[str, Any]) -> dict[str, float | None]:
     return flows[0]["metrics"].get("throughput_bps", {}).get("values", {}) if flows else {}
 
 
+def _stack_row(stack: str, s: dict[str, Any]) -> list[object]:
+    """One stack's row: its chosen segment's drop and recovery, and the other drops."""
+    c = s["chosen"]
+    others = [d for d in s["drops"] if d is not c]
+    other = "; ".join(f"{s['unit']} {d['seq']:g}: {d['recovery']}" for d in others) or "none"
+    if c is None:
+        return [stack, s["ordinal"], "not dropped", "—", "—", "—", other]
+    after = f"{c['resent_s'] - c['dropped_s']:.3f} s" if c["resent_s"] is not None else "—"
+    return [stack, s["ordinal"], f"{s['unit']} {c['seq']:g}", c["duplicate_acks"], after,
+            c["recovery"], other]  # fmt: skip
+
+
 def _report(study: dict[str, Any]) -> str:
     lines = ["# The TCP one-drop study (Netbed paper, Section 7.1)", "",
              f"`{study['file']}`: segment {study['segment']} of a NewReno transfer dropped as it "
-             "enters the bottleneck, in ns-2 and in emulation (Linux's TCP).", "",
-             "| stack | drop by ordinal | the chosen segment | duplicate ACKs | resent after | "
-             "recovery | other drops |", "|---|---:|---|---:|---:|---|---|"]  # fmt: skip
-    for stack, s in study["stacks"].items():
-        c = s["chosen"]
-        others = [d for d in s["drops"] if d is not c]
-        other = "; ".join(f"{s['unit']} {d['seq']:g}: {d['recovery']}" for d in others) or "none"
-        if c is None:
-            lines.append(f"| {stack} | {s['ordinal']} | not dropped | — | — | — | {other} |")
-            continue
-        after = f"{c['resent_s'] - c['dropped_s']:.3f} s" if c["resent_s"] is not None else "—"
-        lines.append(f"| {stack} | {s['ordinal']} | {s['unit']} {c['seq']:g} | "
-                     f"{c['duplicate_acks']} | {after} | {c['recovery']} | {other} |")  # fmt: skip
+             "enters the bottleneck, in ns-2 and in emulation (Linux's TCP).", ""]  # fmt: skip
+    lines += markdown.table(
+        ["stack", "drop by ordinal", "the chosen segment", "duplicate ACKs", "resent after",
+         "recovery", "other drops"],
+        [_stack_row(stack, s) for stack, s in study["stacks"].items()],
+        align=["left", "right", "left", "right", "right", "left", "left"],
+    )  # fmt: skip
     verdict = "Both stacks recover the chosen segment by fast retransmit."
     if not study["both_fast_retransmit"]:
         verdict = "The stacks do **not** both recover the chosen segment by fast retransmit."

@@ -26,7 +26,7 @@ from nestbed.api import Experiment
 from nestbed.backend import get as get_backend
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, plan
-from nestbed.binaries import built_binary
+from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import InternalError
 from nestbed.lifecycle import Active, Testbed
 from nestbed.model.options import RunOptions
@@ -151,15 +151,12 @@ class Bench:
         self, send: list[str], recv: list[str], *, log: bool = False
     ) -> tuple[dict, dict, Path | None]:
         """Runs a receiver in r and a sender in s; returns both JSON summaries (and r's log)."""
-        binary = built_binary("nestbed-probe")
         assert self.active is not None
         log_path = self.workdir / "recv.csv" if log else None
-        recv_argv = [binary, "recv", "--bind", f"{self.receiver_ip}:{PORT}", *recv]
-        if log_path:
-            recv_argv += ["--log", str(log_path)]
+        logged = ["--log", str(log_path)] if log_path else []
         receiver = self.active.start(
             "r",
-            recv_argv,
+            probe_recv(f"{self.receiver_ip}:{PORT}", *recv, *logged),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -168,7 +165,7 @@ class Bench:
             time.sleep(0.2)  # the receiver binds before the first packet
             sender = self.active.exec(
                 "s",
-                [binary, "send", "--to", f"{self.receiver_ip}:{PORT}", *send],
+                probe_send(f"{self.receiver_ip}:{PORT}", *send),
                 capture_output=True,
                 text=True,
                 timeout=600,

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nestbed.results import manifest
+from nestbed.results.folder import RunFolder
 from nestbed.results.report import summary
 
 # A program may write figures of its own to $NESTBED_PROGRAM_DIR/metrics.json (a flat JSON
@@ -22,7 +24,8 @@ def metrics(run: Path) -> dict[str, Any]:
         for flow in summary(run)["flows"]:
             for key in ("throughput_bps", "loss", "delay_mean_ms"):
                 found[f"flow.{flow['flow']}.{key}"] = flow.get(key)
-    programs = run / "programs.csv"
+    folder = RunFolder(run)
+    programs = folder.programs_table
     if programs.exists():
         with programs.open() as f:
             for row in csv.DictReader(f):
@@ -30,14 +33,13 @@ def metrics(run: Path) -> dict[str, Any]:
                 with contextlib.suppress(ValueError, TypeError):
                     found[f"{prefix}.seconds"] = float(row["ended_s"]) - float(row["started_s"])
                 found[f"{prefix}.exit_code"] = row.get("exit_code")
-    for path in sorted((run / "programs").glob(f"*/{METRICS_FILE}")):
+    for path in sorted(folder.programs.glob(f"*/{METRICS_FILE}")):
         with contextlib.suppress(OSError, ValueError):
             data = json.loads(path.read_text())
             if isinstance(data, dict):
                 for key, value in data.items():
                     if isinstance(value, int | float | str | bool) or value is None:
                         found[f"program.{path.parent.name}.{key}"] = value
-    manifest = run / "manifest.json"
     with contextlib.suppress(OSError, ValueError):
-        found["seeds"] = json.dumps(json.loads(manifest.read_text()).get("seeds"), sort_keys=True)
+        found["seeds"] = json.dumps(manifest.read(run).get("seeds"), sort_keys=True)
     return found

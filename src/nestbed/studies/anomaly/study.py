@@ -20,7 +20,8 @@ from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.lifecycle.runs import run_alone
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
-from nestbed.results.folder import make_folder
+from nestbed.results import markdown
+from nestbed.results.folder import RunFolder, make_folder
 from nestbed.spec import load
 from nestbed.studies.anomaly.workload import TABLE2
 
@@ -104,13 +105,13 @@ def run(
                               timeout_s=settings.timeout_s())  # fmt: skip
     ran = run_alone(folder / "store.db", exp, options, source_text=loaded.text,
                     source_format="ns", source_file=str(settings.file))  # fmt: skip
-    run_folder = folder / "run"
-    pcaps = sorted((run_folder / "pcaps").glob("*.pcap"))
+    run_folder = RunFolder(folder / "run")
+    pcaps = sorted(run_folder.pcaps.glob("*.pcap"))
     if not pcaps:
         raise EnvironmentProblem(f"the run captured nothing (outcome {ran['outcome']}); see "
-                                 f"{run_folder}")  # fmt: skip
+                                 f"{run_folder.root}")  # fmt: skip
     say(f"analyzing {len(pcaps)} captures")
-    cpu = run_folder / "nodes" / "cpu.csv"
+    cpu = run_folder.node_cpu
     addresses = exp.addresses()
     summary = analyze(pcaps, folder / "analysis", cpu=cpu if cpu.is_file() else None,
                       addresses=addresses)  # fmt: skip
@@ -132,13 +133,13 @@ def run(
     return study
 
 
-def workload_records(run_folder: Path, exp: Experiment, node: str) -> list[dict[str, str]]:
+def workload_records(run_folder: RunFolder, exp: Experiment, node: str) -> list[dict[str, str]]:
     """The transfers.csv rows of the workload's sender(s) on ``node`` (every invocation)."""
     rows: list[dict[str, str]] = []
     for prog in exp.programs:
         if prog.node != node or " send " not in f" {prog.command} ":
             continue
-        path = run_folder / "programs" / prog.name / "transfers.csv"
+        path = run_folder.program(prog.name) / "transfers.csv"
         if path.is_file():
             with path.open() as f:
                 rows += list(csv.DictReader(f))
@@ -205,20 +206,39 @@ def _write(folder: Path, study: dict[str, Any], drawn: list[tuple[str, str]]) ->
     lines = ["# Throughput anomalies: the reproduction study", "",
              f"Run: {study['run']['outcome']} ({study['run']['results']}); analysis: "
              f"{study['analysis']}/report.md.", "",
-             f"**{study['correct']} of {len(study['pairs'])} pairs classified as expected.**", "",
-             "| Pair | Expected | Verdict | Data transfers agreeing | Failed | Throughput | "
-             "Ideal | Loss | Mean spacing | CPU available |", "|" + " --- |" * 10]  # fmt: skip
-    for p in study["pairs"]:
-        lines.append(
-            f"| {p['role']} ({p['sender']} → {p['receiver']}) | {p['expected']} | "
-            f"{p['verdict'] or '—'} | {p['agreeing']} / {p['data_transfers']} | "
-            f"{p['failed_transfers']} / {p['records']} | {_rate(p['throughput_bytes_per_s'])} | "
-            f"{_rate(p['ideal_bytes_per_s'])} | {_pct(p['loss_rate'])} | "
-            f"{_ms(p['spacing_mean_s'])} | {_num(p['cpu_available_mean'])} |"
-        )
+             f"**{study['correct']} of {len(study['pairs'])} pairs classified as expected.**",
+             ""]  # fmt: skip
+    cells = [pair_cells(p) for p in study["pairs"]]
+    rows = [[c[k] for k in REPORT_COLUMNS] for c in cells]
+    lines += markdown.table(list(REPORT_COLUMNS.values()), rows)
     lines += ["", "Plots: the largest data transfer of each pair.", ""]
     lines += [f"![{caption}]({file})" for file, caption in drawn]
     (folder / "report.md").write_text("\n".join(lines) + "\n")
+
+
+# report.md's columns: a key of pair_cells and its heading.
+REPORT_COLUMNS = {"pair": "Pair", "expected": "Expected", "verdict": "Verdict",
+                  "agreeing": "Data transfers agreeing", "failed": "Failed",
+                  "throughput": "Throughput", "ideal": "Ideal", "loss": "Loss",
+                  "mean spacing": "Mean spacing", "CPU available": "CPU available"}  # fmt: skip
+
+
+def pair_cells(p: dict[str, Any]) -> dict[str, str]:
+    """One pair's figures as text, by column: report.md's table and the CLI's pick from them."""
+    ratio = p["ratio_min"], p["ratio_max"]
+    return {
+        "pair": f"{p['role']} ({p['sender']} → {p['receiver']})",
+        "expected": p["expected"],
+        "verdict": p["verdict"] or "—",
+        "agreeing": f"{p['agreeing']} / {p['data_transfers']}",
+        "failed": f"{p['failed_transfers']} / {p['records']}",
+        "throughput": _rate(p["throughput_bytes_per_s"]),
+        "ideal": _rate(p["ideal_bytes_per_s"]),
+        "of ideal": f"{ratio[0]:.2f}–{ratio[1]:.2f}" if ratio[0] is not None else "—",
+        "loss": _pct(p["loss_rate"]),
+        "mean spacing": _ms(p["spacing_mean_s"]),
+        "CPU available": _num(p["cpu_available_mean"]),
+    }
 
 
 def _rate(v: float | None) -> str:

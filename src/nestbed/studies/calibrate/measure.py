@@ -18,7 +18,7 @@ from typing import Any
 
 import nestbed
 from nestbed.backend import get as get_backend
-from nestbed.binaries import built_binary
+from nestbed.binaries import built_binary, probe_recv, probe_send
 from nestbed.errors import EnvironmentProblem, InternalError, UserError
 from nestbed.lifecycle import Testbed
 from nestbed.lifecycle.live import Live
@@ -67,13 +67,12 @@ def host_sysctls(values: dict[str, str]) -> Iterator[dict[str, str]]:
 
 @dataclass
 class Session:
-    """One target swapped in: its addresses, interfaces and the probe binary."""
+    """One target swapped in: its addresses and interfaces."""
 
     target: Target
     live: Live
     settings: Settings
     folder: Path
-    probe: str
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -163,7 +162,7 @@ class Session:
 
     def _receiver(self, node: str, log: Path) -> subprocess.Popen:
         ip = self.target.address(node)
-        argv = [self.probe, "recv", "--bind", f"{ip}:{PORT}", "--echo", "--log", str(log)]
+        argv = probe_recv(f"{ip}:{PORT}", "--echo", "--log", str(log))
         if self.target.multicast:
             argv += ["--group", GROUP]
         argv += ["--rcvbuf", str(BUFFER_BYTES if self.target.profile == "tuned" else 0)]
@@ -215,14 +214,14 @@ class Session:
             snaps = [self.snapshots()]
             dest = GROUP if t.multicast else t.address(t.receivers[0])
             for rep in range(self.settings.repetitions):
-                argv = [
-                    self.probe, "send", "--to", f"{dest}:{PORT}",
+                argv = probe_send(
+                    f"{dest}:{PORT}",
                     "--bind", t.address(t.sender), "--size", str(size),
                     "--count", str(burst), "--burst", str(burst), "--gap", "0",
                     "--first-burst", str(rep), "--echo-wait", str(self.settings.gap_s),
                     "--log", str(folder / f"send-{rep}.csv"),
                     "--echo-log", str(folder / f"echo-{rep}.csv"),
-                ]  # fmt: skip
+                )  # fmt: skip
                 if t.profile == "tuned":
                     argv += ["--sndbuf", str(BUFFER_BYTES)]
                 sends.append(json.loads(self.run(t.sender, argv, timeout=600)))
@@ -358,22 +357,22 @@ def calibrate_target(
     store: str | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Swaps TARGET in, measures every point, swaps it out (also on errors and Ctrl-C)."""
-    probe = built_binary("nestbed-probe")
+    built_binary("nestbed-probe")  # a missing build is one sentence before the swap-in
     progress(f"{target.key}: swapping in {target.experiment.name}", 0)
     with Store.open(store) as db:
         _settle(db, target.experiment.name)
         with nestbed.swapin(
             target.experiment, store=db, results=folder / "runs" / target.key
         ) as live:
-            rows, facts = _measure(live, target, settings, folder, probe, progress)
+            rows, facts = _measure(live, target, settings, folder, progress)
     return rows, facts
 
 
 def _measure(
-    live: Live, target: Target, settings: Settings, folder: Path, probe: str, progress: Progress
+    live: Live, target: Target, settings: Settings, folder: Path, progress: Progress
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    session = Session(target, live, settings, folder, probe)
+    session = Session(target, live, settings, folder)
     facts: dict[str, Any] = {"nodes": session.prepare()}
     for size in settings.sizes:
         for burst in settings.bursts:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nestbed.results import markdown
 from nestbed.studies.calibrate import plots
 from nestbed.studies.calibrate.study import read_csv
 
@@ -22,14 +23,6 @@ def _f(value: Any, digits: int = 2) -> str:
 def _pm(row: Mapping[str, Any], metric: str, digits: int = 2) -> str:
     half = row.get(f"{metric}_ci95")
     return _f(row[metric], digits) + (f" ± {_f(half, digits)}" if half not in (None, "") else "")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-        *("| " + " | ".join(r) + " |" for r in rows),
-    ]
 
 
 def _targets(points: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -75,7 +68,7 @@ def write(folder: Path) -> Path:
         f"{s['threshold_pct']} % for every larger size (– : none, the largest size loses more).",
         "",
     ]
-    lines += _table(
+    lines += markdown.table(
         ("target", "burst", "knee (B)", "worst loss", "at size (B)"),
         [
             (
@@ -97,7 +90,7 @@ def write(folder: Path) -> Path:
             "interfaces, and none at A or C. The interval is 99.9 % (Wilson).",
             "",
         ]
-        lines += _table(
+        lines += markdown.table(
             ("target", "configured", "at A", "at B", "B rate [interval]", "at C", "agrees"),
             [
                 (
@@ -126,7 +119,7 @@ def write(folder: Path) -> Path:
             "application (the probe's clock).",
             "",
         ]
-        lines += _table(
+        lines += markdown.table(
             (
                 "target",
                 "bursts",
@@ -165,7 +158,7 @@ def write(folder: Path) -> Path:
                 receivers, topology, profile, out / f"receivers-{topology}-{profile}.png"
             )
             lines += [f"![loss per receiver]({p.relative_to(folder)})", ""]
-        lines += _table(
+        lines += markdown.table(
             ("size", "burst", "A %", "B %", "C %", "total %", "one-way µs", "RTT µs"),
             [
                 (
@@ -195,7 +188,7 @@ def write(folder: Path) -> Path:
             "its socket buffer decides how far.",
             "",
         ]
-        lines += _table(
+        lines += markdown.table(
             ("target", *(f"{size} B" for size in sorted({r["size"] for r in rates}))),
             [
                 (
@@ -259,7 +252,9 @@ def _profiles(manifest: Mapping[str, Any]) -> list[str]:
             )
         )
     if rows:
-        lines += _table(("target", "txqueuelen", "qdisc", "host backlog", "host rmem_max"), rows)
+        lines += markdown.table(
+            ("target", "txqueuelen", "qdisc", "host backlog", "host rmem_max"), rows
+        )
         lines.append("")
     return lines
 
@@ -310,11 +305,11 @@ def write_comparison(first: Path, second: Path, folder: Path) -> Path:
         "",
         "## Knees",
         "",
-        *_table(("target", "burst", f"knee {labels[0]}", f"knee {labels[1]}"), knee_rows),
+        *markdown.table(("target", "burst", f"knee {labels[0]}", f"knee {labels[1]}"), knee_rows),
         "",
         "## Points",
         "",
-        *_table(
+        *markdown.table(
             (
                 "topology",
                 "profile",

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 from scipy import stats
 
+from nestbed.results import markdown
 from nestbed.studies.pubsub.compression import available
 
 # The paper's tree-based formats (XML, JSON, YAML); msgpack is flexible too but binary, and is
@@ -327,13 +328,20 @@ def _lost(delivery: pd.DataFrame, scenario: str) -> pd.DataFrame:
     return rows
 
 
+def _lost_by_compressor(rows: pd.DataFrame, *, compressed: bool) -> tuple[pd.DataFrame, Any]:
+    """Lost and sent messages of the tree-based formats per compressor (only the compressed
+    ones with ``compressed``), and the fraction lost."""
+    tree = rows[rows["format"].isin(TREE)]
+    if compressed:
+        tree = tree[tree["compressor"] != "none"]
+    by = tree.groupby("compressor")[["lost", "messages"]].sum()
+    return by, by["lost"] / by["messages"]
+
+
 def _compression_reduces_losses(local: pd.DataFrame, delivery: pd.DataFrame) -> Finding:
     parts, wins = [], []
     for scenario in _lossy(_need(delivery, "network runs")):
-        rows = _lost(delivery, scenario)
-        tree = rows[rows["format"].isin(TREE)]
-        by = tree.groupby("compressor")[["lost", "messages"]].sum()
-        fraction = by["lost"] / by["messages"]
+        by, fraction = _lost_by_compressor(_lost(delivery, scenario), compressed=False)
         if "none" not in fraction.index or len(fraction) < 2:
             raise _Missing("lost messages with and without compression")
         wins.append(bool((fraction.drop("none") < fraction["none"]).all()))
@@ -352,9 +360,7 @@ def _bzip2_fewest_losses(local: pd.DataFrame, delivery: pd.DataFrame) -> Finding
     parts, wins = [], []
     for scenario in _lossy(_need(delivery, "network runs")):
         rows = _lost(delivery, scenario)
-        tree = rows[rows["format"].isin(TREE) & (rows["compressor"] != "none")]
-        by = tree.groupby("compressor")[["lost", "messages"]].sum()
-        fraction = by["lost"] / by["messages"]
+        _, fraction = _lost_by_compressor(rows, compressed=True)
         if "bzip2" not in fraction.index:
             raise _Missing("bzip2 under loss")
         cdr = rows[(rows["format"] == "cdr") & (rows["compressor"] == "none")]
@@ -410,12 +416,14 @@ def findings(local: pd.DataFrame, delivery: pd.DataFrame) -> list[Finding]:
 
 
 def _table(frame: pd.DataFrame, columns: dict[str, Callable[[Any], str] | None]) -> str:
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    body = ""
-    for _, row in frame.iterrows():
-        cells = [(fmt or str)(row[c]) for c, fmt in columns.items()]
-        body += "| " + " | ".join(cells) + " |\n"
-    return head + body
+    rows = [[(fmt or str)(row[c]) for c, fmt in columns.items()] for _, row in frame.iterrows()]
+    return "\n".join(markdown.table(list(columns), rows)) + "\n"
+
+
+def _scenario_row(name: str, sc: Any, runs: dict[str, str]) -> list[object]:
+    p, r = sc.p_r
+    return [name, sc.printed_plr, sc.printed_abl, _f(sc.plr), _f(sc.abl), _f(p), _f(r),
+            runs.get(name, "not run")]  # fmt: skip
 
 
 def render(
@@ -449,15 +457,11 @@ def render(
         f"{settings.bandwidth}, {settings.delay} one way; echo timeout {settings.timeout_s} s; "
         f"seed {settings.seed}.",
         "",
-        "| scenario | PLR printed | ABL printed | PLR used | ABL used | p | r | run |",
-        "|---|---|---|---|---|---|---|---|",
+        *markdown.table(
+            ["scenario", "PLR printed", "ABL printed", "PLR used", "ABL used", "p", "r", "run"],
+            [_scenario_row(name, sc, runs) for name, sc in scenarios.items()],
+        ),
     ]
-    for name, sc in scenarios.items():
-        p, r = sc.p_r
-        lines.append(
-            f"| {name} | {sc.printed_plr} | {sc.printed_abl} | {_f(sc.plr)} | {_f(sc.abl)} | "
-            f"{_f(p)} | {_f(r)} | {runs.get(name, 'not run')} |"
-        )
     lines += ["", "## The paper's conclusions and ours", ""]
     for i, f in enumerate(found, 1):
         where = f" ({f.section})" if f.section else ""

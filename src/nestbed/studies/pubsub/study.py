@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from nestbed.errors import UserError
+from nestbed.results.folder import RunFolder
 from nestbed.results.intervals import t_interval
 from nestbed.studies.pubsub import delivery as dds
 from nestbed.studies.pubsub.compression import available, get_compressor
@@ -189,7 +190,7 @@ def collect(table: pd.DataFrame, scenarios: Sequence[str]) -> pd.DataFrame:
     scenario order) and outcome."""
     frames = []
     for _, run in table.iterrows():
-        path = Path(str(run["results"])) / "programs" / "publish" / dds.ROWS_FILE
+        path = RunFolder(Path(str(run["results"]))).program("publish") / dds.ROWS_FILE
         if not path.exists():
             continue
         rows = pd.read_csv(path, keep_default_na=True)
