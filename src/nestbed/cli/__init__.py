@@ -882,3 +882,6 @@ from nestbed.cli.study import study as _study  # noqa: E402
 
 app.add_typer(_study, name="study")
 app.add_typer(_calibrate, name="calibrate")
+from nestbed.cli.map import map_command as _map  # noqa: E402
+
+app.command(name="map")(_map)

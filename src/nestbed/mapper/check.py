@@ -96,7 +96,6 @@ def evaluate(
     bad = result.violations
     hosts = {h.name: i for i, h in enumerate(testbed.hosts)}
     switch_index = {s: i for i, s in enumerate(fabric.switches)}
-    nodes = {n.name: n for n in topology.nodes}
     nic: Counter[int] = Counter()
     trivial: Counter[int] = Counter()
     pps: Counter[int] = Counter()
@@ -127,10 +126,12 @@ def evaluate(
             if feature_kind(desire) is FeatureKind.ADDITIVE:
                 additive[h][desire] += amount
         for feature, weight in host.features.items():
-            if feature_kind(feature) in (FeatureKind.ONE_IS_OKAY, FeatureKind.FIRST_PAYS):
-                if feature not in node.desires:
-                    global_users[feature] += 1
-                    global_weight[feature] = max(global_weight.get(feature, 0.0), weight)
+            kind = feature_kind(feature)
+            if kind in (FeatureKind.ONE_IS_OKAY, FeatureKind.FIRST_PAYS) and (
+                feature not in node.desires
+            ):
+                global_users[feature] += 1
+                global_weight[feature] = max(global_weight.get(feature, 0.0), weight)
         if node.subnode_of:
             parent = placement.get(node.subnode_of)
             if parent is None or host.subnode_of != parent:
@@ -165,7 +166,8 @@ def evaluate(
                 bad.append(f"host {host.name} has {feature} {have:g} but its nodes want {amount:g}")
     for t, n in sorted(limited.items()):
         if t in testbed.type_limits and n > testbed.type_limits[t]:
-            bad.append(f"{n} hosts are used as type {t}, above its limit of {testbed.type_limits[t]}")
+            limit = testbed.type_limits[t]
+            bad.append(f"{n} hosts are used as type {t}, above its limit of {limit}")
     _check_policies(topology, testbed, bad)
 
     def where(node: str) -> int | None:
@@ -242,9 +244,7 @@ def evaluate(
         host = testbed.hosts[h]
         result.nic_load_bps[host.name] = load
         if _over(load, host.nic_bps):
-            bad.append(
-                f"host {host.name}'s {bw(host.nic_bps)} interface would carry {bw(load)}"
-            )
+            bad.append(f"host {host.name}'s {bw(host.nic_bps)} interface would carry {bw(load)}")
     for h, load in sorted(trivial.items()):
         host = testbed.hosts[h]
         if host.trivial_bps is not None and _over(load, host.trivial_bps):
@@ -286,7 +286,9 @@ def _check_policies(topology: Topology, testbed: Testbed, bad: list[str]) -> Non
         for desire, weight in node.desires.items():
             weights[desire] += weight
             if desire in testbed.disallowed_desires:
-                bad.append(f"node {node.name} desires {desire}, which the testbed's policy disallows")
+                bad.append(
+                    f"node {node.name} desires {desire}, which the testbed's policy disallows"
+                )
     for desire, limit in sorted(testbed.desire_limits.items()):
         if _over(weights.get(desire, 0.0), limit):
             bad.append(

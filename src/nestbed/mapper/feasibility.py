@@ -52,9 +52,7 @@ def precheck(topology: Topology, testbed: Testbed) -> None:
 def _why_nowhere(node: VirtualNode, testbed: Testbed) -> str:
     kinds = " or ".join(node.types)
     typed = [
-        h
-        for h in testbed.hosts
-        if any(t in h.types or t in h.static_types for t in node.types)
+        h for h in testbed.hosts if any(t in h.types or t in h.static_types for t in node.types)
     ]
     if not typed:
         return f"node {node.name} wants type {kinds} but no host has a {kinds} slot"
@@ -97,7 +95,7 @@ def _check_lans(topology: Topology, testbed: Testbed) -> None:
     the trunks of its home switch: at least the smallest members' bandwidth, whichever switch."""
     fabric = Fabric.of(testbed)
     hosts_at: dict[int, list[int]] = defaultdict(list)
-    for i, host in enumerate(testbed.hosts):
+    for i in range(len(testbed.hosts)):
         hosts_at[fabric.host_switch[i]].append(i)
     trunk_at = [0] * len(fabric.switches)
     for t, (a, b) in enumerate(fabric.trunk_ends):

@@ -41,7 +41,9 @@ def fit(node: VirtualNode, host: Host) -> Fit:
         have = host.features.get(desire)
         if feature_kind(desire) is FeatureKind.ADDITIVE:
             if weight > (have or 0.0):
-                return Fit(None, reason=f"its {desire} is {have or 0:g}, below the {weight:g} wanted")
+                return Fit(
+                    None, reason=f"its {desire} is {have or 0:g}, below the {weight:g} wanted"
+                )
         elif have is None:
             if weight >= VIOLATION_WEIGHT:
                 return Fit(None, reason=f"it lacks feature {desire}")

@@ -33,9 +33,7 @@ def tree(n: int, bandwidth_bps: int = 100 * MB, arity: int = 2) -> Topology:
 
 
 def ring(n: int, bandwidth_bps: int = 100 * MB) -> Topology:
-    links = tuple(
-        VirtualLink(f"l{i}", f"n{i}", f"n{(i + 1) % n}", bandwidth_bps) for i in range(n)
-    )
+    links = tuple(VirtualLink(f"l{i}", f"n{i}", f"n{(i + 1) % n}", bandwidth_bps) for i in range(n))
     return Topology(_nodes(n), links, name=f"ring{n}")
 
 

@@ -140,9 +140,7 @@ class Search:
             fabric = p.fabric
             for link in range(len(p.link_a)):
                 a, b = p.link_a[link], p.link_b[link]
-                path = fabric.path(
-                    fabric.host_switch[s.place[a]], fabric.host_switch[s.place[b]]
-                )
+                path = fabric.path(fabric.host_switch[s.place[a]], fabric.host_switch[s.place[b]])
                 if path is None or hot.intersection(path):
                     nodes.update((a, b))
             for lan, members in enumerate(p.lan_members):

@@ -47,9 +47,7 @@ class Mapping:
     def to_dict(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
-            "nodes": {
-                n: {"host": h, "core": self.cores[n]} for n, h in sorted(self.hosts.items())
-            },
+            "nodes": {n: {"host": h, "core": self.cores[n]} for n, h in sorted(self.hosts.items())},
             "lans": dict(sorted(self.homes.items())),
             "links": {name: asdict(path) for name, path in sorted(self.paths.items())},
             "trunks": dict(sorted(self.trunk_load_bps.items())),
@@ -70,9 +68,7 @@ def map_topology(topology: Topology, testbed: Testbed, *, seed: int = 0) -> Mapp
         lan.name: p.fabric.switches[state.lan_home[i]] if state.lan_home[i] >= 0 else None
         for i, lan in enumerate(topology.lans)
     }
-    evaluation = evaluate(
-        topology, testbed, hosts, {k: v for k, v in homes.items() if v}, p.fabric
-    )
+    evaluation = evaluate(topology, testbed, hosts, {k: v for k, v in homes.items() if v}, p.fabric)
     if evaluation.violations:
         if state.violation() == 0:
             raise InternalError(
@@ -136,7 +132,5 @@ def _paths(p: Compiled, state: State) -> dict[str, Path]:
         home = state.lan_home[i]
         for m in lan.members:
             h = place[p.node_index[m.node]]
-            paths[m.link] = (
-                _path(p, h, home, None) if home >= 0 else _path(p, h, None, h)
-            )
+            paths[m.link] = _path(p, h, home, None) if home >= 0 else _path(p, h, None, h)
     return paths

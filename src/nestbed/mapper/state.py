@@ -227,7 +227,7 @@ class State:
 
     def _lan_leave(self, lan: int, mi: int, h: int) -> None:
         p = self.p
-        v, bps, pps = p.lan_members[lan][mi]
+        _, bps, pps = p.lan_members[lan][mi]
         if pps:
             self._res(self.r_pps + h, -2 * pps)
         self._lan_unapply(lan)
@@ -248,7 +248,7 @@ class State:
 
     def _lan_join(self, lan: int, mi: int, h: int) -> None:
         p = self.p
-        v, bps, pps = p.lan_members[lan][mi]
+        _, bps, pps = p.lan_members[lan][mi]
         if pps:
             self._res(self.r_pps + h, 2 * pps)
         self._lan_unapply(lan)
@@ -331,9 +331,7 @@ class State:
 
     def overloaded_trunks(self) -> list[int]:
         base = self.r_trunk
-        return [
-            t for t in range(self.nt) if self.load[base + t] > self.cap[base + t] * (1 + 1e-9)
-        ]
+        return [t for t in range(self.nt) if self.load[base + t] > self.cap[base + t] * (1 + 1e-9)]
 
     def host_in_trouble(self, h: int) -> bool:
         load, cap = self.load, self.cap
