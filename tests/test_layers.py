@@ -17,6 +17,7 @@ LAYERS = [
     "model",
     "spec",
     "api",
+    "mapper",
     "store",
     "backend",
     "results",
@@ -31,7 +32,7 @@ LAYERS = [
     "studies",
     "cli",
 ]
-PURE = {"errors", "units", "model", "spec", "api"}
+PURE = {"errors", "units", "model", "spec", "api", "mapper"}
 PLATFORM_MODULES = {"socket", "pyroute2", "ctypes", "fcntl"}
 ALLOWED_SUBPROCESS = {"spec/ns"}  # the ns-2 front end runs tclsh, by design
 

@@ -107,6 +107,7 @@ def evaluate(
     additive: dict[int, Counter[str]] = defaultdict(Counter)
     global_users: Counter[str] = Counter()
     global_weight: dict[str, float] = {}
+    occupied: set[int] = set()
     for node in topology.nodes:
         host_name = placement.get(node.name)
         if host_name not in hosts:
@@ -114,6 +115,7 @@ def evaluate(
             continue
         h = hosts[host_name]
         host = testbed.hosts[h]
+        occupied.add(h)
         if node.fixed and node.fixed != host_name:
             bad.append(f"node {node.name} is fixed to host {node.fixed} but placed on {host_name}")
         verdict = fit(node, host)
@@ -266,11 +268,11 @@ def evaluate(
                 f"trunk {fabric.trunk_names[t]} ({bw(fabric.trunk_bps[t])}) would carry {bw(load)}"
             )
     cost.nic_bps = sum(nic.values())
-    used = sorted(slots)
+    used = sorted(occupied)
     cost.hosts_used = len(used)
     cost.switches_used = len({fabric.host_switch[h] for h in used})
     fractions = [
-        sum(n for (_, static), n in slots[h].items() if not static)
+        sum(n for (_, static), n in slots.get(h, {}).items() if not static)
         / max(sum(testbed.hosts[h].types.values()), 1)
         for h in used
     ]

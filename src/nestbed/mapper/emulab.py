@@ -319,7 +319,9 @@ def parse_ptop(text: str, file: str = "ptop") -> Testbed:
 
 
 def write_ptop(testbed: Testbed) -> str:
-    lines = [f"node {s} switch:1 *lan:*" for s in testbed.switches]
+    named = [*testbed.switches, *(h.switch for h in testbed.hosts if h.switch)]
+    named += [end for t in testbed.trunks for end in (t.a, t.b)]
+    lines = [f"node {s} switch:1 *lan:*" for s in dict.fromkeys(named)]
     for host in testbed.hosts:
         types = [f"{t}:{_slots(n)}" for t, n in host.types.items()]
         types += [f"*{t}:{_slots(n)}" for t, n in host.static_types.items()]

@@ -54,24 +54,26 @@ class Search:
         return list(seen)
 
     def class_hosts(self, v: int) -> list[int]:
-        """Per class that can take ``v``: a used host with room, and an empty one."""
+        """Per class that can take ``v``: a used host with room, an empty one and, to swap
+        with, a full one."""
         p, s = self.p, self.s
         if p.node_fixed[v] >= 0:
             return [p.node_fixed[v]]
         found = []
         for c in self.classes_for_kind[p.node_kind[v]]:
-            used = empty = -1
+            used = empty = full = -1
             for h in p.class_hosts[c]:
                 if not s.room(v, h):
-                    continue
-                if s.host_count[h]:
+                    if full < 0:
+                        full = h
+                elif s.host_count[h]:
                     if used < 0:
                         used = h
                 elif empty < 0:
                     empty = h
-                if used >= 0 and empty >= 0:
+                if used >= 0 and empty >= 0 and full >= 0:
                     break
-            found += [h for h in (used, empty) if h >= 0]
+            found += [h for h in (used, empty, full) if h >= 0]
         return found
 
     # -- evaluating ---------------------------------------------------------------------------
@@ -136,16 +138,15 @@ class Search:
             if s.host_count[h] and s.host_in_trouble(h):
                 nodes |= s.host_nodes[h]
         hot = set(s.overloaded_trunks())
-        if hot:
-            fabric = p.fabric
-            for link in range(len(p.link_a)):
-                a, b = p.link_a[link], p.link_b[link]
-                path = fabric.path(fabric.host_switch[s.place[a]], fabric.host_switch[s.place[b]])
-                if path is None or hot.intersection(path):
-                    nodes.update((a, b))
-            for lan, members in enumerate(p.lan_members):
-                if hot.intersection(s.lan_applied[lan]) or s.lan_bad[lan]:
-                    nodes.update(v for v, _, _ in members)
+        fabric = p.fabric
+        for link in range(len(p.link_a)):
+            a, b = p.link_a[link], p.link_b[link]
+            path = fabric.path(fabric.host_switch[s.place[a]], fabric.host_switch[s.place[b]])
+            if path is None or (hot and hot.intersection(path)):
+                nodes.update((a, b))
+        for lan, members in enumerate(p.lan_members):
+            if hot.intersection(s.lan_applied[lan]) or s.lan_bad[lan]:
+                nodes.update(v for v, _, _ in members)
         for link in range(len(p.link_a)):
             if not p.link_trivial_ok[link]:
                 a, b = p.link_a[link], p.link_b[link]
@@ -161,6 +162,8 @@ class Search:
             if s.violation() == 0:
                 return
             nodes = self.troubled_nodes()
+            if not nodes:
+                return
             self.rng.shuffle(nodes)
             nodes = nodes[:REPAIR_SAMPLE]
             improved = False
