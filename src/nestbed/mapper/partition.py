@@ -155,10 +155,10 @@ def _rebalance(
         load[parts[i]] += weights[i]
     for full in range(len(sizes)):
         while load[full] > sizes[full]:
-            best: tuple[int, int, int] | None = None  # -gain, node, target
             roomy = [q for q in range(len(sizes)) if q != full and load[q] < sizes[q]]
             if not roomy:
                 return
+            candidates: list[tuple[int, int, int]] = []  # -gain, node, target
             for i in range(n):
                 if parts[i] != full:
                     continue
@@ -169,18 +169,28 @@ def _rebalance(
                         inside += w
                     else:
                         towards[parts[j]] = towards.get(parts[j], 0) + w
-                for q in roomy:
-                    if load[q] + weights[i] > sizes[q] and weights[i] > 1:
-                        continue
-                    candidate = (inside - towards.get(q, 0), i, q)
-                    if best is None or candidate < best:
-                        best = candidate
-            if best is None:
+                choices = [
+                    (inside - towards.get(q, 0), i, q)
+                    for q in roomy
+                    if load[q] + weights[i] <= sizes[q] or weights[i] <= 1
+                ]
+                if choices:
+                    candidates.append(min(choices))
+            if not candidates:
                 return
-            _, i, q = best
-            parts[i] = q
-            load[full] -= weights[i]
-            load[q] += weights[i]
+            # Move the best nodes whose neighbours have not moved in this batch, so that
+            # every gain used is still exact; then look again.
+            touched: set[int] = set()
+            for _, i, q in sorted(candidates):
+                if load[full] <= sizes[full]:
+                    break
+                if i in touched or load[q] + weights[i] > sizes[q] >= load[q] + 1:
+                    continue
+                parts[i] = q
+                load[full] -= weights[i]
+                load[q] += weights[i]
+                touched.add(i)
+                touched.update(adjacency[i])
 
 
 def _spread_overflow(p: Compiled, place: list[int], free: list[int]) -> None:

@@ -38,6 +38,18 @@ class Search:
         self.classes_for_kind = [
             [c for c, f in enumerate(fits) if f.type is not None] for fits in p.fits
         ]
+        # Nodes without links that are alike in kind and LANs are interchangeable: swapping
+        # two of them changes nothing, so such swaps are not tried.
+        self.alike = [
+            (
+                p.node_kind[v],
+                tuple(sorted(p.node_lans[v]))
+                and tuple(sorted((lan, p.lan_members[lan][mi][1]) for lan, mi in p.node_lans[v])),
+            )
+            if not p.node_links[v] and p.node_fixed[v] < 0
+            else None
+            for v in range(len(p.node_kind))
+        ]
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -112,8 +124,9 @@ class Search:
                 partners = sorted(s.host_nodes[h])
                 if len(partners) > SWAP_PARTNERS:
                     partners = self.rng.sample(partners, SWAP_PARTNERS)
+                mine = self.alike[v]
                 for w in partners:
-                    if p.node_fixed[w] >= 0:
+                    if p.node_fixed[w] >= 0 or (mine is not None and self.alike[w] == mine):
                         continue
                     key = self.try_swap(v, w)
                     if better(key, best_key):
