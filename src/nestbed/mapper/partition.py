@@ -178,11 +178,12 @@ def _rebalance(
                     candidates.append(min(choices))
             if not candidates:
                 return
-            # Move the best nodes whose neighbours have not moved in this batch, so that
-            # every gain used is still exact; then look again.
+            # Move the nodes tied for the best gain whose neighbours have not moved in this
+            # batch, so that every gain used is still exact; then look again.
             touched: set[int] = set()
-            for _, i, q in sorted(candidates):
-                if load[full] <= sizes[full]:
+            candidates.sort()
+            for cost, i, q in candidates:
+                if load[full] <= sizes[full] or cost > candidates[0][0]:
                     break
                 if i in touched or load[q] + weights[i] > sizes[q] >= load[q] + 1:
                     continue
