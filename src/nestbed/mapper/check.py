@@ -58,13 +58,19 @@ class Cost:
 
     @property
     def score(self) -> float:
-        return (
-            W_HOST * self.nic_bps / 2e6
-            + W_TRUNK * self.trunk_bps / 1e6
-            + C_HOST * self.hosts_used
-            + C_SWITCH * self.switches_used
-            + C_SOFT * self.soft
-        )
+        return score(self.nic_bps, self.trunk_bps, self.hosts_used, self.switches_used, self.soft)
+
+
+def score(nic_bps: float, trunk_bps: float, hosts: int, switches: int, soft: float) -> float:
+    """The objective after violations: a crossing's bandwidth counts at both of its
+    interfaces, hence the half."""
+    return (
+        W_HOST * nic_bps / 2e6
+        + W_TRUNK * trunk_bps / 1e6
+        + C_HOST * hosts
+        + C_SWITCH * switches
+        + C_SOFT * soft
+    )
 
 
 @dataclass

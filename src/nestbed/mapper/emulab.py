@@ -9,6 +9,8 @@ not use is listed in docs/mapper.md. Errors name the file's line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from nestbed.errors import UserError
 from nestbed.mapper.problem import (
     UNLIMITED_SLOTS,
@@ -27,11 +29,14 @@ LINK_FLAGS = {"nodelay", "emulated", "trivial_ok"}
 LINK_TAGS = ("fixsrciface:", "fixdstiface:")
 
 
-def _lines(text: str):  # type: ignore[no-untyped-def]
+def _lines(text: str, file: str) -> Iterator[tuple[str, list[str]]]:
+    """Each line's place (`file:line`) and words; a node line has at least a name and type."""
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
+        if words and words[0] == "node" and len(words) < 3:
+            raise UserError(f"{file}:{number}: a node line needs a name and a type")
         if words:
-            yield number, words
+            yield f"{file}:{number}", words
 
 
 def _number(word: str, what: str, where: str, kind: type = float) -> float:
@@ -53,14 +58,11 @@ def parse_top(text: str, file: str = "top") -> Topology:
     vclasses: dict[str, tuple[str, ...]] = {}
     nodes: dict[str, dict] = {}
     lan_names: list[str] = []
-    links: list[tuple[str, str, str, int, bool, int]] = []
+    links: list[tuple[str, str, str, int, bool, str]] = []
     fixed: dict[str, str] = {}
-    for number, words in _lines(text):
-        where = f"{file}:{number}"
+    for where, words in _lines(text, file):
         command = words[0]
         if command == "node":
-            if len(words) < 3:
-                raise UserError(f"{where}: a node line needs a name and a type")
             name, type_word = words[1], words[2]
             type_name, _, slots = type_word.partition(":")
             if type_name == "lan":
@@ -84,7 +86,6 @@ def parse_top(text: str, file: str = "top") -> Topology:
                 "slots": int(_number(slots, "the slot count", where, int)) if slots else 1,
                 "desires": desires,
                 "subnode_of": subnode,
-                "line": number,
             }
         elif command == "link":
             if len(words) < 7:
@@ -105,7 +106,7 @@ def parse_top(text: str, file: str = "top") -> Topology:
                     _node_of(words[3]),
                     round(bandwidth * KBPS),
                     trivial_ok,
-                    number,
+                    where,
                 )
             )
         elif command == "make-vclass":
@@ -122,12 +123,12 @@ def parse_top(text: str, file: str = "top") -> Topology:
             raise UserError(f"{where}: unknown directive {command!r}")
     members: dict[str, list[LanMember]] = {name: [] for name in lan_names}
     plain: list[VirtualLink] = []
-    for name, a, b, bps, trivial_ok, number in links:
+    for name, a, b, bps, trivial_ok, where in links:
         for end in (a, b):
             if end not in nodes:
-                raise UserError(f"{file}:{number}: link {name} names node {end}, not defined")
+                raise UserError(f"{where}: link {name} names node {end}, not defined")
         if a in members and b in members:
-            raise UserError(f"{file}:{number}: link {name} joins two LANs")
+            raise UserError(f"{where}: link {name} joins two LANs")
         if a in members or b in members:
             lan, node = (a, b) if a in members else (b, a)
             members[lan].append(LanMember(node, bps, name))
@@ -193,12 +194,9 @@ def parse_ptop(text: str, file: str = "ptop") -> Testbed:
     limits: dict[str, int] = {}
     disallowed: set[str] = set()
     desire_limits: dict[str, float] = {}
-    for number, words in _lines(text):
-        where = f"{file}:{number}"
+    for where, words in _lines(text, file):
         command = words[0]
         if command == "node":
-            if len(words) < 3:
-                raise UserError(f"{where}: a node line needs a name and a type")
             name = words[1]
             sections: list[list[str]] = [[]]
             for word in words[2:]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from nestbed.mapper.check import C_HOST, C_SOFT, C_SWITCH, W_HOST, W_TRUNK
+from nestbed.mapper.check import score
 from nestbed.mapper.compiled import Compiled
 from nestbed.mapper.problem import VIOLATION_WEIGHT, FeatureKind
 
@@ -74,13 +74,7 @@ class State:
         return self.disc + (self.frac if self.frac > 1e-12 else 0.0)
 
     def cost(self) -> float:
-        return (
-            W_HOST * self.nic_bps / 2e6
-            + W_TRUNK * self.trunk_bps / 1e6
-            + C_HOST * self.hosts_used
-            + C_SWITCH * self.switches_used
-            + C_SOFT * self.soft
-        )
+        return score(self.nic_bps, self.trunk_bps, self.hosts_used, self.switches_used, self.soft)
 
     def key(self) -> tuple[float, float]:
         return (self.violation(), self.cost())
