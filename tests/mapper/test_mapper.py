@@ -228,3 +228,41 @@ def test_a_mapping_with_a_violation_is_refused_naming_the_constraint():
     )
     with pytest.raises(UserError, match=r"host pc\d's 1Gb/s interface would carry 2Gb/s"):
         map_topology(topology, Bed(hosts, ("sw",)))
+
+
+def test_additive_desires_a_host_one_type_at_a_time_and_subnodes():
+    hosts = (
+        Host("h0", "sw", 1000 * MB, types={"pc": 4, "pcvm": 4}, features={"?+cores": 2.0}),
+        Host("h1", "sw", 1000 * MB, types={"pc": 4, "pcvm": 4}, features={"?+cores": 2.0}),
+        Host("card", "sw", 1000 * MB, types={"nic": 1}, subnode_of="h1"),
+        Host("h2", "sw", 1000 * MB, types={"pc": 4, "pcvm": 4}),
+    )
+    nodes = (
+        VirtualNode("a", desires={"?+cores": 1.5}),
+        VirtualNode("b", desires={"?+cores": 1.5}),
+        VirtualNode("vm", types=("pcvm",)),
+        VirtualNode("sub", types=("nic",), subnode_of="b"),
+    )
+    links = (VirtualLink("ab", "a", "b", MB), VirtualLink("avm", "a", "vm", MB))
+    topology, bed = Topology(nodes, links), Bed(hosts, ("sw",))
+    mapping = map_topology(topology, bed)
+    assert mapping.hosts["a"] != mapping.hosts["b"]  # 1.5 + 1.5 cores > 2
+    assert mapping.hosts["b"] == "h1" and mapping.hosts["sub"] == "card"
+    # vm is a pcvm: it cannot share a host that is being a pc.
+    assert mapping.hosts["vm"] not in (mapping.hosts["a"], mapping.hosts["b"])
+    assert evaluate(topology, bed, mapping.hosts, {}).valid
+
+
+def test_the_link_emulators_packet_rate_and_loopback_bandwidth_bound_a_host():
+    # Two shaped 100 Mb/s links need 2 × 2 × 8 333 packets/s inside one host: a host that
+    # carries 30 000 cannot take all three nodes, nor can a loopback of 150 Mb/s; one node
+    # goes to the one-slot host.
+    for host in (
+        Host("h0", "sw", 1000 * MB, types={"pc": 3}, linkd_pps=30_000),
+        Host("h0", "sw", 1000 * MB, types={"pc": 3}, trivial_bps=150 * MB),
+    ):
+        other = Host("h1", "sw", 1000 * MB, types={"pc": 1})
+        nodes = tuple(VirtualNode(n) for n in "abc")
+        links = (VirtualLink("ab", "a", "b", 100 * MB), VirtualLink("bc", "b", "c", 100 * MB))
+        mapping = map_topology(Topology(nodes, links), Bed((host, other), ("sw",)))
+        assert len(set(mapping.hosts.values())) == 2

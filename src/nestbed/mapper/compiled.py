@@ -45,6 +45,9 @@ class Compiled:
     global_features: list[tuple[str, FeatureKind, float]]  # name, kind, weight
     host_globals: list[list[int]]  # per host, indices into global_features
     node_desires: list[frozenset[str]]
+    node_parent: list[int]  # subnode_of, as a node index (-1: none)
+    node_children: list[list[int]]
+    host_parent: list[int]  # subnode_of, as a host index (-1: none)
 
 
 def compile_problem(topology: Topology, testbed: Testbed) -> Compiled:
@@ -148,6 +151,18 @@ def compile_problem(topology: Topology, testbed: Testbed) -> Compiled:
         else:
             node_fixed.append(host_index[node.fixed])
 
+    node_parent = []
+    children: list[list[int]] = [[] for _ in topology.nodes]
+    for i, node in enumerate(topology.nodes):
+        if node.subnode_of is None:
+            node_parent.append(-1)
+        elif node.subnode_of not in node_index:
+            raise UserError(
+                f"node {node.name} is a subnode of {node.subnode_of}, which does not exist"
+            )
+        else:
+            node_parent.append(node_index[node.subnode_of])
+            children[node_index[node.subnode_of]].append(i)
     return Compiled(
         topology=topology,
         testbed=testbed,
@@ -183,4 +198,9 @@ def compile_problem(topology: Topology, testbed: Testbed) -> Compiled:
             sorted(global_at[f] for f in h.features if f in global_at) for h in testbed.hosts
         ],
         node_desires=[frozenset(n.desires) for n in topology.nodes],
+        node_parent=node_parent,
+        node_children=children,
+        host_parent=[
+            host_index.get(h.subnode_of, -1) if h.subnode_of else -1 for h in testbed.hosts
+        ],
     )

@@ -160,6 +160,9 @@ class Search:
         for lan, members in enumerate(p.lan_members):
             if hot.intersection(s.lan_applied[lan]) or s.lan_bad[lan]:
                 nodes.update(v for v, _, _ in members)
+        for v, parent in enumerate(p.node_parent):
+            if parent >= 0 and p.host_parent[s.place[v]] != s.place[parent]:
+                nodes.update((v, parent))
         for link in range(len(p.link_a)):
             if not p.link_trivial_ok[link]:
                 a, b = p.link_a[link], p.link_b[link]

@@ -63,6 +63,9 @@ class State:
         self.place = list(place)
         for v, h in enumerate(place):
             self._node(v, h, 1)
+        for v, parent in enumerate(p.node_parent):
+            if parent >= 0 and p.host_parent[place[v]] != place[parent]:
+                self.disc += 1
         for link in range(len(p.link_a)):
             self._link(link, 1)
         for lan in range(nl):
@@ -90,13 +93,26 @@ class State:
             self._link(link, -1)
         for lan, mi in p.node_lans[v]:
             self._lan_leave(lan, mi, old)
+        self._subnodes(v, -1)
         self._node(v, old, -1)
         self.place[v] = h
         self._node(v, h, 1)
+        self._subnodes(v, 1)
         for link in p.node_links[v]:
             self._link(link, 1)
         for lan, mi in p.node_lans[v]:
             self._lan_join(lan, mi, h)
+
+    def _subnodes(self, v: int, sign: int) -> None:
+        """A subnode's host must be a subnode of its parent's host: one violation per pair
+        that is not, counted for ``v`` as child and as parent."""
+        p = self.p
+        parent = p.node_parent[v]
+        pairs = [(v, parent)] if parent >= 0 else []
+        pairs += [(c, v) for c in p.node_children[v]]
+        for child, of in pairs:
+            if p.host_parent[self.place[child]] != self.place[of]:
+                self.disc += sign
 
     def _res(self, r: int, delta: float) -> None:
         load = self.load
