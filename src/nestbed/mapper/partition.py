@@ -32,8 +32,20 @@ def initial_placement(p: Compiled, seed: int) -> list[int]:
         hosts_of_switch.setdefault(s, []).append(h)
     capacity = {s: sum(p.host_slots[h] for h in hs) for s, hs in hosts_of_switch.items()}
     demand = sum(p.node_slots[v] for v in free)
-    switches = _enough(sorted(capacity, key=lambda s: (-capacity[s], s)), capacity, demand)
-    parts = _partition(p, free, [capacity[s] for s in switches], seed)
+    order = sorted(capacity, key=lambda s: (-capacity[s], s))
+    fewest = _enough(order, capacity, demand)
+    # With no room to spare, METIS's overfill must be moved, which cuts more: one switch more
+    # may cut less, and crossings come before switches in the objective.
+    options = [fewest]
+    if 1 < len(fewest) < len(order):
+        options.append(order[: len(fewest) + 1])
+    best: tuple[int, list[int], list[int]] | None = None
+    for switches in options:
+        parts, cut = _partition(p, free, [capacity[s] for s in switches], seed)
+        if best is None or cut < best[0]:
+            best = (cut, switches, parts)
+    assert best is not None
+    _, switches, parts = best
     for s_index, s in enumerate(switches):
         members = [v for v, part in zip(free, parts, strict=True) if part == s_index]
         if not members:
@@ -45,7 +57,7 @@ def initial_placement(p: Compiled, seed: int) -> list[int]:
             for v in members:
                 place[v] = chosen[0]
             continue
-        host_parts = _partition(p, members, [p.host_slots[h] for h in chosen], seed)
+        host_parts, _ = _partition(p, members, [p.host_slots[h] for h in chosen], seed)
         for v, part in zip(members, host_parts, strict=True):
             place[v] = chosen[part]
     _spread_overflow(p, place, free)
@@ -64,14 +76,15 @@ def _enough(order: list[int], capacity: dict[int, int], demand: int) -> list[int
     return chosen or order[:1]
 
 
-def _partition(p: Compiled, nodes: list[int], sizes: list[int], seed: int) -> list[int]:
-    """Part of each of ``nodes`` (parts sized like ``sizes``), cutting the least bandwidth."""
+def _partition(p: Compiled, nodes: list[int], sizes: list[int], seed: int) -> tuple[list[int], int]:
+    """Part of each of ``nodes`` (parts sized like ``sizes``), cutting the least bandwidth,
+    and the bandwidth cut (Mb/s; 0 when not partitioned)."""
     k = len(sizes)
     if k == 1:
-        return [0] * len(nodes)
+        return [0] * len(nodes), 0
     if all(size == 1 for size in sizes) and len(nodes) <= k:
         # One node per part: nothing to partition, keep neighbours in order.
-        return list(range(len(nodes)))
+        return list(range(len(nodes))), 0
     index = {v: i for i, v in enumerate(nodes)}
     adjacency: list[dict[int, int]] = [{} for _ in nodes]
     weights = [p.node_slots[v] for v in nodes]
@@ -95,7 +108,7 @@ def _partition(p: Compiled, nodes: list[int], sizes: list[int], seed: int) -> li
         for i, bps in inside:
             join(i, hub, bps)
     if not any(adjacency):
-        return [i * k // len(nodes) for i in range(len(nodes))]
+        return [i * k // len(nodes) for i in range(len(nodes))], 0
     starts, targets, eweights = [0], [], []
     for row in adjacency:
         for j, w in sorted(row.items()):
@@ -141,7 +154,7 @@ def _partition(p: Compiled, nodes: list[int], sizes: list[int], seed: int) -> li
         if best is None or (cut, attempt) < best[:2]:
             best = (cut, attempt, parts)
     assert best is not None
-    return best[2][: len(nodes)]
+    return best[2][: len(nodes)], best[0]
 
 
 def _rebalance(
