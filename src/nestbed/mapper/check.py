@@ -176,7 +176,7 @@ def evaluate(
         if t in testbed.type_limits and n > testbed.type_limits[t]:
             limit = testbed.type_limits[t]
             bad.append(f"{n} hosts are used as type {t}, above its limit of {limit}")
-    _check_policies(topology, testbed, bad)
+    check_policies(topology, testbed, bad)
 
     def where(node: str) -> int | None:
         return hosts.get(placement.get(node, ""))
@@ -288,7 +288,7 @@ def evaluate(
     return result
 
 
-def _check_policies(topology: Topology, testbed: Testbed, bad: list[str]) -> None:
+def check_policies(topology: Topology, testbed: Testbed, bad: list[str]) -> None:
     weights: Counter[str] = Counter()
     for node in topology.nodes:
         for desire, weight in node.desires.items():

@@ -12,7 +12,7 @@ import math
 from collections import defaultdict
 
 from nestbed.errors import UserError
-from nestbed.mapper.check import _check_policies, bw
+from nestbed.mapper.check import bw, check_policies
 from nestbed.mapper.fabric import Fabric
 from nestbed.mapper.fit import fit
 from nestbed.mapper.problem import Testbed, Topology, VirtualNode
@@ -22,7 +22,7 @@ def precheck(topology: Topology, testbed: Testbed) -> None:
     if not testbed.hosts:
         raise UserError("the testbed has no hosts; describe at least one")
     policy: list[str] = []
-    _check_policies(topology, testbed, policy)
+    check_policies(topology, testbed, policy)
     if policy:
         raise UserError(policy[0])
     hosts = {h.name: h for h in testbed.hosts}
