@@ -17,9 +17,12 @@ from nestbed.mapper.compiled import Compiled
 from nestbed.mapper.state import State
 
 SWAP_PARTNERS = 6  # nodes tried on each neighbour host when swapping
-REPAIR_ROUNDS = 40
-KICKS = 40
 REPAIR_SAMPLE = 64  # troubled nodes tried per round
+FULL_SAMPLE = 3  # full hosts per class tried for swaps
+# Moves and swaps the repair may evaluate: enough for chains of swaps on small problems,
+# bounded on large ones (each evaluation costs tens of microseconds).
+REPAIR_BUDGET = 150_000
+REPAIR_BUDGET_PER_NODE = 30
 IMPROVE_PASSES = 3
 EPS = 1e-9
 
@@ -35,6 +38,7 @@ class Search:
         self.p = p
         self.s = state
         self.rng = random.Random(seed)
+        self.evaluations = 0
         self.classes_for_kind = [
             [c for c, f in enumerate(fits) if f.type is not None] for fits in p.fits
         ]
@@ -73,25 +77,29 @@ class Search:
             return [p.node_fixed[v]]
         found = []
         for c in self.classes_for_kind[p.node_kind[v]]:
-            used = empty = full = -1
+            used = empty = -1
+            full: list[int] = []
             for h in p.class_hosts[c]:
                 if not s.room(v, h):
-                    if full < 0:
-                        full = h
+                    if len(full) < 4 * FULL_SAMPLE:
+                        full.append(h)
                 elif s.host_count[h]:
                     if used < 0:
                         used = h
                 elif empty < 0:
                     empty = h
-                if used >= 0 and empty >= 0 and full >= 0:
+                if used >= 0 and empty >= 0 and len(full) >= 4 * FULL_SAMPLE:
                     break
-            found += [h for h in (used, empty, full) if h >= 0]
+            if len(full) > FULL_SAMPLE:
+                full = self.rng.sample(full, FULL_SAMPLE)
+            found += [h for h in (used, empty) if h >= 0] + full
         return found
 
     # -- evaluating ---------------------------------------------------------------------------
 
     def try_move(self, v: int, h: int) -> tuple[float, float]:
         s = self.s
+        self.evaluations += 1
         old = s.place[v]
         s.move(v, h)
         key = s.key()
@@ -100,6 +108,7 @@ class Search:
 
     def try_swap(self, v: int, w: int) -> tuple[float, float]:
         s = self.s
+        self.evaluations += 1
         hv, hw = s.place[v], s.place[w]
         s.move(v, hw)
         s.move(w, hv)
@@ -108,18 +117,31 @@ class Search:
         s.move(v, hv)
         return key
 
+    def try_chain(self, v: int, w: int, x: int) -> tuple[float, float]:
+        """``w`` makes way for ``v`` by moving to ``x``."""
+        s = self.s
+        self.evaluations += 1
+        hv, hw = s.place[v], s.place[w]
+        s.move(w, x)
+        s.move(v, hw)
+        key = s.key()
+        s.move(v, hv)
+        s.move(w, hw)
+        return key
+
     def best_step(
-        self, v: int, hosts: list[int], swaps: bool
-    ) -> tuple[tuple[float, float], tuple[int, int] | None]:
-        """The best move or swap of ``v``: (key, (host, -1) or (-1, partner))."""
+        self, v: int, hosts: list[int], swaps: bool, chains: bool = False
+    ) -> tuple[tuple[float, float], tuple[int, int, int] | None]:
+        """The best move, swap or (with ``chains``) make-way move of ``v``:
+        (key, (host, -1, -1), (-1, partner, -1) or (-1, partner, partner's new host))."""
         s, p = self.s, self.p
         best_key: tuple[float, float] = (float("inf"), float("inf"))
-        best: tuple[int, int] | None = None
+        best: tuple[int, int, int] | None = None
         for h in hosts:
             if s.room(v, h) or not swaps:
                 key = self.try_move(v, h)
                 if better(key, best_key):
-                    best_key, best = key, (h, -1)
+                    best_key, best = key, (h, -1, -1)
             if swaps:
                 partners = sorted(s.host_nodes[h])
                 if len(partners) > SWAP_PARTNERS:
@@ -130,13 +152,24 @@ class Search:
                         continue
                     key = self.try_swap(v, w)
                     if better(key, best_key):
-                        best_key, best = key, (-1, w)
+                        best_key, best = key, (-1, w, -1)
+                    if not chains or s.room(v, h):
+                        continue
+                    for x in self.class_hosts(w):
+                        if x != h and x != s.place[v] and s.room(w, x):
+                            key = self.try_chain(v, w, x)
+                            if better(key, best_key):
+                                best_key, best = key, (-1, w, x)
         return best_key, best
 
-    def apply(self, v: int, step: tuple[int, int]) -> None:
-        h, w = step
+    def apply(self, v: int, step: tuple[int, int, int]) -> None:
+        h, w, x = step
         if w < 0:
             self.s.move(v, h)
+        elif x >= 0:
+            hw = self.s.place[w]
+            self.s.move(w, x)
+            self.s.move(v, hw)
         else:
             hv, hw = self.s.place[v], self.s.place[w]
             self.s.move(v, hw)
@@ -173,8 +206,8 @@ class Search:
     def repair(self) -> None:
         s = self.s
         tabu: deque[int] = deque(maxlen=16)
-        kicks = 0
-        for _ in range(REPAIR_ROUNDS + KICKS):
+        budget = self.evaluations + REPAIR_BUDGET + REPAIR_BUDGET_PER_NODE * len(s.place)
+        while self.evaluations < budget:
             if s.violation() == 0:
                 return
             nodes = self.troubled_nodes()
@@ -187,24 +220,31 @@ class Search:
                 if s.violation() == 0:
                     return
                 here = s.key()
-                key, step = self.best_step(v, self.candidates(v), swaps=True)
+                key, step = self.best_step(v, self.candidates(v), swaps=True, chains=self.misfit(v))
                 if step is not None and better(key, here):
                     self.apply(v, step)
                     improved = True
             if improved:
                 continue
-            if kicks >= KICKS:
-                return
-            kicks += 1
             # Stuck: the least bad step of a troubled node not moved lately.
             choices = [v for v in nodes if v not in tabu] or nodes
             v = choices[self.rng.randrange(len(choices))]
-            key, step = self.best_step(v, self.candidates(v), swaps=True)
+            key, step = self.best_step(v, self.candidates(v), swaps=True, chains=self.misfit(v))
             if step is not None:
                 self.apply(v, step)
                 tabu.append(v)
 
+    def misfit(self, v: int) -> bool:
+        """Whether ``v``'s host cannot take it at all (type, desires, features): only such a
+        node is worth the many evaluations of making way for it."""
+        p = self.p
+        h = self.s.place[v]
+        return p.fits[p.node_kind[v]][p.host_class[h]].type is None
+
     def candidates(self, v: int) -> list[int]:
+        fixed = self.p.node_fixed[v]
+        if fixed >= 0:  # a fixed node only ever goes to its host
+            return [fixed] if self.s.place[v] != fixed else []
         hosts = dict.fromkeys(self.neighbour_hosts(v) + self.class_hosts(v))
         hosts.pop(self.s.place[v], None)
         return list(hosts)
