@@ -23,6 +23,7 @@ FULL_SAMPLE = 3  # full hosts per class tried for swaps
 # bounded on large ones (each evaluation costs tens of microseconds).
 REPAIR_BUDGET = 150_000
 REPAIR_BUDGET_PER_NODE = 30
+STALE_ROUNDS = 100  # rounds without a new fewest violations before the repair gives up
 IMPROVE_PASSES = 3
 EPS = 1e-9
 
@@ -207,9 +208,14 @@ class Search:
         s = self.s
         tabu: deque[int] = deque(maxlen=16)
         budget = self.evaluations + REPAIR_BUDGET + REPAIR_BUDGET_PER_NODE * len(s.place)
-        while self.evaluations < budget:
+        best, stale = s.violation(), 0
+        while self.evaluations < budget and stale < STALE_ROUNDS:
             if s.violation() == 0:
                 return
+            if s.violation() < best - EPS:
+                best, stale = s.violation(), 0
+            else:
+                stale += 1
             nodes = self.troubled_nodes()
             if not nodes:
                 return
