@@ -187,7 +187,7 @@ def _random_problem(rng: random.Random) -> tuple[Topology, Bed]:
     pytest.skip("no feasible planted problem")  # pragma: no cover
 
 
-@pytest.mark.parametrize("case", range(40))
+@pytest.mark.parametrize("case", range(100))
 def test_every_feasible_random_problem_gets_a_mapping_that_meets_every_constraint(case):
     topology, testbed = _random_problem(random.Random(case))
     if not topology.nodes:
