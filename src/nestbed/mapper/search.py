@@ -98,37 +98,29 @@ class Search:
 
     # -- evaluating ---------------------------------------------------------------------------
 
-    def try_move(self, v: int, h: int) -> tuple[float, float]:
+    def try_moves(self, moves: list[tuple[int, int]]) -> tuple[float, float]:
+        """The key after making ``moves`` (node, host) in order; they are then undone."""
         s = self.s
         self.evaluations += 1
-        old = s.place[v]
-        s.move(v, h)
+        undo = []
+        for v, h in moves:
+            undo.append((v, s.place[v]))
+            s.move(v, h)
         key = s.key()
-        s.move(v, old)
+        for v, h in reversed(undo):
+            s.move(v, h)
         return key
 
+    def try_move(self, v: int, h: int) -> tuple[float, float]:
+        return self.try_moves([(v, h)])
+
     def try_swap(self, v: int, w: int) -> tuple[float, float]:
-        s = self.s
-        self.evaluations += 1
-        hv, hw = s.place[v], s.place[w]
-        s.move(v, hw)
-        s.move(w, hv)
-        key = s.key()
-        s.move(w, hw)
-        s.move(v, hv)
-        return key
+        place = self.s.place
+        return self.try_moves([(v, place[w]), (w, place[v])])
 
     def try_chain(self, v: int, w: int, x: int) -> tuple[float, float]:
         """``w`` makes way for ``v`` by moving to ``x``."""
-        s = self.s
-        self.evaluations += 1
-        hv, hw = s.place[v], s.place[w]
-        s.move(w, x)
-        s.move(v, hw)
-        key = s.key()
-        s.move(v, hv)
-        s.move(w, hw)
-        return key
+        return self.try_moves([(w, x), (v, self.s.place[w])])
 
     def best_step(
         self, v: int, hosts: list[int], swaps: bool, chains: bool = False
