@@ -32,7 +32,7 @@ class Compiled:
     host_class: list[int]
     class_hosts: list[list[int]]
     class_switch: list[int]
-    host_slots: list[int]  # the most nodes it can take of its largest dynamic type
+    host_slots: list[int]  # the most nodes of its largest dynamic type (static if none)
     fits: list[list[Fit]]  # [kind][class]
     link_a: list[int]
     link_b: list[int]
@@ -181,7 +181,10 @@ def compile_problem(topology: Topology, testbed: Testbed) -> Compiled:
         host_class=host_class,
         class_hosts=class_hosts,
         class_switch=class_switch,
-        host_slots=[max(list(h.types.values()) or [0]) for h in testbed.hosts],
+        host_slots=[
+            min(max(h.types.values() or h.static_types.values() or [0]), len(topology.nodes))
+            for h in testbed.hosts
+        ],
         fits=fits,
         link_a=link_a,
         link_b=link_b,

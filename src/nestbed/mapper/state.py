@@ -159,8 +159,9 @@ class State:
         use[key] = new
         have = (host.static_types if fit.static else host.types)[fit.type]
         self.disc += max(0, new - have) - max(0, old - have)
+        if not fit.static or not host.types:
+            self.host_free[h] -= slots  # a guide to where there is room; slots are counted above
         if not fit.static:
-            self.host_free[h] -= slots
             dyn = self.dyn[h]
             before = len(dyn)
             dyn[fit.type] += sign
