@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "model": _BASE,
     "spec": _PURE_IR,
     "api": _PURE_IR | {"spec"},
+    "mapper": _PURE_IR | {"spec"},
     "store": {"errors"},
     "backend": _PURE_IR | {"binaries"},
     "results": _PURE_IR,
@@ -33,11 +34,12 @@ ALLOWED: dict[str, set[str]] = {
     "sweep": _MACHINE | {"spec", "store", "lifecycle"},
     "studies": _MACHINE | {"api", "spec", "store", "lifecycle", "analysis", "simulate", "sweep"},
     "cli": _MACHINE
-    | {"spec", "store", "lifecycle", "analysis", "simulate", "linktest", "sweep", "studies"},
+    | {"spec", "mapper", "store", "lifecycle", "analysis", "simulate", "linktest", "sweep"}
+    | {"studies"},
     "__init__": {"api", "lifecycle"},
     "__main__": {"cli"},
 }
-PURE = {"errors", "units", "model", "spec", "api"}
+PURE = {"errors", "units", "model", "spec", "api", "mapper"}
 PLATFORM_MODULES = {"socket", "pyroute2", "ctypes", "fcntl"}
 ALLOWED_SUBPROCESS = {"spec/ns"}  # the ns-2 front end runs tclsh, by design
 LINUX = "nestbed.backend.linux"

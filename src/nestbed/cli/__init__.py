@@ -3,7 +3,7 @@
 Commands live in one module per family: ``experiments`` (parse, convert, create, list, show,
 delete), ``lifecycle`` (swapin, swapout, run, cleanup), ``active`` (exec, shell, event,
 status, linktest, capture), ``instruments`` (sweep, simulate, compare, analyze, validate),
-``calibrate`` and ``study``; ``common`` holds what they share, ``render`` the tables.
+``map`` (the mapper), ``calibrate`` and ``study``; ``common`` holds what they share, ``render`` the tables.
 
 Only nestbed's own errors are caught: they print one line per problem and exit with their
 category's code (user 2, environment 3, internal 4). Anything else is a bug and, with
@@ -17,12 +17,14 @@ import sys
 
 from nestbed.cli.calibrate import calibrate
 from nestbed.cli.common import app, err, state
+from nestbed.cli.map import map_command
 from nestbed.cli.study import study
 from nestbed.errors import NestbedError
 
 # Each family registers its commands when imported, in this order (the order of --help).
 for _family in ("experiments", "lifecycle", "active", "instruments"):
     importlib.import_module(f"nestbed.cli.{_family}")
+app.command(name="map")(map_command)
 app.add_typer(study, name="study")
 app.add_typer(calibrate, name="calibrate")
 
