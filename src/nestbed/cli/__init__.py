@@ -3,7 +3,8 @@
 Commands live in one module per family: ``experiments`` (parse, convert, create, list, show,
 delete), ``lifecycle`` (swapin, swapout, run, cleanup), ``active`` (exec, shell, event,
 status, linktest, capture), ``instruments`` (sweep, simulate, compare, analyze, validate),
-``map`` (the mapper), ``calibrate`` and ``study``; ``common`` holds what they share, ``render`` the tables.
+``map`` (the mapper), ``calibrate`` and ``study``; ``common`` holds what they share,
+``render`` the tables.
 
 Only nestbed's own errors are caught: they print one line per problem and exit with their
 category's code (user 2, environment 3, internal 4). Anything else is a bug and, with
