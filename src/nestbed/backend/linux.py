@@ -17,14 +17,13 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pyroute2 import netns
 
-from nestbed.backend import netlink, offloads
+from nestbed.backend import netlink, offloads, processes
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, TAG_LENGTH, Plan, experiment_tag, mark
 from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
@@ -335,20 +334,13 @@ def linkd(plan: Plan) -> SocketClient:
 
 
 def _stop_pid(pidfile: Path) -> None:
-    """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds."""
+    """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds; waits
+    on its exit (a pidfd), not by polling."""
     try:
         pid = int(pidfile.read_text().strip())
     except (FileNotFoundError, ValueError):
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(200):
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    return  # our own child, now reaped
-            os.kill(pid, 0)
-            time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
+    processes.stop(pid, grace_s=2.0)
 
 
 def _stop_daemons(directory: Path) -> None:

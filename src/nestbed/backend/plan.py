@@ -24,8 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-
-from nestbed.model import Experiment, Link, Shaping
+from nestbed.model import Experiment, Shaping
 
 NS_PREFIX = "nb-"
 TAG_LENGTH = 8

@@ -18,7 +18,7 @@ from typing import Any
 
 from nestbed.backend import get
 from nestbed.backend.base import Backend
-from nestbed.backend.plan import plan
+from nestbed.backend.plan import experiment_tag
 from nestbed.control import requests
 from nestbed.control.client import PID, SOCKET
 from nestbed.control.run import Run
@@ -67,7 +67,7 @@ class Controller:
                 f"next_run on back end {start.backend} in a controller of {self.backend.name}"
             )
         exp = Experiment.from_json(start.ir.read_text())
-        if plan(exp).tag != previous.plan.tag:
+        if experiment_tag(exp.name) != previous.plan.tag:
             raise Refused(f"next_run of another experiment ({exp.name}) in {previous.exp.name}")
         following = Run(self.backend, start)
         previous.retire()
