@@ -49,7 +49,7 @@ def test_ddl_is_transactional(store: Store) -> None:
 
 
 def test_the_known_head_is_alembics_and_a_current_database_is_seen_without_alembic(tmp_path):
-    assert migrate.HEAD == migrate.head_revision()
+    assert migrate.head_revision() == migrate.HEAD
     with Store.open(str(tmp_path / "s.db")) as store:
         assert migrate.is_current(store.engine)
         with store.engine.begin() as conn:

@@ -70,7 +70,8 @@ class Store:
         engine = connect(url)
         if migrate.is_current(engine):
             return cls(engine, url)
-        
+        from alembic.util import CommandError
+
         try:
             migrate.upgrade(engine)
         except CommandError as exc:
