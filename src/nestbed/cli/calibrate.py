@@ -179,9 +179,7 @@ def compare(
     """Compare two calibrations (before/after a change, or two machines) point by point."""
     from nestbed.studies import calibrate as study
 
-    folder = (
-        results or default_results("calibrate-compare")
-    ).resolve()
+    folder = (results or default_results("calibrate-compare")).resolve()
     path = study.compare(first, second, folder)
     if as_json:
         print_json({"report": str(path), "folder": str(folder)})

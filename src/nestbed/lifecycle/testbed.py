@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend import kept
 from nestbed.backend.base import Backend
@@ -28,10 +28,13 @@ from nestbed.model.options import ControllerStart, RunOptions
 from nestbed.results import manifest
 from nestbed.results.drawing import draw_detached
 from nestbed.results.folder import RunFolder, default_results
-from nestbed.store import State, Store
+from nestbed.store import State
 from nestbed.store.states import check_transition
 
 _LIVE = (State.SWAPPING_IN, State.ACTIVE, State.SWAPPING_OUT, State.FAILED)
+if TYPE_CHECKING:
+    from nestbed.store import Store
+
 Notify = Any  # a callable taking one line of progress, or None
 
 

@@ -14,13 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy import Connection, Engine
-
 from nestbed.errors import InternalError
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy import Connection, Engine
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"
@@ -31,6 +29,8 @@ HEAD = "0001"
 
 def is_current(engine: Engine) -> bool:
     """Whether the database says it is at ``HEAD``, read with one query and no alembic."""
+    import sqlalchemy as sa
+
     try:
         with engine.connect() as conn:
             rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
