@@ -313,13 +313,22 @@ def _flush(batches: Iterable[netlink.Batch], step: list[str], stage: str) -> Non
         batch.flush()
 
 
+_detected: list[Cgroups] = []  # the machine's cgroup hierarchies, found once per process
+
+
 def _hierarchy(required: bool) -> Cgroups | None:
-    try:
-        return Cgroups.detect()
-    except EnvironmentProblem:
-        if required:
-            raise
-        return None
+    """The cgroup hierarchies (None, or one sentence with ``required``, where there are none).
+
+    Found once: reading the mount table again for every program a run starts took a
+    millisecond of the controller's time at each start."""
+    if not _detected:
+        try:
+            _detected.append(Cgroups.detect())
+        except EnvironmentProblem:
+            if required:
+                raise
+            return None
+    return _detected[0]
 
 
 def _create_cgroups(plan: Plan) -> None:
