@@ -80,42 +80,27 @@ class Reader:
         return sorted((_experiment(row) for row in rows), key=lambda r: r.name)
 
     def history(self, name: str) -> builtins.list[StateChange]:
-        experiment = self.get(name)
-        rows = self._conn.execute(
-            "SELECT id, experiment_name, from_state, to_state, at, reason FROM state_changes "
-            "WHERE experiment_id = ? ORDER BY id",
-            (experiment.id,),
-        ).fetchall()
+        rows = self._of(name, "id, experiment_name, from_state, to_state, at, reason",
+                        "state_changes")  # fmt: skip
         return [
-            StateChange(
-                id=r[0],
-                experiment=r[1],
-                from_state=None if r[2] is None else State(r[2]),
-                to_state=State(r[3]),
-                at=_time(r[4]),
-                reason=r[5],
-            )
-            for r in rows
-        ]
+            StateChange(id=i, experiment=who, from_state=None if was is None else State(was),
+                        to_state=State(now), at=_time(at), reason=why)
+            for i, who, was, now, at, why in rows
+        ]  # fmt: skip
 
     def runs(self, name: str) -> builtins.list[RunRecord]:
-        experiment = self.get(name)
-        rows = self._conn.execute(
-            "SELECT id, started_at, ended_at, outcome, results_dir FROM runs "
-            "WHERE experiment_id = ? ORDER BY id",
-            (experiment.id,),
-        ).fetchall()
+        rows = self._of(name, "id, started_at, ended_at, outcome, results_dir", "runs")
         return [
-            RunRecord(
-                id=r[0],
-                experiment=name,
-                started_at=_time(r[1]),
-                ended_at=_time(r[2]),
-                outcome=r[3],
-                results_dir=r[4],
-            )
-            for r in rows
-        ]
+            RunRecord(id=i, experiment=name, started_at=_time(started), ended_at=_time(ended),
+                      outcome=outcome, results_dir=folder)
+            for i, started, ended, outcome, folder in rows
+        ]  # fmt: skip
+
+    def _of(self, name: str, columns: str, table: str) -> builtins.list[tuple[Any, ...]]:
+        """The experiment's rows of ``table``, oldest first; UserError for no experiment."""
+        experiment = self.get(name)
+        query = f"SELECT {columns} FROM {table} WHERE experiment_id = ? ORDER BY id"
+        return self._conn.execute(query, (experiment.id,)).fetchall()
 
 
 def _time(value: Any) -> Any:
