@@ -3,8 +3,9 @@ demand (`nestbed report RUN`), and saying in the manifest which it was and how i
 
 The report is read from the run's tables only, so drawing it later loses nothing measured; it
 takes pandas and matplotlib a second or more, which a swap-out need not wait for. The detached
-process runs at the lowest CPU priority (a sweep's next run goes on meanwhile) and holds the
-folder's report lock until it has finished: ``wait_drawn`` blocks on that lock, not a poll.
+process runs at the lowest CPU priority (a sweep's next run goes on meanwhile), one at a time
+on the machine, and holds the folder's report lock until it has finished: ``wait_drawn``
+blocks on that lock, not a poll.
 
 The manifest's ``report`` says ``{"state": "drawing" | "written" | "failed" | "off",
 "drawn_by": ...}``; a failed drawing leaves its traceback in report.error.
@@ -18,6 +19,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from nestbed.results.folder import RunFolder
 
 LOCK = ".report.lock"  # held by whoever is drawing the folder's report
 ERROR = "report.error"
+MACHINE_LOCK = "nestbed-drawing.lock"
 DETACHED = "a detached process after the run"
 ON_DEMAND = "nestbed report"
 
@@ -118,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     _lowest_priority()
     folder = RunFolder(args.folder).root
     try:
-        return 0 if draw(folder, DETACHED) is not None else 1
+        # One drawing at a time on the machine: a sweep's runs end faster than pandas and
+        # matplotlib draw, and each waiting process stays small until its turn.
+        with (Path(tempfile.gettempdir()) / MACHINE_LOCK).open("a") as turn:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            return 0 if draw(folder, DETACHED) is not None else 1
     finally:
         # Gone before it is released: a waiter that comes later finds nobody drawing.
         (folder / LOCK).unlink(missing_ok=True)
