@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,12 @@ class Controller:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nestbed.control")
     parser.add_argument("--start", type=Path, required=True, help="a ControllerStart (JSON)")
+    parser.add_argument(
+        "--wait", action="store_true", help="read a line on stdin first (started early)"
+    )
     args = parser.parse_args(argv)
+    if args.wait and not sys.stdin.readline():
+        return 0  # the swap-in that started this process early failed: nothing to do
     start = ControllerStart.model_validate_json(args.start.read_text())
     controller = Controller(get(start.backend), start)
 

@@ -149,6 +149,9 @@ class Testbed:
             p = plan(exp)
             active = Active(name, p, exp, self.backend, folder)
             try:
+                assert lock.fd is not None
+                # The controller's process loads its modules while the network is built.
+                active.controller.prestart(pass_fds=(lock.fd,))
                 self.backend.swap_in(p)
                 ir = kept.keep(self.backend.run_dir(p), exp, p)
                 RunFolder(folder).make()
@@ -157,9 +160,9 @@ class Testbed:
                 active.run_id = self.store.start_run(name, folder)
                 start = ControllerStart(backend=self.backend.name, ir=ir, results=folder,
                                         run_id=active.run_id, options=options)  # fmt: skip
-                assert lock.fd is not None
                 active.controller.launch(start, pass_fds=(lock.fd,))
             except BaseException as exc:
+                active.controller.abandon()
                 self._failed(name, p, active.run_id, exc)
                 raise
             self.store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
