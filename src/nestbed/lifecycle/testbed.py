@@ -91,7 +91,10 @@ class Testbed:
 
     def experiment(self, name: str) -> Experiment:
         """The experiment as it was swapped in (or as stored, when it is not)."""
-        return self._kept(name)[0]
+        swapped_in = self.backend.state_root / name / kept.IR
+        if swapped_in.exists():
+            return Experiment.from_json(swapped_in.read_text())
+        return Experiment.from_json(self.store.get(name).ir_json)
 
     def plan(self, name: str) -> Plan:
         return self._kept(name)[1]
