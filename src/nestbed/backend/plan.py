@@ -400,7 +400,7 @@ def static_routes(exp: Experiment) -> dict[str, list[RouteEntry]]:
 
     Dijkstra from every node, keeping only each node's first hop (not whole paths: a chain of
     1000 nodes would hold half a million path entries per source), with the tie-breaking of
-    networkx's ``single_source_dijkstra``, which this replaced: the same routes, 50× sooner.
+    networkx's ``single_source_dijkstra``, which this replaced: the same routes, 10× sooner.
     """
     # Edge u -> v through a link or LAN, weighted by u's cost on it; keep the cheapest (an
     # edge keeps its first place in u's adjacency, as a graph library's would).
