@@ -1,25 +1,189 @@
-"""Benchmark: swap-in and swap-out time of the 100-node tree, every link shaped by linkd,
-and of 100- and 1000-node linear chains, median of 3 runs: the back end alone, and the whole
-swap-in of `nestbed swapin` (store, back end, controller started and answering). Needs root."""
+"""Benchmark: swap-in and swap-out as a user waits for them, then as the back end does them.
+
+First the whole process (wall time of the `nestbed` command, median of RUNS, issue 18's
+goals): `nestbed swapin` / `nestbed swapout` of a 100-node chain, the 100-node tree and a
+1000-node chain, every link shaped by linkd, each run alternating with Mininet (Debian's
+package, run with /usr/bin/python3) building the same topology from hosts joined host to host
+(plain links, and TCLink with a bandwidth: htb), its start and stop timed from the launch of
+its process; the ratio is printed. Then `nestbed run` of a file whose events end at T, and
+the short commands (--help, list, show, status, exec). Last, the back end alone in this
+process (namespaces, veths, routes, linkd), as before. Needs root.
+
+    .venv/bin/python bench/swap.py [--runs N] [--quick]
+"""
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nestbed.api import Experiment
 from nestbed.backend import linux
 from nestbed.backend.plan import plan
-from nestbed.lifecycle import Testbed
-from nestbed.model.options import RunOptions
 from nestbed.spec import load
-from nestbed.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-RUNS = 3
+MININET_PYTHON = "/usr/bin/python3"  # Debian's mininet package is for the system Python
+NAME = "bench18"  # the experiments' name prefix (unique on a shared machine)
+
+# Builds the topology from hosts only, starts it, prints the monotonic time (shared by every
+# process on the host) after start and after stop.
+MININET = r"""
+import sys, time
+from mininet.log import setLogLevel
+from mininet.link import Link, TCLink
+from mininet.net import Mininet
+from mininet.topo import Topo
+setLogLevel("error")
+n, shaped = int(sys.argv[1]), sys.argv[2] == "htb"
+edges = [tuple(map(int, e.split("-"))) for e in sys.argv[3].split(",")]
+class Hosts(Topo):
+    def build(self):
+        hosts = [self.addHost(f"h{i}") for i in range(n)]
+        for a, b in edges:
+            if shaped:
+                self.addLink(hosts[a], hosts[b], bw=100)
+            else:
+                self.addLink(hosts[a], hosts[b])
+net = Mininet(Hosts(), controller=None, link=TCLink if shaped else Link, autoSetMacs=True)
+net.start()
+print(time.monotonic(), flush=True)
+net.stop()
+print(time.monotonic(), flush=True)
+"""
+
+
+def chain(n: int) -> str:
+    """An ns file: n nodes in a line, every link 100 Mb/s, 1 ms (shaped by linkd)."""
+    return (
+        "set ns [new Simulator]\nsource tb_compat.tcl\n$ns rtproto Static\n"
+        "set n(0) [$ns node]\n"
+        f"for {{set i 1}} {{$i < {n}}} {{incr i}} {{\n"
+        "    set n($i) [$ns node]\n"
+        "    $ns duplex-link $n([expr $i-1]) $n($i) 100Mb 1ms DropTail\n}\n$ns run\n"
+    )
+
+
+def edges(exp) -> str:  # type: ignore[no-untyped-def]
+    """The experiment's links as i-j pairs of node indexes, for the Mininet script."""
+    index = {node.name: i for i, node in enumerate(exp.nodes)}
+    return ",".join(f"{index[a.node]}-{index[b.node]}" for a, b in (lk.ports for lk in exp.links))
+
+
+def nestbed(*args: str, env: dict[str, str]) -> float:
+    """Wall time of one `nestbed` command, as a user runs it."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "nestbed", *args], env=env, capture_output=True, text=True
+    )
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"nestbed {' '.join(args)} failed: {done.stderr.strip()}")
+    return took
+
+
+def mininet(n: int, links: str, kind: str) -> tuple[float, float]:
+    """Mininet's start and stop of the same topology, from its process's launch."""
+    launched = time.monotonic()
+    done = subprocess.run(
+        [MININET_PYTHON, "-c", MININET, str(n), kind, links], capture_output=True, text=True
+    )
+    ended = time.monotonic()
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2:
+        subprocess.run(["mn", "-c"], capture_output=True)
+        raise SystemExit(f"Mininet failed: {done.stderr.strip()[-500:]}")
+    started, stopped = float(lines[0]), float(lines[1])
+    return started - launched, max(stopped, ended) - started
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def whole_process(cases: dict[str, str], runs: int, env: dict[str, str], tmp: Path) -> None:
+    print(f"\nwhole process (wall time of the command), median of {runs} runs, alternating")
+    print(f"{'experiment':<40}{'in s':>8}{'out s':>8}{'Mininet plain in/out s':>24}"
+          f"{'ratio in/out':>14}{'Mininet htb in/out s':>22}")  # fmt: skip
+    for label, text in cases.items():
+        source = tmp / f"{label.split(',')[0].replace(' ', '')}.ns"
+        source.write_text(text)
+        exp = load(source).experiment
+        name = f"{NAME}-{len(exp.nodes)}-{source.stem}"
+        nestbed("create", str(source), "--name", name, env=env)
+        ours, plain, htb = [], [], []
+        for i in range(runs):
+            t_in = nestbed("swapin", name, "--results", str(tmp / f"{name}-{i}"), env=env)
+            t_out = nestbed("swapout", name, env=env)
+            ours.append((t_in, t_out))
+            if len(exp.nodes) <= 100:
+                plain.append(mininet(len(exp.nodes), edges(exp), "plain"))
+                htb.append(mininet(len(exp.nodes), edges(exp), "htb"))
+        t_in, t_out = median([a for a, _ in ours]), median([b for _, b in ours])
+        row = f"{label:<40}{t_in:>8.2f}{t_out:>8.2f}"
+        if plain:
+            m_in, m_out = median([a for a, _ in plain]), median([b for _, b in plain])
+            h_in, h_out = median([a for a, _ in htb]), median([b for _, b in htb])
+            ratio = f"{m_in / t_in:.1f}× / {m_out / t_out:.1f}×"
+            row += f"{f'{m_in:.2f} / {m_out:.2f}':>24}{ratio:>14}"
+            row += f"{f'{h_in:.2f} / {h_out:.2f}':>22}"
+        print(row, flush=True)
+
+
+def short_commands(runs: int, env: dict[str, str], tmp: Path) -> None:
+    source = tmp / "pair.ns"
+    source.write_text(chain(2))
+    name = f"{NAME}-pair"
+    exp = load(source, name=name).experiment
+    node = exp.nodes[0].name
+    netns = plan(exp).node(node).netns
+    nestbed("create", str(source), "--name", name, env=env)
+    nestbed("swapin", name, "--results", str(tmp / "pair"), env=env)
+    commands: dict[str, Callable[[], float]] = {
+        "nestbed --help": lambda: nestbed("--help", env=env),
+        "nestbed list": lambda: nestbed("list", env=env),
+        "nestbed show": lambda: nestbed("show", name, env=env),
+        "nestbed status": lambda: nestbed("status", name, env=env),
+        "nestbed exec NAME NODE -- true": lambda: nestbed(
+            "exec", name, node, "--", "true", env=env
+        ),
+        "ip netns exec NS true (the command alone)": lambda: _timed(
+            ["ip", "netns", "exec", netns, "true"]
+        ),
+    }
+    print(f"\nshort commands (wall time), median of {runs} runs")
+    try:
+        for label, command in commands.items():
+            print(f"{label:<44}{median([command() for _ in range(runs)]):>8.3f} s", flush=True)
+    finally:
+        nestbed("swapout", name, env=env)
+
+
+def _timed(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True)
+    return time.perf_counter() - start
+
+
+def whole_run(runs: int, env: dict[str, str], tmp: Path, end_s: float = 3.0) -> None:
+    source = tmp / f"{NAME}timed.ns"
+    source.write_text(
+        chain(2).replace("$ns run", "")
+        + f'$ns at 1.0 "$ns log one"\n$ns at {end_s} "$ns log last"\n$ns run\n'
+    )
+    took = [nestbed("run", str(source), "--results", str(tmp / f"run-{i}"), env=env)
+            for i in range(runs)]  # fmt: skip
+    t = median(took)
+    print(f"\n`nestbed run` of a file whose events end at T = {end_s:g} s, median of {runs}: "
+          f"{t:.2f} s = T + {t - end_s:.2f} s")  # fmt: skip
 
 
 def linear(n: int):  # type: ignore[no-untyped-def]
@@ -31,53 +195,50 @@ def linear(n: int):  # type: ignore[no-untyped-def]
     return exp.build()
 
 
-def timed(p) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    start = time.perf_counter()
-    linux.swap_in(p)
-    middle = time.perf_counter()
-    linux.swap_out(p)
-    return middle - start, time.perf_counter() - middle
-
-
-def whole(exp) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    with tempfile.TemporaryDirectory() as tmp, Store.open(str(Path(tmp) / "s.db")) as store:
-        testbed = Testbed(store, linux.LinuxBackend())
-        testbed.define(exp)
-        start = time.perf_counter()
-        testbed.swap_in(exp.name, RunOptions(results=Path(tmp) / "results"))
-        middle = time.perf_counter()
-        testbed.swap_out(exp.name)
-        return middle - start, time.perf_counter() - middle
-
-
-def main() -> None:
+def back_end(runs: int, quick: bool) -> None:
     cases = {
         "tree, 100 nodes, 99 shaped links": load(EXAMPLES / "tree.ns").experiment,
         "linear, 100 nodes, 99 shaped links": linear(100),
-        "linear, 1000 nodes, 999 shaped links": linear(1000),
     }
-    print(f"swap-in / swap-out, median of {RUNS} runs")
-    print(f"{'experiment':<38}{'in s':>8}{'out s':>8}{'per node ms':>13}")
-    medians = {}
+    if not quick:
+        cases["linear, 1000 nodes, 999 shaped links"] = linear(1000)
+    print(f"\nthe back end alone (in this process), median of {runs} runs")
+    print(f"{'experiment':<38}{'plan s':>8}{'in s':>8}{'out s':>8}{'per node ms':>13}")
     for label, exp in cases.items():
+        start = time.perf_counter()
         p = plan(exp)
-        times = [timed(p) for _ in range(RUNS)]
-        t_in = statistics.median(t for t, _ in times)
-        t_out = statistics.median(t for _, t in times)
-        medians[len(exp.nodes), label.split(",")[0]] = (t_in, t_out)
-        print(f"{label:<38}{t_in:>8.2f}{t_out:>8.2f}{t_in / len(exp.nodes) * 1000:>13.1f}")
-    (in100, out100), (in1000, out1000) = medians[100, "linear"], medians[1000, "linear"]
-    print(
-        f"marginal cost per node (linear 100 -> 1000): swap-in {(in1000 - in100) / 0.9:.1f} ms, "
-        f"swap-out {(out1000 - out100) / 0.9:.1f} ms"
-    )
-    print(f"\nwhole swap-in (store, back end, controller) / swap-out, median of {RUNS} runs")
-    print(f"{'experiment':<38}{'in s':>8}{'out s':>8}")
-    tree = cases["tree, 100 nodes, 99 shaped links"]
-    times = [whole(tree) for _ in range(RUNS)]
-    t_in = statistics.median(t for t, _ in times)
-    t_out = statistics.median(t for _, t in times)
-    print(f"{'tree, 100 nodes, 99 shaped links':<38}{t_in:>8.2f}{t_out:>8.2f}")
+        t_plan = time.perf_counter() - start
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            linux.swap_in(p)
+            middle = time.perf_counter()
+            linux.swap_out(p)
+            times.append((middle - start, time.perf_counter() - middle))
+        t_in, t_out = median([t for t, _ in times]), median([t for _, t in times])
+        print(f"{label:<38}{t_plan:>8.2f}{t_in:>8.2f}{t_out:>8.2f}"
+              f"{t_in / len(exp.nodes) * 1000:>13.1f}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="without the 1000-node chain")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="nestbed-bench-") as name:
+        tmp = Path(name)
+        env = dict(os.environ, NESTBED_DB=str(tmp / "store.db"), COLUMNS="200")
+        cases = {
+            "chain, 100 nodes, 99 shaped links": chain(100),
+            "tree, 100 nodes, 99 shaped links": (EXAMPLES / "tree.ns").read_text(),
+        }
+        if not args.quick:
+            cases["chain, 1000 nodes, 999 shaped links"] = chain(1000)
+        whole_process(cases, args.runs, env, tmp)
+        whole_run(args.runs, env, tmp)
+        short_commands(args.runs, env, tmp)
+    back_end(args.runs, args.quick)
 
 
 if __name__ == "__main__":

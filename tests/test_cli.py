@@ -158,3 +158,20 @@ def test_convert_to_ns_keeps_event_arguments_literal(tmp_path):
     parsed = json.loads(nestbed("parse", "--json", "--name", "ev", str(out)).stdout)
     assert [e["args"] for e in parsed["events"]] == [["command", "echo [pwd] $x"], ["x{y"]]
     assert [p["egress"]["drop_ordinals"] for p in parsed["links"][0]["ports"]] == [[3, 5], [3, 5]]
+
+
+def test_report_draws_a_runs_report_again_and_refuses_what_is_no_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"experiment": "x", "outcome": "completed"}))
+    (run / "events.csv").write_text(
+        "index,source,planned_s,actual_s,error_ms,object,verb,args,outcome,message\n"
+        "0,static,1.0,1.001,1,link0,down,,ok,\n"
+    )
+    result = nestbed("report", str(run), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["report"] == str(run / "report.md")
+    assert json.loads((run / "manifest.json").read_text())["report"]["drawn_by"] == "nestbed report"
+    assert "## Events" in (run / "report.md").read_text()
+    missing = nestbed("report", str(tmp_path))
+    assert missing.returncode == 2 and "has no manifest.json" in missing.stderr

@@ -13,6 +13,7 @@ import pytest
 from nestbed.lifecycle.runs import run
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
+from nestbed.results.drawing import wait_drawn
 from nestbed.spec import load
 from nestbed.store import State, Store
 
@@ -138,6 +139,7 @@ def test_a_whole_run_writes_every_table(store, testbed, tmp_path):
     assert int(out_of_a[-1]["packets_out"]) >= received
     assert {r["node"] for r in _rows(results / "nodes" / "usage.csv")} == {"a", "r", "b"}
 
+    assert wait_drawn(results)["state"] == "written"  # drawn after the run, on its own
     report = (results / "report.md").read_text()
     assert "cbr0" in report and "halted" in report
     assert (results / "plots" / "throughput.png").exists()
@@ -199,6 +201,7 @@ def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, testb
     [recovery] = trace.recoveries()  # the captures see exactly linkd's drop
     assert recovery["recovery"] == "fast retransmit"
     assert recovery["duplicate_acks"] >= 3
+    wait_drawn(results)
     assert (
         "1 segment dropped in the network: 1 fast retransmit" in (results / "report.md").read_text()
     )

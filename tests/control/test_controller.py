@@ -240,3 +240,19 @@ def test_a_run_that_cannot_start_ends_as_failed_and_says_why(fake, monkeypatch):
     assert ended["outcome"] == "failed"
     assert ended["reason"].startswith("the run could not start: ")
     assert "/nonexistent/nestbed-cpumon" in ended["reason"]
+
+
+def test_a_controller_started_early_runs_once_launched_and_exits_if_abandoned(fake):
+    experiment = fake(PROGRAM)
+    experiment.client.prestart()
+    early = experiment.client.early
+    assert early is not None and early.poll() is None  # loaded, waiting for its document
+    experiment.client.launch(experiment.start())
+    assert experiment.client.alive() and experiment.client.early is None
+
+    other = fake(PROGRAM)
+    other.client.prestart()
+    waiting = other.client.early
+    assert waiting is not None
+    other.client.abandon()  # a swap-in that failed before launching it
+    assert waiting.returncode == 0 and not other.client.alive()

@@ -48,6 +48,7 @@ def controllers(monkeypatch) -> Controllers:
         return {"ok": True}
 
     monkeypatch.setattr(ControllerClient, "launch", launch)
+    monkeypatch.setattr(ControllerClient, "prestart", lambda self, **_: None)
     monkeypatch.setattr(ControllerClient, "request", request)
     return seen
 

@@ -161,3 +161,31 @@ def test_commands_on_an_experiment_that_is_not_active_say_what_to_do(testbed):
     exp = _defined(testbed)
     with pytest.raises(UserError, match="is defined, not active; swap it in first"):
         testbed.active(exp.name)
+
+
+def test_the_plan_swap_in_carried_out_is_kept_and_reused_until_swap_out(
+    testbed, fake, controllers, monkeypatch
+):
+    exp = _defined(testbed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
+    kept = plan(exp)
+
+    def computed_again(_exp):  # type: ignore[no-untyped-def]
+        raise AssertionError("the plan was computed again")
+
+    monkeypatch.setattr("nestbed.lifecycle.testbed.plan", computed_again)
+    monkeypatch.setattr("nestbed.backend.kept.plan", computed_again)
+    assert testbed.active(exp.name).plan == kept  # status, exec, events
+    testbed.swap_out(exp.name)
+    swapped_out = [e for e in fake.journal() if e["op"] == "swap_out"]
+    assert swapped_out and fake.leftovers() == {}
+
+
+def test_a_kept_plan_of_another_ir_is_not_used(tmp_path):
+    from nestbed.backend import kept
+
+    first, second = experiment(LINE, "one"), experiment(LINE, "two")
+    kept.keep(tmp_path, first, plan(first))
+    assert kept.kept_plan(tmp_path, first.to_json()) == plan(first)
+    assert kept.kept_plan(tmp_path, second.to_json()) is None
+    assert kept.load(tmp_path, second.to_json()) == (second, plan(second))

@@ -46,3 +46,12 @@ def test_ddl_is_transactional(store: Store) -> None:
         conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
         transaction.rollback()
     assert "scratch" not in sa.inspect(store.engine).get_table_names()
+
+
+def test_the_known_head_is_alembics_and_a_current_database_is_seen_without_alembic(tmp_path):
+    assert migrate.head_revision() == migrate.HEAD
+    with Store.open(str(tmp_path / "s.db")) as store:
+        assert migrate.is_current(store.engine)
+        with store.engine.begin() as conn:
+            conn.execute(sa.text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = 'older'"))
+        assert not migrate.is_current(store.engine)

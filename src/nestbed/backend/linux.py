@@ -17,14 +17,11 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import netns
-
-from nestbed.backend import netlink, offloads
+from nestbed.backend import netlink, offloads, processes
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, TAG_LENGTH, Plan, experiment_tag, mark
 from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
@@ -35,6 +32,7 @@ from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, User
 # longer than 50 µs, and the delay target is 50 µs (see docs/benchmarks.md).
 RUN_DIR = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed"))
 NETNS_ETC = Path("/etc/netns")
+NETNS_RUN_DIR = Path("/run/netns")  # named network namespaces, as iproute2 keeps them
 # Offloads that would hand the emulator frames larger than the wire's, or checksums the
 # kernel never finished (bridging through AF_PACKET does not complete them).
 _OFFLOADS = (
@@ -60,19 +58,51 @@ def inside(namespace: str) -> Iterator[None]:
     """Runs the block with this thread in ``namespace`` (for /proc/sys and ethtool ioctls);
     FileNotFoundError when it does not exist.
 
-    Given a name, pyroute2's pushns *creates* a missing namespace (open with O_CREAT): checking
-    an experiment that was half swapped in would leave empty namespaces behind. So the
-    namespace is opened here, without creating it, and pyroute2 gets the descriptor.
+    The namespace is opened without creating it (pyroute2's pushns, given a name, would
+    create a missing one: checking an experiment that was half swapped in would leave empty
+    namespaces behind), and entered with setns(2); pyroute2 is not loaded for it.
     """
-    handle = os.open(Path(netns.NETNS_RUN_DIR) / namespace, os.O_RDONLY)
+    handle = os.open(NETNS_RUN_DIR / namespace, os.O_RDONLY)
+    saved = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        netns.pushns(handle)
+        _setns(handle)
+    except BaseException:
+        os.close(saved)
+        raise
     finally:
         os.close(handle)
     try:
         yield
     finally:
-        netns.popns()
+        try:
+            _setns(saved)
+        finally:
+            os.close(saved)
+
+
+def _setns(handle: int) -> None:
+    if _libc.setns(handle, _CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "entering a network namespace failed")
+
+
+def _listnetns() -> list[str]:
+    try:
+        return os.listdir(NETNS_RUN_DIR)
+    except FileNotFoundError:
+        return []
+
+
+def _remove_namespace(name: str) -> None:
+    """Unmounts and removes /run/netns/NAME, as `ip netns delete` does."""
+    path = NETNS_RUN_DIR / name
+    _libc.umount2(str(path).encode(), _MNT_DETACH)
+    os.unlink(path)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNET = 0x40000000
+_MS_BIND = 4096
+_MNT_DETACH = 2
 
 
 def run_dir(plan: Plan) -> Path:
@@ -82,7 +112,7 @@ def run_dir(plan: Plan) -> Path:
 def swap_in(plan: Plan) -> None:
     """Creates everything in ``plan``; on any failure removes what it made and re-raises."""
     require_root()
-    taken = sorted(set(plan.namespaces) & set(netns.listnetns()))
+    taken = sorted(set(plan.namespaces) & set(_listnetns()))
     if taken:
         raise EnvironmentProblem(
             f"namespace {taken[0]} of experiment {plan.experiment} already exists; if no "
@@ -130,11 +160,6 @@ def _raise_file_limit(namespaces: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_CLONE_NEWNET = 0x40000000
-_MS_BIND = 4096
-
-
 def _create_namespace(name: str, sysctls: tuple[str, dict[str, str]]) -> socket.socket:
     """A named network namespace with its sysctls set, and a netlink socket inside it.
 
@@ -143,7 +168,7 @@ def _create_namespace(name: str, sysctls: tuple[str, dict[str, str]]) -> socket.
     alive after the thread ends), writes the sysctls and opens the socket, which stays in the
     namespace.
     """
-    path = Path(netns.NETNS_RUN_DIR) / name
+    path = NETNS_RUN_DIR / name
     made: list[socket.socket] = []
     failure: list[BaseException] = []
 
@@ -206,6 +231,8 @@ def _build(
         step[0] = f"creating namespace {name}"
         if i == 0:
             # pyroute2 prepares /run/netns (a shared mount, as iproute2 does) on first use.
+            from pyroute2 import netns
+
             netns.create(name)
             created.append(name)
             with inside(name):
@@ -225,9 +252,7 @@ def _build(
     try:
         for veth in plan.veths:
             if veth.b.netns not in handles:
-                handles[veth.b.netns] = os.open(
-                    Path(netns.NETNS_RUN_DIR) / veth.b.netns, os.O_RDONLY
-                )
+                handles[veth.b.netns] = os.open(NETNS_RUN_DIR / veth.b.netns, os.O_RDONLY)
             netlink.add_veth(
                 batches[veth.a.netns],
                 indexes.take(veth.a.netns, veth.a.ifname),
@@ -288,13 +313,22 @@ def _flush(batches: Iterable[netlink.Batch], step: list[str], stage: str) -> Non
         batch.flush()
 
 
+_detected: list[Cgroups] = []  # the machine's cgroup hierarchies, found once per process
+
+
 def _hierarchy(required: bool) -> Cgroups | None:
-    try:
-        return Cgroups.detect()
-    except EnvironmentProblem:
-        if required:
-            raise
-        return None
+    """The cgroup hierarchies (None, or one sentence with ``required``, where there are none).
+
+    Found once: reading the mount table again for every program a run starts took a
+    millisecond of the controller's time at each start."""
+    if not _detected:
+        try:
+            _detected.append(Cgroups.detect())
+        except EnvironmentProblem:
+            if required:
+                raise
+            return None
+    return _detected[0]
 
 
 def _create_cgroups(plan: Plan) -> None:
@@ -335,20 +369,13 @@ def linkd(plan: Plan) -> SocketClient:
 
 
 def _stop_pid(pidfile: Path) -> None:
-    """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds."""
+    """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds; waits
+    on its exit (a pidfd), not by polling."""
     try:
         pid = int(pidfile.read_text().strip())
     except (FileNotFoundError, ValueError):
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(200):
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    return  # our own child, now reaped
-            os.kill(pid, 0)
-            time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
+    processes.stop(pid, grace_s=2.0)
 
 
 def _stop_daemons(directory: Path) -> None:
@@ -362,7 +389,7 @@ def _kill_processes_in(namespaces: Iterable[str]) -> None:
     inodes = set()
     for name in namespaces:
         with contextlib.suppress(OSError):
-            inodes.add(os.stat(Path(netns.NETNS_RUN_DIR) / name).st_ino)
+            inodes.add(os.stat(NETNS_RUN_DIR / name).st_ino)
     if not inodes:
         return
     victims = []
@@ -392,10 +419,10 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     hierarchy = _hierarchy(required=False)
     if hierarchy is not None:
         hierarchy.remove(plan.tag)
-    existing = set(netns.listnetns())
+    existing = set(_listnetns())
     for name in namespaces:
         if name in existing:
-            netns.remove(name)
+            _remove_namespace(name)
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -414,7 +441,7 @@ def _marked(namespace: str) -> bool:
 
 def leftovers() -> list[str]:
     """Namespaces nestbed made that still exist (any experiment): named nb-* and marked."""
-    return sorted(n for n in netns.listnetns() if n.startswith(NS_PREFIX) and _marked(n))
+    return sorted(n for n in _listnetns() if n.startswith(NS_PREFIX) and _marked(n))
 
 
 def traces() -> list[str]:
@@ -468,7 +495,7 @@ def remove_leftovers(tags: set[str]) -> list[str]:
         if hierarchy is not None:
             removed += [f"cgroup {c}" for c in hierarchy.remove(tag)]
     for name in namespaces:
-        netns.remove(name)
+        _remove_namespace(name)
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
         removed.append(f"namespace {name}")
     return removed

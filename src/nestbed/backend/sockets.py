@@ -81,17 +81,39 @@ def start_daemon(
     ``sock`` exists (and, with ``ping``, answers); the daemon's last log line if it exits
     first, an InternalError naming the log if it never comes up. ``pass_fds`` stay open in
     the daemon (a lock it inherits)."""
+    process = spawn_daemon(argv, sock, log, pass_fds=pass_fds)
+    wait_daemon(process, sock, log, what, timeout_s=timeout_s, ping=ping)
+    return process
+
+
+def spawn_daemon(
+    argv: Sequence[str],
+    sock: Path,
+    log: Path,
+    *,
+    pass_fds: Sequence[int] = (),
+    stdin: int = subprocess.DEVNULL,
+) -> subprocess.Popen:
+    """Starts a daemon in its own session, its output appended to ``log``, without waiting
+    for it (``wait_daemon`` does)."""
     with contextlib.suppress(FileNotFoundError):
         sock.unlink()
     with log.open("ab") as out:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=out,
             stderr=out,
             start_new_session=True,
             pass_fds=tuple(pass_fds),
         )
+
+
+def wait_daemon(
+    process: subprocess.Popen, sock: Path, log: Path, what: str, *, timeout_s: float, ping: bool
+) -> None:
+    """Waits until a daemon's ``sock`` exists (and, with ``ping``, answers), as
+    ``start_daemon`` does."""
     deadline = time.monotonic() + timeout_s
     pause = 0.002
     while True:
@@ -99,7 +121,7 @@ def start_daemon(
             lines = log.read_text(errors="replace").strip().splitlines()
             raise InternalError(f"{what} exited at start: {lines[-1] if lines else 'no output'}")
         if sock.exists() and (not ping or answers(sock, what)):
-            return process
+            return
         if time.monotonic() > deadline:
             process.kill()
             process.wait()

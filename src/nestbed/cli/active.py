@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
-from nestbed.cli.common import JsonOption, app, err, out, print_json, store, testbed
+from nestbed.cli.common import JsonOption, app, err, out, print_json, reader, testbed
 from nestbed.errors import UserError
 
 
 def active(name: str, node: str | None = None):  # type: ignore[no-untyped-def]
     """An active experiment (and a check that ``node`` is one of its nodes)."""
-    with store() as db:
+    with reader() as db:
         found = testbed(db).active(name)
     if node is not None:
         found.node(node)

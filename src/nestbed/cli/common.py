@@ -20,6 +20,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's plain help: typer's rich help loads rich's markdown and traceback machinery,
+    # a third of a second before `nestbed --help` can print anything.
+    rich_markup_mode=None,
 )
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -97,6 +100,13 @@ def store():  # type: ignore[no-untyped-def]
     from nestbed.store import Store
 
     return Store.open(state.db)
+
+
+def reader():  # type: ignore[no-untyped-def]
+    """The store, for a command that only reads it: without SQLAlchemy where it is SQLite."""
+    from nestbed.store.reader import open_for_reading
+
+    return open_for_reading(state.db)
 
 
 def testbed(db):  # type: ignore[no-untyped-def]

@@ -10,7 +10,17 @@ from typing import Annotated, Any
 
 import typer
 
-from nestbed.cli.common import JsonOption, ParamOption, app, err, load_file, out, print_json, store
+from nestbed.cli.common import (
+    JsonOption,
+    ParamOption,
+    app,
+    err,
+    load_file,
+    out,
+    print_json,
+    reader,
+    store,
+)
 from nestbed.errors import UserError
 
 
@@ -108,7 +118,7 @@ def create(
 @app.command("list")
 def list_(as_json: JsonOption = False) -> None:
     """List stored experiments and their states."""
-    with store() as db:
+    with reader() as db:
         records = db.list()
     if as_json:
         print_json([_record_json(r) for r in records])
@@ -134,7 +144,7 @@ def show(
     """Show a stored experiment: its state and what it describes."""
     from nestbed.model import Experiment
 
-    with store() as db:
+    with reader() as db:
         record = db.get(name)
     if as_json:
         print_json(_record_json(record, with_ir=True))

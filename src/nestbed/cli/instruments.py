@@ -254,3 +254,26 @@ def validate(
 
     out.print(validate_tables(tables))
     out.print(f"results in {folder}")
+
+
+@app.command()
+def report(
+    run: Annotated[Path, typer.Argument(help="A run's results folder.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Draw a run's report (report.md and plots/) from its tables, now: again, or for a run
+    whose report was off or is still being drawn after its swap-out."""
+    from nestbed.results.drawing import ERROR, draw, wait_drawn
+
+    folder = RunFolder(run).root
+    if not (folder / "manifest.json").is_file():
+        raise UserError(f"{run} is not a run's results folder (it has no manifest.json)")
+    wait_drawn(folder)  # a drawing still going on after the run finishes first
+    path = draw(folder)
+    if as_json:
+        print_json({"report": str(path) if path else None, "error": None if path else
+                    str(folder / ERROR)})  # fmt: skip
+    elif path is not None:
+        out.print(f"report: {path}")
+    if path is None:
+        raise UserError(f"the report of {run} could not be drawn; see {folder / ERROR}")

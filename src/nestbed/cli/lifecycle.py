@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,7 +27,9 @@ from nestbed.cli.common import (
     testbed,
 )
 from nestbed.errors import UserError
-from nestbed.model.options import RunOptions, node_names
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunOptions
 
 
 def stored_name(tb, target: str, params: list[str] | None = None) -> str:  # type: ignore[no-untyped-def]
@@ -47,6 +49,8 @@ def stored_name(tb, target: str, params: list[str] | None = None) -> str:  # typ
 
 def run_options(**given: object) -> RunOptions:
     """The run's options from the command line's values (None: not given)."""
+    from nestbed.model.options import RunOptions, node_names
+
     for option, key in (("--cpumon", "cpumon"), ("--capture-nodes", "capture_nodes")):
         text = given.get(key)
         given[key] = node_names(text, option) if text is not None else None  # type: ignore[arg-type]

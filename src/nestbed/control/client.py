@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from typing import Any
 
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
-from nestbed.backend.sockets import SocketClient, start_daemon
+from nestbed.backend.sockets import SocketClient, spawn_daemon, wait_daemon
 from nestbed.errors import NestbedError, UserError
 from nestbed.model.options import ControllerStart
 
@@ -39,23 +40,51 @@ class ControllerClient:
         self.what = f"the controller of experiment {plan.experiment}"
         self.lock = threading.Lock()  # one request at a time on the connection
         self.client: SocketClient | None = None
+        self.early: subprocess.Popen | None = None  # started, waiting for its document
+
+    def prestart(self, *, pass_fds: Sequence[int] = ()) -> None:
+        """Starts the controller's process now, before the network exists: it loads its
+        modules (half a second) while the back end builds, then waits on its stdin for
+        ``launch``; ``pass_fds`` stay open in it for its whole life (a lock)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        argv = [*self._argv(), "--wait"]
+        self.early = spawn_daemon(argv, self.path, self.directory / LOG, pass_fds=pass_fds,
+                                  stdin=subprocess.PIPE)  # fmt: skip
 
     def launch(self, start: ControllerStart, *, pass_fds: Sequence[int] = ()) -> None:
-        """Starts the controller with ``start`` (written to the run folder) and waits until it
-        answers; ``pass_fds`` stay open in the controller for its whole life (a lock)."""
+        """Starts the controller with ``start`` (written to the run folder), or tells the one
+        ``prestart`` started to go, and waits until it answers; ``pass_fds`` stay open in the
+        controller for its whole life (a lock)."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        document = self.directory / START
-        document.write_text(start.model_dump_json(indent=2) + "\n")
-        argv = [sys.executable, "-m", "nestbed.control", "--start", str(document)]
-        start_daemon(
-            argv,
-            self.path,
-            self.directory / LOG,
-            self.what,
-            timeout_s=START_TIMEOUT_S,
-            ping=True,
-            pass_fds=pass_fds,
-        )
+        (self.directory / START).write_text(start.model_dump_json(indent=2) + "\n")
+        process, self.early = self.early, None
+        if process is None:
+            process = spawn_daemon(self._argv(), self.path, self.directory / LOG,
+                                   pass_fds=pass_fds)  # fmt: skip
+        else:
+            assert process.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # it exited: wait_daemon says why
+                process.stdin.write(b"go\n")
+                process.stdin.close()
+        wait_daemon(process, self.path, self.directory / LOG, self.what,
+                    timeout_s=START_TIMEOUT_S, ping=True)  # fmt: skip
+
+    def abandon(self) -> None:
+        """Ends a controller ``prestart`` started that was never launched (a failed
+        swap-in): its stdin closes, and it exits without doing anything."""
+        process, self.early = self.early, None
+        if process is not None:
+            assert process.stdin is not None
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+            try:
+                process.wait(START_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def _argv(self) -> list[str]:
+        return [sys.executable, "-m", "nestbed.control", "--start", str(self.directory / START)]
 
     def request(self, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
         """One request and its reply; a refusal is a UserError, a controller that is not

@@ -1,16 +1,17 @@
 """The end of a run: the flows' tables from their raw output (traffic/), the TCP segment
-tables from the captures (tcp/), then the manifest's end and the report."""
+tables from the captures (tcp/), then the manifest's end and, in a process of its own, the
+report."""
 
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Iterable
 
 from nestbed.control.captures import Captures
 from nestbed.control.traffic import Flow
 from nestbed.model import Experiment
 from nestbed.results import manifest
+from nestbed.results.drawing import draw_detached, note_off
 from nestbed.results.folder import RunFolder
 from nestbed.results.tables import FLOW_COLUMNS, FLOW_SERIES_COLUMNS, write_table
 
@@ -67,16 +68,19 @@ def tcp_tables(
 def close_run(
     folder: RunFolder, outcome: str, reason: str | None, duration_s: float, *, report: bool
 ) -> str | None:
-    """Ends the manifest and writes the report (with ``report``); the run's reason, with the
-    report's failure added to it (its traceback in report.error)."""
+    """Ends the manifest, then (with ``report``) starts drawing the report in a process of its
+    own, so the run's end waits for its tables only (the manifest says which; `nestbed report
+    RUN` draws it again); the run's reason."""
     manifest.end(folder.root, outcome, reason, duration_s)
     if not report:
+        note_off(folder.root)
         return reason
     try:
-        from nestbed.results.report import write_report
-
-        write_report(folder.root)
-    except Exception as exc:  # the run's results stand without their report
-        (folder.root / "report.error").write_text(traceback.format_exc())
-        return f"{reason}; the report failed: {exc}" if reason else f"report failed: {exc}"
+        draw_detached(folder.root)
+    except OSError as exc:  # the run's results stand without their report
+        return (
+            f"{reason}; the report was not drawn: {exc}"
+            if reason
+            else (f"the report was not drawn: {exc}")
+        )
     return reason

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from nestbed.backend import get
 from nestbed.backend.base import Backend
-from nestbed.backend.plan import plan
+from nestbed.backend.plan import experiment_tag
 from nestbed.control import requests
 from nestbed.control.client import PID, SOCKET
 from nestbed.control.run import Run
@@ -67,7 +68,7 @@ class Controller:
                 f"next_run on back end {start.backend} in a controller of {self.backend.name}"
             )
         exp = Experiment.from_json(start.ir.read_text())
-        if plan(exp).tag != previous.plan.tag:
+        if experiment_tag(exp.name) != previous.plan.tag:
             raise Refused(f"next_run of another experiment ({exp.name}) in {previous.exp.name}")
         following = Run(self.backend, start)
         previous.retire()
@@ -88,7 +89,12 @@ class Controller:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nestbed.control")
     parser.add_argument("--start", type=Path, required=True, help="a ControllerStart (JSON)")
+    parser.add_argument(
+        "--wait", action="store_true", help="read a line on stdin first (started early)"
+    )
     args = parser.parse_args(argv)
+    if args.wait and not sys.stdin.readline():
+        return 0  # the swap-in that started this process early failed: nothing to do
     start = ControllerStart.model_validate_json(args.start.read_text())
     controller = Controller(get(start.backend), start)
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nestbed.backend import kept
 from nestbed.backend.base import Backend
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.plan import Plan, plan
 from nestbed.binaries import built_binary
 from nestbed.control.actions import Actions
 from nestbed.control.captures import Captures
@@ -44,8 +44,10 @@ class Run:
 
     def __init__(self, backend: Backend, start: ControllerStart):
         self.backend, self.start_doc, self.options = backend, start, start.options
-        self.exp = Experiment.from_json(start.ir.read_text())
-        self.plan: Plan = plan(self.exp)
+        # The plan swap-in kept beside the IR (computing it again takes seconds on large ones).
+        found = kept.load(start.ir.parent, start.ir.read_text())
+        assert found is not None
+        self.exp, self.plan = found
         self.run_id = start.run_id
         self.folder = RunFolder(start.results).make()
         self.finished = threading.Event()  # the run's results are all written

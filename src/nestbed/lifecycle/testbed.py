@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nestbed.backend import kept
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan, experiment_tag, plan
 from nestbed.binaries import built_binary
@@ -25,12 +26,15 @@ from nestbed.lifecycle.active import Active
 from nestbed.model import Experiment
 from nestbed.model.options import ControllerStart, RunOptions
 from nestbed.results import manifest
+from nestbed.results.drawing import draw_detached
 from nestbed.results.folder import RunFolder, default_results
-from nestbed.store import State, Store
+from nestbed.store import State
 from nestbed.store.states import check_transition
 
-KEPT_IR = "ir.json"  # the IR a swap-in used, kept so swap-out undoes exactly that
 _LIVE = (State.SWAPPING_IN, State.ACTIVE, State.SWAPPING_OUT, State.FAILED)
+if TYPE_CHECKING:
+    from nestbed.store import Store
+
 Notify = Any  # a callable taking one line of progress, or None
 
 
@@ -87,13 +91,22 @@ class Testbed:
 
     def experiment(self, name: str) -> Experiment:
         """The experiment as it was swapped in (or as stored, when it is not)."""
-        kept = self.backend.state_root / name / KEPT_IR
-        if kept.exists():
-            return Experiment.from_json(kept.read_text())
+        swapped_in = self.backend.state_root / name / kept.IR
+        if swapped_in.exists():
+            return Experiment.from_json(swapped_in.read_text())
         return Experiment.from_json(self.store.get(name).ir_json)
 
     def plan(self, name: str) -> Plan:
-        return plan(self.experiment(name))
+        return self._kept(name)[1]
+
+    def _kept(self, name: str) -> tuple[Experiment, Plan]:
+        """The experiment as it was swapped in and the plan carried out (kept by swap-in, so
+        not computed again), or as stored when it is not swapped in."""
+        found = kept.load(self.backend.state_root / name)
+        if found is not None:
+            return found
+        exp = Experiment.from_json(self.store.get(name).ir_json)
+        return exp, plan(exp)
 
     def active(self, name: str) -> Active:
         """The experiment, which must be active (one sentence saying what to do otherwise)."""
@@ -103,11 +116,11 @@ class Testbed:
                 f"experiment '{name}' is {record.state}, not active; swap it in first with "
                 f"`nestbed swapin {name}`"
             )
-        exp = self.experiment(name)
+        exp, p = self._kept(name)
         runs = [r for r in self.store.runs(name) if r.ended_at is None]
         results = Path(runs[-1].results_dir) if runs else None
         run_id = runs[-1].id if runs else None
-        return Active(name, plan(exp), exp, self.backend, results, run_id)
+        return Active(name, p, exp, self.backend, results, run_id)
 
     # -- swap in ----------------------------------------------------------------------------
 
@@ -139,19 +152,20 @@ class Testbed:
             p = plan(exp)
             active = Active(name, p, exp, self.backend, folder)
             try:
+                assert lock.fd is not None
+                # The controller's process loads its modules while the network is built.
+                active.controller.prestart(pass_fds=(lock.fd,))
                 self.backend.swap_in(p)
-                kept = self.backend.run_dir(p) / KEPT_IR
-                kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                kept.write_text(exp.to_json())
+                ir = kept.keep(self.backend.run_dir(p), exp, p)
                 RunFolder(folder).make()
                 if options.linktest is not None:
                     active.linktest = self._linktest(active, options, progress)
                 active.run_id = self.store.start_run(name, folder)
-                start = ControllerStart(backend=self.backend.name, ir=kept, results=folder,
+                start = ControllerStart(backend=self.backend.name, ir=ir, results=folder,
                                         run_id=active.run_id, options=options)  # fmt: skip
-                assert lock.fd is not None
                 active.controller.launch(start, pass_fds=(lock.fd,))
             except BaseException as exc:
+                active.controller.abandon()
                 self._failed(name, p, active.run_id, exc)
                 raise
             self.store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
@@ -210,12 +224,11 @@ class Testbed:
                 set_changed_pipes(client, new.link, old.settings(), new.settings())
         finally:
             client.close()
-        kept = self.backend.run_dir(p) / KEPT_IR
-        kept.write_text(exp.to_json())
+        ir = kept.keep(self.backend.run_dir(p), exp, p)
         RunFolder(folder).make()
         run_id = self.store.start_run(name, folder)
         start = ControllerStart(
-            backend=self.backend.name, ir=kept, results=folder, run_id=run_id,
+            backend=self.backend.name, ir=ir, results=folder, run_id=run_id,
             reused_runs=runs_before, options=options,
         )  # fmt: skip
         try:
@@ -248,7 +261,7 @@ class Testbed:
                 folder = Path(run.results_dir)
                 with contextlib.suppress(OSError, ValueError):
                     manifest.end(folder, "failed", f"the controller was lost ({exc})", None)
-                    _report(folder)
+                    draw_detached(folder)
         finally:
             active.close()
         for run in open_runs:
@@ -272,8 +285,7 @@ class Testbed:
             self._tear_down(name, outcome, "swapped out")
 
     def _tear_down(self, name: str, outcome: str, reason: str) -> None:
-        exp = self.experiment(name)
-        p = plan(exp)
+        exp, p = self._kept(name)
         try:
             self.end_run(name, Active(name, p, exp, self.backend), outcome, reason)
             self.backend.swap_out(p)
@@ -316,10 +328,3 @@ class Testbed:
             done.spared += sorted(f"tag {t}" for t in wanted - handled - orphans if t in left)
             done.removed = self.backend.remove_leftovers(orphans) if orphans else []
         return done
-
-
-def _report(folder: Path) -> None:
-    from nestbed.results.report import write_report
-
-    with contextlib.suppress(Exception):
-        write_report(folder)

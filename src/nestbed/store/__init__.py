@@ -9,11 +9,21 @@ versioned with alembic and brought up to date whenever a store is opened.
         store.transition("dumbbell", State.SWAPPING_IN, expect_from=State.DEFINED)
 """
 
-from nestbed.store.db import ENV_VAR, default_db_path, redact, resolve_db_url
-from nestbed.store.experiments import Store
+from typing import TYPE_CHECKING, Any
+
+from nestbed.store.paths import ENV_VAR, default_db_path
 from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
-from nestbed.store.schema import SOURCE_FORMATS
 from nestbed.store.states import DELETABLE, EDITABLE, TRANSITIONS, State
+
+if TYPE_CHECKING:
+    from nestbed.store.db import redact, resolve_db_url
+    from nestbed.store.experiments import Store
+    from nestbed.store.schema import SOURCE_FORMATS
+
+# SQLAlchemy loads on first use of these: the commands that only read a SQLite store
+# (store.reader) do without it.
+_LAZY = {"Store": "experiments", "SOURCE_FORMATS": "schema", "redact": "db",
+         "resolve_db_url": "db"}  # fmt: skip
 
 __all__ = [
     "DELETABLE",
@@ -30,3 +40,11 @@ __all__ = [
     "redact",
     "resolve_db_url",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"nestbed.store.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'nestbed.store' has no attribute {name!r}")

@@ -19,11 +19,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
 from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.store.paths import ENV_VAR, default_db_path
 
-ENV_VAR = "NESTBED_DB"
-"""The environment variable that overrides the default database location."""
-
-DB_FILE_NAME = "nestbed.db"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 """How long a SQLite writer waits for another writer before giving up."""
 PG_CONNECT_TIMEOUT_S = 10
@@ -32,17 +29,6 @@ PG_CONNECT_TIMEOUT_S = 10
 _PG_ALIASES = ("postgresql", "postgres", "postgresql+psycopg")
 _SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 _PASSWORD = re.compile(r"^([^:/]+://[^:/@]*):[^@/]*@")
-
-
-def default_db_path(environ: dict[str, str] | None = None) -> Path:
-    """The default SQLite file: ``$XDG_DATA_HOME/nestbed/nestbed.db``, ``~/.local/share`` if unset.
-
-    As the XDG specification says, a relative ``XDG_DATA_HOME`` is ignored.
-    """
-    env = os.environ if environ is None else environ
-    xdg = env.get("XDG_DATA_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
-    return base / "nestbed" / DB_FILE_NAME
 
 
 def resolve_db_url(explicit: str | None, environ: dict[str, str] | None = None) -> str:

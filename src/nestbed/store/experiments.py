@@ -20,7 +20,6 @@ from types import TracebackType
 from typing import Any, Self
 
 import sqlalchemy as sa
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine
 
 from nestbed.errors import EnvironmentProblem, InternalError, UserError
@@ -65,9 +64,14 @@ class Store:
 
     @classmethod
     def open(cls, url_or_path: str | None = None) -> Self:
-        """Open the store (see ``resolve_db_url``) and run any pending schema migrations."""
+        """Open the store (see ``resolve_db_url``) and run any pending schema migrations (alembic
+        is loaded only when the database is not at ``migrate.HEAD``)."""
         url = resolve_db_url(url_or_path)
         engine = connect(url)
+        if migrate.is_current(engine):
+            return cls(engine, url)
+        from alembic.util import CommandError
+
         try:
             migrate.upgrade(engine)
         except CommandError as exc:

@@ -1,0 +1,60 @@
+"""The IR and plan a swap-in carried out, kept in the experiment's run folder (the back end's
+``run_dir``) so that swap-out, status, exec and the controller undo or reach exactly that
+network without computing its plan again (static routes of a large topology take seconds).
+
+The plan is pickled: it is written and read only by nestbed, in a root-only folder of its own
+(0700), and it is keyed by the IR's hash, so a plan kept for another IR is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+from nestbed.backend.plan import Plan, plan
+from nestbed.model import Experiment
+
+IR = "ir.json"  # the IR a swap-in used, kept so swap-out undoes exactly that
+PLAN = "plan.pickle"
+
+
+def _key(ir_json: str) -> str:
+    return hashlib.sha256(ir_json.encode()).hexdigest()
+
+
+def keep(directory: Path, exp: Experiment, p: Plan) -> Path:
+    """Writes the IR and its plan into ``directory``; the IR's path."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ir_json = exp.to_json()
+    tmp = directory / (PLAN + ".tmp")
+    with tmp.open("wb") as out:
+        pickle.dump((_key(ir_json), p), out, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, directory / PLAN)
+    (directory / IR).write_text(ir_json)
+    return directory / IR
+
+
+def kept_plan(directory: Path, ir_json: str) -> Plan | None:
+    """The plan kept in ``directory`` for exactly this IR, or None."""
+    with contextlib.suppress(OSError, pickle.UnpicklingError, ValueError, EOFError,
+                             AttributeError, ImportError):  # fmt: skip
+        with (directory / PLAN).open("rb") as source:
+            key, found = pickle.load(source)
+        if key == _key(ir_json) and isinstance(found, Plan):
+            return found
+    return None
+
+
+def load(directory: Path, ir_json: str | None = None) -> tuple[Experiment, Plan] | None:
+    """The experiment kept in ``directory`` (or given as ``ir_json``) and its plan, kept or
+    computed now; None when nothing is kept there."""
+    if ir_json is None:
+        try:
+            ir_json = (directory / IR).read_text()
+        except FileNotFoundError:
+            return None
+    exp = Experiment.from_json(ir_json)
+    return exp, kept_plan(directory, ir_json) or plan(exp)

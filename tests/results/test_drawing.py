@@ -1,0 +1,66 @@
+"""The report drawn after the run, in a process of its own (the manifest says so and how it
+went), or again on demand; a failed drawing keeps its traceback and the results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nestbed.results import drawing
+
+EVENTS = "index,source,planned_s,actual_s,error_ms,object,verb,args,outcome,message"
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    folder = tmp_path / "run-1"
+    folder.mkdir()
+    manifest = {"experiment": "line", "run_id": 1, "outcome": "completed", "reason": None,
+                "duration_s": 2.0, "files": ["events.csv"]}  # fmt: skip
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "events.csv").write_text(f"{EVENTS}\n0,static,1.0,1.001,1,link0,down,,ok,\n")
+    return folder
+
+
+def _manifest(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def test_a_detached_drawing_writes_the_report_and_the_manifest_says_so(run):
+    drawing.draw_detached(run)
+    assert _manifest(run)["report"]["state"] in ("drawing", "written")
+    said = drawing.wait_drawn(run)
+    assert said == {"state": "written", "drawn_by": drawing.DETACHED}
+    assert "## Events" in (run / "report.md").read_text()
+    files = _manifest(run)["files"]
+    assert "report.md" in files and "events.csv" in files
+    assert not (run / drawing.LOCK).exists() and not (run / drawing.ERROR).exists()
+
+
+def test_drawing_on_demand_draws_it_again(run):
+    drawing.draw_detached(run)
+    drawing.wait_drawn(run)
+    (run / "report.md").unlink()
+    assert drawing.draw(run) == run / "report.md"
+    assert (run / "report.md").is_file()
+    assert _manifest(run)["report"] == {"state": "written", "drawn_by": drawing.ON_DEMAND}
+
+
+def test_a_failed_drawing_keeps_its_traceback_and_the_results(run, monkeypatch):
+    def broken(_folder: Path) -> Path:
+        raise ValueError("a table the report cannot read")
+
+    monkeypatch.setattr("nestbed.results.report.write_report", broken)
+    assert drawing.draw(run) is None
+    report = _manifest(run)["report"]
+    assert report["state"] == "failed" and "cannot read" in report["error"]
+    assert "ValueError" in (run / drawing.ERROR).read_text()
+    assert (run / "events.csv").is_file()
+
+
+def test_a_run_without_a_report_says_so(run):
+    drawing.note_off(run)
+    assert _manifest(run)["report"]["state"] == "off"
+    assert drawing.wait_drawn(run)["state"] == "off"  # nobody drawing: no wait
