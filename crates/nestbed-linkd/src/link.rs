@@ -26,6 +26,8 @@ pub struct Outgoing {
     pub port: usize,
     /// The frame.
     pub frame: Vec<u8>,
+    /// Its offload metadata ([`crate::offload`]; 0 for a plain frame).
+    pub meta: u64,
     /// When it was due to leave.
     pub due: Instant,
 }
@@ -189,7 +191,7 @@ impl Link {
     }
 
     /// Offers a frame read from port `port`'s interface at `now`.
-    pub fn receive(&mut self, now: Instant, port: usize, frame: Vec<u8>, truncated: bool) {
+    pub fn receive(&mut self, now: Instant, port: usize, packet: Packet, truncated: bool) {
         let n = self.ports.len() as u64;
         let Some(p) = self.ports.get_mut(port) else {
             return;
@@ -199,11 +201,11 @@ impl Link {
             p.stats.truncated += 1;
         }
         let kind = if self.trace.is_some() {
-            packet_type(&frame)
+            packet_type(packet.data())
         } else {
             ""
         };
-        let size = frame.len() as u32;
+        let size = packet.wire_len();
         match self.state {
             LinkState::Up => {}
             LinkState::Blackhole | LinkState::AdminDown => {
@@ -231,7 +233,7 @@ impl Link {
                 return;
             }
         }
-        let outcome = p.egress.enqueue(now, Packet::new(frame));
+        let outcome = p.egress.enqueue(now, packet);
         if self.trace.is_some() {
             let seq = outcome.ordinal();
             let id = (seq - 1) * n + port as u64;
@@ -306,6 +308,7 @@ impl Link {
                 }
                 out.push(Outgoing {
                     port: to,
+                    meta: d.packet.meta(),
                     frame: d.packet.into_data(),
                     due: d.due,
                 });
@@ -491,8 +494,8 @@ mod tests {
     #[test]
     fn point_to_point_adds_egress_then_ingress_delay() {
         let mut l = link(&P2P.replace('\n', ""));
-        l.receive(Instant::ZERO, 0, frame(0xB, 0xA, 100), false);
-        l.receive(Instant::ZERO, 1, frame(0xA, 0xB, 100), false);
+        l.receive(Instant::ZERO, 0, Packet::new(frame(0xB, 0xA, 100)), false);
+        l.receive(Instant::ZERO, 1, Packet::new(frame(0xA, 0xB, 100)), false);
         let mut out = Vec::new();
         assert_eq!(l.next_wakeup(), Some(Instant::from_millis(1)));
         l.poll(Instant::from_nanos(999_999), &mut out);
@@ -521,7 +524,7 @@ mod tests {
             r#"{"op":"add_link","link":"lan","ports":[{"port":"a","ifname":"y0"},{"port":"b","ifname":"y1"},{"port":"c","ifname":"y2","ingress":{"delay":{"delay_ns":1000}}}]}"#,
         );
         let mut out = Vec::new();
-        l.receive(Instant::ZERO, 0, frame(0xB, 0xA, 60), false);
+        l.receive(Instant::ZERO, 0, Packet::new(frame(0xB, 0xA, 60)), false);
         l.poll(Instant::ZERO, &mut out);
         assert_eq!(out.iter().map(|o| o.port).collect::<Vec<_>>(), vec![1]);
         l.poll(Instant::from_nanos(1000), &mut out);
@@ -529,8 +532,18 @@ mod tests {
         out.clear();
         // B → A at 2 µs (unicast to the learned A), then A → B at 3 µs
         // (B learned by then, even though port 0 is polled first).
-        l.receive(Instant::from_nanos(2000), 1, frame(0xA, 0xB, 60), false);
-        l.receive(Instant::from_nanos(3000), 0, frame(0xB, 0xA, 60), false);
+        l.receive(
+            Instant::from_nanos(2000),
+            1,
+            Packet::new(frame(0xA, 0xB, 60)),
+            false,
+        );
+        l.receive(
+            Instant::from_nanos(3000),
+            0,
+            Packet::new(frame(0xB, 0xA, 60)),
+            false,
+        );
         l.poll(Instant::from_nanos(10_000), &mut out);
         let mut ports: Vec<_> = out.iter().map(|o| o.port).collect();
         ports.sort();
@@ -559,11 +572,16 @@ mod tests {
             Instant::ZERO,
             "mem".into(),
         ));
-        l.receive(Instant::ZERO, 0, frame(0xB, 0xA, 100), false);
+        l.receive(Instant::ZERO, 0, Packet::new(frame(0xB, 0xA, 100)), false);
         let mut out = Vec::new();
         l.poll(Instant::from_millis(5), &mut out);
         l.set_state(LinkState::Blackhole);
-        l.receive(Instant::from_millis(6), 0, frame(0xB, 0xA, 100), false);
+        l.receive(
+            Instant::from_millis(6),
+            0,
+            Packet::new(frame(0xB, 0xA, 100)),
+            false,
+        );
         l.poll(Instant::from_millis(10), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(l.ports()[0].stats.blackholed, 1);

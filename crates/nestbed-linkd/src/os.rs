@@ -2,7 +2,8 @@
 //!
 //! - [`PacketSocket`]: an AF_PACKET `SOCK_RAW` socket bound to one interface
 //!   for all protocols, non-blocking, ignoring the frames it sends itself,
-//!   read and written in batches with `recvmmsg`/`sendmmsg`.
+//!   read and written in batches with `recvmmsg`/`sendmmsg`, each frame with
+//!   its virtio-net header (`PACKET_VNET_HDR`, see [`crate::offload`]).
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
@@ -18,15 +19,21 @@ use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::offload::{header, meta_from_header, HEADER_LEN};
+
 /// `SOL_PACKET` option: do not deliver frames this host sends (Linux ≥ 4.20).
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `SOL_PACKET` option: sent frames skip the device's qdisc.
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
 /// `sll_pkttype` of a frame the host sent.
 const PACKET_OUTGOING: u8 = 4;
 const ETH_P_ALL: u16 = 0x0003;
+/// `SOL_PACKET` option: frames are read and sent after a virtio-net header.
+const PACKET_VNET_HDR: libc::c_int = 15;
 
-/// Largest frame read. Offloads are expected off, so frames are at most
-/// MTU + 18 bytes; a larger (GSO) frame is read truncated and counted.
-pub const FRAME_BUF: usize = 65_536;
+/// Largest frame read: a 64 KB super-frame (GSO, offloads on) with its
+/// Ethernet and VLAN headers; a larger frame is read truncated and counted.
+pub const FRAME_BUF: usize = 66 * 1024;
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
 pub fn monotonic_ns() -> u64 {
@@ -158,16 +165,26 @@ pub fn link_is_up(ifname: &str) -> io::Result<bool> {
 pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
+    /// The kernel drops the frames this host sends before they reach the
+    /// socket, so their source address need not be read.
+    ignores_outgoing: bool,
 }
 
 /// Room for the control messages of one received frame (a receive
 /// timestamp, with margin).
 const CMSG_BUF: usize = 64;
 
+/// Bytes of each frame's slot in a batch's contiguous area: the virtio-net
+/// header and any frame up to a jumbo one. A longer frame (a super-frame)
+/// continues in the slot's own overflow buffer, which small frames never
+/// touch, so a batch of small frames stays in a few cache lines and pages.
+const SLOT: usize = 2048;
+
 /// Reusable buffers and headers for one `recvmmsg` batch (nothing is
 /// allocated per call).
 pub struct Batch {
-    bufs: Vec<Vec<u8>>,
+    slots: Vec<u8>,
+    overflow: Vec<Vec<u8>>,
     addrs: Vec<libc::sockaddr_ll>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
@@ -184,10 +201,13 @@ impl Batch {
     /// Buffers for up to `n` frames per call.
     pub fn new(n: usize) -> Batch {
         Batch {
-            bufs: (0..n).map(|_| vec![0u8; FRAME_BUF]).collect(),
+            slots: vec![0u8; n * SLOT],
+            overflow: (0..n)
+                .map(|_| vec![0u8; FRAME_BUF + HEADER_LEN - SLOT])
+                .collect(),
             // SAFETY: sockaddr_ll is plain old data.
             addrs: vec![unsafe { mem::zeroed() }; n],
-            iovs: Vec::with_capacity(n),
+            iovs: Vec::with_capacity(2 * n),
             msgs: Vec::with_capacity(n),
             cmsgs: vec![[0u64; CMSG_BUF / 8]; n],
         }
@@ -198,6 +218,7 @@ impl Batch {
 /// they have grown to the batch size).
 #[derive(Default)]
 pub struct SendBatch {
+    headers: Vec<[u8; HEADER_LEN]>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
@@ -208,10 +229,13 @@ unsafe impl Send for SendBatch {}
 
 /// One frame read by [`PacketSocket::recv_batch`].
 pub struct Received<'a> {
-    /// The bytes read (truncated to [`FRAME_BUF`] if `truncated`).
-    pub data: &'a [u8],
+    /// The bytes read (truncated to [`FRAME_BUF`] if `truncated`): the
+    /// first ones, and the rest of a long frame.
+    pub data: (&'a [u8], &'a [u8]),
     /// The frame was longer than the buffer.
     pub truncated: bool,
+    /// Its virtio-net header, packed ([`crate::offload::meta_from_header`]).
+    pub meta: u64,
     /// When the kernel received the frame (`CLOCK_REALTIME` ns), if it
     /// said so (`SO_TIMESTAMPNS`).
     pub kernel_realtime_ns: Option<u64>,
@@ -282,7 +306,9 @@ impl PacketSocket {
         })?;
         let raw = fd.as_raw_fd();
         // Best effort: older kernels lack it; recv_batch also checks sll_pkttype.
-        set_int_option(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        let ignores_outgoing = set_int_option(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        // Frames go straight to the veth (no qdisc: veths have none).
+        set_int_option(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, 1);
         // The FORCE options (root) go past net.core.rmem_max/wmem_max, 208 KiB on a stock
         // host, which would hold only a few hundred small frames while a worker is
         // descheduled; without the privilege the plain ones get what the limits allow.
@@ -293,6 +319,11 @@ impl PacketSocket {
             if !set_int_option(raw, libc::SOL_SOCKET, forced, BUFFER_BYTES) {
                 set_int_option(raw, libc::SOL_SOCKET, plain, BUFFER_BYTES);
             }
+        }
+        // Super-frames and unfinished checksums keep their offload metadata
+        // through linkd; without it they could not be sent on.
+        if !set_int_option(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 1) {
+            return Err(io::Error::last_os_error());
         }
         // Best effort: the kernel's receive time of each frame
         // (CLOCK_REALTIME), so a frame's arrival does not depend on when the
@@ -311,7 +342,11 @@ impl PacketSocket {
                 mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })?;
-        Ok(PacketSocket { fd, ifindex })
+        Ok(PacketSocket {
+            fd,
+            ifindex,
+            ignores_outgoing,
+        })
     }
 
     /// The interface index the socket is bound to.
@@ -327,9 +362,10 @@ impl PacketSocket {
         batch: &mut Batch,
         mut each: impl FnMut(Received<'_>),
     ) -> io::Result<usize> {
-        let n = batch.bufs.len();
+        let n = batch.overflow.len();
         let Batch {
-            bufs,
+            slots,
+            overflow,
             addrs,
             iovs,
             msgs,
@@ -337,19 +373,35 @@ impl PacketSocket {
         } = batch;
         iovs.clear();
         msgs.clear();
-        for buf in bufs.iter_mut() {
+        for (slot, big) in slots.chunks_exact_mut(SLOT).zip(overflow.iter_mut()) {
             iovs.push(libc::iovec {
-                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-                iov_len: buf.len(),
+                iov_base: slot.as_mut_ptr() as *mut libc::c_void,
+                iov_len: SLOT,
+            });
+            iovs.push(libc::iovec {
+                iov_base: big.as_mut_ptr() as *mut libc::c_void,
+                iov_len: big.len(),
             });
         }
-        for ((addr, iov), cmsg) in addrs.iter_mut().zip(iovs.iter_mut()).zip(cmsgs.iter_mut()) {
+        let name_len = if self.ignores_outgoing {
+            0
+        } else {
+            mem::size_of::<libc::sockaddr_ll>()
+        };
+        for ((addr, iov), cmsg) in addrs
+            .iter_mut()
+            .zip(iovs.chunks_exact_mut(2))
+            .zip(cmsgs.iter_mut())
+        {
             // SAFETY: mmsghdr is plain old data.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_name = addr as *mut libc::sockaddr_ll as *mut libc::c_void;
-            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
+            if name_len > 0 {
+                addr.sll_pkttype = 0;
+                m.msg_hdr.msg_name = addr as *mut libc::sockaddr_ll as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = name_len as libc::socklen_t;
+            }
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = 2;
             m.msg_hdr.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
             m.msg_hdr.msg_controllen = CMSG_BUF as _;
             msgs.push(m);
@@ -373,41 +425,63 @@ impl PacketSocket {
             };
         }
         let got = got as usize;
-        for ((msg, addr), buf) in msgs.iter().zip(addrs.iter()).zip(bufs.iter()).take(got) {
-            if addr.sll_pkttype == PACKET_OUTGOING {
+        let frames = msgs
+            .iter()
+            .zip(addrs.iter())
+            .zip(slots.chunks_exact(SLOT))
+            .zip(overflow.iter());
+        for (((msg, addr), slot), big) in frames.take(got) {
+            if name_len > 0 && addr.sll_pkttype == PACKET_OUTGOING {
                 continue;
             }
             let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let len = (msg.msg_len as usize).min(buf.len());
+            let len = (msg.msg_len as usize).min(SLOT + big.len());
+            let header = slot[..HEADER_LEN].try_into().unwrap_or([0; HEADER_LEN]);
+            let head = &slot[HEADER_LEN.min(len)..len.min(SLOT)];
+            let tail = &big[..len.saturating_sub(SLOT)];
             each(Received {
-                data: &buf[..len],
+                data: (head, tail),
                 truncated,
+                meta: meta_from_header(&header),
                 kernel_realtime_ns: rx_timestamp(&msg.msg_hdr),
             });
         }
         Ok(got)
     }
 
-    /// Sends frames out of the interface without blocking; returns how many
-    /// the kernel took. A refused frame (full buffer, interface down, too
-    /// big) is skipped and not counted; the others are still tried.
+    /// Sends frames (each with its offload metadata, 0 for a plain frame)
+    /// out of the interface without blocking; returns how many the kernel
+    /// took. A refused frame (full buffer, interface down, too big) is
+    /// skipped and not counted; the others are still tried.
     pub fn send_batch<'a>(
         &self,
         scratch: &mut SendBatch,
-        frames: impl IntoIterator<Item = &'a [u8]>,
+        frames: impl IntoIterator<Item = (&'a [u8], u64)> + Clone,
     ) -> usize {
-        let SendBatch { iovs, msgs } = scratch;
+        let SendBatch {
+            headers,
+            iovs,
+            msgs,
+        } = scratch;
+        headers.clear();
         iovs.clear();
         msgs.clear();
-        iovs.extend(frames.into_iter().map(|f| libc::iovec {
-            iov_base: f.as_ptr() as *mut libc::c_void,
-            iov_len: f.len(),
-        }));
-        for iov in iovs.iter_mut() {
+        headers.extend(frames.clone().into_iter().map(|(f, meta)| header(f, meta)));
+        for ((f, _), h) in frames.into_iter().zip(headers.iter()) {
+            iovs.push(libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: HEADER_LEN,
+            });
+            iovs.push(libc::iovec {
+                iov_base: f.as_ptr() as *mut libc::c_void,
+                iov_len: f.len(),
+            });
+        }
+        for iov in iovs.chunks_exact_mut(2) {
             // SAFETY: mmsghdr is plain old data.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = 2;
             msgs.push(m);
         }
         let (mut next, mut ok) = (0usize, 0usize);

@@ -18,12 +18,13 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use nestbed_pipe::{Instant, PipeParams};
+use nestbed_pipe::{Instant, Packet, PipeParams};
 use serde_json::Value;
 
 use crate::dispatch::LinkState;
 use crate::lateness::Histogram;
 use crate::link::{Link, Outgoing};
+use crate::offload;
 use crate::os::{self, Batch, Epoll, EventFd, PacketSocket, SendBatch, TimerFd};
 use crate::seed::Direction;
 use crate::trace::Trace;
@@ -287,8 +288,11 @@ impl Worker {
                 let at = clock.arrival(frame.kernel_realtime_ns, read);
                 let mut buf = pool.pop().unwrap_or_default();
                 buf.clear();
-                buf.extend_from_slice(frame.data);
-                link.receive(Instant::from_nanos(at), port, buf, frame.truncated);
+                buf.extend_from_slice(frame.data.0);
+                buf.extend_from_slice(frame.data.1);
+                let (wire_len, segments) = offload::wire(&buf, frame.meta);
+                let packet = Packet::with_segments(buf, wire_len, segments, frame.meta);
+                link.receive(Instant::from_nanos(at), port, packet, frame.truncated);
             });
             match got {
                 Ok(n) if n == BATCH => {
@@ -476,7 +480,7 @@ fn send(s: &mut Slot, scratch: &mut SendBatch, out: &[Outgoing], lateness: &mut 
         }
         let group = || out.iter().filter(move |o| o.port == port);
         let sent_at = os::monotonic_ns();
-        let ok = s.sockets[port].send_batch(scratch, group().map(|o| o.frame.as_slice()));
+        let ok = s.sockets[port].send_batch(scratch, group().map(|o| (o.frame.as_slice(), o.meta)));
         for o in group() {
             lateness.record(sent_at.saturating_sub(o.due.as_nanos()));
         }
