@@ -70,11 +70,10 @@ def trafgen_run(bench: Bench, conf: Path) -> dict[str, float]:
     s_ip, r_ip = bench.ir.links[0].port("s").ip, bench.receiver_ip
     s_if, r_if = _iface(bench, "s", s_ip), _iface(bench, "r", r_ip)
     # Leave the host's socket memory limits and IRQ affinities alone.
-    argv = ["trafgen", "-o", s_if, "-i", str(conf), "-P", "1", "--no-sock-mem", "--notouch-irq", "-C"]
+    argv = ["trafgen", "-o", s_if, "-i", str(conf), "-P", "1",
+            "--no-sock-mem", "--notouch-irq", "-C"]  # fmt: skip
     # trafgen forks its sender; both go on SIGINT to the process group.
-    gen = linux.start_in(
-        bench.plan, "s", argv, stdout=subprocess.DEVNULL, start_new_session=True
-    )
+    gen = linux.start_in(bench.plan, "s", argv, stdout=subprocess.DEVNULL, start_new_session=True)
     linkd = _linkd_pid(bench)
     try:
         time.sleep(1.0)
