@@ -14,6 +14,7 @@ use nestbed_pipe::{Delivery, EnqueueOutcome, Instant, Packet, Pipe, PipeParams};
 use serde_json::{json, Value};
 
 use crate::dispatch::LinkState;
+use crate::offload;
 use crate::protocol::AddLink;
 use crate::seed::{pipe_seed, Direction};
 use crate::switch::Switch;
@@ -285,7 +286,11 @@ impl Link {
             }
             let id = (d.ordinal - 1) * n as u64 + from as u64;
             let count = targets.len();
-            let mut packet = Some(d.packet);
+            let mut packet = Some(if d.corrupted {
+                uncheck(d.packet)
+            } else {
+                d.packet
+            });
             for (k, &to) in targets.iter().enumerate() {
                 let copy = if k + 1 == count {
                     packet.take().unwrap_or_else(|| Packet::new(Vec::new()))
@@ -306,10 +311,15 @@ impl Link {
                     let origin = self.take_origin(to, &d);
                     self.trace_delivery(Direction::Ingress, to, &d, origin.port);
                 }
+                let packet = if d.corrupted {
+                    uncheck(d.packet)
+                } else {
+                    d.packet
+                };
                 out.push(Outgoing {
                     port: to,
-                    meta: d.packet.meta(),
-                    frame: d.packet.into_data(),
+                    meta: packet.meta(),
+                    frame: packet.into_data(),
                     due: d.due,
                 });
             }
@@ -449,6 +459,21 @@ impl Link {
     }
 }
 
+/// A corrupted packet, with its offload metadata made such that the
+/// receiver checks its checksum ([`offload::corrupted`]).
+fn uncheck(packet: Packet) -> Packet {
+    if packet.meta() == 0 {
+        return packet;
+    }
+    let (wire_len, segments, meta) = (packet.wire_len(), packet.segments(), packet.meta());
+    Packet::with_segments(
+        packet.into_data(),
+        wire_len,
+        segments,
+        offload::corrupted(meta),
+    )
+}
+
 /// When the packet started serialization: `transmitted` minus its
 /// serialization time at the configured rate, not before it arrived.
 /// (With a token-bucket burst this is an estimate.)
@@ -548,6 +573,33 @@ mod tests {
         let mut ports: Vec<_> = out.iter().map(|o| o.port).collect();
         ports.sort();
         assert_eq!(ports, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_corrupted_frame_loses_its_unfinished_checksum_flag() {
+        let mut l = link(
+            r#"{"op":"add_link","link":"l","ports":[{"port":"a","ifname":"x0","egress":{"delay":{"corrupt":1.0}}},{"port":"b","ifname":"x1"}]}"#,
+        );
+        // NEEDS_CSUM, no GSO, checksum at 34 + 16.
+        let meta = crate::offload::meta_from_header(&[1, 0, 0, 0, 0, 0, 34, 0, 16, 0]);
+        let f = frame(0xB, 0xA, 100);
+        l.receive(
+            Instant::ZERO,
+            0,
+            Packet::with_segments(f, 100, 1, meta),
+            false,
+        );
+        l.receive(
+            Instant::ZERO,
+            1,
+            Packet::with_segments(frame(0xA, 0xB, 100), 100, 1, meta),
+            false,
+        );
+        let mut out = Vec::new();
+        l.poll(Instant::ZERO, &mut out);
+        let by_port = |p: usize| out.iter().find(|o| o.port == p).unwrap().meta;
+        assert_eq!(by_port(1) >> 56, 0, "corrupted by a's egress");
+        assert_eq!(by_port(0), meta, "b's pipes do not corrupt");
     }
 
     #[test]

@@ -67,6 +67,22 @@ fn segment_header_len(frame: &[u8], f: &Fields) -> Option<usize> {
     }
 }
 
+/// The metadata to send a corrupted frame with. A frame whose checksum is
+/// still to be written would reach the receiver as trusted (checksum
+/// offload), so a flipped bit would go unnoticed; without the flag the
+/// receiver checks the checksum field as it is and drops the frame, as it
+/// drops a corrupted frame whose checksum was complete. A super-frame can
+/// then not be cut into segments: the kernel refuses it, and its segments
+/// are lost (counted as `send_failed`).
+pub fn corrupted(meta: u64) -> u64 {
+    if meta == 0 {
+        return 0;
+    }
+    let f = fields(meta);
+    let flags = f.flags & !NEEDS_CSUM;
+    u64::from(flags) << 56 | u64::from(f.csum_start) << 16 | u64::from(f.csum_offset)
+}
+
 /// The header to send before `frame` with metadata `meta`.
 pub fn header(frame: &[u8], meta: u64) -> [u8; HEADER_LEN] {
     if meta == 0 {
@@ -146,6 +162,11 @@ mod tests {
         let meta = meta_from_header(&h);
         assert_eq!(wire(&frame, meta), (166, 1));
         assert_eq!(header(&frame, meta), h);
+        // Corrupted, it loses the checksum flag; a super-frame, its segmentation.
+        assert_eq!(header(&frame, corrupted(meta))[..2], [0, GSO_NONE]);
+        let gso = meta_from_header(&[NEEDS_CSUM, GSO_TCPV4, 66, 0, 0xa8, 0x05, 34, 0, 16, 0]);
+        assert_eq!(wire(&frame, corrupted(gso)), (166, 1));
+        assert_eq!(corrupted(0), 0);
         // A super-frame whose headers cannot be found counts as one frame.
         let bad = meta_from_header(&[0, GSO_TCPV4, 0, 0, 0xa8, 0x05, 0, 0, 0, 0]);
         assert_eq!(wire(&frame, bad), (166, 1));
