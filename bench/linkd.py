@@ -134,14 +134,44 @@ def set_offloads(bench: Bench, on: bool) -> None:
             )  # fmt: skip
 
 
-def tcp_bps(bench: Bench) -> float:
+def tcp_run(bench: Bench) -> dict[str, float]:
+    """One iperf3 stream s → r: received bits per second, and linkd's CPU seconds per Gbit."""
+    linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
+    time.sleep(0.3)
+    linkd = _linkd_pid(bench)
+    cpu_before = _cpu_s(linkd) if linkd else 0.0
+    result = linux.exec_in(
+        bench.plan, "s", ["iperf3", "-c", bench.receiver_ip, "-t", "4", "-J"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    cpu = (_cpu_s(linkd) if linkd else 0.0) - cpu_before
+    received = json.loads(result.stdout)["end"]["sum_received"]
+    return {
+        "bps": received["bits_per_second"],
+        "linkd_cpu_s_per_gbit": cpu / (received["bytes"] * 8 / 1e9),
+    }
+
+
+def shaped_tcp_error(bench: Bench, rate_bps: int) -> dict[str, float]:
+    """One iperf3 stream through the link shaped to ``rate_bps`` (both directions, queue of
+    1000 frames): goodput against what the rate allows for full-sized segments, whose wire
+    frames are the MSS plus 66 bytes of headers plus the Ethernet overhead of 24."""
+    bench.set_link({"bandwidth": {"rate_bps": rate_bps}, "queue": {"limit": {"packets": 1000}}})
     linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
     time.sleep(0.3)
     result = linux.exec_in(
         bench.plan, "s", ["iperf3", "-c", bench.receiver_ip, "-t", "4", "-J"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return json.loads(result.stdout)["end"]["sum_received"]["bits_per_second"]
+    report = json.loads(result.stdout)
+    mss = report["start"]["tcp_mss_default"]
+    expected = rate_bps * mss / (mss + 66 + 24)
+    got = report["end"]["sum_received"]["bits_per_second"]
+    bench.set_link({})
+    return {"bps": got, "expected_bps": expected, "error_pct": (got - expected) / expected * 100}
+
+
+SHAPED_RATES_BPS = (1_000_000_000, 10_000_000_000)
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -156,9 +186,12 @@ def measure(bench: Bench, directory: Path) -> dict[str, object]:
     row["probe_pps"] = statistics.median(udp_pps(bench) for _ in range(RUNS))
     for on in (False, True):
         set_offloads(bench, on)
-        row[f"tcp_offloads_{'on' if on else 'off'}"] = statistics.median(
-            tcp_bps(bench) for _ in range(RUNS)
+        row[f"tcp_offloads_{'on' if on else 'off'}"] = median_of(
+            [tcp_run(bench) for _ in range(RUNS)]
         )
+    if bench.plan.needs_linkd:
+        for rate in SHAPED_RATES_BPS:
+            row[f"shaped_{rate}"] = median_of([shaped_tcp_error(bench, rate) for _ in range(RUNS)])
     row["lateness"] = bench.counters()["threads"] if bench.plan.needs_linkd else None
     return row
 
@@ -180,14 +213,23 @@ def main() -> None:
             print(f"{label:<16}{t['offered_pps']:>13,.0f}{t['pps']:>15,.0f}"
                   f"{t['pps'] / base['trafgen']['pps']:>10.2f}{t['gen_cpu_s_per_mpkt']:>16.3f}"
                   f"{t['linkd_cpu_s_per_mpkt']:>18.3f}{t['linkd_cores']:>13.2f}")  # fmt: skip
-    print("\n64-byte UDP from nestbed-probe; one TCP stream (iperf3) with offloads off and on")
-    print(f"{'path':<16}{'probe pps':>12}{'× direct':>10}{'TCP off Gb/s':>14}{'× direct':>10}"
-          f"{'TCP on Gb/s':>13}{'× direct':>10}")  # fmt: skip
+    print("\n64-byte UDP from nestbed-probe (sender and receiver through the whole stack)")
+    print(f"{'path':<16}{'probe pps':>12}{'× direct':>10}")
     for label, row in rows.items():
-        off, on = row["tcp_offloads_off"], row["tcp_offloads_on"]
-        print(f"{label:<16}{row['probe_pps']:>12,.0f}{row['probe_pps'] / base['probe_pps']:>10.2f}"
-              f"{off / 1e9:>14.2f}{off / base['tcp_offloads_off']:>10.2f}"
-              f"{on / 1e9:>13.2f}{on / base['tcp_offloads_on']:>10.2f}")  # fmt: skip
+        print(f"{label:<16}{row['probe_pps']:>12,.0f}{row['probe_pps'] / base['probe_pps']:>10.2f}")
+    print("\none TCP stream (iperf3), veth offloads off and on")
+    print(f"{'path':<16}{'offloads':>9}{'Gb/s':>8}{'× direct':>10}{'linkd CPU s/Gbit':>18}")
+    for label, row in rows.items():
+        for state in ("off", "on"):
+            t, b = row[f"tcp_offloads_{state}"], base[f"tcp_offloads_{state}"]
+            cpu = f"{t['linkd_cpu_s_per_gbit']:>18.3f}" if label != "direct veth" else ""
+            print(f"{label:<16}{state:>9}{t['bps'] / 1e9:>8.2f}{t['bps'] / b['bps']:>10.2f}{cpu}")
+    print("\none TCP stream through the link shaped in linkd, offloads on (super-frames)")
+    print(f"{'rate Gb/s':>10}{'goodput Gb/s':>14}{'allowed Gb/s':>14}{'error %':>9}")
+    for rate in SHAPED_RATES_BPS:
+        t = rows["nestbed-linkd"][f"shaped_{rate}"]
+        print(f"{rate / 1e9:>10.0f}{t['bps'] / 1e9:>14.3f}{t['expected_bps'] / 1e9:>14.3f}"
+              f"{t['error_pct']:>+9.2f}")  # fmt: skip
     lateness = rows["nestbed-linkd"]["lateness"]
     print("\nlinkd timer lateness:", json.dumps([t["lateness"] for t in lateness]))
 

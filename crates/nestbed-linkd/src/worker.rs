@@ -38,8 +38,12 @@ const BATCH: usize = 64;
 const MAX_BATCHES: usize = 4;
 /// Frame buffers kept for reuse.
 const POOL_MAX: usize = 4096;
-/// Frame buffers larger than this are not kept.
+/// Frame buffers larger than this are kept apart, fewer of them.
 const POOL_MAX_CAPACITY: usize = 16 * 1024;
+/// Super-frame buffers (up to 64 KB) kept for reuse: allocating and freeing
+/// them one by one costs page faults as the allocator returns them to the
+/// kernel.
+const BIG_POOL_MAX: usize = 256;
 /// How often the CLOCK_REALTIME → CLOCK_MONOTONIC offset is re-measured.
 const OFFSET_REFRESH_NS: u64 = 100_000_000;
 /// A kernel timestamp older than this (relative to the read) is not trusted.
@@ -127,6 +131,7 @@ struct Worker {
     send_batch: SendBatch,
     out: Vec<Outgoing>,
     pool: Vec<Vec<u8>>,
+    big_pool: Vec<Vec<u8>>,
     clock: ClockOffset,
     running: bool,
 }
@@ -203,6 +208,7 @@ impl Worker {
             send_batch: SendBatch::default(),
             out: Vec::new(),
             pool: Vec::new(),
+            big_pool: Vec::new(),
             clock: ClockOffset::measure(),
             running: true,
         })
@@ -279,14 +285,20 @@ impl Worker {
             return;
         };
         let clock = &self.clock;
-        let pool = &mut self.pool;
+        let (pool, big_pool) = (&mut self.pool, &mut self.big_pool);
         for _ in 0..MAX_BATCHES {
             let link = &mut s.link;
             let mut read = None;
             let got = sock.recv_batch(&mut self.batch, |frame| {
                 let read = *read.get_or_insert_with(os::monotonic_ns);
                 let at = clock.arrival(frame.kernel_realtime_ns, read);
-                let mut buf = pool.pop().unwrap_or_default();
+                let len = frame.data.0.len() + frame.data.1.len();
+                let mut buf = if len > POOL_MAX_CAPACITY {
+                    big_pool.pop()
+                } else {
+                    pool.pop()
+                }
+                .unwrap_or_default();
                 buf.clear();
                 buf.extend_from_slice(frame.data.0);
                 buf.extend_from_slice(frame.data.1);
@@ -326,7 +338,11 @@ impl Worker {
             if !self.out.is_empty() {
                 send(s, &mut self.send_batch, &self.out, &mut self.lateness);
                 for o in self.out.drain(..) {
-                    if self.pool.len() < POOL_MAX && o.frame.capacity() <= POOL_MAX_CAPACITY {
+                    if o.frame.capacity() > POOL_MAX_CAPACITY {
+                        if self.big_pool.len() < BIG_POOL_MAX {
+                            self.big_pool.push(o.frame);
+                        }
+                    } else if self.pool.len() < POOL_MAX {
                         self.pool.push(o.frame);
                     }
                 }
