@@ -154,13 +154,14 @@ def tcp_run(bench: Bench) -> dict[str, float]:
 
 def shaped_tcp_error(bench: Bench, rate_bps: int) -> dict[str, float]:
     """One iperf3 stream through the link shaped to ``rate_bps`` (both directions, queue of
-    1000 frames): goodput against what the rate allows for full-sized segments, whose wire
-    frames are the MSS plus 66 bytes of headers plus the Ethernet overhead of 24."""
+    1000 frames): goodput after the first second (slow start) against what the rate allows
+    for full-sized segments, whose wire frames are the MSS plus 66 bytes of headers plus the
+    Ethernet overhead of 24."""
     bench.set_link({"bandwidth": {"rate_bps": rate_bps}, "queue": {"limit": {"packets": 1000}}})
     linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
     time.sleep(0.3)
     result = linux.exec_in(
-        bench.plan, "s", ["iperf3", "-c", bench.receiver_ip, "-t", "4", "-J"],
+        bench.plan, "s", ["iperf3", "-c", bench.receiver_ip, "-t", "5", "-O", "1", "-J"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     report = json.loads(result.stdout)

@@ -3,7 +3,8 @@
 //! - [`PacketSocket`]: an AF_PACKET `SOCK_RAW` socket bound to one interface
 //!   for all protocols, non-blocking, ignoring the frames it sends itself,
 //!   read and written in batches with `recvmmsg`/`sendmmsg`, each frame with
-//!   its virtio-net header (`PACKET_VNET_HDR`, see [`crate::offload`]).
+//!   its virtio-net header while the interface has offloads on
+//!   (`PACKET_VNET_HDR`, see [`crate::offload`]).
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
@@ -13,6 +14,7 @@
 //! interface or object name.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::mem;
@@ -160,6 +162,36 @@ pub fn link_is_up(ifname: &str) -> io::Result<bool> {
     Ok(if_flags(&sock, &mut req)? & libc::IFF_UP as libc::c_short != 0)
 }
 
+/// `SIOCETHTOOL` commands reading one offload each: TCP segmentation,
+/// generic segmentation, generic receive offload. (Not the transmit
+/// checksum: its legacy command also reports the SCTP checksum, which a veth
+/// keeps on when nestbed turns the others off.)
+const ETHTOOL_OFFLOAD_GETS: [u32; 3] = [0x1e, 0x23, 0x2b];
+
+/// Whether interface `ifname` has a segmentation or receive offload on, so
+/// that frames crossing it may be super-frames (with unfinished checksums).
+pub fn offloads_on(ifname: &str) -> io::Result<bool> {
+    let sock = control_socket()?;
+    for cmd in ETHTOOL_OFFLOAD_GETS {
+        // struct ethtool_value { u32 cmd; u32 data; }
+        let mut value: [u32; 2] = [cmd, 0];
+        let mut req = ifreq_for(ifname)?;
+        req.ifr_ifru.ifru_data = value.as_mut_ptr() as *mut libc::c_char;
+        // SAFETY: req names the interface and points at a valid ethtool_value.
+        cvt(unsafe {
+            libc::ioctl(
+                sock.as_raw_fd(),
+                libc::SIOCETHTOOL,
+                &mut req as *mut libc::ifreq,
+            )
+        })?;
+        if value[1] != 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// A raw packet socket bound to one interface.
 #[derive(Debug)]
 pub struct PacketSocket {
@@ -168,6 +200,8 @@ pub struct PacketSocket {
     /// The kernel drops the frames this host sends before they reach the
     /// socket, so their source address need not be read.
     ignores_outgoing: bool,
+    /// Frames are read and sent after a virtio-net header.
+    vnet: Cell<bool>,
 }
 
 /// Room for the control messages of one received frame (a receive
@@ -320,11 +354,6 @@ impl PacketSocket {
                 set_int_option(raw, libc::SOL_SOCKET, plain, BUFFER_BYTES);
             }
         }
-        // Super-frames and unfinished checksums keep their offload metadata
-        // through linkd; without it they could not be sent on.
-        if !set_int_option(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 1) {
-            return Err(io::Error::last_os_error());
-        }
         // Best effort: the kernel's receive time of each frame
         // (CLOCK_REALTIME), so a frame's arrival does not depend on when the
         // worker gets round to reading it.
@@ -342,11 +371,38 @@ impl PacketSocket {
                 mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })?;
-        Ok(PacketSocket {
+        let sock = PacketSocket {
             fd,
             ifindex,
             ignores_outgoing,
-        })
+            vnet: Cell::new(false),
+        };
+        sock.set_vnet(offloads_on(ifname).unwrap_or(true))?;
+        Ok(sock)
+    }
+
+    /// Whether frames are read and sent with their offload metadata.
+    pub fn vnet(&self) -> bool {
+        self.vnet.get()
+    }
+
+    /// Reads and sends frames with their virtio-net header, or without.
+    /// With offloads on, super-frames and unfinished checksums need it to
+    /// be sent on; with them off it only costs time (a copy each way), so
+    /// the worker turns it on only while the interface has offloads on. The
+    /// kernel looks at the setting when a frame is read, so a change never
+    /// splits a frame from its header.
+    pub fn set_vnet(&self, on: bool) -> io::Result<()> {
+        if !set_int_option(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_VNET_HDR,
+            i32::from(on),
+        ) {
+            return Err(io::Error::last_os_error());
+        }
+        self.vnet.set(on);
+        Ok(())
     }
 
     /// The interface index the socket is bound to.
@@ -383,6 +439,7 @@ impl PacketSocket {
                 iov_len: big.len(),
             });
         }
+        let header_len = if self.vnet() { HEADER_LEN } else { 0 };
         let name_len = if self.ignores_outgoing {
             0
         } else {
@@ -436,13 +493,17 @@ impl PacketSocket {
             }
             let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             let len = (msg.msg_len as usize).min(SLOT + big.len());
-            let header = slot[..HEADER_LEN].try_into().unwrap_or([0; HEADER_LEN]);
-            let head = &slot[HEADER_LEN.min(len)..len.min(SLOT)];
+            let meta = if header_len > 0 {
+                meta_from_header(&slot[..HEADER_LEN].try_into().unwrap_or([0; HEADER_LEN]))
+            } else {
+                0
+            };
+            let head = &slot[header_len.min(len)..len.min(SLOT)];
             let tail = &big[..len.saturating_sub(SLOT)];
             each(Received {
                 data: (head, tail),
                 truncated,
-                meta: meta_from_header(&header),
+                meta,
                 kernel_realtime_ns: rx_timestamp(&msg.msg_hdr),
             });
         }
@@ -466,22 +527,29 @@ impl PacketSocket {
         headers.clear();
         iovs.clear();
         msgs.clear();
-        headers.extend(frames.clone().into_iter().map(|(f, meta)| header(f, meta)));
-        for ((f, _), h) in frames.into_iter().zip(headers.iter()) {
-            iovs.push(libc::iovec {
-                iov_base: h.as_ptr() as *mut libc::c_void,
-                iov_len: HEADER_LEN,
-            });
+        let per_frame = if self.vnet() {
+            headers.extend(frames.clone().into_iter().map(|(f, meta)| header(f, meta)));
+            2
+        } else {
+            1
+        };
+        for (i, (f, _)) in frames.into_iter().enumerate() {
+            if let Some(h) = headers.get(i) {
+                iovs.push(libc::iovec {
+                    iov_base: h.as_ptr() as *mut libc::c_void,
+                    iov_len: HEADER_LEN,
+                });
+            }
             iovs.push(libc::iovec {
                 iov_base: f.as_ptr() as *mut libc::c_void,
                 iov_len: f.len(),
             });
         }
-        for iov in iovs.chunks_exact_mut(2) {
+        for iov in iovs.chunks_exact_mut(per_frame) {
             // SAFETY: mmsghdr is plain old data.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
             m.msg_hdr.msg_iov = iov.as_mut_ptr();
-            m.msg_hdr.msg_iovlen = 2;
+            m.msg_hdr.msg_iovlen = per_frame;
             msgs.push(m);
         }
         let (mut next, mut ok) = (0usize, 0usize);

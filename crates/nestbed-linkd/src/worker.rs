@@ -163,10 +163,13 @@ impl ClockOffset {
         }
     }
 
-    fn refresh(&mut self, now: u64) {
-        if now.saturating_sub(self.measured_at) >= OFFSET_REFRESH_NS {
+    /// Re-measures the offset if it is old; whether it did.
+    fn refresh(&mut self, now: u64) -> bool {
+        let old = now.saturating_sub(self.measured_at) >= OFFSET_REFRESH_NS;
+        if old {
             *self = ClockOffset::measure();
         }
+        old
     }
 
     /// The monotonic arrival time of a frame read at `read` (monotonic)
@@ -240,7 +243,9 @@ impl Worker {
                 return;
             }
             let start = os::monotonic_ns();
-            self.clock.refresh(start);
+            if self.clock.refresh(start) {
+                self.follow_offloads();
+            }
             self.handle(&tokens, next);
             // Frames read above carry their kernel arrival times; moving the
             // pipes only to `start` (not past it) keeps a frame that arrived
@@ -249,6 +254,27 @@ impl Worker {
             next = self.service(start);
             let now = os::monotonic_ns();
             busy = next.is_some_and(|t| t <= now + self.spin_ns);
+        }
+    }
+
+    /// Reads and sends frames with their offload metadata on the links one
+    /// of whose interfaces has offloads on (a super-frame read on one port
+    /// must be sent with its metadata on another), and without it
+    /// elsewhere; checked as often as the clock offset, so a change of
+    /// offloads while linkd runs is followed within 100 ms.
+    fn follow_offloads(&mut self) {
+        for s in self.slots.iter_mut().flatten() {
+            let ports = s.link.ports();
+            let on = ports
+                .iter()
+                .any(|p| os::offloads_on(&p.ifname).unwrap_or(true));
+            for (sock, port) in s.sockets.iter().zip(ports) {
+                if on != sock.vnet() {
+                    if let Err(e) = sock.set_vnet(on) {
+                        eprintln!("nestbed-linkd: PACKET_VNET_HDR on {}: {e}", port.ifname);
+                    }
+                }
+            }
         }
     }
 
@@ -376,6 +402,14 @@ impl Worker {
                 for (port, sock) in sockets.iter().enumerate() {
                     if let Err(e) = self.epoll.add(sock.as_raw_fd(), token(index, port)) {
                         r = Err(format!("epoll_ctl: {e}"));
+                    }
+                }
+                // One port with offloads on: the link's super-frames must
+                // be sent with their metadata on every port.
+                let vnet = sockets.iter().any(PacketSocket::vnet);
+                for sock in sockets.iter().filter(|s| s.vnet() != vnet) {
+                    if let Err(e) = sock.set_vnet(vnet) {
+                        r = Err(format!("PACKET_VNET_HDR: {e}"));
                     }
                 }
                 if r.is_ok() {
