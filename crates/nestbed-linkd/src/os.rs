@@ -306,6 +306,15 @@ fn rx_timestamp(hdr: &libc::msghdr) -> Option<u64> {
     None
 }
 
+/// An iovec of `len` bytes at `base` (from a mutable borrow for a receive
+/// call, which writes through it; a send call only reads).
+fn iovec(base: *mut u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: base as *mut libc::c_void,
+        iov_len: len,
+    }
+}
+
 /// Receive and send buffer each packet socket asks for.
 const BUFFER_BYTES: libc::c_int = 4 << 20;
 
@@ -430,14 +439,8 @@ impl PacketSocket {
         iovs.clear();
         msgs.clear();
         for (slot, big) in slots.chunks_exact_mut(SLOT).zip(overflow.iter_mut()) {
-            iovs.push(libc::iovec {
-                iov_base: slot.as_mut_ptr() as *mut libc::c_void,
-                iov_len: SLOT,
-            });
-            iovs.push(libc::iovec {
-                iov_base: big.as_mut_ptr() as *mut libc::c_void,
-                iov_len: big.len(),
-            });
+            iovs.push(iovec(slot.as_mut_ptr(), slot.len()));
+            iovs.push(iovec(big.as_mut_ptr(), big.len()));
         }
         let header_len = if self.vnet() { HEADER_LEN } else { 0 };
         let name_len = if self.ignores_outgoing {
@@ -535,15 +538,9 @@ impl PacketSocket {
         };
         for (i, (f, _)) in frames.into_iter().enumerate() {
             if let Some(h) = headers.get(i) {
-                iovs.push(libc::iovec {
-                    iov_base: h.as_ptr() as *mut libc::c_void,
-                    iov_len: HEADER_LEN,
-                });
+                iovs.push(iovec(h.as_ptr().cast_mut(), HEADER_LEN));
             }
-            iovs.push(libc::iovec {
-                iov_base: f.as_ptr() as *mut libc::c_void,
-                iov_len: f.len(),
-            });
+            iovs.push(iovec(f.as_ptr().cast_mut(), f.len()));
         }
         for iov in iovs.chunks_exact_mut(per_frame) {
             // SAFETY: mmsghdr is plain old data.
