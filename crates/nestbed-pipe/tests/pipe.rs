@@ -178,7 +178,10 @@ fn a_super_frame_is_shaped_and_queued_as_its_wire_segments() {
     assert!(pipe.enqueue(Instant::ZERO, superframe).is_accepted());
     assert_eq!(pipe.counters().queue_packets, 3);
     assert!(pipe
-        .enqueue(Instant::ZERO, Packet::with_segments(vec![0; 100], 2000, 2, 0))
+        .enqueue(
+            Instant::ZERO,
+            Packet::with_segments(vec![0; 100], 2000, 2, 0)
+        )
         .drop_cause()
         .is_some_and(|c| c == DropCause::QueueFull));
     assert!(pipe.enqueue(Instant::ZERO, packet(1000)).is_accepted());
