@@ -13,18 +13,27 @@ STAMPS := .stamps
 # liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO).
 APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv \
 	tcptrace tshark time liblzo2-dev
+# Only the benchmarks' anchors: Mininet beside swap-in and swap-out (bench/swap.py), trafgen as
+# the fast frame generator of bench/linkd.py. Installed by `make bench`, without recommends.
+BENCH_PACKAGES := mininet netsniff-ng
 
-.PHONY: setup demo test test-python test-rust bench lint format schemas clean
+.PHONY: setup apt bench-apt packages demo test test-python test-rust bench lint format schemas clean
 
 setup: apt $(STAMPS)/venv rust
 
 apt:
-	@missing=$$(for p in $(APT_PACKAGES); do \
+	@$(MAKE) --no-print-directory packages PACKAGES="$(APT_PACKAGES)"
+
+bench-apt:
+	@$(MAKE) --no-print-directory packages PACKAGES="$(BENCH_PACKAGES)" APT_FLAGS=--no-install-recommends
+
+packages:
+	@missing=$$(for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_FLAGS) $$missing >/dev/null; \
 	fi
 
 $(STAMPS)/venv: pyproject.toml
@@ -53,7 +62,7 @@ test-rust:
 test-python:
 	$(PY) -m pytest -q
 
-bench: setup
+bench: setup bench-apt
 	@for script in bench/*.py; do $(PY) $$script; done
 
 lint: setup

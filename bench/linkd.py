@@ -1,14 +1,27 @@
 """Benchmark: capacity of an unshaped emulated link against a direct veth pair, same run.
 
-Packets per second of 64-byte frames (nestbed-probe, one sender, offered far above what
-either path carries) and TCP throughput (iperf3, one stream), each the median of 3 runs,
-through nestbed-linkd and through a plain veth pair. Needs root.
+Three measurements, each the median of RUNS runs, through nestbed-linkd and through a plain
+veth pair:
+
+- 64-byte frames from trafgen (Debian's netsniff-ng: a PACKET_MMAP TX ring, one process)
+  offered as fast as it can: frames per second delivered to the receiver's interface, and
+  the CPU time each process spent per million frames (from /proc/PID/stat), which says where
+  the ceiling is on a machine whose two cores the generator, linkd and the receiver share.
+- the same with nestbed-probe's sender (a UDP socket) and receiver, as in earlier runs.
+- one iperf3 TCP stream with the veths' offloads off (nestbed's default for shaped links:
+  linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
+
+Needs root; trafgen is optional (its rows are skipped without it).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +30,89 @@ from nestbed.backend import linux
 from nestbed.studies.validate import Bench
 
 RUNS = 3
+WINDOW_S = 3.0
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _in(bench: Bench, node: str, argv: list[str]) -> str:
+    return linux.exec_in(bench.plan, node, argv, capture_output=True, text=True, check=True).stdout
+
+
+def _iface(bench: Bench, node: str, ip: str) -> str:
+    """The interface of ``node`` that has address ``ip``."""
+    for line in _in(bench, node, ["ip", "-o", "-4", "addr", "show"]).splitlines():
+        fields = line.split()
+        if fields[3].split("/")[0] == ip:
+            return fields[1]
+    raise RuntimeError(f"no interface with {ip} in {node}")
+
+
+def _counter(bench: Bench, node: str, ifname: str, name: str) -> int:
+    return int(_in(bench, node, ["cat", f"/sys/class/net/{ifname}/statistics/{name}"]))
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) and its children so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    own = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    return own + sum(_cpu_s(int(c)) for c in children)
+
+
+def _linkd_pid(bench: Bench) -> int | None:
+    if not bench.plan.needs_linkd:
+        return None
+    return int((linux.run_dir(bench.plan) / "linkd.pid").read_text())
+
+
+def trafgen_run(bench: Bench, conf: Path) -> dict[str, float]:
+    """One run of trafgen flooding s → r: delivered pps and CPU seconds per million frames."""
+    s_ip, r_ip = bench.ir.links[0].port("s").ip, bench.receiver_ip
+    s_if, r_if = _iface(bench, "s", s_ip), _iface(bench, "r", r_ip)
+    # Leave the host's socket memory limits and IRQ affinities alone.
+    argv = ["trafgen", "-o", s_if, "-i", str(conf), "-P", "1",
+            "--no-sock-mem", "--notouch-irq", "-C"]  # fmt: skip
+    # trafgen forks its sender; both go on SIGINT to the process group.
+    gen = linux.start_in(bench.plan, "s", argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    linkd = _linkd_pid(bench)
+    try:
+        time.sleep(1.0)
+        before = (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
+                  _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
+                  _cpu_s(linkd) if linkd else 0.0)  # fmt: skip
+        time.sleep(WINDOW_S)
+        after = (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
+                 _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
+                 _cpu_s(linkd) if linkd else 0.0)  # fmt: skip
+    finally:
+        os.killpg(gen.pid, signal.SIGINT)
+        gen.wait()
+    seconds, sent, got, gen_cpu, linkd_cpu = (a - b for a, b in zip(after, before, strict=True))
+    return {
+        "offered_pps": sent / seconds,
+        "pps": got / seconds,
+        "gen_cpu_s_per_mpkt": gen_cpu / (sent / 1e6) if sent else float("nan"),
+        "linkd_cpu_s_per_mpkt": linkd_cpu / (got / 1e6) if got else float("nan"),
+        "linkd_cores": linkd_cpu / seconds,
+    }
+
+
+def trafgen_conf(bench: Bench, directory: Path) -> Path:
+    """A 60-byte UDP frame s → r (64 bytes on the wire with the FCS).
+
+    Its destination MAC is another host's, so r's stack drops it on arrival: the receiver's
+    work (which on a veth runs in the sender's context, linkd's or trafgen's) stays small and
+    the figures are the link's. nestbed-probe's rows below go through r's whole stack.
+    """
+    s_ip, r_ip = bench.ir.links[0].port("s").ip, bench.receiver_ip
+    s_mac = _in(bench, "s", ["cat", f"/sys/class/net/{_iface(bench, 's', s_ip)}/address"])
+    conf = directory / "udp64.cfg"
+    conf.write_text(
+        f"{{ eth(da=02:00:00:00:00:01, sa={s_mac.strip()}), "
+        f"ipv4(saddr={s_ip}, daddr={r_ip}, ttl=64), "
+        "udp(sport=9, dport=9), fill(0, 18) }\n"
+    )
+    return conf
 
 
 def udp_pps(bench: Bench) -> float:
@@ -26,33 +122,117 @@ def udp_pps(bench: Bench) -> float:
     return got["rate"]["pps"]
 
 
-def tcp_bps(bench: Bench) -> float:
+def set_offloads(bench: Bench, on: bool) -> None:
+    """Segmentation, checksum and receive offloads of every veth end of the experiment."""
+    state = "on" if on else "off"
+    for veth in bench.plan.veths:
+        for end in (veth.a, veth.b):
+            subprocess.run(
+                ["ip", "netns", "exec", end.netns, "ethtool", "-K", end.ifname,
+                 "tx", state, "tso", state, "gso", state, "gro", state],
+                capture_output=True, check=True,
+            )  # fmt: skip
+
+
+def tcp_run(bench: Bench) -> dict[str, float]:
+    """One iperf3 stream s → r: received bits per second, and linkd's CPU seconds per Gbit."""
     linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
     time.sleep(0.3)
+    linkd = _linkd_pid(bench)
+    cpu_before = _cpu_s(linkd) if linkd else 0.0
     result = linux.exec_in(
         bench.plan, "s", ["iperf3", "-c", bench.receiver_ip, "-t", "4", "-J"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return json.loads(result.stdout)["end"]["sum_received"]["bits_per_second"]
+    cpu = (_cpu_s(linkd) if linkd else 0.0) - cpu_before
+    received = json.loads(result.stdout)["end"]["sum_received"]
+    return {
+        "bps": received["bits_per_second"],
+        "linkd_cpu_s_per_gbit": cpu / (received["bytes"] * 8 / 1e9),
+    }
+
+
+def shaped_tcp_error(bench: Bench, rate_bps: int) -> dict[str, float]:
+    """One iperf3 stream through the link shaped to ``rate_bps`` (both directions, queue of
+    1000 frames): goodput after the first second (slow start) against what the rate allows
+    for full-sized segments, whose wire frames are the MSS plus 66 bytes of headers plus the
+    Ethernet overhead of 24."""
+    bench.set_link({"bandwidth": {"rate_bps": rate_bps}, "queue": {"limit": {"packets": 1000}}})
+    linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
+    time.sleep(0.3)
+    result = linux.exec_in(
+        bench.plan, "s", ["iperf3", "-c", bench.receiver_ip, "-t", "5", "-O", "1", "-J"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    report = json.loads(result.stdout)
+    mss = report["start"]["tcp_mss_default"]
+    expected = rate_bps * mss / (mss + 66 + 24)
+    got = report["end"]["sum_received"]["bits_per_second"]
+    bench.set_link({})
+    return {"bps": got, "expected_bps": expected, "error_pct": (got - expected) / expected * 100}
+
+
+SHAPED_RATES_BPS = (1_000_000_000, 10_000_000_000)
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def measure(bench: Bench, directory: Path) -> dict[str, object]:
+    row: dict[str, object] = {}
+    if shutil.which("trafgen"):
+        conf = trafgen_conf(bench, directory)
+        row["trafgen"] = median_of([trafgen_run(bench, conf) for _ in range(RUNS)])
+    row["probe_pps"] = statistics.median(udp_pps(bench) for _ in range(RUNS))
+    for on in (False, True):
+        set_offloads(bench, on)
+        row[f"tcp_offloads_{'on' if on else 'off'}"] = median_of(
+            [tcp_run(bench) for _ in range(RUNS)]
+        )
+    if bench.plan.needs_linkd:
+        for rate in SHAPED_RATES_BPS:
+            row[f"shaped_{rate}"] = median_of([shaped_tcp_error(bench, rate) for _ in range(RUNS)])
+    row["lateness"] = bench.counters()["threads"] if bench.plan.needs_linkd else None
+    return row
 
 
 def main() -> None:
-    rows = {}
+    rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, through in (("direct veth", False), ("nestbed-linkd", True)):
             with Bench(Path(tmp), through_linkd=through, name=f"bench-{int(through)}") as bench:
-                pps = statistics.median(udp_pps(bench) for _ in range(RUNS))
-                bps = statistics.median(tcp_bps(bench) for _ in range(RUNS))
-                counters = bench.counters()["threads"] if through else None
-            rows[label] = (pps, bps, counters)
-    base_pps, base_bps, _ = rows["direct veth"]
-    print(f"link capacity, median of {RUNS} runs (64-byte UDP frames; one TCP stream)")
-    print(f"{'path':<16}{'UDP pps':>12}{'× direct':>10}{'TCP Gb/s':>11}{'× direct':>10}")
-    for label, (pps, bps, _) in rows.items():
-        ratios = f"{pps / base_pps:>10.2f}{bps / 1e9:>11.2f}{bps / base_bps:>10.2f}"
-        print(f"{label:<16}{pps:>12,.0f}{ratios}")
-    lateness = rows["nestbed-linkd"][2]
-    print("linkd timer lateness:", json.dumps([t["lateness"] for t in lateness]))
+                rows[label] = measure(bench, Path(tmp))
+    base = rows["direct veth"]
+    print(f"link capacity, median of {RUNS} runs")
+    if "trafgen" in base:
+        print("\n64-byte frames from trafgen (one process), delivered to the receiver's interface")
+        print(f"{'path':<16}{'offered pps':>13}{'delivered pps':>15}{'× direct':>10}"
+              f"{'gen CPU s/Mpkt':>16}{'linkd CPU s/Mpkt':>18}{'linkd cores':>13}")  # fmt: skip
+        for label, row in rows.items():
+            t = row["trafgen"]
+            print(f"{label:<16}{t['offered_pps']:>13,.0f}{t['pps']:>15,.0f}"
+                  f"{t['pps'] / base['trafgen']['pps']:>10.2f}{t['gen_cpu_s_per_mpkt']:>16.3f}"
+                  f"{t['linkd_cpu_s_per_mpkt']:>18.3f}{t['linkd_cores']:>13.2f}")  # fmt: skip
+    print("\n64-byte UDP from nestbed-probe (sender and receiver through the whole stack)")
+    print(f"{'path':<16}{'probe pps':>12}{'× direct':>10}")
+    for label, row in rows.items():
+        print(f"{label:<16}{row['probe_pps']:>12,.0f}{row['probe_pps'] / base['probe_pps']:>10.2f}")
+    print("\none TCP stream (iperf3), veth offloads off and on")
+    print(f"{'path':<16}{'offloads':>9}{'Gb/s':>8}{'× direct':>10}{'linkd CPU s/Gbit':>18}")
+    for label, row in rows.items():
+        for state in ("off", "on"):
+            t, b = row[f"tcp_offloads_{state}"], base[f"tcp_offloads_{state}"]
+            cpu = f"{t['linkd_cpu_s_per_gbit']:>18.3f}" if label != "direct veth" else ""
+            print(f"{label:<16}{state:>9}{t['bps'] / 1e9:>8.2f}{t['bps'] / b['bps']:>10.2f}{cpu}")
+    print("\none TCP stream through the link shaped in linkd, offloads on (super-frames)")
+    print(f"{'rate Gb/s':>10}{'goodput Gb/s':>14}{'allowed Gb/s':>14}{'error %':>9}")
+    for rate in SHAPED_RATES_BPS:
+        t = rows["nestbed-linkd"][f"shaped_{rate}"]
+        print(f"{rate / 1e9:>10.0f}{t['bps'] / 1e9:>14.3f}{t['expected_bps'] / 1e9:>14.3f}"
+              f"{t['error_pct']:>+9.2f}")  # fmt: skip
+    lateness = rows["nestbed-linkd"]["lateness"]
+    print("\nlinkd timer lateness:", json.dumps([t["lateness"] for t in lateness]))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@
 //! - [`seed`]: per-pipe seeds from the link's seed.
 //! - [`trace`]: ns-2 style event log.
 //! - [`lateness`]: timer lateness histogram.
+//! - [`offload`]: the virtio-net header of super-frames (GSO) and
+//!   unfinished checksums, and what a super-frame is on the wire.
 //! - [`cli`]: command-line options.
 //! - [`worker`]: the epoll/timerfd loop of one thread (I/O).
 //! - [`daemon`]: the control socket and the workers (I/O).
@@ -29,6 +31,7 @@ pub mod daemon;
 pub mod dispatch;
 pub mod lateness;
 pub mod link;
+pub mod offload;
 pub mod os;
 pub mod protocol;
 pub mod seed;

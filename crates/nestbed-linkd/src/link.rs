@@ -14,6 +14,7 @@ use nestbed_pipe::{Delivery, EnqueueOutcome, Instant, Packet, Pipe, PipeParams};
 use serde_json::{json, Value};
 
 use crate::dispatch::LinkState;
+use crate::offload;
 use crate::protocol::AddLink;
 use crate::seed::{pipe_seed, Direction};
 use crate::switch::Switch;
@@ -26,6 +27,8 @@ pub struct Outgoing {
     pub port: usize,
     /// The frame.
     pub frame: Vec<u8>,
+    /// Its offload metadata ([`crate::offload`]; 0 for a plain frame).
+    pub meta: u64,
     /// When it was due to leave.
     pub due: Instant,
 }
@@ -189,7 +192,7 @@ impl Link {
     }
 
     /// Offers a frame read from port `port`'s interface at `now`.
-    pub fn receive(&mut self, now: Instant, port: usize, frame: Vec<u8>, truncated: bool) {
+    pub fn receive(&mut self, now: Instant, port: usize, packet: Packet, truncated: bool) {
         let n = self.ports.len() as u64;
         let Some(p) = self.ports.get_mut(port) else {
             return;
@@ -199,11 +202,11 @@ impl Link {
             p.stats.truncated += 1;
         }
         let kind = if self.trace.is_some() {
-            packet_type(&frame)
+            packet_type(packet.data())
         } else {
             ""
         };
-        let size = frame.len() as u32;
+        let size = packet.wire_len();
         match self.state {
             LinkState::Up => {}
             LinkState::Blackhole | LinkState::AdminDown => {
@@ -231,7 +234,7 @@ impl Link {
                 return;
             }
         }
-        let outcome = p.egress.enqueue(now, Packet::new(frame));
+        let outcome = p.egress.enqueue(now, packet);
         if self.trace.is_some() {
             let seq = outcome.ordinal();
             let id = (seq - 1) * n + port as u64;
@@ -283,7 +286,11 @@ impl Link {
             }
             let id = (d.ordinal - 1) * n as u64 + from as u64;
             let count = targets.len();
-            let mut packet = Some(d.packet);
+            let mut packet = Some(if d.corrupted {
+                uncheck(d.packet)
+            } else {
+                d.packet
+            });
             for (k, &to) in targets.iter().enumerate() {
                 let copy = if k + 1 == count {
                     packet.take().unwrap_or_else(|| Packet::new(Vec::new()))
@@ -304,9 +311,15 @@ impl Link {
                     let origin = self.take_origin(to, &d);
                     self.trace_delivery(Direction::Ingress, to, &d, origin.port);
                 }
+                let packet = if d.corrupted {
+                    uncheck(d.packet)
+                } else {
+                    d.packet
+                };
                 out.push(Outgoing {
                     port: to,
-                    frame: d.packet.into_data(),
+                    meta: packet.meta(),
+                    frame: packet.into_data(),
                     due: d.due,
                 });
             }
@@ -446,6 +459,21 @@ impl Link {
     }
 }
 
+/// A corrupted packet, with its offload metadata made such that the
+/// receiver checks its checksum ([`offload::corrupted`]).
+fn uncheck(packet: Packet) -> Packet {
+    if packet.meta() == 0 {
+        return packet;
+    }
+    let (wire_len, segments, meta) = (packet.wire_len(), packet.segments(), packet.meta());
+    Packet::with_segments(
+        packet.into_data(),
+        wire_len,
+        segments,
+        offload::corrupted(meta),
+    )
+}
+
 /// When the packet started serialization: `transmitted` minus its
 /// serialization time at the configured rate, not before it arrived.
 /// (With a token-bucket burst this is an estimate.)
@@ -491,8 +519,8 @@ mod tests {
     #[test]
     fn point_to_point_adds_egress_then_ingress_delay() {
         let mut l = link(&P2P.replace('\n', ""));
-        l.receive(Instant::ZERO, 0, frame(0xB, 0xA, 100), false);
-        l.receive(Instant::ZERO, 1, frame(0xA, 0xB, 100), false);
+        l.receive(Instant::ZERO, 0, Packet::new(frame(0xB, 0xA, 100)), false);
+        l.receive(Instant::ZERO, 1, Packet::new(frame(0xA, 0xB, 100)), false);
         let mut out = Vec::new();
         assert_eq!(l.next_wakeup(), Some(Instant::from_millis(1)));
         l.poll(Instant::from_nanos(999_999), &mut out);
@@ -521,7 +549,7 @@ mod tests {
             r#"{"op":"add_link","link":"lan","ports":[{"port":"a","ifname":"y0"},{"port":"b","ifname":"y1"},{"port":"c","ifname":"y2","ingress":{"delay":{"delay_ns":1000}}}]}"#,
         );
         let mut out = Vec::new();
-        l.receive(Instant::ZERO, 0, frame(0xB, 0xA, 60), false);
+        l.receive(Instant::ZERO, 0, Packet::new(frame(0xB, 0xA, 60)), false);
         l.poll(Instant::ZERO, &mut out);
         assert_eq!(out.iter().map(|o| o.port).collect::<Vec<_>>(), vec![1]);
         l.poll(Instant::from_nanos(1000), &mut out);
@@ -529,12 +557,49 @@ mod tests {
         out.clear();
         // B → A at 2 µs (unicast to the learned A), then A → B at 3 µs
         // (B learned by then, even though port 0 is polled first).
-        l.receive(Instant::from_nanos(2000), 1, frame(0xA, 0xB, 60), false);
-        l.receive(Instant::from_nanos(3000), 0, frame(0xB, 0xA, 60), false);
+        l.receive(
+            Instant::from_nanos(2000),
+            1,
+            Packet::new(frame(0xA, 0xB, 60)),
+            false,
+        );
+        l.receive(
+            Instant::from_nanos(3000),
+            0,
+            Packet::new(frame(0xB, 0xA, 60)),
+            false,
+        );
         l.poll(Instant::from_nanos(10_000), &mut out);
         let mut ports: Vec<_> = out.iter().map(|o| o.port).collect();
         ports.sort();
         assert_eq!(ports, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_corrupted_frame_loses_its_unfinished_checksum_flag() {
+        let mut l = link(
+            r#"{"op":"add_link","link":"l","ports":[{"port":"a","ifname":"x0","egress":{"delay":{"corrupt":1.0}}},{"port":"b","ifname":"x1"}]}"#,
+        );
+        // NEEDS_CSUM, no GSO, checksum at 34 + 16.
+        let meta = crate::offload::meta_from_header(&[1, 0, 0, 0, 0, 0, 34, 0, 16, 0]);
+        let f = frame(0xB, 0xA, 100);
+        l.receive(
+            Instant::ZERO,
+            0,
+            Packet::with_segments(f, 100, 1, meta),
+            false,
+        );
+        l.receive(
+            Instant::ZERO,
+            1,
+            Packet::with_segments(frame(0xA, 0xB, 100), 100, 1, meta),
+            false,
+        );
+        let mut out = Vec::new();
+        l.poll(Instant::ZERO, &mut out);
+        let by_port = |p: usize| out.iter().find(|o| o.port == p).unwrap().meta;
+        assert_eq!(by_port(1) >> 56, 0, "corrupted by a's egress");
+        assert_eq!(by_port(0), meta, "b's pipes do not corrupt");
     }
 
     #[test]
@@ -559,11 +624,16 @@ mod tests {
             Instant::ZERO,
             "mem".into(),
         ));
-        l.receive(Instant::ZERO, 0, frame(0xB, 0xA, 100), false);
+        l.receive(Instant::ZERO, 0, Packet::new(frame(0xB, 0xA, 100)), false);
         let mut out = Vec::new();
         l.poll(Instant::from_millis(5), &mut out);
         l.set_state(LinkState::Blackhole);
-        l.receive(Instant::from_millis(6), 0, frame(0xB, 0xA, 100), false);
+        l.receive(
+            Instant::from_millis(6),
+            0,
+            Packet::new(frame(0xB, 0xA, 100)),
+            false,
+        );
         l.poll(Instant::from_millis(10), &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(l.ports()[0].stats.blackholed, 1);

@@ -2,7 +2,9 @@
 //!
 //! - [`PacketSocket`]: an AF_PACKET `SOCK_RAW` socket bound to one interface
 //!   for all protocols, non-blocking, ignoring the frames it sends itself,
-//!   read and written in batches with `recvmmsg`/`sendmmsg`.
+//!   read and written in batches with `recvmmsg`/`sendmmsg`, each frame with
+//!   its virtio-net header while the interface has offloads on
+//!   (`PACKET_VNET_HDR`, see [`crate::offload`]).
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
@@ -12,21 +14,28 @@
 //! interface or object name.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::offload::{header, meta_from_header, HEADER_LEN};
+
 /// `SOL_PACKET` option: do not deliver frames this host sends (Linux ≥ 4.20).
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `SOL_PACKET` option: sent frames skip the device's qdisc.
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
 /// `sll_pkttype` of a frame the host sent.
 const PACKET_OUTGOING: u8 = 4;
 const ETH_P_ALL: u16 = 0x0003;
+/// `SOL_PACKET` option: frames are read and sent after a virtio-net header.
+const PACKET_VNET_HDR: libc::c_int = 15;
 
-/// Largest frame read. Offloads are expected off, so frames are at most
-/// MTU + 18 bytes; a larger (GSO) frame is read truncated and counted.
-pub const FRAME_BUF: usize = 65_536;
+/// Largest frame read: a 64 KB super-frame (GSO, offloads on) with its
+/// Ethernet and VLAN headers; a larger frame is read truncated and counted.
+pub const FRAME_BUF: usize = 66 * 1024;
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
 pub fn monotonic_ns() -> u64 {
@@ -153,21 +162,63 @@ pub fn link_is_up(ifname: &str) -> io::Result<bool> {
     Ok(if_flags(&sock, &mut req)? & libc::IFF_UP as libc::c_short != 0)
 }
 
+/// `SIOCETHTOOL` commands reading one offload each: TCP segmentation,
+/// generic segmentation, generic receive offload. (Not the transmit
+/// checksum: its legacy command also reports the SCTP checksum, which a veth
+/// keeps on when nestbed turns the others off.)
+const ETHTOOL_OFFLOAD_GETS: [u32; 3] = [0x1e, 0x23, 0x2b];
+
+/// Whether interface `ifname` has a segmentation or receive offload on, so
+/// that frames crossing it may be super-frames (with unfinished checksums).
+pub fn offloads_on(ifname: &str) -> io::Result<bool> {
+    let sock = control_socket()?;
+    for cmd in ETHTOOL_OFFLOAD_GETS {
+        // struct ethtool_value { u32 cmd; u32 data; }
+        let mut value: [u32; 2] = [cmd, 0];
+        let mut req = ifreq_for(ifname)?;
+        req.ifr_ifru.ifru_data = value.as_mut_ptr() as *mut libc::c_char;
+        // SAFETY: req names the interface and points at a valid ethtool_value.
+        cvt(unsafe {
+            libc::ioctl(
+                sock.as_raw_fd(),
+                libc::SIOCETHTOOL,
+                &mut req as *mut libc::ifreq,
+            )
+        })?;
+        if value[1] != 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// A raw packet socket bound to one interface.
 #[derive(Debug)]
 pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
+    /// The kernel drops the frames this host sends before they reach the
+    /// socket, so their source address need not be read.
+    ignores_outgoing: bool,
+    /// Frames are read and sent after a virtio-net header.
+    vnet: Cell<bool>,
 }
 
 /// Room for the control messages of one received frame (a receive
 /// timestamp, with margin).
 const CMSG_BUF: usize = 64;
 
+/// Bytes of each frame's slot in a batch's contiguous area: the virtio-net
+/// header and any frame up to a jumbo one. A longer frame (a super-frame)
+/// continues in the slot's own overflow buffer, which small frames never
+/// touch, so a batch of small frames stays in a few cache lines and pages.
+const SLOT: usize = 2048;
+
 /// Reusable buffers and headers for one `recvmmsg` batch (nothing is
 /// allocated per call).
 pub struct Batch {
-    bufs: Vec<Vec<u8>>,
+    slots: Vec<u8>,
+    overflow: Vec<Vec<u8>>,
     addrs: Vec<libc::sockaddr_ll>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
@@ -184,10 +235,13 @@ impl Batch {
     /// Buffers for up to `n` frames per call.
     pub fn new(n: usize) -> Batch {
         Batch {
-            bufs: (0..n).map(|_| vec![0u8; FRAME_BUF]).collect(),
+            slots: vec![0u8; n * SLOT],
+            overflow: (0..n)
+                .map(|_| vec![0u8; FRAME_BUF + HEADER_LEN - SLOT])
+                .collect(),
             // SAFETY: sockaddr_ll is plain old data.
             addrs: vec![unsafe { mem::zeroed() }; n],
-            iovs: Vec::with_capacity(n),
+            iovs: Vec::with_capacity(2 * n),
             msgs: Vec::with_capacity(n),
             cmsgs: vec![[0u64; CMSG_BUF / 8]; n],
         }
@@ -198,6 +252,7 @@ impl Batch {
 /// they have grown to the batch size).
 #[derive(Default)]
 pub struct SendBatch {
+    headers: Vec<[u8; HEADER_LEN]>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
@@ -208,10 +263,13 @@ unsafe impl Send for SendBatch {}
 
 /// One frame read by [`PacketSocket::recv_batch`].
 pub struct Received<'a> {
-    /// The bytes read (truncated to [`FRAME_BUF`] if `truncated`).
-    pub data: &'a [u8],
+    /// The bytes read (truncated to [`FRAME_BUF`] if `truncated`): the
+    /// first ones, and the rest of a long frame.
+    pub data: (&'a [u8], &'a [u8]),
     /// The frame was longer than the buffer.
     pub truncated: bool,
+    /// Its virtio-net header, packed ([`crate::offload::meta_from_header`]).
+    pub meta: u64,
     /// When the kernel received the frame (`CLOCK_REALTIME` ns), if it
     /// said so (`SO_TIMESTAMPNS`).
     pub kernel_realtime_ns: Option<u64>,
@@ -248,6 +306,15 @@ fn rx_timestamp(hdr: &libc::msghdr) -> Option<u64> {
     None
 }
 
+/// An iovec of `len` bytes at `base` (from a mutable borrow for a receive
+/// call, which writes through it; a send call only reads).
+fn iovec(base: *mut u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: base as *mut libc::c_void,
+        iov_len: len,
+    }
+}
+
 /// Receive and send buffer each packet socket asks for.
 const BUFFER_BYTES: libc::c_int = 4 << 20;
 
@@ -282,7 +349,9 @@ impl PacketSocket {
         })?;
         let raw = fd.as_raw_fd();
         // Best effort: older kernels lack it; recv_batch also checks sll_pkttype.
-        set_int_option(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        let ignores_outgoing = set_int_option(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        // Frames go straight to the veth (no qdisc: veths have none).
+        set_int_option(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, 1);
         // The FORCE options (root) go past net.core.rmem_max/wmem_max, 208 KiB on a stock
         // host, which would hold only a few hundred small frames while a worker is
         // descheduled; without the privilege the plain ones get what the limits allow.
@@ -311,7 +380,38 @@ impl PacketSocket {
                 mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })?;
-        Ok(PacketSocket { fd, ifindex })
+        let sock = PacketSocket {
+            fd,
+            ifindex,
+            ignores_outgoing,
+            vnet: Cell::new(false),
+        };
+        sock.set_vnet(offloads_on(ifname).unwrap_or(true))?;
+        Ok(sock)
+    }
+
+    /// Whether frames are read and sent with their offload metadata.
+    pub fn vnet(&self) -> bool {
+        self.vnet.get()
+    }
+
+    /// Reads and sends frames with their virtio-net header, or without.
+    /// With offloads on, super-frames and unfinished checksums need it to
+    /// be sent on; with them off it only costs time (a copy each way), so
+    /// the worker turns it on only while the interface has offloads on. The
+    /// kernel looks at the setting when a frame is read, so a change never
+    /// splits a frame from its header.
+    pub fn set_vnet(&self, on: bool) -> io::Result<()> {
+        if !set_int_option(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_VNET_HDR,
+            i32::from(on),
+        ) {
+            return Err(io::Error::last_os_error());
+        }
+        self.vnet.set(on);
+        Ok(())
     }
 
     /// The interface index the socket is bound to.
@@ -327,9 +427,10 @@ impl PacketSocket {
         batch: &mut Batch,
         mut each: impl FnMut(Received<'_>),
     ) -> io::Result<usize> {
-        let n = batch.bufs.len();
+        let n = batch.overflow.len();
         let Batch {
-            bufs,
+            slots,
+            overflow,
             addrs,
             iovs,
             msgs,
@@ -337,19 +438,30 @@ impl PacketSocket {
         } = batch;
         iovs.clear();
         msgs.clear();
-        for buf in bufs.iter_mut() {
-            iovs.push(libc::iovec {
-                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-                iov_len: buf.len(),
-            });
+        for (slot, big) in slots.chunks_exact_mut(SLOT).zip(overflow.iter_mut()) {
+            iovs.push(iovec(slot.as_mut_ptr(), slot.len()));
+            iovs.push(iovec(big.as_mut_ptr(), big.len()));
         }
-        for ((addr, iov), cmsg) in addrs.iter_mut().zip(iovs.iter_mut()).zip(cmsgs.iter_mut()) {
+        let header_len = if self.vnet() { HEADER_LEN } else { 0 };
+        let name_len = if self.ignores_outgoing {
+            0
+        } else {
+            mem::size_of::<libc::sockaddr_ll>()
+        };
+        for ((addr, iov), cmsg) in addrs
+            .iter_mut()
+            .zip(iovs.chunks_exact_mut(2))
+            .zip(cmsgs.iter_mut())
+        {
             // SAFETY: mmsghdr is plain old data.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_name = addr as *mut libc::sockaddr_ll as *mut libc::c_void;
-            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
+            if name_len > 0 {
+                addr.sll_pkttype = 0;
+                m.msg_hdr.msg_name = addr as *mut libc::sockaddr_ll as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = name_len as libc::socklen_t;
+            }
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = 2;
             m.msg_hdr.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
             m.msg_hdr.msg_controllen = CMSG_BUF as _;
             msgs.push(m);
@@ -373,41 +485,68 @@ impl PacketSocket {
             };
         }
         let got = got as usize;
-        for ((msg, addr), buf) in msgs.iter().zip(addrs.iter()).zip(bufs.iter()).take(got) {
-            if addr.sll_pkttype == PACKET_OUTGOING {
+        let frames = msgs
+            .iter()
+            .zip(addrs.iter())
+            .zip(slots.chunks_exact(SLOT))
+            .zip(overflow.iter());
+        for (((msg, addr), slot), big) in frames.take(got) {
+            if name_len > 0 && addr.sll_pkttype == PACKET_OUTGOING {
                 continue;
             }
             let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let len = (msg.msg_len as usize).min(buf.len());
+            let len = (msg.msg_len as usize).min(SLOT + big.len());
+            let meta = if header_len > 0 {
+                meta_from_header(&slot[..HEADER_LEN].try_into().unwrap_or([0; HEADER_LEN]))
+            } else {
+                0
+            };
+            let head = &slot[header_len.min(len)..len.min(SLOT)];
+            let tail = &big[..len.saturating_sub(SLOT)];
             each(Received {
-                data: &buf[..len],
+                data: (head, tail),
                 truncated,
+                meta,
                 kernel_realtime_ns: rx_timestamp(&msg.msg_hdr),
             });
         }
         Ok(got)
     }
 
-    /// Sends frames out of the interface without blocking; returns how many
-    /// the kernel took. A refused frame (full buffer, interface down, too
-    /// big) is skipped and not counted; the others are still tried.
+    /// Sends frames (each with its offload metadata, 0 for a plain frame)
+    /// out of the interface without blocking; returns how many the kernel
+    /// took. A refused frame (full buffer, interface down, too big) is
+    /// skipped and not counted; the others are still tried.
     pub fn send_batch<'a>(
         &self,
         scratch: &mut SendBatch,
-        frames: impl IntoIterator<Item = &'a [u8]>,
+        frames: impl IntoIterator<Item = (&'a [u8], u64)> + Clone,
     ) -> usize {
-        let SendBatch { iovs, msgs } = scratch;
+        let SendBatch {
+            headers,
+            iovs,
+            msgs,
+        } = scratch;
+        headers.clear();
         iovs.clear();
         msgs.clear();
-        iovs.extend(frames.into_iter().map(|f| libc::iovec {
-            iov_base: f.as_ptr() as *mut libc::c_void,
-            iov_len: f.len(),
-        }));
-        for iov in iovs.iter_mut() {
+        let per_frame = if self.vnet() {
+            headers.extend(frames.clone().into_iter().map(|(f, meta)| header(f, meta)));
+            2
+        } else {
+            1
+        };
+        for (i, (f, _)) in frames.into_iter().enumerate() {
+            if let Some(h) = headers.get(i) {
+                iovs.push(iovec(h.as_ptr().cast_mut(), HEADER_LEN));
+            }
+            iovs.push(iovec(f.as_ptr().cast_mut(), f.len()));
+        }
+        for iov in iovs.chunks_exact_mut(per_frame) {
             // SAFETY: mmsghdr is plain old data.
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_iov = iov as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_iov = iov.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = per_frame;
             msgs.push(m);
         }
         let (mut next, mut ok) = (0usize, 0usize);

@@ -18,12 +18,13 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use nestbed_pipe::{Instant, PipeParams};
+use nestbed_pipe::{Instant, Packet, PipeParams};
 use serde_json::Value;
 
 use crate::dispatch::LinkState;
 use crate::lateness::Histogram;
 use crate::link::{Link, Outgoing};
+use crate::offload;
 use crate::os::{self, Batch, Epoll, EventFd, PacketSocket, SendBatch, TimerFd};
 use crate::seed::Direction;
 use crate::trace::Trace;
@@ -37,8 +38,12 @@ const BATCH: usize = 64;
 const MAX_BATCHES: usize = 4;
 /// Frame buffers kept for reuse.
 const POOL_MAX: usize = 4096;
-/// Frame buffers larger than this are not kept.
+/// Frame buffers larger than this are kept apart, fewer of them.
 const POOL_MAX_CAPACITY: usize = 16 * 1024;
+/// Super-frame buffers (up to 64 KB) kept for reuse: allocating and freeing
+/// them one by one costs page faults as the allocator returns them to the
+/// kernel.
+const BIG_POOL_MAX: usize = 256;
 /// How often the CLOCK_REALTIME → CLOCK_MONOTONIC offset is re-measured.
 const OFFSET_REFRESH_NS: u64 = 100_000_000;
 /// A kernel timestamp older than this (relative to the read) is not trusted.
@@ -126,6 +131,7 @@ struct Worker {
     send_batch: SendBatch,
     out: Vec<Outgoing>,
     pool: Vec<Vec<u8>>,
+    big_pool: Vec<Vec<u8>>,
     clock: ClockOffset,
     running: bool,
 }
@@ -157,10 +163,13 @@ impl ClockOffset {
         }
     }
 
-    fn refresh(&mut self, now: u64) {
-        if now.saturating_sub(self.measured_at) >= OFFSET_REFRESH_NS {
+    /// Re-measures the offset if it is old; whether it did.
+    fn refresh(&mut self, now: u64) -> bool {
+        let old = now.saturating_sub(self.measured_at) >= OFFSET_REFRESH_NS;
+        if old {
             *self = ClockOffset::measure();
         }
+        old
     }
 
     /// The monotonic arrival time of a frame read at `read` (monotonic)
@@ -202,6 +211,7 @@ impl Worker {
             send_batch: SendBatch::default(),
             out: Vec::new(),
             pool: Vec::new(),
+            big_pool: Vec::new(),
             clock: ClockOffset::measure(),
             running: true,
         })
@@ -233,7 +243,9 @@ impl Worker {
                 return;
             }
             let start = os::monotonic_ns();
-            self.clock.refresh(start);
+            if self.clock.refresh(start) {
+                self.follow_offloads();
+            }
             self.handle(&tokens, next);
             // Frames read above carry their kernel arrival times; moving the
             // pipes only to `start` (not past it) keeps a frame that arrived
@@ -242,6 +254,27 @@ impl Worker {
             next = self.service(start);
             let now = os::monotonic_ns();
             busy = next.is_some_and(|t| t <= now + self.spin_ns);
+        }
+    }
+
+    /// Reads and sends frames with their offload metadata on the links one
+    /// of whose interfaces has offloads on (a super-frame read on one port
+    /// must be sent with its metadata on another), and without it
+    /// elsewhere; checked as often as the clock offset, so a change of
+    /// offloads while linkd runs is followed within 100 ms.
+    fn follow_offloads(&mut self) {
+        for s in self.slots.iter_mut().flatten() {
+            let ports = s.link.ports();
+            let on = ports
+                .iter()
+                .any(|p| os::offloads_on(&p.ifname).unwrap_or(true));
+            for (sock, port) in s.sockets.iter().zip(ports) {
+                if on != sock.vnet() {
+                    if let Err(e) = sock.set_vnet(on) {
+                        eprintln!("nestbed-linkd: PACKET_VNET_HDR on {}: {e}", port.ifname);
+                    }
+                }
+            }
         }
     }
 
@@ -278,17 +311,26 @@ impl Worker {
             return;
         };
         let clock = &self.clock;
-        let pool = &mut self.pool;
+        let (pool, big_pool) = (&mut self.pool, &mut self.big_pool);
         for _ in 0..MAX_BATCHES {
             let link = &mut s.link;
             let mut read = None;
             let got = sock.recv_batch(&mut self.batch, |frame| {
                 let read = *read.get_or_insert_with(os::monotonic_ns);
                 let at = clock.arrival(frame.kernel_realtime_ns, read);
-                let mut buf = pool.pop().unwrap_or_default();
+                let len = frame.data.0.len() + frame.data.1.len();
+                let mut buf = if len > POOL_MAX_CAPACITY {
+                    big_pool.pop()
+                } else {
+                    pool.pop()
+                }
+                .unwrap_or_default();
                 buf.clear();
-                buf.extend_from_slice(frame.data);
-                link.receive(Instant::from_nanos(at), port, buf, frame.truncated);
+                buf.extend_from_slice(frame.data.0);
+                buf.extend_from_slice(frame.data.1);
+                let (wire_len, segments) = offload::wire(&buf, frame.meta);
+                let packet = Packet::with_segments(buf, wire_len, segments, frame.meta);
+                link.receive(Instant::from_nanos(at), port, packet, frame.truncated);
             });
             match got {
                 Ok(n) if n == BATCH => {
@@ -322,7 +364,11 @@ impl Worker {
             if !self.out.is_empty() {
                 send(s, &mut self.send_batch, &self.out, &mut self.lateness);
                 for o in self.out.drain(..) {
-                    if self.pool.len() < POOL_MAX && o.frame.capacity() <= POOL_MAX_CAPACITY {
+                    if o.frame.capacity() > POOL_MAX_CAPACITY {
+                        if self.big_pool.len() < BIG_POOL_MAX {
+                            self.big_pool.push(o.frame);
+                        }
+                    } else if self.pool.len() < POOL_MAX {
                         self.pool.push(o.frame);
                     }
                 }
@@ -356,6 +402,14 @@ impl Worker {
                 for (port, sock) in sockets.iter().enumerate() {
                     if let Err(e) = self.epoll.add(sock.as_raw_fd(), token(index, port)) {
                         r = Err(format!("epoll_ctl: {e}"));
+                    }
+                }
+                // One port with offloads on: the link's super-frames must
+                // be sent with their metadata on every port.
+                let vnet = sockets.iter().any(PacketSocket::vnet);
+                for sock in sockets.iter().filter(|s| s.vnet() != vnet) {
+                    if let Err(e) = sock.set_vnet(vnet) {
+                        r = Err(format!("PACKET_VNET_HDR: {e}"));
                     }
                 }
                 if r.is_ok() {
@@ -476,7 +530,7 @@ fn send(s: &mut Slot, scratch: &mut SendBatch, out: &[Outgoing], lateness: &mut 
         }
         let group = || out.iter().filter(move |o| o.port == port);
         let sent_at = os::monotonic_ns();
-        let ok = s.sockets[port].send_batch(scratch, group().map(|o| o.frame.as_slice()));
+        let ok = s.sockets[port].send_batch(scratch, group().map(|o| (o.frame.as_slice(), o.meta)));
         for o in group() {
             lateness.record(sent_at.saturating_sub(o.due.as_nanos()));
         }

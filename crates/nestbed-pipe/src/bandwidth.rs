@@ -114,10 +114,11 @@ impl Server {
         self.params = params.clone();
     }
 
-    /// Serves a frame of `wire_len` bytes that entered the queue at
-    /// `arrived`, after every frame served before it; returns when it has
-    /// left the link entirely (rounded up to a whole nanosecond).
-    pub(crate) fn serve(&mut self, arrived: Instant, wire_len: u32) -> Instant {
+    /// Serves `segments` frames of `wire_len` bytes in all (each frame
+    /// pays the overhead) that entered the queue at `arrived`, after every
+    /// frame served before them; returns when they have left the link
+    /// entirely (rounded up to a whole nanosecond).
+    pub(crate) fn serve(&mut self, arrived: Instant, wire_len: u32, segments: u32) -> Instant {
         let rate = u128::from(self.params.rate_bps);
         if rate == 0 {
             self.last_ns = self.last_ns.max(arrived.as_nanos());
@@ -126,7 +127,8 @@ impl Server {
         // It reaches the head of the queue when it arrives or when the
         // frame ahead of it has left, whichever is later.
         let head = (u128::from(arrived.as_nanos()) * rate).max(self.last_scaled);
-        let bits = (u128::from(wire_len) + u128::from(self.params.overhead_bytes)) * 8;
+        let overhead = u128::from(self.params.overhead_bytes) * u128::from(segments);
+        let bits = (u128::from(wire_len) + overhead) * 8;
         self.tat = self.tat.max(head) + bits * NS_PER_S;
         let tolerance = u128::from(self.params.burst_bytes) * 8 * NS_PER_S;
         self.last_scaled = head.max(self.tat.saturating_sub(tolerance));
@@ -152,7 +154,7 @@ mod tests {
         // 1000-byte frames + 24 bytes overhead = 8192 bits at 10 Mb/s = 819.2 µs.
         let mut s = server(10_000_000, 0);
         for n in 1..=10_000u64 {
-            assert_eq!(s.serve(Instant::ZERO, 1000).as_nanos(), n * 819_200);
+            assert_eq!(s.serve(Instant::ZERO, 1000, 1).as_nanos(), n * 819_200);
         }
     }
 
@@ -163,7 +165,7 @@ mod tests {
         let mut last = 0;
         for n in 1..=100_000u128 {
             let exact_ceil = (n * 704 * NS_PER_S).div_ceil(56_000);
-            last = s.serve(Instant::ZERO, 64).as_nanos();
+            last = s.serve(Instant::ZERO, 64, 1).as_nanos();
             assert_eq!(u128::from(last), exact_ceil);
         }
         assert_eq!(last, 1_257_142_857_143); // 100 000 × 704 / 56 000 s, rounded up
@@ -173,12 +175,12 @@ mod tests {
     fn idle_link_starts_at_arrival() {
         let mut s = server(8_000_000, 0); // 1 byte per µs
         assert_eq!(
-            s.serve(Instant::from_micros(100), 976).as_nanos(),
+            s.serve(Instant::from_micros(100), 976, 1).as_nanos(),
             1_100_000
         );
         // Arrives long after the link went idle: no credit is carried over.
         assert_eq!(
-            s.serve(Instant::from_micros(5_000), 976).as_nanos(),
+            s.serve(Instant::from_micros(5_000), 976, 1).as_nanos(),
             6_000_000
         );
     }
@@ -187,7 +189,7 @@ mod tests {
     fn unlimited_rate_is_instant() {
         let mut s = server(0, 0);
         assert_eq!(
-            s.serve(Instant::from_nanos(7), 1500),
+            s.serve(Instant::from_nanos(7), 1500, 1),
             Instant::from_nanos(7)
         );
     }
@@ -197,24 +199,26 @@ mod tests {
         // 1 byte/µs, bucket of 4 frames of 1000 bytes (976 + 24).
         let mut s = server(8_000_000, 4_000);
         let times: Vec<u64> = (0..7)
-            .map(|_| s.serve(Instant::ZERO, 976).as_nanos() / 1000)
+            .map(|_| s.serve(Instant::ZERO, 976, 1).as_nanos() / 1000)
             .collect();
         assert_eq!(times, vec![0, 0, 0, 0, 1000, 2000, 3000]);
         // The bucket emptied at 3 ms; by 5.5 ms it holds 2.5 frames: two
         // go at once, the third when half a frame more has accrued.
         let t = Instant::from_micros(5_500);
-        let times: Vec<u64> = (0..4).map(|_| s.serve(t, 976).as_nanos() / 1000).collect();
+        let times: Vec<u64> = (0..4)
+            .map(|_| s.serve(t, 976, 1).as_nanos() / 1000)
+            .collect();
         assert_eq!(times, vec![5_500, 5_500, 6_000, 7_000]);
     }
 
     #[test]
     fn rate_change_applies_to_the_next_frame() {
         let mut s = server(8_000_000, 0);
-        assert_eq!(s.serve(Instant::ZERO, 976).as_nanos(), 1_000_000);
+        assert_eq!(s.serve(Instant::ZERO, 976, 1).as_nanos(), 1_000_000);
         s.set_params(&BandwidthParams {
             rate_bps: 16_000_000,
             ..BandwidthParams::default()
         });
-        assert_eq!(s.serve(Instant::ZERO, 976).as_nanos(), 1_500_000);
+        assert_eq!(s.serve(Instant::ZERO, 976, 1).as_nanos(), 1_500_000);
     }
 }

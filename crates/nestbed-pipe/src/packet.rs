@@ -3,12 +3,21 @@
 /// One Ethernet frame travelling through a pipe.
 ///
 /// The core never looks inside `data`; it uses only [`Packet::wire_len`]
-/// (for queue limits and serialization time) and, when corruption is
-/// configured, flips one bit of `data`.
+/// and [`Packet::segments`] (for queue limits and serialization time) and,
+/// when corruption is configured, flips one bit of `data`.
+///
+/// A packet may stand for several frames on the wire: a segmentation
+/// offload super-frame (GSO) is cut into `segments` wire frames by the
+/// kernel after the pipe. The bandwidth stage then charges the Ethernet
+/// overhead once per segment and a queue limit in packets counts segments,
+/// so shaping is the same as for the frames one by one; loss, ordinal
+/// drops, RED, corruption and duplication act on the packet as a whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Packet {
     data: Vec<u8>,
     wire_len: u32,
+    segments: u32,
+    meta: u64,
 }
 
 impl Packet {
@@ -19,7 +28,7 @@ impl Packet {
     /// wire length capped at `u32::MAX`.
     pub fn new(data: Vec<u8>) -> Self {
         let wire_len = u32::try_from(data.len()).unwrap_or(u32::MAX);
-        Packet { data, wire_len }
+        Packet::with_wire_len(data, wire_len)
     }
 
     /// A packet whose wire length differs from the bytes held, e.g. a frame
@@ -30,7 +39,24 @@ impl Packet {
     /// added by the bandwidth stage
     /// ([`BandwidthParams::overhead_bytes`](crate::BandwidthParams::overhead_bytes)).
     pub fn with_wire_len(data: Vec<u8>, wire_len: u32) -> Self {
-        Packet { data, wire_len }
+        Packet {
+            data,
+            wire_len,
+            segments: 1,
+            meta: 0,
+        }
+    }
+
+    /// A packet that is `segments` frames on the wire (at least 1), of
+    /// `wire_len` bytes in all, carrying the caller's `meta` through the
+    /// pipe untouched (nestbed-linkd keeps a frame's offload metadata there).
+    pub fn with_segments(data: Vec<u8>, wire_len: u32, segments: u32, meta: u64) -> Self {
+        Packet {
+            data,
+            wire_len,
+            segments: segments.max(1),
+            meta,
+        }
     }
 
     /// The frame bytes.
@@ -48,9 +74,20 @@ impl Packet {
         self.data
     }
 
-    /// The frame length on the wire in bytes, Ethernet overhead excluded.
+    /// The frame length on the wire in bytes, Ethernet overhead excluded
+    /// (of all its segments).
     pub fn wire_len(&self) -> u32 {
         self.wire_len
+    }
+
+    /// How many frames it is on the wire (1 unless a super-frame).
+    pub fn segments(&self) -> u32 {
+        self.segments
+    }
+
+    /// The caller's metadata (0 unless set by [`Packet::with_segments`]).
+    pub fn meta(&self) -> u64 {
+        self.meta
     }
 
     /// Flips bit `bit` (counted from the first byte's least significant
@@ -80,5 +117,8 @@ mod tests {
         let q = Packet::with_wire_len(Vec::new(), 1514);
         assert_eq!(q.wire_len(), 1514);
         assert!(q.data().is_empty());
+        assert_eq!((q.segments(), q.meta()), (1, 0));
+        let s = Packet::with_segments(vec![1], 3000, 0, 7);
+        assert_eq!((s.wire_len(), s.segments(), s.meta()), (3000, 1, 7));
     }
 }

@@ -246,7 +246,7 @@ impl Pipe {
             None => Verdict::Accept,
             Some(red) => red.on_arrival(
                 Arrival {
-                    queue_packets: self.fifo.len(),
+                    queue_packets: self.fifo.frames(),
                     queue_bytes: self.fifo.bytes(),
                     idle_ns: if self.fifo.is_empty() {
                         self.idle_since.map(|t| now.nanos_since(t))
@@ -259,7 +259,10 @@ impl Pipe {
                 &mut self.red_rng,
             ),
         };
-        let cause = if self.fifo.would_overflow(self.limit, size) {
+        let cause = if self
+            .fifo
+            .would_overflow(self.limit, size, packet.segments())
+        {
             if let Some(red) = &mut self.red {
                 red.reset_count();
             }
@@ -283,7 +286,7 @@ impl Pipe {
         });
         self.idle_since = None;
         let c = &mut self.counters;
-        c.queue_peak_packets = c.queue_peak_packets.max(self.fifo.len());
+        c.queue_peak_packets = c.queue_peak_packets.max(self.fifo.frames());
         c.queue_peak_bytes = c.queue_peak_bytes.max(self.fifo.bytes());
         self.advance(now);
         EnqueueOutcome::Accepted { ordinal }
@@ -385,7 +388,7 @@ impl Pipe {
             }
             self.release(entry, plan);
         }
-        self.counters.queue_packets = self.fifo.len();
+        self.counters.queue_packets = self.fifo.frames();
         self.counters.queue_bytes = self.fifo.bytes();
         self.counters.delay_line_packets = self.line.len();
     }
@@ -399,7 +402,9 @@ impl Pipe {
         if head.plan.is_some() {
             return;
         }
-        let transmitted = self.server.serve(head.arrived, head.packet.wire_len());
+        let transmitted =
+            self.server
+                .serve(head.arrived, head.packet.wire_len(), head.packet.segments());
         let delay = &self.params.delay;
         let bits = head.packet.data().len().saturating_mul(8);
         let corrupt_bit =

@@ -120,16 +120,23 @@ pub(crate) struct Queued {
     pub(crate) plan: Option<Plan>,
 }
 
-/// The FIFO with its byte count.
+/// The FIFO with its byte and wire-frame counts.
 #[derive(Debug, Default)]
 pub(crate) struct Fifo {
     entries: VecDeque<Queued>,
     bytes: u64,
+    frames: u64,
 }
 
 impl Fifo {
     pub(crate) fn len(&self) -> u64 {
         self.entries.len() as u64
+    }
+
+    /// Frames on the wire queued: the packets, a super-frame counting its
+    /// segments.
+    pub(crate) fn frames(&self) -> u64 {
+        self.frames
     }
 
     pub(crate) fn bytes(&self) -> u64 {
@@ -140,16 +147,18 @@ impl Fifo {
         self.entries.is_empty()
     }
 
-    /// Whether a packet of `wire_len` bytes would exceed `limit`.
-    pub(crate) fn would_overflow(&self, limit: QueueLimit, wire_len: u32) -> bool {
+    /// Whether a packet of `wire_len` bytes in `segments` wire frames would
+    /// exceed `limit`.
+    pub(crate) fn would_overflow(&self, limit: QueueLimit, wire_len: u32, segments: u32) -> bool {
         match limit {
-            QueueLimit::Packets(n) => self.len() >= u64::from(n),
+            QueueLimit::Packets(n) => self.frames + u64::from(segments) > u64::from(n),
             QueueLimit::Bytes(b) => self.bytes + u64::from(wire_len) > b,
         }
     }
 
     pub(crate) fn push(&mut self, entry: Queued) {
         self.bytes += u64::from(entry.packet.wire_len());
+        self.frames += u64::from(entry.packet.segments());
         self.entries.push_back(entry);
     }
 
@@ -164,6 +173,7 @@ impl Fifo {
     pub(crate) fn pop(&mut self) -> Option<Queued> {
         let entry = self.entries.pop_front()?;
         self.bytes -= u64::from(entry.packet.wire_len());
+        self.frames -= u64::from(entry.packet.segments());
         Some(entry)
     }
 }
@@ -196,10 +206,11 @@ mod tests {
             });
         }
         assert_eq!((q.len(), q.bytes()), (3, 300));
-        assert!(q.would_overflow(QueueLimit::Packets(3), 1));
-        assert!(!q.would_overflow(QueueLimit::Packets(4), 1));
-        assert!(!q.would_overflow(QueueLimit::Bytes(400), 100));
-        assert!(q.would_overflow(QueueLimit::Bytes(400), 101));
+        assert!(q.would_overflow(QueueLimit::Packets(3), 1, 1));
+        assert!(!q.would_overflow(QueueLimit::Packets(4), 1, 1));
+        assert!(q.would_overflow(QueueLimit::Packets(4), 1, 2));
+        assert!(!q.would_overflow(QueueLimit::Bytes(400), 100, 1));
+        assert!(q.would_overflow(QueueLimit::Bytes(400), 101, 1));
         assert_eq!(q.pop().map(|e| e.ordinal), Some(0));
         assert_eq!((q.len(), q.bytes()), (2, 200));
     }

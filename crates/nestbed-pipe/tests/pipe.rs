@@ -169,6 +169,29 @@ fn droptail_limit_in_packets() {
 }
 
 #[test]
+fn a_super_frame_is_shaped_and_queued_as_its_wire_segments() {
+    // Three 1000-byte wire frames in one packet take what three frames
+    // take (overhead paid per frame: 3 × 819.2 µs at 10 Mb/s) and fill
+    // three of the queue's four places.
+    let mut pipe = Pipe::new(shaped(10 * MBPS, 0, QueueLimit::Packets(4)), 1).unwrap();
+    let superframe = Packet::with_segments(vec![0; 2900], 3000, 3, 42);
+    assert!(pipe.enqueue(Instant::ZERO, superframe).is_accepted());
+    assert_eq!(pipe.counters().queue_packets, 3);
+    assert!(pipe
+        .enqueue(
+            Instant::ZERO,
+            Packet::with_segments(vec![0; 100], 2000, 2, 0)
+        )
+        .drop_cause()
+        .is_some_and(|c| c == DropCause::QueueFull));
+    assert!(pipe.enqueue(Instant::ZERO, packet(1000)).is_accepted());
+    let out = drain(&mut pipe);
+    assert_eq!(out[0].due, Instant::from_nanos(3 * 819_200));
+    assert_eq!(out[0].packet.meta(), 42);
+    assert_eq!(out[1].due, Instant::from_nanos(4 * 819_200));
+}
+
+#[test]
 fn droptail_limit_in_bytes() {
     let mut pipe = Pipe::new(shaped(10 * MBPS, 0, QueueLimit::Bytes(5_000)), 1).unwrap();
     let sizes = [1000, 1000, 1000, 1000, 1500, 1000, 1];
