@@ -287,8 +287,10 @@ def _build(
             netlink.set_master(batch, indexes.of[(bridge.netns, port)], master, what)
     for node in plan.nodes:
         for route in node.routes:
-            what = f"adding route to {route.destination} via {route.via} on node {node.name}"
-            netlink.add_route(batches[node.netns], route.destination, route.via, what)
+            hop = f"via {route.via}" if route.via else f"on {route.dev}"
+            what = f"adding route to {route.destination} {hop} on node {node.name}"
+            oif = indexes.of[(node.netns, route.dev)] if route.dev else None
+            netlink.add_route(batches[node.netns], route.destination, route.via, what, oif)
     _flush(batches.values(), step, "configuring addresses, bridges and routes")
 
     # Offloads are turned off from inside each namespace (ethtool ioctls), entered once.

@@ -182,7 +182,7 @@ _RTMSG = struct.Struct("BBBBBBBBI")  # rtmsg: family, dst_len, src_len, tos, tab
 IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO, IFLA_NET_NS_FD = 3, 10, 18, 28
 IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER, IFLA_BR_STP_STATE = 1, 2, 1, 5
 IFA_ADDRESS, IFA_LOCAL, IFA_BROADCAST = 1, 2, 4
-RTA_DST, RTA_GATEWAY = 1, 5
+RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
 NLA_F_NESTED = 0x8000  # the kernel's newer nested attributes (the property list) say so
 
 
@@ -259,12 +259,18 @@ def add_address(batch: Batch, index: int, cidr: str, what: str) -> None:
     batch.add(msg, RTM_NEWADDR, what, NLM_F_CREATE | NLM_F_EXCL)
 
 
-def add_route(batch: Batch, destination: str, gateway: str, what: str) -> None:
-    """A unicast route in the main table (proto boot and scope universe, as `ip route add`);
-    ``destination`` is a prefix or "default"."""
+def add_route(
+    batch: Batch, destination: str, gateway: str, what: str, oif: int | None = None
+) -> None:
+    """A unicast route in the main table (proto boot, as `ip route add`); ``destination`` is
+    a prefix or "default". With ``oif`` and no ``gateway``, a route on that interface's link
+    (scope link); otherwise through ``gateway`` (scope universe)."""
     network = ipaddress.IPv4Network("0.0.0.0/0" if destination == "default" else destination)
-    attrs = _attr(RTA_GATEWAY, _ipv4(gateway))
+    attrs = _attr(RTA_GATEWAY, _ipv4(gateway)) if gateway else b""
+    if oif is not None:
+        attrs += _attr(RTA_OIF, _u32(oif))
     if network.prefixlen:
         attrs = _attr(RTA_DST, _ipv4(str(network.network_address))) + attrs
-    msg = _RTMSG.pack(socket.AF_INET, network.prefixlen, 0, 0, 254, 3, 0, 1, 0) + attrs
+    scope = 0 if gateway else 253  # RT_SCOPE_UNIVERSE, RT_SCOPE_LINK
+    msg = _RTMSG.pack(socket.AF_INET, network.prefixlen, 0, 0, 254, 3, scope, 1, 0) + attrs
     batch.add(msg, RTM_NEWROUTE, what, NLM_F_CREATE | NLM_F_EXCL)

@@ -138,7 +138,8 @@ class EmulatedLink:
 @dataclass(frozen=True)
 class RouteEntry:
     destination: str  # "default" or a prefix
-    via: str
+    via: str  # the next hop's address; "" for a destination on the link of ``dev``
+    dev: str = ""  # the node's interface, for a route on its link
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
             bridges.append(Bridge(fabric, f"br{index}", tuple(fabric_ends), link.name))
 
     routes = _routes(exp)
+    for node, entries in on_link_routes(exp, iface_of).items():
+        routes[node] = entries + list(routes.get(node, ()))
     hosts = _hosts(exp, iface_of)
     nodes = []
     for n in exp.nodes:
@@ -415,7 +418,13 @@ def static_routes(exp: Experiment) -> dict[str, list[RouteEntry]]:
                 if old is None or p.cost < old:
                     adjacency[p.node][q.node] = p.cost
                     hop_address[(p.node, q.node)] = q.ip
-    subnets = [(link.subnet, sorted({p.node for p in link.ports})) for link in exp.all_links]
+    # A subnet that two links share (Emulab allows it) is reached address by address: a node
+    # on one of them would otherwise take the other's addresses for its own link's.
+    shared = {s for s, n in Counter(link.subnet for link in exp.all_links).items() if n > 1}
+    subnets = [(link.subnet, sorted({p.node for p in link.ports}))
+               for link in exp.all_links if link.subnet not in shared]  # fmt: skip
+    hosts = [(f"{p.ip}/32", sorted({q.node for q in link.ports}))
+             for link in exp.all_links if link.subnet in shared for p in link.ports]  # fmt: skip
     costs = {cost for edges in adjacency.values() for cost in edges.values()}
     search = _breadth_first if len(costs) <= 1 else _first_hops
     result: dict[str, list[RouteEntry]] = {}
@@ -430,9 +439,34 @@ def static_routes(exp: Experiment) -> dict[str, list[RouteEntry]]:
                 continue
             _, target = min(reachable)
             wanted[subnet] = hop_address[(source, first[target])]
-        if wanted:
-            result[source] = _aggregate(wanted)
+        exact = []  # kept as they are: a default route would not beat a connected subnet
+        for host, members in hosts:
+            reachable = [(dist[m], m) for m in members if m in dist and source not in members]
+            if reachable:
+                exact.append(RouteEntry(host, hop_address[(source, first[min(reachable)[1]])]))
+        if wanted or exact:
+            result[source] = (_aggregate(wanted) if wanted else []) + exact
     return result
+
+
+def on_link_routes(
+    exp: Experiment, iface_of: dict[tuple[str, str], str]
+) -> dict[str, list[RouteEntry]]:
+    """Routes to each neighbour through the right interface, for a node with two interfaces
+    in one subnet (Emulab allows it): its two connected routes cover the same prefix, and the
+    kernel would use the first for both links."""
+    found: dict[str, list[RouteEntry]] = {}
+    for n in exp.nodes:
+        ports = [(link, p) for link in exp.all_links for p in link.ports if p.node == n.name]
+        by_subnet = Counter(link.subnet for link, _ in ports)
+        for link, _ in ports:
+            if by_subnet[link.subnet] < 2:
+                continue
+            dev = iface_of[(n.name, link.name)]
+            found.setdefault(n.name, []).extend(
+                RouteEntry(f"{q.ip}/32", "", dev) for q in link.ports if q.node != n.name
+            )
+    return found
 
 
 def _first_hops(
