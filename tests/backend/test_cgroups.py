@@ -30,8 +30,12 @@ def busy_in(cg) -> subprocess.Popen:
 
 
 def _exec_done(pid: int) -> bool:
+    """Whether the loop itself runs: right after the fork the child is still a copy of this
+    process, then the shell; only the loop's command line is the loop's."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() != "sh"
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] == [
+            a.encode() for a in BUSY
+        ]
     except OSError:
         return False
 

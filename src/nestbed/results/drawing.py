@@ -43,7 +43,7 @@ def _note(folder: Path, **report: Any) -> None:
             found["files"] = sorted(
                 str(p.relative_to(folder))
                 for p in folder.rglob("*")
-                if p.is_file() and p.name not in (manifest.MANIFEST, LOCK)
+                if p.is_file() and p.name not in (RunFolder(folder).manifest.name, LOCK)
             )
         manifest.write(folder, found)
 
