@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from nestbed.lifecycle import signals
 from nestbed.lifecycle.active import POLL_S, Active
 from nestbed.lifecycle.testbed import Testbed
 from nestbed.model import Experiment
@@ -30,25 +31,33 @@ def run(
     """One whole run; returns the results' summary (with the folder under ``results``).
 
     The run ends at `$ns halt`, after ``options.duration_s``, or, without a duration, when the
-    static events are done and no program or sequence is still running. Ctrl-C ends it as
-    interrupted, keeping what was measured. With ``options.keep`` the experiment stays active.
+    static events are done and no program or sequence is still running. Ctrl-C, SIGTERM or
+    SIGHUP end it as ``interrupted (SIGTERM)``, keeping what was measured, and the interrupt
+    goes on up (as ``signals.Interrupted`` carrying the summary) once the experiment is swapped
+    out, so that a sweep or a study stops too. With ``options.keep`` the experiment stays
+    active.
     """
     options = options or RunOptions()
     active = testbed.swap_in(name, options, progress.log if progress else None)
-    outcome = "completed"
+    outcome, stop = "completed", None
     try:
         wait(active, options, progress)
-    except KeyboardInterrupt:
-        outcome = "interrupted"
+    except KeyboardInterrupt as exc:
+        outcome, stop = signals.outcome(exc), exc
     finally:
-        if options.keep:
-            active.request("finish", timeout=300, outcome=outcome, reason=None)
-        else:
-            testbed.swap_out(name, outcome=outcome)
+        # A signal during the teardown waits for its end; after an interrupt it is dropped
+        # (the program stops anyway), otherwise it stops the program then.
+        with signals.deferred(deliver=stop is None):
+            if options.keep:
+                active.request("finish", timeout=300, outcome=outcome, reason=None)
+            else:
+                testbed.swap_out(name, outcome=outcome)
     assert active.results is not None
     found = {**summary(active.results), "results": str(active.results), "kept": options.keep}
     if active.linktest is not None:
         found["linktest"] = {k: v for k, v in active.linktest.to_json().items() if k != "checks"}
+    if stop is not None:
+        raise signals.Interrupted(signals.signum_of(stop), found) from None
     return found
 
 

@@ -20,7 +20,7 @@ from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan, experiment_tag, plan
 from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
-from nestbed.lifecycle import locks
+from nestbed.lifecycle import locks, signals
 from nestbed.lifecycle.active import Active
 from nestbed.model import Experiment
 from nestbed.model.options import ControllerStart, RunOptions
@@ -159,13 +159,14 @@ class Testbed:
 
     def _failed(self, name: str, p: Plan, run_id: int | None, exc: BaseException) -> None:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
-        if run_id is not None:
-            self.store.end_run(run_id, "failed")
-        self.store.transition(name, State.FAILED, reason=reason)
-        # After the state: a teardown that fails too must not hide the first error (cleanup
-        # finds what is left).
-        with contextlib.suppress(Exception):
-            self.backend.swap_out(p)
+        with signals.deferred():  # a second signal must not cut the rollback short
+            if run_id is not None:
+                self.store.end_run(run_id, "failed")
+            self.store.transition(name, State.FAILED, reason=reason)
+            # After the state: a teardown that fails too must not hide the first error
+            # (cleanup finds what is left).
+            with contextlib.suppress(Exception):
+                self.backend.swap_out(p)
 
     def _linktest(self, active: Active, options: RunOptions, progress: Notify) -> Any:
         from nestbed.linktest.run import linktest, write
@@ -266,7 +267,8 @@ class Testbed:
             raise UserError(f"experiment {name} is {record.state}, not active; nothing to swap out")
         root = self.backend.state_root
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with locks.machine(root, shared=True):
+        # Signals wait for the teardown: half a swap-out would leave what cleanup must find.
+        with signals.deferred(), locks.machine(root, shared=True):
             self.store.transition(name, State.SWAPPING_OUT, expect_from=record.state,
                                   reason="swapout")  # fmt: skip
             self._tear_down(name, outcome, "swapped out")

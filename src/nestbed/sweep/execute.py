@@ -18,7 +18,7 @@ from typing import Any
 
 from nestbed.backend import get as get_backend
 from nestbed.errors import NestbedError, UserError
-from nestbed.lifecycle import Testbed
+from nestbed.lifecycle import Testbed, signals
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
 from nestbed.results import manifest
@@ -303,7 +303,7 @@ def _run_reusing(
     with Store.open(store_url) as store:
         testbed = Testbed(store, get_backend())
         testbed.define(first, anew=True)
-        active = None
+        active, outcome = None, "completed"
         try:
             for point in points:
                 started = time.monotonic()
@@ -328,10 +328,13 @@ def _run_reusing(
                 if results.exists():
                     row |= metrics(results)
                 yield row
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the point's manifest says so
+            outcome = signals.outcome(exc)
+            raise
         finally:
             with contextlib.suppress(NestbedError):
                 if store.get(name).state == State.ACTIVE:
-                    testbed.swap_out(name)
+                    testbed.swap_out(name, outcome=outcome)
 
 
 # -- a Dask cluster ---------------------------------------------------------------------------
