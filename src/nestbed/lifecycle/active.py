@@ -53,6 +53,19 @@ class Active:
     def request(self, op: str, timeout: float | None = 60, **fields: Any) -> dict[str, Any]:
         return self.controller.request(op, timeout=timeout, **fields)
 
+    def link_emulator_gone(self) -> bool:
+        """Whether the experiment's link emulator is gone for good: its socket refuses (a
+        busy one that answers late is not gone)."""
+        if not self.plan.needs_linkd:
+            return False
+        try:
+            self.backend.linkd(self.plan).close()
+        except (ConnectionRefusedError, FileNotFoundError):
+            return True
+        except OSError:
+            return False
+        return False
+
     # -- commands in nodes ------------------------------------------------------------------
 
     def exec(self, node: str, argv: list[str], **run: Any) -> subprocess.CompletedProcess:
