@@ -161,3 +161,19 @@ def test_commands_on_an_experiment_that_is_not_active_say_what_to_do(testbed):
     exp = _defined(testbed)
     with pytest.raises(UserError, match="is defined, not active; swap it in first"):
         testbed.active(exp.name)
+
+
+def test_a_swap_in_killed_after_starting_its_controller_is_cleaned_up(testbed, fake, controllers):
+    exp = _defined(testbed, "killed")
+    # As if SIGKILL hit the swap-in between the controller's start and `active`: the network
+    # is built, the store still says swapping-in, the orphaned controller holds the lock.
+    testbed.store.transition(exp.name, State.SWAPPING_IN, reason="a test")
+    fake.swap_in(plan(exp))
+    controller = locks.ExperimentLock(fake.state_root, exp.name).acquire()
+    try:
+        done = testbed.cleanup(exp.name)
+    finally:
+        controller.release()
+    assert done.settled == [exp.name]
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    assert fake.leftovers() == {}

@@ -304,7 +304,10 @@ class Testbed:
                 if (name and record.name != name) or record.state not in _LIVE:
                     continue
                 handled.add(tag)
-                if not everything and locks.owned(root, tag):
+                # Under the machine's lock no swap-in or swap-out is under way: one the store
+                # says is was killed, and its controller, if it lives, is an orphan.
+                midway = record.state in (State.SWAPPING_IN, State.SWAPPING_OUT)
+                if not everything and not midway and locks.owned(root, tag):
                     done.spared.append(record.name)
                     continue
                 if record.state != State.FAILED:
