@@ -4,15 +4,18 @@ and leaves nothing on the machine."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from machine import DEADLINE_S, left, manifest, nestbed, processes, state, until
 from test_signals import experiment_file, measuring
 
 from nestbed.backend.linux import RUN_DIR
+from nestbed.backend.plan import experiment_tag
 
 pytestmark = pytest.mark.root
 
@@ -68,3 +71,89 @@ def test_a_run_whose_results_disk_fills_says_so_and_leaves_nothing(tmp_path, sma
     assert manifest(results).get("outcome") in (None, "running", "failed")
     assert state(db, name) == "swapped"
     assert left(name) == []
+
+
+CHAIN = """\
+set ns [new Simulator]
+source tb_compat.tcl
+$ns rtproto Static
+set a [$ns node]
+set r [$ns node]
+set b [$ns node]
+$ns duplex-link $a $r 10Mb 5ms DropTail
+$ns duplex-link $r $b 20Mb 2ms DropTail
+$ns run
+"""
+
+
+@pytest.fixture
+def foreign():
+    """A namespace, a bridge and a veth pair that nestbed never made, removed at the end."""
+    ns, br, va, vb = f"s17t{os.getpid()}", "s17tbr", "s17tva", "s17tvb"
+    made = [["ip", "netns", "add", ns], ["ip", "link", "add", br, "type", "bridge"],
+            ["ip", "link", "add", va, "type", "veth", "peer", "name", vb]]  # fmt: skip
+    for argv in made:
+        subprocess.run(argv, check=True)
+
+    def present() -> bool:
+        return Path(f"/run/netns/{ns}").exists() and all(
+            Path(f"/sys/class/net/{x}").exists() for x in (br, va, vb)
+        )
+
+    yield present
+    for argv in (["ip", "netns", "del", ns], ["ip", "link", "del", br], ["ip", "link", "del", va]):
+        subprocess.run(argv, check=False, stderr=subprocess.DEVNULL)
+
+
+def test_swap_ins_killed_at_any_moment_are_cleaned_up_and_spare_foreign_objects(tmp_path, foreign):
+    name = "s17killed"
+    source = tmp_path / f"{name}.ns"
+    source.write_text(CHAIN)
+    db = tmp_path / "store.db"
+    nestbed(db, "create", str(source)).communicate(timeout=DEADLINE_S)
+    # Kill at the start, as the network is being built, and as the controller starts: the
+    # moments are placed by what the swap-in has done, not by time.
+    stages = [
+        lambda: True,
+        lambda: any(experiment_tag(name) in t for t in left(name)),
+        lambda: (RUN_DIR / name / "controller.json").exists(),
+    ]
+    for i, reached in enumerate(stages):
+        swapin = nestbed(db, "swapin", str(source), "--results", str(tmp_path / f"r{i}"))
+        until(lambda r=reached, p=swapin: r() or p.poll() is not None, "the moment to kill")
+        swapin.kill()
+        swapin.wait()
+        cleanup = nestbed(db, "cleanup", name)
+        _, stderr = cleanup.communicate(timeout=DEADLINE_S)
+        assert cleanup.returncode == 0, stderr
+        assert left(name) == [], f"kill {i}"
+        assert foreign()
+        assert state(db, name) in ("defined", "swapped")
+
+
+def test_cleanup_of_each_of_several_live_experiments_by_name_spares_them_all(tmp_path):
+    names = ["s17many0", "s17many1", "s17many2"]
+    db = tmp_path / "store.db"
+    for name in names:
+        (tmp_path / f"{name}.ns").write_text(CHAIN)
+    done = nestbed(db, "create", str(tmp_path / f"{names[0]}.ns"))
+    done.communicate(timeout=DEADLINE_S)  # the store exists before the swap-ins race on it
+    swapins = [nestbed(db, "swapin", str(tmp_path / f"{n}.ns"), "--results",
+                       str(tmp_path / n)) for n in names]  # fmt: skip
+    try:
+        for p in swapins:
+            _, stderr = p.communicate(timeout=DEADLINE_S)
+            assert p.returncode == 0, stderr
+        for name in names:
+            cleanup = nestbed(db, "cleanup", name)
+            stdout, _ = cleanup.communicate(timeout=DEADLINE_S)
+            assert f"spared {name}: its controller or swap-in is alive" in stdout
+        for name in names:
+            assert state(db, name) == "active"
+            check = nestbed(db, "linktest", name, "--level", "3", "--json")
+            stdout, stderr = check.communicate(timeout=DEADLINE_S)
+            assert json.loads(stdout)["counts"]["fail"] == 0, stdout
+    finally:
+        for name in names:
+            nestbed(db, "swapout", name).communicate(timeout=DEADLINE_S)
+    assert all(left(n) == [] for n in names)
