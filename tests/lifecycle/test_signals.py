@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,27 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return fields[0] != "Z"
+
+
+def test_a_stop_passed_on_ends_runs_in_other_threads_as_interrupted(testbed, fake, controllers):
+    exp = experiment(LINE, "pooled")
+    testbed.define(exp)
+    ended: list[BaseException] = []
+
+    def point() -> None:
+        try:
+            runs.run(testbed, exp.name, RunOptions(results=fake.state_root / "r"))
+        except BaseException as exc:
+            ended.append(exc)
+
+    signals.stop_everywhere(signal.SIGHUP)  # what a parallel sweep does when it is signalled
+    try:
+        worker = threading.Thread(target=point)
+        worker.start()
+        worker.join()
+    finally:
+        signals.carry_on()
+    assert isinstance(ended[0], signals.Interrupted) and ended[0].signal_name == "SIGHUP"
+    assert [r.outcome for r in testbed.store.runs(exp.name)] == ["interrupted (SIGHUP)"]
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    signals.check()  # carried on: nothing is stopped any more

@@ -111,6 +111,7 @@ def wait(active: Active, options: RunOptions, console: Console | None = None) ->
     with Progress(*columns, console=console, disable=console is None, transient=True) as bar:
         task = bar.add_task(f"running {active.name}", total=end)
         while True:
+            signals.check()  # a stop passed on to this thread (a parallel sweep's points)
             status = active.request("status")
             elapsed = status["elapsed_s"]
             bar.update(task, completed=min(elapsed, end) if end else elapsed)

@@ -134,3 +134,28 @@ def deferred(*, deliver: bool = True) -> Iterator[None]:
                 signal.signal(signum, previous)
             if deliver and not failed and _held.pending:
                 os.kill(os.getpid(), _held.pending[0])
+
+
+class _Everywhere:
+    """A stop for runs in other threads (a parallel sweep's): signals reach the main thread
+    only, which passes the stop on through this event."""
+
+    event = threading.Event()
+    signum = signal.SIGINT
+
+
+def stop_everywhere(signum: int) -> None:
+    """Runs waiting in any thread end as interrupted by ``signum`` at their next poll."""
+    _Everywhere.signum = signum
+    _Everywhere.event.set()
+
+
+def carry_on() -> None:
+    """Clears a stop passed on by ``stop_everywhere`` (the stopped work is over)."""
+    _Everywhere.event.clear()
+
+
+def check() -> None:
+    """Raises ``Interrupted`` in a thread whose program has been asked to stop."""
+    if _Everywhere.event.is_set():
+        raise Interrupted(_Everywhere.signum)
