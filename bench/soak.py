@@ -42,18 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 DEADLINE_S = 300
 
-CHAIN = """\
-set ns [new Simulator]
-source tb_compat.tcl
-$ns rtproto Static
-set a [$ns node]
-set r [$ns node]
-set b [$ns node]
-$ns duplex-link $a $r 10Mb 5ms DropTail
-$ns duplex-link $r $b 20Mb 2ms DropTail
-$ns run
-"""
-
 
 # -- what is on the machine ---------------------------------------------------------------
 
@@ -284,7 +272,7 @@ def many(n: int) -> int:
         db = Path(tmp) / "s.db"
         files = []
         for name in names:
-            (Path(tmp) / f"{name}.ns").write_text(CHAIN)
+            (Path(tmp) / f"{name}.ns").write_text((EXAMPLES / "linear.ns").read_text())
             files.append(Path(tmp) / f"{name}.ns")
         # One store, so swap-ins race on it as well as on the machine.
         first = done(nestbed(db, "create", str(files[0])))
@@ -328,28 +316,6 @@ def _linktest(db: Path, name: str) -> str:
 # -- signals ------------------------------------------------------------------------------------
 
 
-LONG = """\
-set ns [new Simulator]
-source tb_compat.tcl
-$ns rtproto Static
-$ns define-template-parameter bw 10Mb "bandwidth"
-set a [$ns node]
-set b [$ns node]
-set link0 [$ns duplex-link $a $b $bw 5ms DropTail]
-set udp0 [new Agent/UDP]
-$ns attach-agent $a $udp0
-set null0 [new Agent/Null]
-$ns attach-agent $b $null0
-$ns connect $udp0 $null0
-set cbr0 [new Application/Traffic/CBR]
-$cbr0 attach-agent $udp0
-$cbr0 set rate_ 1Mb
-$ns at 0.1 "$cbr0 start"
-$ns at 30 "$ns halt"
-$ns run
-"""
-
-
 def signals(n: int, seed: int) -> int:
     rng = random.Random(seed)
     rows, bad = [], 0
@@ -370,14 +336,17 @@ def signals(n: int, seed: int) -> int:
 def _signalled(command: str, signum: int, at: float, tmp: Path, i: int) -> list[Any]:
     name = f"soaksig{command}{i}"
     source = tmp / f"{name}.ns"
-    source.write_text(LONG)
+    # The dumbbell runs 15 s; the sweep sweeps armada's transfer (2 MB at 1 or 2 Mb/s).
+    source.write_text(
+        (EXAMPLES / ("armada.ns" if command == "sweep" else "dumbbell.ns")).read_text()
+    )
     db, results = tmp / "s.db", tmp / "results"
     if command == "linktest":
         code, _, err = done(nestbed(db, "swapin", str(source), "--results", str(results)))
         assert code == 0, err
         argv = ["linktest", name, "--level", "4"]
     elif command == "sweep":
-        argv = ["sweep", str(source), "--grid", "bw=10Mb,20Mb", "--results", str(results)]
+        argv = ["sweep", str(source), "--grid", "bw=1Mb,2Mb", "--results", str(results)]
     elif command == "simulate":
         argv = ["simulate", str(source), "--results", str(results)]
     else:
