@@ -324,7 +324,17 @@ def _start_linkd(plan: Plan) -> None:
     )
     # `ip netns exec` execs linkd in place, so this is linkd's own pid.
     (directory / "linkd.pid").write_text(f"{process.pid}\n")
-    with SocketClient(sock) as client:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client = SocketClient(sock)
+            break
+        except ConnectionRefusedError:
+            # The socket's file exists from bind(), a moment before linkd listens on it.
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise
+            time.sleep(0.01)
+    with client:
         for link in plan.emulated:
             client.request(**link.request())
 
