@@ -33,6 +33,7 @@ from typing import Any
 
 from nestbed.backend.linux import RUN_DIR, LinuxBackend, traces
 from nestbed.backend.plan import experiment_tag
+from nestbed.errors import NestbedError
 from nestbed.lifecycle import Testbed
 from nestbed.model.options import RunOptions
 from nestbed.spec import load
@@ -142,13 +143,20 @@ def cycles(n: int) -> int:
         testbed = Testbed(store, LinuxBackend())
         testbed.define(exp)
 
+        failed: list[str] = []
+
         def cycle(i: int) -> float:
             results = Path(tmp) / f"r{i}"
             start = time.perf_counter()
-            testbed.swap_in(exp.name, RunOptions(results=results))
-            testbed.swap_out(exp.name)
+            try:
+                testbed.swap_in(exp.name, RunOptions(results=results))
+                testbed.swap_out(exp.name)
+            except NestbedError as exc:  # counted and shown: the soak goes on
+                failed.append(f"cycle {i}: {exc}")
             took = time.perf_counter() - start
             shutil.rmtree(results, ignore_errors=True)
+            if i % 25 == 0:
+                print(f"cycle {i}: {took:.2f} s", file=sys.stderr, flush=True)
             return took
 
         totals = counts()
@@ -163,6 +171,7 @@ def cycles(n: int) -> int:
     table(["figure", "before", "after cycle 1", f"after cycle {n}"],
           [[k, totals[k], totals_first[k], totals_end[k]] for k in totals])  # fmt: skip
     print(f"left by the experiment: {leaked or 'nothing'}")
+    print(f"failed cycles: {len(failed)}" + "".join(f"\n  {f}" for f in failed))
     print(f"new since cycle 1 (the machine's, any owner): "
           f"{ {k: len(v) for k, v in new_since_first.items()} }")  # fmt: skip
     window = min(100, n // 2)
@@ -175,7 +184,8 @@ def cycles(n: int) -> int:
          f"{sorted(late)[int(0.9 * window)]:.3f}"],
     ])  # fmt: skip
     print(f"last/first median ratio {ratio:.3f} (target within 0.90-1.10)")
-    return 0 if not leaked and totals_end["own fds"] <= totals_first["own fds"] else 1
+    clean = not leaked and not failed and totals_end["own fds"] <= totals_first["own fds"]
+    return 0 if clean else 1
 
 
 # -- SIGKILL of swap-in ------------------------------------------------------------------------
