@@ -296,7 +296,7 @@ class Testbed:
         done = Cleaned()
         if name is not None:
             self.store.get(name)  # one sentence for an unknown experiment
-        with locks.machine(root, shared=False):
+        with signals.deferred(), locks.machine(root, shared=False):
             left = self.backend.leftovers()
             handled = set()
             for record in self.store.list():
