@@ -245,6 +245,11 @@ def kill(n: int, seed: int) -> int:
             process.send_signal(signal.SIGKILL)
             process.wait()
             code, out, err = done(nestbed(db, "cleanup", name))
+            finished = _state(db, name) == "active"
+            if finished:
+                # The swap-in was done (killed while it printed): a live experiment, which
+                # cleanup rightly spared. Swapped out here, it must leave nothing either.
+                done(nestbed(db, "swapout", name))
             after = machine()
             left = {k: v for k, v in ours(after, [name]).items() if v}
             same = {k: before[k] == after[k] for k in ("namespaces", "interfaces", "mounts")}
@@ -253,6 +258,7 @@ def kill(n: int, seed: int) -> int:
                                                                             None)  # fmt: skip
             bad += not ok
             said = (out.strip().splitlines() or [err.strip()])[0][:60]
+            state = "active, then swapped out" if finished else state
             rows.append([i, f"{at:.2f}", state, "yes" if foreign.present() else "NO",
                          sum(map(len, left.values())), "yes" if all(same.values()) else "no",
                          said])  # fmt: skip
