@@ -237,31 +237,35 @@ def kill(n: int, seed: int) -> int:
             assert done(nestbed(db, "swapout", name))[0] == 0
         span = statistics.median(durations)
         rows, bad = [], 0
-        for i in range(n):
-            before = machine()
-            at = rng.uniform(0, span)
-            process = nestbed(db, "swapin", str(source), "--results", f"{tmp}/k{i}")
-            time.sleep(at)
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            code, out, err = done(nestbed(db, "cleanup", name))
-            finished = _state(db, name) == "active"
-            if finished:
-                # The swap-in was done (killed while it printed): a live experiment, which
-                # cleanup rightly spared. Swapped out here, it must leave nothing either.
+        try:
+            for i in range(n):
+                before = machine()
+                at = rng.uniform(0, span)
+                process = nestbed(db, "swapin", str(source), "--results", f"{tmp}/k{i}")
+                time.sleep(at)
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                code, out, err = done(nestbed(db, "cleanup", name))
+                finished = _state(db, name) == "active"
+                if finished:
+                    # The swap-in was done (killed while it printed): a live experiment, which
+                    # cleanup rightly spared. Swapped out here, it must leave nothing either.
+                    done(nestbed(db, "swapout", name))
+                after = machine()
+                left = {k: v for k, v in ours(after, [name]).items() if v}
+                same = {k: before[k] == after[k] for k in ("namespaces", "interfaces", "mounts")}
+                state = _state(db, name)
+                ok = not left and foreign.present() and code == 0 and state in ("swapped", "defined",
+                                                                                None)  # fmt: skip
+                bad += not ok
+                said = (out.strip().splitlines() or [err.strip()])[0][:60]
+                state = "active, then swapped out" if finished else state
+                rows.append([i, f"{at:.2f}", state, "yes" if foreign.present() else "NO",
+                             sum(map(len, left.values())), "yes" if all(same.values()) else "no",
+                             said])  # fmt: skip
+        finally:  # a swap-in killed after it was done, and a bench stopped midway
+            if _state(db, name) == "active":
                 done(nestbed(db, "swapout", name))
-            after = machine()
-            left = {k: v for k, v in ours(after, [name]).items() if v}
-            same = {k: before[k] == after[k] for k in ("namespaces", "interfaces", "mounts")}
-            state = _state(db, name)
-            ok = not left and foreign.present() and code == 0 and state in ("swapped", "defined",
-                                                                            None)  # fmt: skip
-            bad += not ok
-            said = (out.strip().splitlines() or [err.strip()])[0][:60]
-            state = "active, then swapped out" if finished else state
-            rows.append([i, f"{at:.2f}", state, "yes" if foreign.present() else "NO",
-                         sum(map(len, left.values())), "yes" if all(same.values()) else "no",
-                         said])  # fmt: skip
     print(
         f"SIGKILL of `nestbed swapin` (a whole swap-in takes {span:.2f} s here), then "
         f"`nestbed cleanup {name}`; seed {seed}"
