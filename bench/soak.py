@@ -255,8 +255,8 @@ def kill(n: int, seed: int) -> int:
                 left = {k: v for k, v in ours(after, [name]).items() if v}
                 same = {k: before[k] == after[k] for k in ("namespaces", "interfaces", "mounts")}
                 state = _state(db, name)
-                ok = not left and foreign.present() and code == 0 and state in ("swapped", "defined",
-                                                                                None)  # fmt: skip
+                settled = state in ("swapped", "defined", None)
+                ok = not left and foreign.present() and code == 0 and settled
                 bad += not ok
                 said = (out.strip().splitlines() or [err.strip()])[0][:60]
                 state = "active, then swapped out" if finished else state
