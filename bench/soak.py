@@ -327,10 +327,13 @@ def many(n: int) -> int:
 def _linktest(db: Path, name: str) -> str:
     code, out, err = done(nestbed(db, "linktest", name, "--level", "3", "--json"))
     try:
-        c = json.loads(out)["counts"]
+        report = json.loads(out)
+        c = report["counts"]
     except (ValueError, KeyError):
         return f"error {code}: {err.strip()[:40]}"
-    return f"{c['pass']} pass, {c['fail']} fail, {c['skip']} skip"
+    failed = sorted({f"L{x['level']}" for x in report["checks"] if x["verdict"] == "fail"})
+    which = f" ({','.join(failed)})" if failed else ""
+    return f"{c['pass']} pass, {c['fail']} fail{which}, {c['skip']} skip"
 
 
 # -- signals ------------------------------------------------------------------------------------
