@@ -39,10 +39,15 @@ def main_entry() -> None:
     signals.install()
     try:
         app()
+        # A stop swallowed on the way (Python drops what a finalizer raises) still stops.
+        signals.check()
+    except signals.Interrupted as stop:
+        err.print(f"stopped by {stop.signal_name}", style="red", markup=False)
+        sys.exit(stop.exit_code)
     except SystemExit as exc:
         # typer turns every KeyboardInterrupt into exit 130; the shell's code names the signal.
         stopped = signals.last()
-        if exc.code == 130 and stopped is not None:
+        if exc.code in (0, None, 130) and stopped is not None:
             err.print(f"stopped by {stopped.signal_name}", style="red", markup=False)
             sys.exit(stopped.exit_code)
         raise

@@ -15,6 +15,7 @@ from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
 from nestbed.control.client import ControllerClient
 from nestbed.errors import UserError
+from nestbed.lifecycle import signals
 from nestbed.model import Experiment, Link
 
 POLL_S = 0.05  # a status request costs well under a millisecond
@@ -140,6 +141,7 @@ class Active:
         exp = with_links(self.experiment, changed)
         report = linktest(self.plan, exp, level, down=down, progress=progress,
                           backend=self.backend)  # fmt: skip
+        signals.check()  # a stop that a finalizer swallowed while linktest ran
         if not before.get("finished"):
             time.sleep(SETTLE_S)  # the last probes leave the queues before counters are read
         after = self.request("status")

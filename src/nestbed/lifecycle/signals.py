@@ -52,6 +52,9 @@ def outcome(exc: BaseException) -> str:
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
     _held.last = Interrupted(signum)
+    # Sticky too: Python swallows an exception raised while a finalizer (``__del__``, a
+    # weakref callback) runs, so long loops also ask ``check`` at their own pace.
+    stop_everywhere(signum)
     raise _held.last
 
 
@@ -100,6 +103,7 @@ def handled() -> Iterator[None]:
     finally:
         for signum, previous in replaced.items():
             signal.signal(signum, previous)
+        carry_on()
 
 
 def _hold(signum: int, _frame: FrameType | None) -> None:

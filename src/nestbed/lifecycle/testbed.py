@@ -159,9 +159,15 @@ class Testbed:
 
     def _failed(self, name: str, p: Plan, run_id: int | None, exc: BaseException) -> None:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
+        outcome = signals.outcome(exc) if isinstance(exc, KeyboardInterrupt) else "failed"
         with signals.deferred():  # a second signal must not cut the rollback short
             if run_id is not None:
-                self.store.end_run(run_id, "failed")
+                # The controller is up: it ends the run's manifest with what stopped it.
+                with contextlib.suppress(Exception):
+                    Active(name, p, Experiment.from_json(self.store.get(name).ir_json),
+                           self.backend).request("finish", timeout=60, outcome=outcome,
+                                                 reason=reason)  # fmt: skip
+                self.store.end_run(run_id, outcome)
             self.store.transition(name, State.FAILED, reason=reason)
             # After the state: a teardown that fails too must not hide the first error
             # (cleanup finds what is left).
