@@ -229,10 +229,12 @@ def kill(n: int, seed: int) -> int:
         db = Path(tmp) / "s.db"
         assert done(nestbed(db, "create", str(source)))[0] == 0  # cleanup NAME needs the name
         durations = []
-        for i in range(2):  # how long a whole swap-in takes here, to place the kills in it
+        for i in range(2):  # how long until the experiment is active, to place the kills in
             start = time.monotonic()
-            code, _, err = done(nestbed(db, "swapin", str(source), "--results", f"{tmp}/w{i}"))
+            process = nestbed(db, "swapin", str(source), "--results", f"{tmp}/w{i}")
+            until(lambda p=process: _state(db, name) == "active" or p.poll() is not None)
             durations.append(time.monotonic() - start)
+            code, _, err = done(process)
             assert code == 0, err
             assert done(nestbed(db, "swapout", name))[0] == 0
         span = statistics.median(durations)
@@ -267,7 +269,7 @@ def kill(n: int, seed: int) -> int:
             if _state(db, name) == "active":
                 done(nestbed(db, "swapout", name))
     print(
-        f"SIGKILL of `nestbed swapin` (a whole swap-in takes {span:.2f} s here), then "
+        f"SIGKILL of `nestbed swapin` (active {span:.2f} s after its start here), then "
         f"`nestbed cleanup {name}`; seed {seed}"
     )
     table(["#", "kill at s", "state", "foreign kept", "left", "machine same*", "cleanup said"],
