@@ -189,3 +189,19 @@ def test_a_kept_plan_of_another_ir_is_not_used(tmp_path):
     assert kept.kept_plan(tmp_path, first.to_json()) == plan(first)
     assert kept.kept_plan(tmp_path, second.to_json()) is None
     assert kept.load(tmp_path, second.to_json()) == (second, plan(second))
+
+
+def test_a_swap_in_killed_after_starting_its_controller_is_cleaned_up(testbed, fake, controllers):
+    exp = _defined(testbed, "killed")
+    # As if SIGKILL hit the swap-in between the controller's start and `active`: the network
+    # is built, the store still says swapping-in, the orphaned controller holds the lock.
+    testbed.store.transition(exp.name, State.SWAPPING_IN, reason="a test")
+    fake.swap_in(plan(exp))
+    controller = locks.ExperimentLock(fake.state_root, exp.name).acquire()
+    try:
+        done = testbed.cleanup(exp.name)
+    finally:
+        controller.release()
+    assert done.settled == [exp.name]
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    assert fake.leftovers() == {}

@@ -67,6 +67,17 @@ def answers(path: Path, what: str, timeout: float = 5) -> bool:
         return False
 
 
+def _listens(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def start_daemon(
     argv: Sequence[str],
     sock: Path,
@@ -78,7 +89,7 @@ def start_daemon(
     pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen:
     """Starts a daemon in its own session, its output appended to ``log``, and waits until
-    ``sock`` exists (and, with ``ping``, answers); the daemon's last log line if it exits
+    it listens on ``sock`` (and, with ``ping``, answers); the daemon's last log line if it exits
     first, an InternalError naming the log if it never comes up. ``pass_fds`` stay open in
     the daemon (a lock it inherits)."""
     process = spawn_daemon(argv, sock, log, pass_fds=pass_fds)
@@ -112,15 +123,16 @@ def spawn_daemon(
 def wait_daemon(
     process: subprocess.Popen, sock: Path, log: Path, what: str, *, timeout_s: float, ping: bool
 ) -> None:
-    """Waits until a daemon's ``sock`` exists (and, with ``ping``, answers), as
-    ``start_daemon`` does."""
+    """Waits until a daemon listens on ``sock`` (and, with ``ping``, answers), as
+    ``start_daemon`` does. Its file existing is not enough: it appears at bind(), a moment
+    before the daemon listens, when a connection is still refused."""
     deadline = time.monotonic() + timeout_s
     pause = 0.002
     while True:
         if process.poll() is not None:
             lines = log.read_text(errors="replace").strip().splitlines()
             raise InternalError(f"{what} exited at start: {lines[-1] if lines else 'no output'}")
-        if sock.exists() and (not ping or answers(sock, what)):
+        if sock.exists() and (answers(sock, what) if ping else _listens(sock)):
             return
         if time.monotonic() > deadline:
             process.kill()

@@ -21,6 +21,7 @@ from nestbed.cli.common import app, err, state
 from nestbed.cli.map import map_command
 from nestbed.cli.study import study
 from nestbed.errors import NestbedError
+from nestbed.lifecycle import signals
 
 # Each family registers its commands when imported, in this order (the order of --help).
 for _family in ("experiments", "lifecycle", "active", "instruments"):
@@ -36,8 +37,23 @@ def main_entry() -> None:
     Usage errors are click's (exit 2); anything not a ``NestbedError`` is a bug and keeps its
     traceback.
     """
+    # SIGTERM and SIGHUP (timeout, systemd, a closed SSH session) stop a command as Ctrl-C
+    # does: what was measured is kept, the experiment swapped out.
+    signals.install()
     try:
         app()
+        # A stop swallowed on the way (Python drops what a finalizer raises) still stops.
+        signals.check()
+    except signals.Interrupted as stop:
+        err.print(f"stopped by {stop.signal_name}", style="red", markup=False)
+        sys.exit(stop.exit_code)
+    except SystemExit as exc:
+        # typer turns every KeyboardInterrupt into exit 130; the shell's code names the signal.
+        stopped = signals.last()
+        if exc.code in (0, None, 130) and stopped is not None:
+            err.print(f"stopped by {stopped.signal_name}", style="red", markup=False)
+            sys.exit(stopped.exit_code)
+        raise
     except NestbedError as exc:
         if state.debug:
             raise

@@ -122,6 +122,7 @@ def run(
 ) -> None:
     """Swap in, run the events, programs and traffic, collect the results, swap out."""
     from nestbed.lifecycle.runs import run as run_experiment
+    from nestbed.lifecycle.signals import Interrupted
 
     options = run_options(duration_s=duration, capture=capture, keep=keep, results=results,
                           linktest=linktest, linktest_strict=linktest_strict, cpumon=cpumon,
@@ -129,14 +130,22 @@ def run(
     with store() as db:
         tb = testbed(db)
         name = stored_name(tb, target, param)
-        summary = run_experiment(tb, name, options, None if as_json else err)
+        try:
+            summary, code = run_experiment(tb, name, options, None if as_json else err), 0
+        except Interrupted as stop:
+            if stop.summary is None:
+                raise  # stopped before the run began (the swap-in was undone)
+            # Swapped out, what was measured kept; the exit code names the signal.
+            summary, code = stop.summary, stop.exit_code
     if as_json:
         print_json(summary)
-        return
-    from nestbed.cli.render import run_summary
+    else:
+        from nestbed.cli.render import run_summary
 
-    out.print(run_summary(summary))
-    if summary["outcome"] not in ("completed", "halted"):
+        out.print(run_summary(summary))
+    if code:
+        raise typer.Exit(code)
+    if summary["outcome"] not in ("completed", "halted") and not as_json:
         raise typer.Exit(1)
 
 

@@ -4,6 +4,8 @@ object to run commands and events in the experiment, and swaps out however the b
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from typing import Any
 from nestbed import api
 from nestbed.backend import get as get_backend
 from nestbed.errors import UserError
+from nestbed.lifecycle import signals
 from nestbed.lifecycle.active import Active
 from nestbed.lifecycle.testbed import Testbed
 from nestbed.model import Experiment
@@ -47,11 +50,23 @@ class Live:
     def exec(
         self, node: str, command: str | Sequence[str], *, timeout: float | None = None
     ) -> Completed:
-        """Runs a command in a node (a string goes through ``sh -c``) and waits for it."""
+        """Runs a command in a node (a string goes through ``sh -c``) and waits for it; after
+        ``timeout`` seconds the command and every process it started are killed and
+        ``subprocess.TimeoutExpired`` is raised."""
         argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
-        done = self.active.exec(node, argv, capture_output=True, text=True, timeout=timeout,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
-        return Completed(done.returncode, done.stdout, done.stderr)
+        # A session of its own: on a timeout (or Ctrl-C) the whole group goes, not only the
+        # shell, whose children would otherwise run on in the experiment.
+        process = self.active.start(node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True,
+                                    start_new_session=True)  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+        return Completed(process.returncode, stdout, stderr)
 
     def event(self, obj: str, verb: str, *args: object, after: float = 0) -> dict[str, Any]:
         """Sends an event now (the row it left in events.csv) or ``after`` seconds from now."""
@@ -100,11 +115,18 @@ def swapin(
     try:
         testbed = Testbed(db, get_backend(backend))  # type: ignore[arg-type]
         name = testbed.define(**_definition(experiment))
-        active = testbed.swap_in(name, options)
-        try:
-            yield Live(active)
-        finally:
-            testbed.swap_out(name)
+        # SIGTERM and SIGHUP (if the program left them to their default, which kills at once)
+        # end the block as Ctrl-C does, so the experiment is swapped out.
+        with signals.handled():
+            active = testbed.swap_in(name, options)
+            outcome = "completed"
+            try:
+                yield Live(active)
+            except KeyboardInterrupt as exc:
+                outcome = signals.outcome(exc)
+                raise
+            finally:
+                testbed.swap_out(name, outcome=outcome)
     finally:
         if own:
             db.close()  # type: ignore[union-attr]

@@ -21,7 +21,7 @@ from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan, experiment_tag, plan
 from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
-from nestbed.lifecycle import locks
+from nestbed.lifecycle import locks, signals
 from nestbed.lifecycle.active import Active
 from nestbed.model import Experiment
 from nestbed.model.options import ControllerStart, RunOptions
@@ -173,13 +173,20 @@ class Testbed:
 
     def _failed(self, name: str, p: Plan, run_id: int | None, exc: BaseException) -> None:
         reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
-        if run_id is not None:
-            self.store.end_run(run_id, "failed")
-        self.store.transition(name, State.FAILED, reason=reason)
-        # After the state: a teardown that fails too must not hide the first error (cleanup
-        # finds what is left).
-        with contextlib.suppress(Exception):
-            self.backend.swap_out(p)
+        outcome = signals.outcome(exc) if isinstance(exc, KeyboardInterrupt) else "failed"
+        with signals.deferred():  # a second signal must not cut the rollback short
+            if run_id is not None:
+                # The controller is up: it ends the run's manifest with what stopped it.
+                with contextlib.suppress(Exception):
+                    Active(name, p, Experiment.from_json(self.store.get(name).ir_json),
+                           self.backend).request("finish", timeout=60, outcome=outcome,
+                                                 reason=reason)  # fmt: skip
+                self.store.end_run(run_id, outcome)
+            self.store.transition(name, State.FAILED, reason=reason)
+            # After the state: a teardown that fails too must not hide the first error
+            # (cleanup finds what is left).
+            with contextlib.suppress(Exception):
+                self.backend.swap_out(p)
 
     def _linktest(self, active: Active, options: RunOptions, progress: Notify) -> Any:
         from nestbed.linktest.run import linktest, write
@@ -279,7 +286,8 @@ class Testbed:
             raise UserError(f"experiment {name} is {record.state}, not active; nothing to swap out")
         root = self.backend.state_root
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with locks.machine(root, shared=True):
+        # Signals wait for the teardown: half a swap-out would leave what cleanup must find.
+        with signals.deferred(), locks.machine(root, shared=True):
             self.store.transition(name, State.SWAPPING_OUT, expect_from=record.state,
                                   reason="swapout")  # fmt: skip
             self._tear_down(name, outcome, "swapped out")
@@ -306,7 +314,7 @@ class Testbed:
         done = Cleaned()
         if name is not None:
             self.store.get(name)  # one sentence for an unknown experiment
-        with locks.machine(root, shared=False):
+        with signals.deferred(), locks.machine(root, shared=False):
             left = self.backend.leftovers()
             handled = set()
             for record in self.store.list():
@@ -314,7 +322,10 @@ class Testbed:
                 if (name and record.name != name) or record.state not in _LIVE:
                     continue
                 handled.add(tag)
-                if not everything and locks.owned(root, tag):
+                # Under the machine's lock no swap-in or swap-out is under way: one the store
+                # says is was killed, and its controller, if it lives, is an orphan.
+                midway = record.state in (State.SWAPPING_IN, State.SWAPPING_OUT)
+                if not everything and not midway and locks.owned(root, tag):
                     done.spared.append(record.name)
                     continue
                 if record.state != State.FAILED:

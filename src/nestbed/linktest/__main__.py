@@ -18,6 +18,7 @@ from typing import Any
 from nestbed.backend import get
 from nestbed.backend.plan import plan
 from nestbed.backend.sockets import SocketClient
+from nestbed.linktest import around
 from nestbed.linktest.expect import with_links
 from nestbed.model import Experiment, Link
 
@@ -26,10 +27,10 @@ CONTROL_SOCKET = "control.sock"  # the controller's (nestbed.control.client.SOCK
 
 
 def links_now(run_dir: Path) -> dict[str, Any]:
-    """The controller's view of the links: {"links": {name: up|down}, "changed_links": [...]}."""
+    """The controller's status: the links ({"links": {name: up|down}, "changed_links": [...]}),
+    its elapsed time and the traffic running."""
     with SocketClient(run_dir / CONTROL_SOCKET, "the controller", timeout=60) as client:
-        status = client.request("status")
-    return {"links": status["links"], "changed_links": status["changed_links"]}
+        return client.request("status")
 
 
 def _changed(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     was, now = _changed(before), _changed(after)
     moved = {name for name in was.keys() | now.keys() if was.get(name) != now.get(name)}
     set_aside(report, moved | (_down(before) ^ _down(after)))
+    # The file's own later events and traffic during the levels: not tested, never failed.
+    spans = around.windows(before["elapsed_s"], after["elapsed_s"], report.level_seconds)
+    running = [f["flow"] for f in before.get("flows") or [] if f.get("running")]
+    around.set_aside(report, around.not_tested(exp, plan(exp), spans, running))
     folder = write(report, args.results)
     summary = {**report.to_json()["counts"], "level": args.level, "folder": str(folder)}
     print(json.dumps(summary), flush=True)

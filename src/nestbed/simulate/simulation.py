@@ -73,10 +73,11 @@ def simulate(
             ns.stop()
         except BaseException as exc:  # Ctrl-C, or a bug: what was read is kept
             ns.stop()
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            outcome, reason = (
-                ("interrupted", "interrupted") if interrupted else ("failed", repr(exc))
-            )
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM/SIGHUP (the CLI's)
+                said = getattr(exc, "signal_name", "SIGINT")
+                outcome, reason = f"interrupted ({said})", f"stopped by {said}"
+            else:
+                outcome, reason = "failed", repr(exc)
             _close(results, exp, converter, ns.wait(), missing, outcome, reason)
             raise
         ended = ns.wait()

@@ -18,7 +18,7 @@ from typing import Any
 
 from nestbed.backend import get as get_backend
 from nestbed.errors import NestbedError, UserError
-from nestbed.lifecycle import Testbed
+from nestbed.lifecycle import Testbed, signals
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
 from nestbed.results import manifest
@@ -89,11 +89,25 @@ def run_sweep(
         for point in todo:
             finish(run_point(sweep, point, folder, store_url))
         return rows
+    try:
+        _run_in_pool(sweep, todo, folder, store_url, parallel, finish)
+    finally:
+        signals.carry_on()  # after the pool's threads are done, stopped or not
+    return rows
+
+
+def _run_in_pool(
+    sweep: Sweep,
+    todo: list[Point],
+    folder: Path,
+    store_url: str,
+    parallel: int,
+    finish: Callable[[dict[str, Any]], None],
+) -> None:
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         pending: set[Future[dict[str, Any]]] = set()
-        queue = iter(todo)
         try:
-            for point in queue:
+            for point in todo:
                 pending.add(pool.submit(run_point, sweep, point, folder, store_url))
                 if len(pending) >= parallel:
                     ready, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -101,13 +115,13 @@ def run_sweep(
                         finish(future.result())
             for future in pending:
                 finish(future.result())
-        except KeyboardInterrupt:
-            # Points still running end as interrupted (their runs swap out) and are not
-            # recorded, so a resumed sweep runs them again.
+        except KeyboardInterrupt as exc:
+            # Points still running end as interrupted at once (their runs swap out) and are
+            # not recorded, so a resumed sweep runs them again.
+            signals.stop_everywhere(signals.signum_of(exc))
             for future in pending:
                 future.cancel()
             raise
-    return rows
 
 
 def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[str, Any]:
@@ -303,7 +317,7 @@ def _run_reusing(
     with Store.open(store_url) as store:
         testbed = Testbed(store, get_backend())
         testbed.define(first, anew=True)
-        active = None
+        active, outcome = None, "completed"
         try:
             for point in points:
                 started = time.monotonic()
@@ -328,10 +342,13 @@ def _run_reusing(
                 if results.exists():
                     row |= metrics(results)
                 yield row
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the point's manifest says so
+            outcome = signals.outcome(exc)
+            raise
         finally:
             with contextlib.suppress(NestbedError):
                 if store.get(name).state == State.ACTIVE:
-                    testbed.swap_out(name)
+                    testbed.swap_out(name, outcome=outcome)
 
 
 # -- a Dask cluster ---------------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""Signals in the life cycle, on the fake back end: SIGTERM ends a run as `interrupted
+(SIGTERM)` and swaps it out, a signal during a swap-out waits for its end, and a command that
+outlives Live.exec's timeout is killed with everything it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from nbtest import experiment
+from nestbed.backend.plan import plan
+from nestbed.lifecycle import Active, runs, signals
+from nestbed.lifecycle.live import Live
+from nestbed.model.options import RunOptions
+from nestbed.store import State
+
+LINE = """
+nodes: [{name: a}, {name: b}]
+links: [{name: link0, members: [a, b], delay: 10ms}]
+"""
+
+
+@pytest.fixture(autouse=True)
+def own_handlers():
+    """Every test leaves the process's signal handlers as it found them."""
+    saved = {s: signal.getsignal(s) for s in signals.STOPPING}
+    signals.install()
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+    signals.carry_on()  # a signal the test raised is sticky until then
+
+
+def test_a_signal_raises_interrupted_naming_it():
+    with pytest.raises(signals.Interrupted) as stop:
+        os.kill(os.getpid(), signal.SIGHUP)
+        signal.pause()  # never reached: the handler raises first
+    assert stop.value.signal_name == "SIGHUP" and stop.value.exit_code == 129
+    assert signals.outcome(stop.value) == "interrupted (SIGHUP)"
+    assert signals.outcome(KeyboardInterrupt()) == "interrupted (SIGINT)"
+
+
+def test_a_deferred_signal_arrives_when_the_block_ends():
+    finished = False
+    with pytest.raises(signals.Interrupted) as stop, signals.deferred():
+        with signals.deferred():  # nested: held until the outermost ends
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        finished = True
+    assert finished and stop.value.signal_name == "SIGTERM"
+    with signals.deferred(deliver=False):
+        os.kill(os.getpid(), signal.SIGTERM)  # dropped: the program is stopping anyway
+
+
+def test_a_signal_ends_a_run_as_interrupted_and_swaps_it_out(testbed, fake, controllers,
+                                                             monkeypatch):  # fmt: skip
+    exp = experiment(LINE, "sig")
+    testbed.define(exp)
+
+    def stopped(*_: object, **__: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+
+    monkeypatch.setattr(runs, "wait", stopped)
+    with pytest.raises(signals.Interrupted) as stop:
+        runs.run(testbed, exp.name, RunOptions(results=fake.state_root / "r"))
+    assert stop.value.summary is not None and stop.value.summary["results"]
+    finish = [f for op, f in controllers.requests[exp.name] if op == "finish"]
+    assert finish[0]["outcome"] == "interrupted (SIGTERM)"
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    assert [r.outcome for r in testbed.store.runs(exp.name)] == ["interrupted (SIGTERM)"]
+    assert fake.leftovers() == {}
+
+
+def test_a_signal_during_swap_out_waits_for_its_end(testbed, fake, controllers, monkeypatch):
+    exp = experiment(LINE, "sig2")
+    testbed.define(exp)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
+    tear_down = fake.swap_out
+
+    def signalled_midway(p):  # type: ignore[no-untyped-def]
+        os.kill(os.getpid(), signal.SIGTERM)
+        tear_down(p)
+
+    monkeypatch.setattr(fake, "swap_out", signalled_midway)
+    with pytest.raises(signals.Interrupted):
+        testbed.swap_out(exp.name)
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    assert fake.leftovers() == {}
+
+
+def test_exec_that_times_out_kills_what_the_command_started(fake, tmp_path: Path):
+    exp = experiment(LINE, "exec")
+    p = plan(exp)
+    fake.swap_in(p)
+    try:
+        live = Live(Active(exp.name, p, exp, fake))
+        pidfile = tmp_path / "child.pid"
+        with pytest.raises(subprocess.TimeoutExpired):
+            live.exec("a", f"sleep 600 & echo $! > {pidfile}; wait", timeout=5)
+        child = int(pidfile.read_text())
+        assert not _running(child)
+    finally:
+        fake.swap_out(p)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed child waits for its reaper as a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def test_a_stop_passed_on_ends_runs_in_other_threads_as_interrupted(testbed, fake, controllers):
+    exp = experiment(LINE, "pooled")
+    testbed.define(exp)
+    ended: list[BaseException] = []
+
+    def point() -> None:
+        try:
+            runs.run(testbed, exp.name, RunOptions(results=fake.state_root / "r"))
+        except BaseException as exc:
+            ended.append(exc)
+
+    signals.stop_everywhere(signal.SIGHUP)  # what a parallel sweep does when it is signalled
+    try:
+        worker = threading.Thread(target=point)
+        worker.start()
+        worker.join()
+    finally:
+        signals.carry_on()
+    assert isinstance(ended[0], signals.Interrupted) and ended[0].signal_name == "SIGHUP"
+    assert [r.outcome for r in testbed.store.runs(exp.name)] == ["interrupted (SIGHUP)"]
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+    signals.check()  # carried on: nothing is stopped any more
