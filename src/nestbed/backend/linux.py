@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import resource
 import shutil
@@ -120,12 +121,15 @@ def swap_in(plan: Plan) -> None:
         )
     step = ["starting"]
     created: list[str] = []
+    _claim(plan)
     try:
         _create(plan, step, created)
+        _unclaim(plan.tag)  # every namespace carries its mark now
     except BaseException as exc:
         # Remove only what this attempt made: a namespace of the same name that existed
         # before belongs to someone else.
         _remove(plan, created)
+        _unclaim(plan.tag)
         if isinstance(exc, Exception) and not isinstance(exc, NestbedError):
             # A refusal names its request; anything else is placed by the stage.
             what = exc if isinstance(exc, netlink.Refused) else f"{step[0]}: {exc}"
@@ -134,6 +138,33 @@ def swap_in(plan: Plan) -> None:
                 "everything it had created was removed"
             ) from exc
         raise
+
+
+# A namespace is marked as nestbed's a moment after it is created; a swap-in killed in between
+# would leave one that cleanup cannot tell from a stranger's. So swap-in first writes down the
+# namespaces it is about to create (none of which exists: it refuses otherwise), and removes
+# the note once all carry their mark. A namespace in a note is nestbed's, marked or not.
+CLAIMS = RUN_DIR / ".claims"
+
+
+def _claim(plan: Plan) -> None:
+    CLAIMS.mkdir(parents=True, exist_ok=True, mode=0o700)
+    note = CLAIMS / plan.tag
+    note.write_text(json.dumps(list(plan.namespaces)))
+
+
+def _claimed() -> dict[str, list[str]]:
+    """The namespaces swap-ins set out to create and did not finish marking, by tag."""
+    found = {}
+    for note in sorted(CLAIMS.glob("*")) if CLAIMS.exists() else []:
+        with contextlib.suppress(OSError, ValueError):
+            found[note.name] = list(json.loads(note.read_text()))
+    return found
+
+
+def _unclaim(tag: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (CLAIMS / tag).unlink()
 
 
 def _create(plan: Plan, step: list[str], created: list[str]) -> None:
@@ -408,10 +439,12 @@ def _kill_processes_in(namespaces: Iterable[str]) -> None:
 def swap_out(plan: Plan) -> None:
     """Removes everything ``plan`` creates; safe to run on a partial or absent swap-in.
 
-    Only namespaces carrying nestbed's mark are removed: one of the same name made by
-    someone else stays.
+    Only namespaces carrying nestbed's mark (or claimed by a swap-in that died before marking
+    them) are removed: one of the same name made by someone else stays.
     """
-    _remove(plan, [n for n in plan.namespaces if _marked(n)])
+    claimed = set(_claimed().get(plan.tag, ()))
+    _remove(plan, [n for n in plan.namespaces if n in claimed or _marked(n)])
+    _unclaim(plan.tag)
 
 
 def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
@@ -442,8 +475,12 @@ def _marked(namespace: str) -> bool:
 
 
 def leftovers() -> list[str]:
-    """Namespaces nestbed made that still exist (any experiment): named nb-* and marked."""
-    return sorted(n for n in _listnetns() if n.startswith(NS_PREFIX) and _marked(n))
+    """Namespaces nestbed made that still exist (any experiment): named nb-* and marked, or
+    claimed by a swap-in that died before marking them."""
+    claimed = {n for names in _claimed().values() for n in names}
+    return sorted(
+        n for n in _listnetns() if n.startswith(NS_PREFIX) and (n in claimed or _marked(n))
+    )
 
 
 def traces() -> list[str]:
@@ -500,6 +537,8 @@ def remove_leftovers(tags: set[str]) -> list[str]:
         _remove_namespace(name)
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
         removed.append(f"namespace {name}")
+    for tag in tags:
+        _unclaim(tag)
     return removed
 
 

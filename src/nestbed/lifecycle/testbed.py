@@ -50,6 +50,8 @@ class Cleaned:
 class Testbed:
     """Experiments in a store, living on a back end."""
 
+    __test__ = False  # not a test class, whatever pytest makes of its name
+
     def __init__(self, store: Store, backend: Backend):
         self.store, self.backend = store, backend
 
