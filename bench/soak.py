@@ -410,19 +410,23 @@ def _outcome(folder: Path) -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=["cycles", "kill", "many", "signals"])
+    parser.add_argument(
+        "suite", nargs="?", choices=["cycles", "kill", "many", "signals"],
+        help="one suite (default: every one, as `make bench` runs them)",
+    )  # fmt: skip
     parser.add_argument("--n", type=int, help="cycles, kills, experiments or signals per command")
     parser.add_argument("--seed", type=int, default=17)
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the soak suite builds namespaces: run it as root")
-    run = {
+    suites = {
         "cycles": lambda: cycles(args.n or 1000),
         "kill": lambda: kill(args.n or 50, args.seed),
         "many": lambda: many(args.n or 8),
         "signals": lambda: signals(args.n or 3, args.seed),
-    }[args.suite]
-    sys.exit(run())
+    }
+    chosen = [args.suite] if args.suite else list(suites)
+    sys.exit(max(suites[name]() or 0 for name in chosen))
 
 
 if __name__ == "__main__":
