@@ -16,6 +16,7 @@ from test_signals import experiment_file, measuring
 
 from nestbed.backend.linux import RUN_DIR
 from nestbed.backend.plan import experiment_tag
+from nestbed.results.drawing import wait_drawn
 
 pytestmark = pytest.mark.root
 
@@ -40,6 +41,7 @@ def test_a_run_whose_link_emulator_is_killed_ends_failed_and_keeps_its_measures(
     assert "nestbed-linkd of experiment s17linkd exited" in stdout
     # What was measured before stays: the counters rows then, the flow tables, the report.
     assert len((results / "links" / "counters.csv").read_text().splitlines()) >= rows
+    assert wait_drawn(results)["state"] == "written"  # drawn after the run, on its own
     assert (results / "report.md").exists()
     assert state(db, name) == "swapped"
     assert left(name) == []
