@@ -128,6 +128,22 @@ def test_the_delay_test_allows_the_tolerance_and_catches_more():
     assert not stats.delay_test(0.010, 0.0, 1, 0.010, 0.00035, alpha).passed
 
 
+def test_a_few_late_probes_do_not_fail_a_link_whose_median_is_right_but_a_wrong_delay_does():
+    alpha = stats.per_test_alpha(10)
+    # 40 probes of a 1 ms link, three of them held 30 ms by the host: mean 3.3 ms, sd 7.7 ms.
+    samples = [0.00101] * 37 + [0.031] * 3
+    mean = sum(samples) / len(samples)
+    sd = (sum((x - mean) ** 2 for x in samples) / len(samples)) ** 0.5
+    tolerance = stats.delay_tolerance(0.001, 0.0)
+    assert not stats.delay_test(mean, 0.0001, 40, 0.001, tolerance, alpha).passed  # no median
+    spared = stats.delay_test(mean, 0.0001, 40, 0.001, tolerance, alpha, median_s=0.00101)
+    assert spared.passed and "median 1.010 ms within the tolerance" in spared.reason
+    assert sd > 0.005
+    # A delay set wrong moves the median too: still a failure.
+    wrong = stats.delay_test(0.0102, 0.0001, 40, 0.001, tolerance, alpha, median_s=0.0101)
+    assert not wrong.passed and "is more than" in wrong.reason
+
+
 def test_loss_sample_sizes_grow_as_loss_shrinks_and_with_burstiness():
     alpha = stats.per_test_alpha(8)
     sizes = [stats.loss_packets(p, alpha) for p in (0.2, 0.05, 0.01)]

@@ -346,8 +346,11 @@ class _Tester:
             return
         mean = got["mean_ns"] / 1e9
         stdev = (got.get("stdev_ns") or 0) / 1e9
+        median = got["median_ns"] / 1e9 if got.get("median_ns") is not None else None
         numbers |= {"mean_ms": round(mean * 1e3, 4), "stdev_ms": round(stdev * 1e3, 4)}
-        verdict = stats.delay_test(mean, stdev, n, expected, tolerance, alpha)
+        if median is not None:
+            numbers["median_ms"] = round(median * 1e3, 4)
+        verdict = stats.delay_test(mean, stdev, n, expected, tolerance, alpha, median)
         self.add(1, d, expected=f"{expected * 1e3:.3f} ± {tolerance * 1e3:.3f} ms",
                  measured=f"{mean * 1e3:.3f} ms (sd {stdev * 1e3:.3f}, n {n})",
                  verdict=_word(verdict), reason=verdict.reason, numbers=numbers)  # fmt: skip
