@@ -101,7 +101,8 @@ class FakeBackend:
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         # An empty capture that lasts until it is stopped, as tcpdump's would on a quiet link.
-        return ["sh", "-c", f': > "{path}"; exec sleep 86400']
+        # The path is an argument, never part of the script: no name can become a command.
+        return ["sh", "-c", ': > "$1"; exec sleep 86400', "sh", str(path)]
 
     def open_socket(self, plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
         self._node(plan, node)
