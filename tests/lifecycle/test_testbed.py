@@ -205,3 +205,13 @@ def test_a_swap_in_killed_after_starting_its_controller_is_cleaned_up(testbed, f
     assert done.settled == [exp.name]
     assert testbed.store.get(exp.name).state == State.SWAPPED
     assert fake.leftovers() == {}
+
+
+def test_a_capture_path_on_the_fake_machine_is_never_run_as_a_command(fake, tmp_path):
+    import subprocess
+
+    hostile = tmp_path / 'x"; touch pwned; "y.pcap'
+    argv = fake.capture_argv("eth0", hostile)
+    done = subprocess.run(["timeout", "0.5", *argv], cwd=tmp_path, check=False)
+    assert done.returncode == 124  # ran until stopped, as a capture does
+    assert hostile.exists() and not (tmp_path / "pwned").exists()
