@@ -162,6 +162,8 @@ def test_bad_events_and_programs_do_not_stop_the_run(store, testbed, tmp_path):
 
 # One chosen packet dropped by linkd (drop-by-ordinal) in a TCP transfer of about 1 s over a
 # link whose queue cannot fill in that time, captured at both ends.
+# The 300th frame, well into slow start: the window then holds many segments after it, so
+# the receiver's duplicate ACKs come back even if the busy host stalls the sender for a while.
 ONE_DROP = """\
 set ns [new Simulator]
 source tb_compat.tcl
@@ -170,7 +172,7 @@ set a [$ns node]
 set b [$ns node]
 set wire [$ns duplex-link $a $b 10Mb 10ms DropTail]
 $ns queue-limit $a $b 1000
-nb-set-link-drop-packets $wire $a 60
+nb-set-link-drop-packets $wire $a 300
 set tcp [new Agent/TCP/Newreno]
 $ns attach-agent $a $tcp
 set sink [new Agent/TCPSink]
@@ -211,7 +213,7 @@ def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, testb
 def test_ftp_send_delivers_exactly_what_it_was_asked_to(store, testbed, tmp_path):
     # A slow link keeps much of the transfer in flight when the sender has written its last
     # byte: all of it must still arrive and be counted.
-    text = ONE_DROP.replace("nb-set-link-drop-packets $wire $a 60\n", "")
+    text = ONE_DROP.replace("nb-set-link-drop-packets $wire $a 300\n", "")
     text = text.replace("10Mb 10ms", "2Mb 50ms")
     text = text.replace(
         '$ns at 0.2 "$ftp start"\n$ns at 1.5 "$ftp stop"', '$ns at 0.2 "$ftp send 300000"'

@@ -11,10 +11,12 @@ from nbtest import EXAMPLES, build
 from nestbed.backend.plan import plan
 from nestbed.linktest import expect, stats
 from nestbed.linktest.run import (
+    BANDWIDTH_SECONDS,
     Check,
     Report,
     _bandwidth_payload,
     _block_rate,
+    _Tester,
     markdown,
     set_aside,
 )
@@ -206,3 +208,49 @@ def test_checks_of_links_changed_during_the_test_become_skips():
     assert [c.verdict for c in report.checks] == ["skip", "skip", "pass"]
     assert report.checks[0].reason.startswith("an event changed the link")
     assert "| ar | a → r |" in markdown(report)
+
+
+class _ScriptedTester(_Tester):
+    """Delivers each bandwidth stream at a scripted fraction of its expected rate, writing the
+    receiver's log as nestbed-probe would, and records which tests ran together."""
+
+    def __init__(self, directions, factors):
+        super().__init__(None, None, Report("x", 4, []))
+        self.by_pair = {(d.src, d.dst): d for d in directions}
+        self.factors = {pair: list(f) for pair, f in factors.items()}
+        self.rounds: list[list[tuple[str, str]]] = []
+
+    def _round(self, probes):
+        self.rounds.append([(p.src, p.dst) for p in probes])
+        for p in probes:
+            d = self.by_pair[(p.src, p.dst)]
+            factor = self.factors.get((p.src, p.dst), [1.0]).pop(0)
+            payload = int(p.send[p.send.index("--size") + 1])
+            bits = expect.wire_bits(payload)
+            rate = factor * d.rate_bps * (1 - d.loss_after_bottleneck())
+            count = int(BANDWIDTH_SECONDS * rate / bits)
+            log = Path(p.recv[p.recv.index("--log") + 1])
+            log.write_text("seq,burst,send_ns,recv_ns,size,delay_ns\n" + "".join(
+                f"{k},0,0,{round(k * bits / rate * 1e9)},{payload},0\n" for k in range(count)
+            ))  # fmt: skip
+            p.sent = {"achieved_wire_rate_bps": 1.05 * d.rate_bps}
+            p.received = {"packets": count, "rate": {"wire_bps": rate}}
+
+
+def test_a_bandwidth_failure_is_measured_again_alone_and_only_a_second_failure_stands():
+    directions = [d for d in expect.directions(chain()) if d.rate_bps]
+    # a → r: the host starved the first measurement; r → a: the link is 10 % slow, both times.
+    tester = _ScriptedTester(directions, {("a", "r"): [0.95, 1.0], ("r", "a"): [0.9, 0.9]})
+    tester.bandwidth(directions)
+    verdicts = {(c.link, c.direction): c for c in tester.report.checks}
+    assert [(c.link, c.direction) for c in tester.report.checks] == [
+        (d.link, d.label) for d in directions
+    ]
+    starved, slow = verdicts[("ar", "a → r")], verdicts[("ar", "r → a")]
+    assert starved.verdict == "pass" and "measured again alone" in starved.reason
+    assert starved.numbers["first_measured_bps"] == pytest.approx(9.5e6, rel=0.01)
+    assert slow.verdict == "fail" and "-10.0%" in slow.reason and "the first time" in slow.reason
+    assert all(c.verdict == "pass" for c in tester.report.checks if c.link == "rb")
+    # The second measurements ran one at a time, after the rounds of the first.
+    assert tester.rounds[-2:] == [[("a", "r")], [("r", "a")]]
+    assert sum(len(r) for r in tester.rounds) == len(directions) + 2

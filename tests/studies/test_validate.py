@@ -43,10 +43,10 @@ def test_validate_measures_the_configured_link(tmp_path):
     assert abs(ge["measured_loss_rate"] - 0.1) < 0.03 and abs(ge["measured_burst_length"] - 3) < 0.6
     (jitter,) = tables["jitter"]
     # Never early (below delay - jitter); late only by scheduling on a busy machine, which
-    # moves a few packets by milliseconds (their maximum says more about the host than the
-    # link), so the link is judged by its floor and its centre: 10 ms ± 2 ms uniform.
+    # moves some packets by milliseconds (enough to pull the mean past 11 ms on CI), so the
+    # link is judged by its floor and its median: 10 ms ± 2 ms uniform has its median at 10.
     assert jitter["min_ms"] >= 8 and jitter["reordered"] == 0
-    assert 9 <= jitter["mean_ms"] <= 11
+    assert 9 <= jitter["median_ms"] <= 11
     for name in ("delay", "bandwidth", "loss", "gilbert_elliott", "jitter"):
         assert (tmp_path / f"{name}.csv").read_text().count("\n") == 2
     assert (tmp_path / "validate.json").exists()

@@ -207,8 +207,12 @@ class _Tester:
         self.backend, self.plan, self.report = backend, plan, report
 
     def add(self, level: int, d: Direction | Route, **fields: Any) -> None:
+        self.report.checks.append(self.check(level, d, **fields))
+
+    @staticmethod
+    def check(level: int, d: Direction | Route, **fields: Any) -> Check:
         link = d.link if isinstance(d, Direction) else " ".join(h.link for h in d.hops) or "-"
-        self.report.checks.append(Check(level, link, d.label, **fields))
+        return Check(level, link, d.label, **fields)
 
     # -- nestbed-probe rounds ------------------------------------------------------------
 
@@ -461,37 +465,74 @@ class _Tester:
     # -- level 4 -------------------------------------------------------------------------
 
     def bandwidth(self, directions: Sequence[Direction]) -> None:
-        runnable, probes, offered = [], [], []
-        with tempfile.TemporaryDirectory(prefix="nestbed-linktest-") as logs:
-            for d in directions:
-                payload = _bandwidth_payload(d.rate_bps)
-                if payload is None:
-                    least = expect.wire_bits(64) * BANDWIDTH_MIN_PACKETS / BANDWIDTH_SECONDS
-                    reason = (f"{_rate(d.rate_bps)} is too slow for a bandwidth test (needs at "
-                              f"least {_rate(least)}); skipped")  # fmt: skip
-                    self.add(4, d, expected=_rate(d.rate_bps), measured="-", verdict="skip",
-                             reason=reason)  # fmt: skip
-                    continue
-                # Loss before the narrowest stage thins what reaches its queue; send more.
-                before = 1 - (1 - d.loss) / (1 - d.loss_after_bottleneck())
-                rate = min(BANDWIDTH_OVERDRIVE * d.rate_bps / max(1 - before, 1 / 3),
-                           3 * d.rate_bps)  # fmt: skip
-                log = Path(logs) / f"{len(probes)}.csv"
-                runnable.append((d, payload, rate, log))
-                offered.append(rate)
-                send = ["--size", str(payload), "--rate", f"{rate:.0f}",
-                        "--duration", str(BANDWIDTH_SECONDS), "--sndbuf", str(4 << 20)]  # fmt: skip
-                wait = BANDWIDTH_SECONDS + 1 + 2 * d.delay_s(payload)
-                recv = ["--duration", f"{wait:.3f}", "--log", str(log)]
-                probes.append(_Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv))
-            self.run_probes(probes, offered, BANDWIDTH_ROUND_LOAD_BPS)
-            for (d, payload, rate, log), p in zip(runnable, probes, strict=True):
-                self._bandwidth_verdict(
-                    d, payload, rate, p, _block_rate(log, expect.wire_bits(payload))
+        tests: list[tuple[Direction, int, float]] = []
+        skipped: dict[int, Check] = {}  # by position among directions, to keep their order
+        for d in directions:
+            payload = _bandwidth_payload(d.rate_bps)
+            if payload is None:
+                least = expect.wire_bits(64) * BANDWIDTH_MIN_PACKETS / BANDWIDTH_SECONDS
+                reason = (f"{_rate(d.rate_bps)} is too slow for a bandwidth test (needs at "
+                          f"least {_rate(least)}); skipped")  # fmt: skip
+                skipped[len(tests) + len(skipped)] = self.check(
+                    4, d, expected=_rate(d.rate_bps), measured="-", verdict="skip", reason=reason
                 )
+                continue
+            # Loss before the narrowest stage thins what reaches its queue; send more.
+            before = 1 - (1 - d.loss) / (1 - d.loss_after_bottleneck())
+            rate = min(BANDWIDTH_OVERDRIVE * d.rate_bps / max(1 - before, 1 / 3),
+                       3 * d.rate_bps)  # fmt: skip
+            tests.append((d, payload, rate))
+        with tempfile.TemporaryDirectory(prefix="nestbed-linktest-") as logs:
+            first = self._measure_bandwidth(tests, Path(logs) / "first", together=True)
+            checks = [
+                self._bandwidth_check(*t, p, m) for t, (p, m) in zip(tests, first, strict=True)
+            ]
+            # A direction that failed is measured again, alone: a sender or receiver the busy
+            # host did not schedule for a while thins one measurement; a wrong rate, both.
+            again = [
+                k
+                for k, c in enumerate(checks)
+                if c.verdict == "fail" and c.numbers.get("measured_bps")
+            ]
+            second = self._measure_bandwidth(
+                [tests[k] for k in again], Path(logs) / "again", together=False
+            )
+            for k, (p, m) in zip(again, second, strict=True):
+                was = checks[k]
+                checks[k] = self._bandwidth_check(*tests[k], p, m)
+                checks[k].numbers["first_measured_bps"] = was.numbers["measured_bps"]
+                if checks[k].verdict == "pass":
+                    checks[k].reason = (f"passed when measured again alone; the first time "
+                                        f"{was.measured} (the host, not the link)")  # fmt: skip
+                else:
+                    checks[k].reason += f"; the first time, with others, {was.measured}"
+        measured = iter(checks)
+        self.report.checks.extend(
+            skipped[i] if i in skipped else next(measured) for i in range(len(directions))
+        )
 
-    def _bandwidth_verdict(self, d: Direction, payload: int, offered: float, p: _Probe,
-                           measured: float | None) -> None:  # fmt: skip
+    def _measure_bandwidth(self, tests: Sequence[tuple[Direction, int, float]], logs: Path,
+                           together: bool) -> list[tuple[_Probe, float | None]]:  # fmt: skip
+        """Sends each test's stream, in rounds (``together``) or one at a time; gives each
+        test's probe and its median block rate."""
+        logs.mkdir()
+        probes = []
+        for k, (d, payload, rate) in enumerate(tests):
+            send = ["--size", str(payload), "--rate", f"{rate:.0f}",
+                    "--duration", str(BANDWIDTH_SECONDS), "--sndbuf", str(4 << 20)]  # fmt: skip
+            wait = BANDWIDTH_SECONDS + 1 + 2 * d.delay_s(payload)
+            recv = ["--duration", f"{wait:.3f}", "--log", str(logs / f"{k}.csv")]
+            probes.append(_Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv))
+        if together:
+            self.run_probes(probes, [rate for _, _, rate in tests], BANDWIDTH_ROUND_LOAD_BPS)
+        else:
+            for p in probes:
+                self._round([p])
+        bits = [expect.wire_bits(payload) for _, payload, _ in tests]
+        return [(p, _block_rate(logs / f"{k}.csv", bits[k])) for k, p in enumerate(probes)]
+
+    def _bandwidth_check(self, d: Direction, payload: int, offered: float, p: _Probe,
+                         measured: float | None) -> Check:  # fmt: skip
         """``measured`` is the median goodput of blocks of arrivals (see _block_rate); the
         expected one is the narrowest stage's rate, thinned by any loss after it."""
         received = p.received or {}
@@ -505,21 +546,21 @@ class _Tester:
                    "payload": payload, "received": received.get("packets", 0)}  # fmt: skip
         shown = f"{_rate(expected)} ± {tolerance:.1%}"
         if measured is None:
-            self.add(4, d, expected=shown, measured="nothing arrived",
-                     verdict="fail", reason="fewer than two datagrams arrived",
-                     numbers=numbers)  # fmt: skip
-            return
+            return self.check(4, d, expected=shown, measured="nothing arrived",
+                              verdict="fail", reason="fewer than two datagrams arrived",
+                              numbers=numbers)  # fmt: skip
         error = measured / expected - 1
         if achieved < d.rate_bps and error < -tolerance:
-            self.add(4, d, expected=shown, measured=_rate(measured), verdict="skip",
-                     reason=f"the sender reached only {_rate(achieved)}, not above the link's "
-                            "rate; inconclusive", numbers=numbers)  # fmt: skip
-            return
+            return self.check(4, d, expected=shown, measured=_rate(measured), verdict="skip",
+                              reason=f"the sender reached only {_rate(achieved)}, not above the "
+                                     "link's rate; inconclusive", numbers=numbers)  # fmt: skip
         ok = abs(error) <= tolerance
         reason = "" if ok else f"delivered {_rate(measured)}, {error:+.1%} off the expected rate"
         shown_goodput = f", goodput {_rate(goodput)}" if goodput else ""
-        self.add(4, d, expected=shown, measured=f"{_rate(measured)} ({error:+.2%}{shown_goodput})",
-                 verdict="pass" if ok else "fail", reason=reason, numbers=numbers)  # fmt: skip
+        return self.check(4, d, expected=shown,
+                          measured=f"{_rate(measured)} ({error:+.2%}{shown_goodput})",
+                          verdict="pass" if ok else "fail", reason=reason,
+                          numbers=numbers)  # fmt: skip
 
 
 def _block_rate(log: Path, bits: int) -> float | None:

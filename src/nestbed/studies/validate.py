@@ -372,6 +372,7 @@ def measure_jitter(bench: Bench, s: Settings, progress: Callable[[str], None]) -
                 "jitter_ms": jitter_ms,
                 "packets": got["packets"],
                 "mean_ms": d["mean_ns"] / 1e6,
+                "median_ms": d["median_ns"] / 1e6,
                 "stdev_ms": d["stdev_ns"] / 1e6,
                 "uniform_stdev_ms": jitter_ms / math.sqrt(3),
                 "min_ms": d["min_ns"] / 1e6,
