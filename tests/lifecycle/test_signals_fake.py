@@ -77,6 +77,39 @@ def test_a_signal_ends_a_run_as_interrupted_and_swaps_it_out(testbed, fake, cont
     assert fake.leftovers() == {}
 
 
+@pytest.mark.parametrize("moment", ["writing the state", "letting the locks go"])
+def test_a_signal_at_the_end_of_a_runs_swap_in_still_swaps_it_out(testbed, fake, controllers,
+                                                                  monkeypatch, moment):  # fmt: skip
+    """The network and controller are up; the signal comes before swap_in has returned."""
+    exp = experiment(LINE, "sig3")
+    testbed.define(exp)
+    if moment == "writing the state":
+        store_transition = testbed.store.transition
+
+        def transition(name, state, **kw):  # type: ignore[no-untyped-def]
+            store_transition(name, state, **kw)
+            if state == State.ACTIVE:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        monkeypatch.setattr(testbed.store, "transition", transition)
+    else:
+        from nestbed.lifecycle import locks
+
+        release = locks.ExperimentLock.__exit__
+
+        def exit_signalled(self, *exc):  # type: ignore[no-untyped-def]
+            release(self, *exc)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        monkeypatch.setattr(locks.ExperimentLock, "__exit__", exit_signalled)
+    with pytest.raises(signals.Interrupted) as stop:
+        runs.run(testbed, exp.name, RunOptions(results=fake.state_root / "r"))
+    assert stop.value.signal_name == "SIGTERM"
+    assert testbed.store.get(exp.name).state in (State.SWAPPED, State.FAILED)
+    assert [r.outcome for r in testbed.store.runs(exp.name)] == ["interrupted (SIGTERM)"]
+    assert fake.leftovers() == {}
+
+
 def test_a_signal_during_swap_out_waits_for_its_end(testbed, fake, controllers, monkeypatch):
     exp = experiment(LINE, "sig2")
     testbed.define(exp)

@@ -19,6 +19,7 @@ from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
 from nestbed.results import manifest
 from nestbed.results.report import summary
+from nestbed.store import State
 
 FULL_BYTES = 64 * 1024  # less free than this: no table row or manifest can be written
 
@@ -48,12 +49,17 @@ def run(
     active.
     """
     options = options or RunOptions()
-    active = testbed.swap_in(name, options, progress.log if progress else None)
+    active: Active | None = None
     outcome, stop = "completed", None
     try:
+        # In the try: an interrupt that comes after the swap-in made the experiment active,
+        # but before it returned, must swap it out too.
+        active = testbed.swap_in(name, options, progress.log if progress else None)
         wait(active, options, progress)
     except KeyboardInterrupt as exc:
         outcome, stop = signals.outcome(exc), exc
+        if active is None and not _left_active(testbed, name):
+            raise  # the swap-in rolled itself back
     except RunCut as exc:
         outcome = "failed"
         # The controller keeps what it measured and says why in the manifest.
@@ -62,12 +68,15 @@ def run(
     finally:
         # A signal during the teardown waits for its end; after an interrupt it is dropped
         # (the program stops anyway), otherwise it stops the program then.
-        with signals.deferred(deliver=stop is None):
-            if options.keep:
-                active.request("finish", timeout=300, outcome=outcome, reason=None)
-            else:
-                testbed.swap_out(name, outcome=outcome)
-    assert active.results is not None
+        if active is None and _left_active(testbed, name):
+            active = testbed.active(name)
+        if active is not None:
+            with signals.deferred(deliver=stop is None):
+                if options.keep:
+                    active.request("finish", timeout=300, outcome=outcome, reason=None)
+                else:
+                    testbed.swap_out(name, outcome=outcome)
+    assert active is not None and active.results is not None
     _check_written(active.results)
     found = {**summary(active.results), "results": str(active.results), "kept": options.keep}
     if active.linktest is not None:
@@ -75,6 +84,12 @@ def run(
     if stop is not None:
         raise signals.Interrupted(signals.signum_of(stop), found) from None
     return found
+
+
+def _left_active(testbed: Testbed, name: str) -> bool:
+    """Whether a swap-in that did not return left the experiment active."""
+    record = testbed.store.find(name)
+    return record is not None and record.state == State.ACTIVE
 
 
 def _check_written(folder: Path) -> None:

@@ -134,7 +134,9 @@ class Testbed:
         With ``options.linktest`` a linktest of that level runs on the finished network
         before the run begins (its report in the results folder); with ``linktest_strict``
         a failed check fails the swap-in. On failure everything is removed and the
-        experiment is `failed`.
+        experiment is `failed`. An interrupt (Ctrl-C, SIGTERM) either rolls the swap-in back
+        or, arriving once the experiment is `active` (while the locks are let go), leaves it
+        active for the caller to swap out: see `runs.run`.
         """
         self.backend.require_ready()
         record = self.store.get(name)
@@ -166,11 +168,12 @@ class Testbed:
                 start = ControllerStart(backend=self.backend.name, ir=ir, results=folder,
                                         run_id=active.run_id, options=options)  # fmt: skip
                 active.controller.launch(start, pass_fds=(lock.fd,))
+                # Inside: an interrupt while the state is written still rolls back.
+                self.store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
             except BaseException as exc:
                 active.controller.abandon()
                 self._failed(name, p, active.run_id, exc)
                 raise
-            self.store.transition(name, State.ACTIVE, expect_from=State.SWAPPING_IN)
         return active
 
     def _failed(self, name: str, p: Plan, run_id: int | None, exc: BaseException) -> None:
