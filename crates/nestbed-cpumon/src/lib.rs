@@ -113,11 +113,16 @@ pub struct Sample {
     pub run_fraction: Option<f64>,
     /// Fraction of the interval waiting on a run queue, from schedstat.
     pub wait_fraction: Option<f64>,
+    /// CPU seconds the monitor's cgroup had used by the end of the interval (with
+    /// `--cgroup-cpu`), read at the same moment as the clock, so a reader that falls behind
+    /// still divides each interval's use by its own length.
+    pub cgroup_cpu_s: Option<f64>,
 }
 
 /// Columns of the CSV output, in order.
 pub const CSV_HEADER: &str =
-    "t_s,unix_s,interval_s,available,longest_gap_s,gaps,looped_s,run_fraction,wait_fraction";
+    "t_s,unix_s,interval_s,available,longest_gap_s,gaps,looped_s,run_fraction,wait_fraction,\
+cgroup_cpu_s";
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_default()
@@ -127,7 +132,7 @@ impl Sample {
     /// The sample as one CSV row (no newline), columns as in [`CSV_HEADER`].
     pub fn csv(&self) -> String {
         format!(
-            "{:.3},{:.6},{:.6},{},{:.9},{},{:.6},{},{}",
+            "{:.3},{:.6},{:.6},{},{:.9},{},{:.6},{},{},{}",
             self.t_s,
             self.unix_s,
             self.interval_s,
@@ -137,8 +142,22 @@ impl Sample {
             self.looped_s,
             opt(self.run_fraction, 6),
             opt(self.wait_fraction, 6),
+            opt(self.cgroup_cpu_s, 9),
         )
     }
+}
+
+/// CPU seconds from a cgroup's counter file: v1's `cpuacct.usage` (nanoseconds) or v2's
+/// `cpu.stat` (its `usage_usec` line).
+pub fn parse_cgroup_cpu(text: &str) -> Option<f64> {
+    if let Some(line) = text.lines().find(|l| l.starts_with("usage_usec ")) {
+        return line["usage_usec ".len()..]
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|us| us as f64 / 1e6);
+    }
+    text.trim().parse::<u64>().ok().map(|ns| ns as f64 / 1e9)
 }
 
 /// Scheduler statistics of a thread: (ns on a CPU, ns waiting on a run queue), parsed from
@@ -227,6 +246,14 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_cpu_reads_v1_and_v2_counters() {
+        assert_eq!(parse_cgroup_cpu("1500000000\n"), Some(1.5));
+        let v2 = "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n";
+        assert_eq!(parse_cgroup_cpu(v2), Some(2.5));
+        assert_eq!(parse_cgroup_cpu("nr_periods 0\n"), None);
+    }
+
+    #[test]
     fn csv_row_matches_the_header() {
         let s = Sample {
             t_s: 1.0,
@@ -238,8 +265,10 @@ mod tests {
             looped_s: 1.0,
             run_fraction: None,
             wait_fraction: None,
+            cgroup_cpu_s: Some(2.5),
         };
         let row = s.csv();
+        assert!(row.ends_with(",2.500000000"));
         assert_eq!(row.split(',').count(), CSV_HEADER.split(',').count());
         assert!(row.starts_with("1.000,1700000000.250000,1.000000,0.500000,0.250000000,2,"));
     }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
-use nestbed_cpumon::{parse_schedstat, schedstat_fractions, Gaps, Sample, CSV_HEADER};
+use nestbed_cpumon::{
+    parse_cgroup_cpu, parse_schedstat, schedstat_fractions, Gaps, Sample, CSV_HEADER,
+};
 
 /// CPU-availability monitor: a timestamp loop that reports, each interval, the fraction of
 /// time it actually ran (gaps between clock readings mean it was descheduled) and its longest
@@ -32,6 +34,10 @@ struct Cli {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
+    /// A cgroup's CPU counter (v1 `cpuacct.usage` or v2 `cpu.stat`), read at the end of each
+    /// interval into the `cgroup_cpu_s` column.
+    #[arg(long, value_name = "FILE")]
+    cgroup_cpu: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -124,6 +130,11 @@ fn main() -> ExitCode {
         let (run_fraction, wait_fraction) =
             schedstat_fractions(sched, after, span.as_nanos() as u64);
         sched = after;
+        let cgroup_cpu_s = cli
+            .cgroup_cpu
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|t| parse_cgroup_cpu(&t));
         let sample = Sample {
             t_s: now.duration_since(start).as_secs_f64(),
             unix_s: unix_now(),
@@ -134,6 +145,7 @@ fn main() -> ExitCode {
             looped_s: figures.looped_ns as f64 / 1e9,
             run_fraction,
             wait_fraction,
+            cgroup_cpu_s,
         };
         let line = match cli.format {
             Format::Csv => sample.csv(),

@@ -104,10 +104,17 @@ class NodeCgroup:
                 found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
         return sorted(found)
 
+    @property
+    def cpu_counter(self) -> Path:
+        """The file counting the cgroup's CPU time: v1 ``cpuacct.usage`` (ns), v2 ``cpu.stat``."""
+        if self.version == 1:
+            return self.dirs["cpuacct"] / "cpuacct.usage"
+        return self.dirs["cpu"] / "cpu.stat"
+
     def cpu_seconds(self) -> float:
         if self.version == 1:
-            return int(_read(self.dirs["cpuacct"] / "cpuacct.usage")) / 1e9
-        for line in _read(self.dirs["cpu"] / "cpu.stat").splitlines():
+            return int(_read(self.cpu_counter)) / 1e9
+        for line in _read(self.cpu_counter).splitlines():
             key, _, value = line.partition(" ")
             if key == "usage_usec":
                 return int(value) / 1e6

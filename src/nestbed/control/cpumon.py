@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import os
 import signal
 import subprocess
 import threading
@@ -52,21 +53,32 @@ class CpuMonitor:
     def start(self, spawn: Callable[..., subprocess.Popen], binary: str, duty: float) -> None:
         # spawn puts it in the node's namespace and cgroup: it measures what the node's
         # programs get, quota and competing processes included.
-        self.process = spawn(
-            self.node,
-            [binary, "--interval", "1", "--duty", f"{duty:g}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        argv = [binary, "--interval", "1", "--duty", f"{duty:g}"]
+        counter = self._open_counter()
+        if counter is not None:
+            # Read by the monitor at each interval's end (this reader may fall behind), through
+            # the descriptor: `ip netns exec` gives the node a /sys without cgroups.
+            argv += ["--cgroup-cpu", f"/proc/self/fd/{counter}"]
+        try:
+            self.process = spawn(
+                self.node,
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=() if counter is None else (counter,),
+            )
+        finally:
+            if counter is not None:
+                os.close(counter)
         self.reader = threading.Thread(target=self._read, name=f"cpumon-{self.node}", daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
         assert self.process is not None and self.process.stdout is not None
         lines = (line.decode(errors="replace") for line in self.process.stdout)
-        before = self._cpu_seconds()
+        before = self._cpu_seconds()  # the first interval starts about now
         for sample in csv.DictReader(lines):
-            now = self._cpu_seconds()
+            now = _number(sample.get("cgroup_cpu_s"))
             interval = _number(sample.get("interval_s"))
             util = None
             if before is not None and now is not None and interval:
@@ -79,6 +91,14 @@ class CpuMonitor:
             })  # fmt: skip
             self.rows += 1
         self.process.stdout.close()
+
+    def _open_counter(self) -> int | None:
+        if self.cgroup is None:
+            return None
+        try:
+            return os.open(self.cgroup.cpu_counter, os.O_RDONLY)
+        except OSError:
+            return None
 
     def _cpu_seconds(self) -> float | None:
         if self.cgroup is None:
