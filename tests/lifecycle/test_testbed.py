@@ -140,6 +140,24 @@ def test_cleanup_of_one_experiment_touches_no_other(testbed, fake, controllers):
     assert set(fake.leftovers()) == {experiment_tag(two.name)}
 
 
+def test_cleanup_by_name_finds_what_an_experiment_of_another_store_left(testbed, fake):
+    # A sweep's point, say, whose folder (and store) was deleted; another experiment lives.
+    gone, other = experiment(LINE, "s-p0000-r0"), experiment(LINE, "bystander")
+    for exp in (gone, other):
+        fake.swap_in(plan(exp))
+    holder = locks.ExperimentLock(fake.state_root, gone.name).acquire()
+    try:
+        done = testbed.cleanup(gone.name)  # its controller lives: spared without --all
+    finally:
+        holder.release()
+    assert done.removed == [] and done.spared
+    done = testbed.cleanup(gone.name)
+    assert sorted(done.removed) == sorted(plan(gone).namespaces)
+    assert set(fake.leftovers()) == {experiment_tag(other.name)}
+    with pytest.raises(UserError, match="no experiment named 'typo'"):
+        testbed.cleanup("typo")
+
+
 def test_a_whole_run_swaps_in_waits_and_swaps_out(testbed, fake, controllers):
     exp = _defined(testbed)
     summary = run(testbed, exp.name, RunOptions(results=fake.state_root / "r", duration_s=2))

@@ -317,10 +317,13 @@ class Testbed:
         root = self.backend.state_root
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         done = Cleaned()
-        if name is not None:
-            self.store.get(name)  # one sentence for an unknown experiment
         with signals.deferred(), locks.machine(root, shared=False):
             left = self.backend.leftovers()
+            # What an experiment of another store left (a sweep's, an instrument's, one whose
+            # folder is gone) is found by its name's tag; a name nothing is known of is a typo.
+            unknown = name is not None and self.store.find(name) is None
+            if unknown and experiment_tag(name) not in left:
+                self.store.get(name)  # one sentence for an unknown experiment
             handled = set()
             for record in self.store.list():
                 tag = experiment_tag(record.name)
