@@ -34,15 +34,16 @@ ONE_WAY_S = 0.021  # access1 1 ms + bottleneck 20 ms; access3 unshaped
 
 @pytest.fixture
 def cluster():
-    """Two simulated hosts, and a function that swaps an experiment in on both; everything
-    is swapped out and removed at the end however the test ended, and checked gone."""
+    """Three simulated hosts, and a function that swaps an experiment in on those its
+    placement names; everything is swapped out and removed at the end however the test
+    ended, and checked gone."""
     before_if = interfaces()
-    machines = Machines(2)
+    machines = Machines(3)
     made = []
 
-    def swap_in(exp):
+    def swap_in(exp, placement=PLACEMENT):
         p = plan(exp)
-        parts = shares(p, PLACEMENT, Underlay(machines.addresses))
+        parts = shares(p, placement, Underlay(machines.addresses))
         made.append(parts)
         for host, part in parts.items():
             done = machines.call(host, "swap_in", part)
@@ -142,3 +143,27 @@ def test_the_cut_link_carries_1450_bytes_and_no_more(cluster):
     assert _ping(p, "h1", "h3", "-c", "3", "-W", "2", "-M", "do", "-s", "1422").returncode == 0
     big = _ping(p, "h1", "h3", "-c", "3", "-W", "2", "-M", "do", "-s", "1472")
     assert big.returncode != 0 and "1450" in big.stdout + big.stderr, big.stdout + big.stderr
+
+
+LAN = """
+routing: static
+nodes: [{name: a}, {name: b}, {name: c}, {name: d}]
+lans: [{name: lan0, members: [a, b, c], delay: 4ms}]
+links: [{name: cd, members: [c, d]}]
+"""
+
+
+def test_a_lan_over_three_hosts_and_an_unshaped_cut_link_reach_every_node(cluster):
+    _, swap_in = cluster
+    exp = experiment(LAN, "i21lan")
+    p, parts = swap_in(exp, {"a": "h1", "b": "h2", "c": "h3", "d": "h1"})
+    assert {h: [t.link for t in part.tunnels] for h, part in parts.items()} == {
+        "h1": ["cd", "lan0"], "h2": ["lan0"], "h3": ["cd", "lan0"]
+    }  # fmt: skip
+    for src, dst, rtt_ms in (("a", "b", 4), ("b", "c", 4), ("c", "a", 4), ("a", "d", 4),
+                             ("d", "c", 0), ("b", "d", 4)):  # fmt: skip
+        ping = _ping(p, src, dst, "-c", "3", "-i", "0.2", "-W", "2")
+        assert ping.returncode == 0, f"{src} -> {dst}: {ping.stdout}{ping.stderr}"
+        measured = float(ping.stdout.split(" = ")[1].split("/")[0])
+        # A LAN's delay is split between its members' egress and ingress: 4 ms each way.
+        assert 2 * rtt_ms <= measured < 2 * rtt_ms + 10, f"{src} -> {dst}: {measured} ms"
