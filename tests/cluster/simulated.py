@@ -112,3 +112,17 @@ def namespaces() -> set[str]:
 def interfaces() -> set[str]:
     out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True)
     return {line.split()[0].split("@")[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def processes(needle: str) -> list[str]:
+    """Command lines of the processes that name ``needle`` (linkd names its state folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if needle in cmd:
+                found.append(cmd)
+    return found

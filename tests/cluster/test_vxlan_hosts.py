@@ -9,7 +9,7 @@ import json
 import subprocess
 
 import pytest
-from simulated import Machines, interfaces, namespaces, until
+from simulated import Machines, interfaces, namespaces, processes, until
 
 from nbtest import experiment
 from nestbed.backend import linux
@@ -63,7 +63,7 @@ def cluster():
                 # The VXLAN devices went with their fabric: no socket on the VXLAN port.
                 until(lambda h=host, port=part.underlay.port: f":{port} " not in machines.sockets(h),
                       f"the VXLAN socket on {host} to close")  # fmt: skip
-                assert not _processes(str(machines.run_dir(host)))
+                assert not processes(str(machines.run_dir(host) / part.plan.experiment))
     finally:
         for parts in made:
             for host, part in parts.items():
@@ -73,11 +73,6 @@ def cluster():
     mine |= {n for parts in made for part in parts.values() for n in part.plan.namespaces}
     assert mine & namespaces() == set()
     assert {i for i in interfaces() - before_if if "i21" in i} == set()
-
-
-def _processes(needle: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if needle in line and "ps -eo" not in line]
 
 
 def _ping(p, node, dst, *options):

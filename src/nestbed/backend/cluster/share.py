@@ -121,12 +121,12 @@ def check_placement(p: Plan, placement: Mapping[str, str], underlay: Underlay) -
 def cut_links(p: Plan, placement: Mapping[str, str]) -> dict[str, set[str]]:
     """Links and LANs whose members sit on more than one host, with those hosts."""
     hosts: dict[str, set[str]] = {}
-    for link, nodes in _members(p).items():
+    for link, nodes in link_members(p).items():
         hosts[link] = {placement[n] for n in nodes}
     return {link: h for link, h in hosts.items() if len(h) > 1}
 
 
-def _members(p: Plan) -> dict[str, list[str]]:
+def link_members(p: Plan) -> dict[str, list[str]]:
     """Each link or LAN's member nodes, links in the plan's order (the IR's)."""
     node_of = {n.netns: n.name for n in p.nodes}
     found: dict[str, list[str]] = {}
@@ -144,7 +144,7 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     local_ns = {n.netns for n in p.nodes if placement[n.name] == host}
     fabric = host_fabric(p.fabric, host)
     cut = cut_links(p, placement)
-    index = {link: i for i, link in enumerate(_members(p))}  # as plan() numbered them
+    index = {link: i for i, link in enumerate(link_members(p))}  # as plan() numbered them
     inner = underlay.inner_mtu
 
     def here(end: Interface) -> Interface:

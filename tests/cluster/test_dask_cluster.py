@@ -1,0 +1,125 @@
+"""The cluster back end end to end on simulated hosts: a Dask scheduler on the underlay, one
+`nestbed agent` (a Dask worker) inside each host's namespace, and ClusterBackend placing a
+dumbbell with the mapper, swapping it in on both hosts, running commands in its nodes and
+swapping it out; a host that fails its part leaves nothing on the others."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from simulated import GATEWAY, Machines, namespaces, processes, until
+
+from nbtest import experiment
+from nestbed.backend.cluster.backend import ClusterBackend
+from nestbed.backend.cluster.placement import place
+from nestbed.backend.plan import plan
+from nestbed.errors import EnvironmentProblem
+
+pytestmark = pytest.mark.root
+
+DUMBBELL = """
+routing: static
+nodes: [{name: h1}, {name: r1}, {name: r2}, {name: h3}]
+links:
+  - {name: access1, members: [h1, r1]}
+  - {name: bottleneck, members: [r1, r2], bandwidth: 10Mb, delay: 20ms}
+  - {name: access3, members: [r2, h3]}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two simulated hosts, each with an agent holding at most two nodes, and the back end
+    reaching them through a scheduler on the underlay; all stopped and removed at the end."""
+    machines = Machines(2)
+    port = 20000 + os.getpid() % 10000
+    address = f"tcp://{GATEWAY}:{port}"
+    started: list[subprocess.Popen] = []
+    try:
+        machines.start()
+        started.append(subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", GATEWAY,
+             "--port", str(port), "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
+        for host in machines.hosts:
+            argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", address,
+                    "--host", host, "--slots", "2"]  # fmt: skip
+            started.append(subprocess.Popen(machines.argv(host, *argv), env=machines.env(host),
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        backend = ClusterBackend(address, state_root=machines.run_dir("controller"))
+        until(lambda: backend.hosts() == machines.hosts, "both agents to join")
+        yield machines, backend
+        backend.close()
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        machines.stop()
+    assert not set(machines.namespaces.values()) & namespaces()
+
+
+@pytest.fixture
+def swapped(cluster):
+    """Swaps plans in through the back end; swaps them out at the end however the test ended
+    and checks every host kept nothing of them."""
+    machines, backend = cluster
+    made = []
+
+    def swap_in(p):
+        made.append(p)
+        backend.swap_in(p)
+        return p
+
+    yield swap_in
+    for p in made:
+        backend.swap_out(p)
+    for p in made:
+        assert not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
+        for host in machines.hosts:
+            assert not (machines.run_dir(host) / p.experiment).exists()
+            assert not processes(str(machines.run_dir(host) / p.experiment))
+        assert not backend.run_dir(p).exists()
+
+
+def test_a_dumbbell_is_placed_cut_at_its_bottleneck_swapped_in_and_pinged_across(cluster, swapped):
+    _, backend = cluster
+    exp = experiment(DUMBBELL, "i21dask")
+    p = swapped(plan(exp))
+    nodes, underlay = backend.placement(p)
+    # Two nodes a host: the mapper cuts the slowest link, the bottleneck.
+    assert nodes["h1"] == nodes["r1"] != nodes["r2"] == nodes["h3"]
+    assert underlay.inner_mtu == 1450
+    ping = backend.exec_in(p, "h1", ["ping", "-n", "-c", "4", "-i", "0.2", "h3"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+    print(f"ping h1 -> h3 through ClusterBackend: min RTT {rtt_min_ms:.3f} ms (link 2 x 20 ms)")
+    assert 40 <= rtt_min_ms < 60
+    hosts = backend.exec_in(p, "h3", ["getent", "hosts", "h1"], capture_output=True, text=True)
+    assert hosts.stdout.split()[0] == exp.links[0].port("h1").ip
+
+
+def test_a_host_that_fails_its_part_leaves_nothing_on_the_others(cluster):
+    machines, backend = cluster
+    p = plan(experiment(DUMBBELL, "i21fail"))
+    # A namespace of one node exists already on its host: that host refuses its part.
+    taken = p.node("h3").netns
+    where = place(p, backend.facts())["h3"]
+    subprocess.run(["ip", "netns", "add", taken], check=True)
+    try:
+        with pytest.raises(EnvironmentProblem, match=f"failed on host {where}: .*{taken} of"):
+            backend.swap_in(p)
+        assert [n for n in namespaces() if n.startswith(f"nb-{p.tag}")] == [taken]
+        for host in machines.hosts:
+            assert not (machines.run_dir(host) / p.experiment).exists()
+        assert not backend.run_dir(p).exists()
+    finally:
+        subprocess.run(["ip", "netns", "delete", taken], check=True)
