@@ -162,3 +162,17 @@ def test_a_lan_over_three_hosts_and_an_unshaped_cut_link_reach_every_node(cluste
         measured = float(ping.stdout.split(" = ")[1].split("/")[0])
         # A LAN's delay is split between its members' egress and ingress: 4 ms each way.
         assert 2 * rtt_ms <= measured < 2 * rtt_ms + 10, f"{src} -> {dst}: {measured} ms"
+
+
+def test_an_underlay_narrower_than_configured_fails_the_swap_in_before_anything_is_made(cluster):
+    machines, _ = cluster
+    p = plan(experiment(DUMBBELL, "i21jumbo"))
+    parts = shares(p, PLACEMENT, Underlay(machines.addresses, mtu=9000))
+    assert parts["h1"].tunnels[0].mtu == 8950
+    done = machines.call("h1", "swap_in", parts["h1"])
+    assert done.returncode != 0
+    assert (
+        "reaches 10.221.0.2 through up0, whose MTU is 1500, below the underlay MTU 9000"
+        in done.stderr
+    )
+    assert not set(parts["h1"].plan.namespaces) & namespaces()
