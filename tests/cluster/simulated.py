@@ -14,14 +14,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 SUBNET = "10.221.0"  # the underlay's /24
 GATEWAY = f"{SUBNET}.254"  # the root namespace's address on the underlay bridge
+# Two hosts on each side of a bottleneck; two nodes a host put each side on its own host.
+DUMBBELL = """
+routing: static
+nodes: [{name: h1}, {name: r1}, {name: r2}, {name: h3}]
+links:
+  - {name: access1, members: [h1, r1]}
+  - {name: bottleneck, members: [r1, r2], bandwidth: 10Mb, delay: 20ms}
+  - {name: access3, members: [r2, h3]}
+"""
 
 
 def _run(*argv: str) -> None:
@@ -91,18 +98,6 @@ class Machines:
         """The host's UDP sockets, as ``ss`` lists them."""
         argv = self.argv(host, "ss", "-Hnua")
         return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-
-
-def until(condition: Callable[[], Any], what: str, deadline_s: float = 60) -> Any:
-    """Waits for ``condition`` to be true (its value), failing with ``what`` at the deadline
-    (generous: the kernel frees a deleted namespace's devices in its own time)."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"still waiting after {deadline_s} s for {what}")
 
 
 def namespaces() -> set[str]:

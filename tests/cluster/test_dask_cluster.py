@@ -10,24 +10,15 @@ import subprocess
 import sys
 
 import pytest
-from simulated import GATEWAY, Machines, namespaces, processes, until
+from simulated import DUMBBELL, GATEWAY, Machines, namespaces, processes
 
-from nbtest import experiment
+from nbtest import experiment, until
 from nestbed.backend.cluster.backend import ClusterBackend
 from nestbed.backend.cluster.placement import place
 from nestbed.backend.plan import plan
 from nestbed.errors import EnvironmentProblem
 
 pytestmark = pytest.mark.root
-
-DUMBBELL = """
-routing: static
-nodes: [{name: h1}, {name: r1}, {name: r2}, {name: h3}]
-links:
-  - {name: access1, members: [h1, r1]}
-  - {name: bottleneck, members: [r1, r2], bandwidth: 10Mb, delay: 20ms}
-  - {name: access3, members: [r2, h3]}
-"""
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from simulated import DUMBBELL
 
 from nbtest import build
 from nestbed.backend.cluster.share import (
@@ -17,14 +18,6 @@ from nestbed.backend.cluster.share import (
 from nestbed.backend.plan import plan
 from nestbed.errors import UserError
 
-DUMBBELL = """
-routing: static
-nodes: [{name: h1}, {name: r1}, {name: r2}, {name: h3}]
-links:
-  - {name: access1, members: [h1, r1]}
-  - {name: bottleneck, members: [r1, r2], bandwidth: 10Mb, delay: 20ms}
-  - {name: access3, members: [r2, h3]}
-"""
 LEFT_RIGHT = {"h1": "left", "r1": "left", "r2": "right", "h3": "right"}
 UNDERLAY = Underlay({"left": "10.221.0.1", "right": "10.221.0.2", "third": "10.221.0.3"})
 

@@ -9,9 +9,9 @@ import json
 import subprocess
 
 import pytest
-from simulated import Machines, interfaces, namespaces, processes, until
+from simulated import Machines, interfaces, namespaces, processes
 
-from nbtest import experiment
+from nbtest import experiment, until
 from nestbed.backend import linux
 from nestbed.backend.cluster.share import Underlay, shares
 from nestbed.backend.plan import plan

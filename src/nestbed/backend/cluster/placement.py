@@ -20,7 +20,7 @@ from nestbed.mapper import (
     VirtualNode,
     map_topology,
 )
-from nestbed.mapper.fromir import UNLIMITED_ESTIMATE_BPS
+from nestbed.mapper.fromir import UNLIMITED_ESTIMATE_BPS, desires
 from nestbed.mapper.hostsfile import CORES, DEFAULT_SWITCH, MEMORY
 
 
@@ -40,14 +40,7 @@ def topology_of_plan(p: Plan) -> Topology:
     """The plan's nodes, links and LANs as the mapper sees them: a node wants its CPU quota
     and memory limit; a link or LAN member weighs its fastest shaped direction (unlimited
     ones the mapper's estimate of an unshaped link)."""
-    nodes = []
-    for n in p.nodes:
-        desires: dict[str, float] = {}
-        if n.cpu_cores is not None:
-            desires[CORES] = n.cpu_cores
-        if n.memory_bytes is not None:
-            desires[MEMORY] = float(n.memory_bytes)
-        nodes.append(VirtualNode(n.name, desires=desires))
+    nodes = [VirtualNode(n.name, desires=desires(n.cpu_cores, n.memory_bytes)) for n in p.nodes]
     rates: dict[tuple[str, str], int] = {}  # (link, node) -> bits/s
     lans = {link.link for link in p.emulated if link.lan} | {b.link for b in p.bridges}
     for link in p.emulated:
