@@ -12,7 +12,7 @@ import sys
 import pytest
 from simulated import DUMBBELL, GATEWAY, Machines, namespaces, processes
 
-from nbtest import experiment, until
+from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster.backend import ClusterBackend
 from nestbed.backend.cluster.placement import place
 from nestbed.backend.plan import plan
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.root
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two simulated hosts, each with an agent holding at most two nodes, and the back end
+    """Three simulated hosts, each with an agent holding at most two nodes, and the back end
     reaching them through a scheduler on the underlay; all stopped and removed at the end."""
-    machines = Machines(2)
+    machines = Machines(3)
     port = 20000 + os.getpid() % 10000
     address = f"tcp://{GATEWAY}:{port}"
     started: list[subprocess.Popen] = []
@@ -42,7 +42,7 @@ def cluster():
             started.append(subprocess.Popen(machines.argv(host, *argv), env=machines.env(host),
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         backend = ClusterBackend(address, state_root=machines.run_dir("controller"))
-        until(lambda: backend.hosts() == machines.hosts, "both agents to join")
+        until(lambda: backend.hosts() == machines.hosts, "the agents to join")
         yield machines, backend
         backend.close()
     finally:
@@ -114,3 +114,19 @@ def test_a_host_that_fails_its_part_leaves_nothing_on_the_others(cluster):
         assert not backend.run_dir(p).exists()
     finally:
         subprocess.run(["ip", "netns", "delete", taken], check=True)
+
+
+def test_the_six_node_dumbbell_over_three_hosts_reaches_every_host_from_every_other(
+    swapped, cluster
+):
+    _, backend = cluster
+    exp = experiment((EXAMPLES / "dumbbell.yaml").read_text(), "i21three")
+    p = swapped(plan(exp))
+    nodes, _ = backend.placement(p)
+    assert sorted(nodes.values()) == ["h1", "h1", "h2", "h2", "h3", "h3"]
+    for src, dst in (("h1", "h3"), ("h2", "h4"), ("h4", "h1"), ("h3", "h2")):
+        ping = backend.exec_in(p, src, ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", dst],
+                               capture_output=True, text=True)  # fmt: skip
+        assert ping.returncode == 0, f"{src} -> {dst}: {ping.stdout}{ping.stderr}"
+        rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+        assert 44 <= rtt_min_ms < 70, f"{src} -> {dst}: {rtt_min_ms} ms"  # 2 x (1 + 20 + 1) ms
