@@ -32,6 +32,7 @@ def agent(
 ) -> None:  # fmt: skip
     """Serve this host to a cluster until stopped: build its share of experiments."""
     from nestbed.backend.cluster.agent import AgentConfig, serve
+    from nestbed.backend.cluster.share import HOST_NAME_RE
 
     try:
         nic_bps = parse_bandwidth(nic)
@@ -40,4 +41,8 @@ def agent(
     if not scheduler.startswith("tcp://"):
         raise UserError(f"--scheduler {scheduler} is no address; write tcp://HOST:8786")
     name = host or socket.gethostname().split(".")[0]
+    if not HOST_NAME_RE.match(name):
+        raise UserError(
+            f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
+        )
     serve(scheduler, AgentConfig(name, slots, nic_bps), listen)

@@ -22,6 +22,7 @@ from nestbed.errors import EnvironmentProblem
 RESOURCE_PREFIX = "host-"
 DEFAULT_SLOTS = 64
 DEFAULT_NIC_BPS = 1_000_000_000
+CONNECT_TIMEOUT_S = 60  # an agent that cannot reach its scheduler this long gives up
 
 
 def resource(host: str) -> str:
@@ -48,7 +49,7 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
     _serving[:] = [config]
     try:
         asyncio.run(_serve(scheduler, config, listen))
-    except OSError as exc:
+    except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "failed to start"
         raise EnvironmentProblem(
             f"the agent of host {config.host} cannot reach the scheduler at {scheduler} "
             f"({exc}); check the address and that `dask scheduler` runs there"
@@ -65,6 +66,7 @@ async def _serve(scheduler: str, config: AgentConfig, listen: str | None) -> Non
         nthreads=4,  # swap-in, swap-out and commands of several experiments at once
         host=listen,
         dashboard=False,
+        death_timeout=CONNECT_TIMEOUT_S,
     ) as worker:
         await worker.finished()
 

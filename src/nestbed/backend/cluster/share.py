@@ -42,7 +42,7 @@ DEFAULT_PORT = 14789  # VXLAN's UDP port between hosts (containerlab's choice; I
 DEFAULT_UNDERLAY_MTU = 1500
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 TUNNEL_PORT = "_vxlan"  # the VXLAN device's port name in linkd (no node name has a "_")
-_HOST_RE = re.compile(r"^[-0-9A-Za-z_]+$")
+HOST_NAME_RE = re.compile(r"^[-0-9A-Za-z_]+$")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def check_placement(p: Plan, placement: Mapping[str, str], underlay: Underlay) -
     if missing:
         raise UserError(f"node {missing[0]} of experiment {p.experiment} is placed on no host")
     for host in sorted(set(placement.values())):
-        if not _HOST_RE.match(host):
+        if not HOST_NAME_RE.match(host):
             raise UserError(f"host name {host!r} may hold only letters, digits, '-' and '_'")
         if host not in underlay.addresses:
             raise UserError(f"host {host} has no underlay address; give it one")
