@@ -21,38 +21,61 @@ from nestbed.errors import EnvironmentProblem
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Three simulated hosts, each with an agent holding at most two nodes, and the back end
-    reaching them through a scheduler on the underlay; all stopped and removed at the end."""
-    machines = Machines(3)
-    port = 20000 + os.getpid() % 10000
-    address = f"tcp://{GATEWAY}:{port}"
-    started: list[subprocess.Popen] = []
-    try:
-        machines.start()
-        started.append(subprocess.Popen(
+class Agents:
+    """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
+
+    def __init__(self, machines: Machines):
+        self.machines = machines
+        port = 20000 + os.getpid() % 10000
+        self.address = f"tcp://{GATEWAY}:{port}"
+        self.scheduler = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", GATEWAY,
              "--port", str(port), "--no-dashboard"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        for host in machines.hosts:
-            argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", address,
-                    "--host", host, "--slots", "2"]  # fmt: skip
-            started.append(subprocess.Popen(machines.argv(host, *argv), env=machines.env(host),
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
-        backend = ClusterBackend(address, state_root=machines.run_dir("controller"))
-        until(lambda: backend.hosts() == machines.hosts, "the agents to join")
-        yield machines, backend
-        backend.close()
-    finally:
-        for process in reversed(started):
+        )  # fmt: skip
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def start(self, host: str) -> None:
+        argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
+                "--host", host, "--slots", "2"]  # fmt: skip
+        self.agents[host] = subprocess.Popen(
+            self.machines.argv(host, *argv), env=self.machines.env(host),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def kill(self, host: str) -> None:
+        """As a crash would: SIGKILL, no goodbye to the scheduler."""
+        self.agents[host].kill()
+        self.agents.pop(host).wait()
+
+    def stop(self) -> None:
+        for process in [*self.agents.values(), self.scheduler]:
             process.terminate()
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three simulated hosts, each with an agent holding at most two nodes, and the back end
+    reaching them through a scheduler on the underlay; all stopped and removed at the end."""
+    machines = Machines(3)
+    agents = None
+    try:
+        machines.start()
+        agents = Agents(machines)
+        for host in machines.hosts:
+            agents.start(host)
+        backend = ClusterBackend(agents.address, state_root=machines.run_dir("controller"))
+        until(lambda: backend.hosts() == machines.hosts, "the agents to join")
+        yield machines, backend, agents
+        backend.close()
+    finally:
+        if agents is not None:
+            agents.stop()
         machines.stop()
     assert not set(machines.namespaces.values()) & namespaces()
 
@@ -61,7 +84,7 @@ def cluster():
 def swapped(cluster):
     """Swaps plans in through the back end; swaps them out at the end however the test ended
     and checks every host kept nothing of them."""
-    machines, backend = cluster
+    machines, backend, _ = cluster
     made = []
 
     def swap_in(p):
@@ -81,7 +104,7 @@ def swapped(cluster):
 
 
 def test_a_dumbbell_is_placed_cut_at_its_bottleneck_swapped_in_and_pinged_across(cluster, swapped):
-    _, backend = cluster
+    _, backend, _ = cluster
     exp = experiment(DUMBBELL, "i21dask")
     p = swapped(plan(exp))
     nodes, underlay = backend.placement(p)
@@ -99,7 +122,7 @@ def test_a_dumbbell_is_placed_cut_at_its_bottleneck_swapped_in_and_pinged_across
 
 
 def test_a_host_that_fails_its_part_leaves_nothing_on_the_others(cluster):
-    machines, backend = cluster
+    machines, backend, _ = cluster
     p = plan(experiment(DUMBBELL, "i21fail"))
     # A namespace of one node exists already on its host: that host refuses its part.
     taken = p.node("h3").netns
@@ -119,7 +142,7 @@ def test_a_host_that_fails_its_part_leaves_nothing_on_the_others(cluster):
 def test_the_six_node_dumbbell_over_three_hosts_reaches_every_host_from_every_other(
     swapped, cluster
 ):
-    _, backend = cluster
+    _, backend, _ = cluster
     exp = experiment((EXAMPLES / "dumbbell.yaml").read_text(), "i21three")
     p = swapped(plan(exp))
     nodes, _ = backend.placement(p)
@@ -130,3 +153,25 @@ def test_the_six_node_dumbbell_over_three_hosts_reaches_every_host_from_every_ot
         assert ping.returncode == 0, f"{src} -> {dst}: {ping.stdout}{ping.stderr}"
         rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
         assert 44 <= rtt_min_ms < 70, f"{src} -> {dst}: {rtt_min_ms} ms"  # 2 x (1 + 20 + 1) ms
+
+
+def test_an_agent_that_dies_leaves_the_network_running_and_its_successor_swaps_it_out(
+    swapped, cluster
+):
+    """The data plane never goes through Dask, and a host's state lives on the host (its
+    namespaces, linkd, state folder), not in its agent: a new agent takes over from it."""
+    machines, backend, agents = cluster
+    exp = experiment(DUMBBELL, "i21crash")
+    p = swapped(plan(exp))
+    nodes, _ = backend.placement(p)
+    dead = nodes["h3"]
+    agents.kill(dead)
+    until(lambda: dead not in backend.hosts(), f"the scheduler to see the agent of {dead} gone")
+    ping = backend.exec_in(p, "h1", ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", "h3"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert ping.returncode == 0, ping.stdout + ping.stderr  # h1's host still answers for h1
+    agents.start(dead)
+    until(lambda: backend.hosts() == machines.hosts, f"a new agent on {dead} to join")
+    ping = backend.exec_in(p, "h3", ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", "h1"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert ping.returncode == 0, ping.stdout + ping.stderr
