@@ -97,10 +97,14 @@ def _memory_bytes() -> int:
     return 0
 
 
+def node_only(p: Plan, node: str) -> Plan:
+    """The plan as far as a command in ``node`` needs it (what crosses Dask for it)."""
+    return replace(p, nodes=(p.node(node),), veths=(), bridges=(), emulated=(), namespaces=())
+
+
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:
     """Runs a command in one of this host's nodes (run on the agent)."""
-    only = replace(p, nodes=(p.node(node),), veths=(), bridges=(), emulated=())
-    return linux.exec_in(only, node, argv, **run)
+    return linux.exec_in(p, node, argv, **run)
 
 
 def leftovers() -> dict[str, list[str]]:

@@ -197,7 +197,8 @@ class ClusterBackend:
         self, plan: Plan, node: str, argv: list[str], **run: Any
     ) -> subprocess.CompletedProcess:
         h = self._host_of(plan, node)
-        (answer,) = self._on_hosts(agent.exec_in, {h: (plan, node, argv, run)}).values()
+        only = agent.node_only(plan, node)
+        (answer,) = self._on_hosts(agent.exec_in, {h: (only, node, argv, run)}).values()
         if isinstance(answer, BaseException):
             raise answer
         return answer
