@@ -105,11 +105,17 @@ class ClusterBackend:
         """``function(*args[h])`` on every host ``h`` at once; each host's result or the
         exception it raised (or a timeout)."""
         client = self.client()
+        live = set(self.hosts())
+        results: dict[str, Any] = {
+            h: EnvironmentProblem(f"host {h} has no agent connected; start `nestbed agent` there")
+            for h in args
+            if h not in live
+        }  # rather than wait for one until the timeout: work for it would never start
         futures = {
             h: client.submit(function, *a, resources={agent.resource(h): 1}, pure=False)
             for h, a in args.items()
+            if h in live
         }
-        results: dict[str, Any] = {}
         for h, future in futures.items():
             try:
                 results[h] = future.result(timeout=self.timeout_s)
