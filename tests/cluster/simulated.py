@@ -1,9 +1,13 @@
 """Simulated machines for the cluster tests: each host is a network namespace with its own
-address on an underlay bridge in the root namespace, and its share of an experiment is built
-by a process running inside that namespace (its network namespace only: node namespaces it
-makes must be visible to everyone, as on a real host, so its mount namespace stays the
-machine's). Every name carries ``i21`` and this process's id, so nothing collides with other
-experiments or test runs on the machine, and ``stop`` removes exactly what ``start`` made.
+address on an underlay, and its share of an experiment is built by a process running inside
+that namespace (its network namespace only: node namespaces it makes must be visible to
+everyone, as on a real host, so its mount namespace stays the machine's).
+
+The underlay is a switch namespace where nestbed-linkd joins every host's uplink, and the root
+namespace's (where the tests' Dask scheduler listens), as one LAN with a delay and a rate: so
+crossing from host to host costs something real, as a network between machines does. Every
+name carries ``i21`` and this process's id, so nothing collides with other experiments or test
+runs on the machine, and ``stop`` removes exactly what ``start`` made.
 """
 
 from __future__ import annotations
@@ -17,9 +21,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nestbed.backend import linux, offloads
+from nestbed.backend.processes import stop as stop_process
+from nestbed.backend.sockets import SocketClient, start_daemon
+from nestbed.binaries import built_binary
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 SUBNET = "10.221.0"  # the underlay's /24
-GATEWAY = f"{SUBNET}.254"  # the root namespace's address on the underlay bridge
+GATEWAY = f"{SUBNET}.254"  # the root namespace's address on the underlay
+UNDERLAY_DELAY_S = 0.0005  # from host to host, each way (the sending port's egress pipe)
+UNDERLAY_RATE_BPS = 1_000_000_000
 # Two hosts on each side of a bottleneck; two nodes a host put each side on its own host.
 DUMBBELL = """
 routing: static
@@ -40,37 +51,67 @@ class Machines:
 
     def __init__(self, count: int):
         self.id = f"{os.getpid() % 100000}"
-        self.bridge = f"i21u{self.id}"
+        self.gateway = f"i21g{self.id}"  # the root namespace's end of its uplink
+        self.switch = f"i21-{self.id}-switch"
         self.hosts = [f"h{i}" for i in range(1, count + 1)]
         self.namespaces = {h: f"i21-{self.id}-{h}" for h in self.hosts}
         self.addresses = {h: f"{SUBNET}.{i}" for i, h in enumerate(self.hosts, 1)}
-        self.uplinks = {h: f"i21u{self.id}{h}" for h in self.hosts}
+        self.linkd: subprocess.Popen | None = None
 
     def start(self) -> None:
-        _run("ip", "link", "add", self.bridge, "type", "bridge")
-        _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", self.bridge)
-        _run("ip", "link", "set", self.bridge, "up")
+        _run("ip", "netns", "add", self.switch)
+        _run("ip", "link", "add", self.gateway, "type", "veth",
+             "peer", "name", "gw", "netns", self.switch)  # fmt: skip
+        _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", self.gateway)
+        _run("ip", "link", "set", self.gateway, "up")
         for host, namespace in self.namespaces.items():
             _run("ip", "netns", "add", namespace)
-            _run("ip", "link", "add", self.uplinks[host], "type", "veth",
-                 "peer", "name", "up0", "netns", namespace)  # fmt: skip
-            _run("ip", "link", "set", self.uplinks[host], "master", self.bridge, "up")
+            _run("ip", "link", "add", "up0", "netns", namespace, "type", "veth",
+                 "peer", "name", host, "netns", self.switch)  # fmt: skip
             _run("ip", "-n", namespace, "addr", "add", f"{self.addresses[host]}/24", "dev", "up0")
             _run("ip", "-n", namespace, "link", "set", "up0", "up")
             _run("ip", "-n", namespace, "link", "set", "lo", "up")
+            _run("ip", "-n", self.switch, "link", "set", host, "up")
+            with linux.inside(namespace):
+                offloads.turn_off(["up0"], linux.OFFLOADS)
+        _run("ip", "-n", self.switch, "link", "set", "gw", "up")
+        with linux.inside(self.switch):
+            offloads.turn_off(["gw", *self.hosts], linux.OFFLOADS)
+        offloads.turn_off([self.gateway], linux.OFFLOADS)  # this process is in the root's
+        self._start_linkd()
+
+    def _start_linkd(self) -> None:
+        directory = self.run_dir("switch")
+        directory.mkdir(parents=True, exist_ok=True)
+        sock = directory / "linkd.sock"
+        argv = ["ip", "netns", "exec", self.switch, built_binary("nestbed-linkd"),
+                "--socket", str(sock)]  # fmt: skip
+        self.linkd = start_daemon(argv, sock, directory / "linkd.log", "the underlay's linkd",
+                                  timeout_s=10, ping=False)  # fmt: skip
+        egress = {
+            "delay": {"delay_ns": round(UNDERLAY_DELAY_S * 1e9)},
+            "bandwidth": {"rate_bps": UNDERLAY_RATE_BPS},
+        }
+        ports = [{"port": p, "ifname": p, "egress": egress} for p in [*self.hosts, "gw"]]
+        with SocketClient(sock) as client:
+            client.request("add_link", link="underlay", lan=True, ports=ports)
 
     def stop(self) -> None:
-        """Removes the hosts (their uplinks go with them), the bridge and the run folders."""
-        for host, namespace in self.namespaces.items():
-            # The uplink first: deleting a namespace frees its devices later, in the kernel's
-            # own time; deleting one end of a veth pair removes both at once.
-            subprocess.run(["ip", "link", "delete", self.uplinks[host]], capture_output=True)
+        """Removes the underlay's linkd, the hosts and the switch (their interfaces go with
+        them), the root namespace's uplink and the run folders."""
+        if self.linkd is not None:
+            stop_process(self.linkd.pid)
+        # The root's uplink first: deleting a namespace frees its devices later, in the
+        # kernel's own time; deleting one end of a veth pair removes both at once.
+        subprocess.run(["ip", "link", "delete", self.gateway], capture_output=True)
+        for namespace in [*self.namespaces.values(), self.switch]:
             subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
-            shutil.rmtree(self.run_dir(host), ignore_errors=True)
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+        for directory in self.run_dir("x").parent.glob(self.run_dir("*").name):
+            shutil.rmtree(directory, ignore_errors=True)
 
     def run_dir(self, host: str) -> Path:
-        """The host's nestbed state folder (``NESTBED_RUN_DIR``): on a real host /run/nestbed."""
+        """The host's nestbed state folder (``NESTBED_RUN_DIR``): on a real host /run/nestbed
+        (and the switch's, and the controlling machine's)."""
         return Path(f"/run/nestbed-i21-{self.id}-{host}")
 
     def env(self, host: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import json
 import subprocess
 
 import pytest
-from simulated import Machines, interfaces, namespaces, processes
+from simulated import UNDERLAY_DELAY_S, Machines, interfaces, namespaces, processes
 
 from nbtest import experiment, until
 from nestbed.backend import linux
@@ -184,8 +184,9 @@ def test_an_underlay_narrower_than_configured_fails_the_swap_in_before_anything_
 
 def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster):
     """The same stream over the one-host build and over two hosts: the tunnel adds its
-    crossing of the underlay to the delay and nothing to the rate. Printed side by side;
-    judged with loose tolerances (the machine is shared)."""
+    crossing of the underlay (its delay, and the work of encapsulating) to the delay and
+    nothing to the rate. Printed side by side; judged with loose tolerances (the machine is
+    shared)."""
     _, swap_in = cluster
     results = {}
     for where in ("one host", "two hosts"):
@@ -209,5 +210,8 @@ def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster):
         print(f"| {where} | {delay['median_ns'] / 1e6:.3f} | {delay['mean_ns'] / 1e6:.3f} | "
               f"{delay['p99_ns'] / 1e6:.3f} | {rate / 1e6:.3f} |")  # fmt: skip
     (one, one_rate), (two, two_rate) = results.values()
-    assert abs(two["median_ns"] - one["median_ns"]) < 1e6  # the underlay adds well under 1 ms
+    added_s = (two["median_ns"] - one["median_ns"]) / 1e9
+    print(f"crossing the underlay added {added_s * 1e3:.3f} ms to the median "
+          f"(its delay {UNDERLAY_DELAY_S * 1e3:.3f} ms)")  # fmt: skip
+    assert UNDERLAY_DELAY_S - 0.0002 < added_s < UNDERLAY_DELAY_S + 0.001
     assert abs(two_rate - one_rate) / RATE_BPS < 0.05
