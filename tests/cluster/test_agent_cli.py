@@ -24,7 +24,7 @@ def agent(*args: str) -> subprocess.CompletedProcess:
         (("--scheduler", "10.0.0.1:8786"), "--scheduler 10.0.0.1:8786 is no address; write tcp://HOST:8786"),
         (("--scheduler", "tcp://10.0.0.1:8786", "--host", "pc.lab"),
          "host name 'pc.lab' may hold only letters, digits, '-' and '_'; give --host"),
-        (("--scheduler", "tcp://10.0.0.1:8786", "--nic", "fast"), "--nic fast: "),
+        (("--scheduler", "tcp://10.0.0.1:8786", "--nic", "fast"), "--nic: bandwidth 'fast' is not a valid bandwidth"),
     ],
 )  # fmt: skip
 def test_what_cannot_make_an_agent_is_refused_in_one_sentence(args, message):

@@ -37,7 +37,7 @@ def agent(
     try:
         nic_bps = parse_bandwidth(nic)
     except UnitError as exc:
-        raise UserError(f"--nic {nic}: {exc}; write for example --nic 10Gb") from None
+        raise UserError(f"--nic: {exc}") from None
     if not scheduler.startswith("tcp://"):
         raise UserError(f"--scheduler {scheduler} is no address; write tcp://HOST:8786")
     name = host or socket.gethostname().split(".")[0]
