@@ -13,9 +13,11 @@ from simulated import UNDERLAY_DELAY_S, Machines, interfaces, namespaces, proces
 
 from nbtest import experiment, until
 from nestbed.backend import linux
+from nestbed.backend.cgroups import Cgroups
 from nestbed.backend.cluster.share import Underlay, shares
 from nestbed.backend.plan import plan
 from nestbed.binaries import probe_recv, probe_send
+from nestbed.errors import UserError
 
 pytestmark = pytest.mark.root
 
@@ -215,3 +217,21 @@ def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster):
           f"(its delay {UNDERLAY_DELAY_S * 1e3:.3f} ms)")  # fmt: skip
     assert UNDERLAY_DELAY_S - 0.0002 < added_s < UNDERLAY_DELAY_S + 0.001
     assert abs(two_rate - one_rate) / RATE_BPS < 0.05
+
+
+def test_one_hosts_swap_out_leaves_the_other_hosts_nodes_alone(cluster):
+    """On one machine simulating hosts, they share /run/netns and the cgroup hierarchy: a host
+    removes its own nodes' namespaces and cgroups, and nothing of the others'."""
+    machines, swap_in = cluster
+    p, parts = swap_in(experiment(DUMBBELL, "i21alone"))
+    hierarchy = Cgroups.detect()
+    done = machines.call("h1", "swap_out", parts["h1"])
+    assert done.returncode == 0, done.stderr
+    assert not set(parts["h1"].plan.namespaces) & namespaces()
+    assert set(parts["h2"].plan.namespaces) <= namespaces()
+    for node in ("r2", "h3"):
+        assert hierarchy.open(p.tag, node).paths
+    with pytest.raises(UserError, match="node r1 has no cgroup"):
+        hierarchy.open(p.tag, "r1")
+    ping = _ping(p, "h3", "r2", "-c", "1", "-W", "2")
+    assert ping.returncode == 0, ping.stdout + ping.stderr

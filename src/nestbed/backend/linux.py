@@ -461,7 +461,7 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     _kill_processes_in(namespaces)
     hierarchy = _hierarchy(required=False)
     if hierarchy is not None:
-        hierarchy.remove(plan.tag)
+        hierarchy.remove_nodes(plan.tag, [node.name for node in plan.nodes])
     existing = set(_listnetns())
     for name in namespaces:
         if name in existing:
