@@ -129,7 +129,7 @@ class ClusterBackend:
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
             h, exc = next(iter(failed.items()))
-            raise EnvironmentProblem(f"host {h} did not report its facts: {exc}") from exc
+            raise EnvironmentProblem(f"host {h} did not report its facts: {_reason(exc)}") from exc
         return list(answers.values())
 
     # -- swap in and out ----------------------------------------------------------------------
@@ -161,13 +161,18 @@ class ClusterBackend:
         answers = self._on_hosts(host.swap_in, {h: (part,) for h, part in parts.items()})
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
-            self._on_hosts(host.swap_out, {h: (part,) for h, part in parts.items()})
-            shutil.rmtree(directory, ignore_errors=True)
+            undone = self._on_hosts(host.swap_out, {h: (part,) for h, part in parts.items()})
+            stuck = sorted(h for h, a in undone.items() if isinstance(a, BaseException))
+            if stuck:  # the placement stays, so that swap-out can try again
+                after = (f"host {', '.join(stuck)} could not remove its part; run "
+                         "`nestbed swapout` again")  # fmt: skip
+            else:
+                shutil.rmtree(directory, ignore_errors=True)
+                after = "every host removed what it had created"
             h, exc = next(iter(failed.items()))
-            reason = str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
             raise EnvironmentProblem(
-                f"swap-in of experiment {plan.experiment} failed on host {h}: {reason}; "
-                "every host removed what it had created"
+                f"swap-in of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
+                + after
             ) from exc
 
     def swap_out(self, plan: Plan) -> None:
@@ -184,8 +189,8 @@ class ClusterBackend:
         if failed:
             h, exc = next(iter(failed.items()))
             raise EnvironmentProblem(
-                f"swap-out of experiment {plan.experiment} failed on host {h}: {exc}; run "
-                "`nestbed swapout` again"
+                f"swap-out of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
+                "run `nestbed swapout` again"
             ) from exc
         shutil.rmtree(self.run_dir(plan), ignore_errors=True)
 
@@ -248,6 +253,12 @@ class ClusterBackend:
     def traces(self) -> list[str]:
         answers = self._on_hosts(agent.traces, {h: () for h in self.hosts()})
         return [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+
+
+def _reason(exc: BaseException) -> str:
+    """A host's failure as a sentence: nestbed's own as it is, anything else with its type
+    (a timeout says nothing by its message alone)."""
+    return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
 
 
 def _not_yet(what: str) -> EnvironmentProblem:
