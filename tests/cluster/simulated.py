@@ -115,7 +115,12 @@ class Machines:
         return Path(f"/run/nestbed-i21-{self.id}-{host}")
 
     def env(self, host: str) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(SRC), "NESTBED_RUN_DIR": str(self.run_dir(host))}
+        """The environment of the host's processes: its state folder, and Dask's scratch
+        space in it, hidden from what nestbed takes for experiments' folders (so a killed
+        agent's stays there, removed by ``stop``)."""
+        run_dir = self.run_dir(host)
+        return {**os.environ, "PYTHONPATH": str(SRC), "NESTBED_RUN_DIR": str(run_dir),
+                "DASK_TEMPORARY_DIRECTORY": str(run_dir / ".dask")}  # fmt: skip
 
     def argv(self, host: str, *argv: str) -> list[str]:
         """``argv`` run inside the host's network namespace."""
