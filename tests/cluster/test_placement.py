@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from nbtest import build
@@ -61,3 +63,16 @@ def test_the_testbed_is_the_agents_hosts_on_one_switch():
     assert [h.name for h in bed.hosts] == ["pc0", "pc1"]
     assert {h.switch for h in bed.hosts} == set(bed.switches)
     assert bed.hosts[0].types == {"pc": 3} and bed.hosts[0].features[CORES] == 4.0
+    assert bed.hosts[0].linkd_pps is None
+
+
+def test_hosts_whose_link_emulators_are_slow_share_the_shaped_links():
+    # Two links of the dumbbell are shaped at 10 Mb/s (833 packets/s of 1500 bytes a
+    # direction); an emulator carrying 3000 packets/s cannot take both (3333) on one host.
+    shaped = DUMBBELL.replace("{name: access1, members: [h1, r1]}",
+                              "{name: access1, members: [h1, r1], bandwidth: 10Mb}")  # fmt: skip
+    slow = [HostFacts(f"pc{i}", f"10.0.0.{i}", 4, 1 << 30, 8, 10**9, linkd_pps=3000)
+            for i in range(2)]  # fmt: skip
+    assert len(set(place(plan(build(shaped)), slow).values())) == 2
+    fast = [replace(h, linkd_pps=None) for h in slow]
+    assert len(set(place(plan(build(shaped)), fast).values())) == 1

@@ -24,6 +24,11 @@ def agent(
     ] = None,
     slots: Annotated[int, typer.Option(min=1, help="How many nodes this host may hold.")] = 64,
     nic: Annotated[str, typer.Option(help="Bandwidth of this host's link to the others.")] = "1Gb",
+    linkd_pps: Annotated[
+        int | None,
+        typer.Option(min=1, help="Packets per second this host's link emulator carries "
+                     "(the mapper keeps shaped links within it; default: no bound)."),
+    ] = None,
     listen: Annotated[
         str | None,
         typer.Option(help="Address to serve on, where the others' VXLAN reaches this host "
@@ -45,4 +50,4 @@ def agent(
         raise UserError(
             f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
         )
-    serve(scheduler, AgentConfig(name, slots, nic_bps), listen)
+    serve(scheduler, AgentConfig(name, slots, nic_bps, linkd_pps), listen)

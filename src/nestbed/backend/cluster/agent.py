@@ -35,6 +35,7 @@ class AgentConfig:
     host: str
     slots: int = DEFAULT_SLOTS
     nic_bps: int = DEFAULT_NIC_BPS
+    linkd_pps: int | None = None  # as the operator measured it (not measured by the agent)
 
 
 _serving: list[AgentConfig] = []  # the agent this process runs, once ``serve`` started it
@@ -86,6 +87,7 @@ def facts() -> HostFacts:
         memory_bytes=_memory_bytes(),
         slots=config.slots,
         nic_bps=config.nic_bps,
+        linkd_pps=config.linkd_pps,
     )
 
 

@@ -34,6 +34,7 @@ class HostFacts:
     memory_bytes: int
     slots: int  # how many nodes it may hold
     nic_bps: int  # its interface to the underlay
+    linkd_pps: int | None = None  # packets/s its link emulator carries (None: not said)
 
 
 def topology_of_plan(p: Plan) -> Topology:
@@ -77,6 +78,7 @@ def testbed_of(hosts: list[HostFacts]) -> Testbed:
                 types={"pc": h.slots},
                 features={CORES: float(h.cores), MEMORY: float(h.memory_bytes)},
                 cores=h.cores,
+                linkd_pps=h.linkd_pps,
                 uplink=f"link-{h.name}",
             )
             for h in sorted(hosts, key=lambda h: h.name)
