@@ -146,6 +146,43 @@ class Machines:
         return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
+class Agents:
+    """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
+
+    def __init__(self, machines: Machines, *, slots: int):
+        self.machines, self.slots = machines, slots
+        port = 20000 + os.getpid() % 10000
+        self.address = f"tcp://{GATEWAY}:{port}"
+        self.scheduler = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", GATEWAY,
+             "--port", str(port), "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def start(self, host: str) -> None:
+        argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
+                "--host", host, "--slots", str(self.slots)]  # fmt: skip
+        self.agents[host] = subprocess.Popen(
+            self.machines.argv(host, *argv), env=self.machines.env(host),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def kill(self, host: str) -> None:
+        """As a crash would: SIGKILL, no goodbye to the scheduler."""
+        self.agents[host].kill()
+        self.agents.pop(host).wait()
+
+    def stop(self) -> None:
+        for process in [*self.agents.values(), self.scheduler]:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def namespaces() -> set[str]:
     return set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
 

@@ -5,12 +5,10 @@ swapping it out; a host that fails its part leaves nothing on the others."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
-from simulated import DUMBBELL, GATEWAY, Machines, namespaces, processes
+from simulated import DUMBBELL, Agents, Machines, namespaces, processes
 
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster.backend import ClusterBackend
@@ -21,43 +19,6 @@ from nestbed.errors import EnvironmentProblem
 pytestmark = pytest.mark.root
 
 
-class Agents:
-    """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
-
-    def __init__(self, machines: Machines):
-        self.machines = machines
-        port = 20000 + os.getpid() % 10000
-        self.address = f"tcp://{GATEWAY}:{port}"
-        self.scheduler = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", GATEWAY,
-             "--port", str(port), "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        self.agents: dict[str, subprocess.Popen] = {}
-
-    def start(self, host: str) -> None:
-        argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
-                "--host", host, "--slots", "2"]  # fmt: skip
-        self.agents[host] = subprocess.Popen(
-            self.machines.argv(host, *argv), env=self.machines.env(host),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-
-    def kill(self, host: str) -> None:
-        """As a crash would: SIGKILL, no goodbye to the scheduler."""
-        self.agents[host].kill()
-        self.agents.pop(host).wait()
-
-    def stop(self) -> None:
-        for process in [*self.agents.values(), self.scheduler]:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """Three simulated hosts, each with an agent holding at most two nodes, and the back end
@@ -66,7 +27,7 @@ def cluster():
     agents = None
     try:
         machines.start()
-        agents = Agents(machines)
+        agents = Agents(machines, slots=2)
         for host in machines.hosts:
             agents.start(host)
         backend = ClusterBackend(agents.address, state_root=machines.run_dir("controller"))
