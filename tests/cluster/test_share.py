@@ -102,3 +102,25 @@ def test_all_on_one_host_is_the_one_host_plan_but_for_the_fabric_name():
     assert not one.tunnels and not one.mtus
     assert one.plan.nodes == p.nodes and one.plan.emulated == p.emulated
     assert len(one.plan.veths) == len(p.veths)
+
+
+def test_a_shaped_lan_keeps_each_members_pipes_on_its_own_host_and_the_port_is_configurable():
+    exp = build("""
+        lans: [{name: lan0, members: [a, b, c], delay: 10ms, bandwidth: 10Mb}]
+        nodes: [{name: a}, {name: b}, {name: c}]
+    """)
+    p = plan(exp)
+    underlay = Underlay(UNDERLAY.addresses, port=4789)
+    parts = shares(p, {"a": "left", "b": "left", "c": "right"}, underlay)
+    (one,) = p.emulated
+    by_port = {port.port: port for port in one.ports}
+    for part in parts.values():
+        (link,) = part.plan.emulated
+        assert link.lan and link.seed == one.seed
+        *members, tunnel_port = link.ports
+        assert tunnel_port.port == TUNNEL_PORT
+        # A frame leaves through its sender's egress half here and, on the far side, meets
+        # its receiver's ingress half there: each half once.
+        assert all(m == by_port[m.port] for m in members)
+        assert part.tunnels[0].port == 4789
+    assert [m.port for m in parts["left"].plan.emulated[0].ports] == ["a", "b", TUNNEL_PORT]
