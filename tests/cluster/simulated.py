@@ -27,8 +27,6 @@ from nestbed.backend.sockets import SocketClient, start_daemon
 from nestbed.binaries import built_binary
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-SUBNET = "10.221.0"  # the underlay's /24
-GATEWAY = f"{SUBNET}.254"  # the root namespace's address on the underlay
 UNDERLAY_DELAY_S = 0.0005  # from host to host, each way (the sending port's egress pipe)
 UNDERLAY_RATE_BPS = 1_000_000_000
 # Two hosts on each side of a bottleneck; two nodes a host put each side on its own host.
@@ -55,14 +53,17 @@ class Machines:
         self.switch = f"i21-{self.id}-switch"
         self.hosts = [f"h{i}" for i in range(1, count + 1)]
         self.namespaces = {h: f"i21-{self.id}-{h}" for h in self.hosts}
-        self.addresses = {h: f"{SUBNET}.{i}" for i, h in enumerate(self.hosts, 1)}
+        # A /24 of 10.221.0.0/16 of this run's own: the root namespace routes it to this run.
+        subnet = f"10.221.{int(self.id) % 250}"
+        self.addresses = {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)}
+        self.gateway_address = f"{subnet}.254"  # the root namespace's address on the underlay
         self.linkd: subprocess.Popen | None = None
 
     def start(self) -> None:
         _run("ip", "netns", "add", self.switch)
         _run("ip", "link", "add", self.gateway, "type", "veth",
              "peer", "name", "gw", "netns", self.switch)  # fmt: skip
-        _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", self.gateway)
+        _run("ip", "addr", "add", f"{self.gateway_address}/24", "dev", self.gateway)
         _run("ip", "link", "set", self.gateway, "up")
         for host, namespace in self.namespaces.items():
             _run("ip", "netns", "add", namespace)
@@ -152,9 +153,10 @@ class Agents:
     def __init__(self, machines: Machines, *, slots: int):
         self.machines, self.slots = machines, slots
         port = 20000 + os.getpid() % 10000
-        self.address = f"tcp://{GATEWAY}:{port}"
+        self.address = f"tcp://{machines.gateway_address}:{port}"
         self.scheduler = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", GATEWAY,
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+             machines.gateway_address,
              "--port", str(port), "--no-dashboard"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -179,7 +179,7 @@ def test_an_underlay_narrower_than_configured_fails_the_swap_in_before_anything_
     done = machines.call("h1", "swap_in", parts["h1"])
     assert done.returncode != 0
     assert (
-        "reaches 10.221.0.2 through up0, whose MTU is 1500, below the underlay MTU 9000"
+        f"reaches {machines.addresses['h2']} through up0, whose MTU is 1500, below the underlay MTU 9000"
         in done.stderr
     )
     assert not set(parts["h1"].plan.namespaces) & namespaces()
