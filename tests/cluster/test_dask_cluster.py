@@ -5,6 +5,7 @@ swapping it out; a host that fails its part leaves nothing on the others."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
@@ -141,3 +142,22 @@ def test_a_dead_agent_leaves_its_network_running_and_its_successor_swaps_it_out(
     until(lambda: backend.hosts() == machines.hosts, f"a new agent on {dead} to join")
     assert backend.exec_in(p, "h3", ["true"]).returncode == 0
     # (the fixture's swap-out through the new agent removes the rest, and checks it)
+
+
+def test_a_host_that_does_not_answer_fails_the_swap_in_at_the_deadline_before_anything_is_made(
+    cluster,
+):
+    _, backend, agents = cluster
+    p = plan(experiment(DUMBBELL, "i21mute"))
+    frozen = agents.agents["h2"]
+    impatient = ClusterBackend(backend.scheduler, state_root=backend.state_root, timeout_s=3)
+    frozen.send_signal(signal.SIGSTOP)  # alive for the scheduler, silent for its work
+    try:
+        message = "host h2 did not report its facts: TimeoutError: no answer within 3 s"
+        with impatient, pytest.raises(EnvironmentProblem, match=message):
+            impatient.swap_in(p)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    assert not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
+    assert not backend.run_dir(p).exists()
+    assert backend.facts()  # the host answers again

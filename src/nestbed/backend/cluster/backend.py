@@ -15,6 +15,7 @@ swap-in, swap-out, commands in nodes and cleanup by tag can.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -116,11 +117,18 @@ class ClusterBackend:
             for h, a in args.items()
             if h in live
         }
+        from distributed import wait
+
+        with contextlib.suppress(TimeoutError):  # one deadline for all hosts together
+            wait(list(futures.values()), timeout=self.timeout_s)
         for h, future in futures.items():
-            try:
-                results[h] = future.result(timeout=self.timeout_s)
-            except Exception as exc:  # the host's own error, or the scheduler's timeout
+            if not future.done():
                 future.cancel()
+                results[h] = TimeoutError(f"no answer within {self.timeout_s:g} s")
+                continue
+            try:
+                results[h] = future.result()
+            except Exception as exc:  # the host's own error, or Dask's (a worker lost)
                 results[h] = exc
         return results
 
