@@ -99,16 +99,19 @@ class Machines:
 
     def stop(self) -> None:
         """Removes the underlay's linkd, the hosts and the switch (their interfaces go with
-        them), the root namespace's uplink and the run folders."""
-        if self.linkd is not None:
-            stop_process(self.linkd.pid)
-        # The root's uplink first: deleting a namespace frees its devices later, in the
-        # kernel's own time; deleting one end of a veth pair removes both at once.
-        subprocess.run(["ip", "link", "delete", self.gateway], capture_output=True)
-        for namespace in [*self.namespaces.values(), self.switch]:
-            subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
-        for directory in self.run_dir("x").parent.glob(self.run_dir("*").name):
-            shutil.rmtree(directory, ignore_errors=True)
+        them), the root namespace's uplink and the run folders; all of them even if one
+        step fails."""
+        try:
+            if self.linkd is not None:
+                stop_process(self.linkd.pid)
+        finally:
+            # The root's uplink first: deleting a namespace frees its devices later, in the
+            # kernel's own time; deleting one end of a veth pair removes both at once.
+            subprocess.run(["ip", "link", "delete", self.gateway], capture_output=True)
+            for namespace in [*self.namespaces.values(), self.switch]:
+                subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+            for directory in self.run_dir("x").parent.glob(self.run_dir("*").name):
+                shutil.rmtree(directory, ignore_errors=True)
 
     def run_dir(self, host: str) -> Path:
         """The host's nestbed state folder (``NESTBED_RUN_DIR``): on a real host /run/nestbed
