@@ -225,6 +225,11 @@ class _ScriptedTester(_Tester):
         for p in probes:
             d = self.by_pair[(p.src, p.dst)]
             factor = self.factors.get((p.src, p.dst), [1.0]).pop(0)
+            if "--pps" in p.send:  # a loss test: the link lost the factor times its loss
+                n = int(p.send[p.send.index("--count") + 1])
+                p.sent = {"packets_sent": n}
+                p.received = {"unique": n - round(factor * d.loss * n)}
+                continue
             if "--log" not in p.recv:  # a latency test: every probe late by the factor
                 delay_ns = factor * d.delay_s(64) * 1e9
                 p.received = {"unique": 40, "delay": {"mean_ns": delay_ns, "median_ns": delay_ns,
@@ -274,3 +279,18 @@ def test_a_latency_failure_is_measured_again_alone_and_only_a_second_failure_sta
     assert late.numbers["first_mean_ms"] == pytest.approx(1.3 * late.numbers["mean_ms"], rel=0.01)
     assert slow.verdict == "fail" and "the first time, with others" in slow.reason
     assert tester.rounds[-2:] == [[("a", "r")], [("r", "b")]]
+
+
+def test_a_loss_failure_is_measured_again_alone_and_only_a_second_failure_stands():
+    directions = expect.directions(chain())
+    # r → b loses 5 %: half as much the first time (chance), right the second; b → r loses
+    # a third of it, both times (a wrong link).
+    tester = _ScriptedTester(directions, {("r", "b"): [0.5, 1.0], ("b", "r"): [0.3, 0.3]})
+    tester.loss(directions)
+    verdicts = {(c.link, c.direction): c for c in tester.report.checks}
+    lucky, wrong = verdicts[("rb", "r → b")], verdicts[("rb", "b → r")]
+    assert lucky.verdict == "pass" and "measured again alone" in lucky.reason
+    assert lucky.numbers["first_lost"] < lucky.numbers["lost"]
+    assert wrong.verdict == "fail" and "the first time, with others" in wrong.reason
+    assert [c.verdict for c in tester.report.checks if c.link == "ar"] == ["pass", "pass"]
+    assert tester.rounds[-2:] == [[("r", "b")], [("b", "r")]]
