@@ -138,7 +138,7 @@ def _direction(sender: Shaping, receiver: Shaping) -> tuple[int, float, float]:
     """Rate, delay and loss from one port to another: the sender's egress, then the
     receiver's ingress."""
     rates = [r for r in (sender.bandwidth_bps, receiver.bandwidth_bps) if r]
-    loss = 1 - (1 - sender.loss) * (1 - receiver.loss)
+    loss = sender.loss + receiver.loss - sender.loss * receiver.loss  # exact when one is 0
     return (min(rates) if rates else 0), sender.delay_s + receiver.delay_s, loss
 
 

@@ -1,0 +1,151 @@
+"""Emulated nodes across a simulated network, for real: the example swapped in, ping and
+nestbed-probe between its two hosts through ns-3's 2 Mb/s, 20 ms link, a whole run of it,
+and nothing left after swap-out."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from nbtest import EXAMPLES, build
+from nestbed.backend import linux, sim
+from nestbed.backend.plan import plan
+from nestbed.binaries import built_binary, probe_recv, probe_send
+from nestbed.errors import EnvironmentProblem
+from nestbed.spec import load
+
+
+def _no_simulator() -> str | None:
+    if os.geteuid() != 0:
+        return "builds network namespaces (root)"
+    try:
+        built_binary("nestbed-sim")
+        built_binary("nestbed-probe")
+    except EnvironmentProblem:
+        return "nestbed-sim is not built (the hybrid extra): run `make setup`"
+    return None
+
+
+pytestmark = [pytest.mark.root, pytest.mark.skipif(_no_simulator() is not None,
+                                                   reason=_no_simulator() or "")]  # fmt: skip
+
+CORE_BPS, CORE_DELAY_S = 2_000_000, 0.020
+PPP_BYTES = 2  # ns-3's point-to-point header on every packet of the simulated link
+
+
+def _example(name: str):
+    exp = load(EXAMPLES / "hybrid.ns").experiment
+    return exp.model_copy(update={"name": f"{name}{os.getpid()}"})
+
+
+@pytest.fixture
+def swapped():
+    """Swaps plans in for one test; swaps them out however it ends, and checks that nothing
+    of them (namespaces, run directory, nestbed-sim) is left."""
+    made = []
+
+    def swap(exp):
+        p = plan(exp)
+        made.append(p)
+        linux.swap_in(p)
+        return p
+
+    yield swap
+    for p in made:
+        pid_file = linux.run_dir(p) / sim.PID
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
+        linux.swap_out(p)
+        assert not set(p.namespaces) & set(linux.leftovers())
+        assert not linux.run_dir(p).exists()
+        assert pid is None or not Path(f"/proc/{pid}").exists(), "nestbed-sim outlived swap-out"
+
+
+def _ping_rtts_ms(p, count: int = 20) -> list[float]:
+    done = linux.exec_in(
+        p, "h1", ["ping", "-c", str(count), "-i", "0.1", "-W", "2", "h2"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", done.stdout)]
+
+
+def _expected_rtt_ms(ip_bytes: int) -> float:
+    """Both ways across the core: its delay and the serialization of the packet."""
+    return 2 * (CORE_DELAY_S + (ip_bytes + PPP_BYTES) * 8 / CORE_BPS) * 1e3
+
+
+def test_ping_crosses_the_simulated_link_in_twice_its_delay_and_serialization(swapped):
+    p = swapped(_example("hybping"))
+    rtts = _ping_rtts_ms(p)
+    expected = _expected_rtt_ms(84)  # 56 bytes of ping, 8 of ICMP, 20 of IP
+    print(f"RTT expected {expected:.3f} ms, min {min(rtts):.3f}, median "
+          f"{statistics.median(rtts):.3f} (tolerance: never below, median within 10 %)")  # fmt: skip
+    assert len(rtts) == 20
+    assert min(rtts) >= expected - 0.05
+    assert statistics.median(rtts) <= expected * 1.10
+    lag = sim.lag((linux.run_dir(p) / sim.LOG).read_text())
+    print(f"nestbed-sim worst lag {lag.worst_s * 1e3:.3f} ms, samples past 5 ms: {lag.late}")
+    assert lag.per_second_s, "nestbed-sim reported no lag"
+
+
+def test_a_stream_twice_the_link_rate_is_carried_at_the_link_rate(swapped, tmp_path):
+    p = swapped(_example("hybrate"))
+    h2 = p.node("h2")
+    address = next(line.split()[0] for line in h2.hosts.splitlines() if line.endswith(" h2"))
+    log = tmp_path / "recv.csv"
+    receiver = linux.start_in(
+        p, "h2", probe_recv(f"{address}:9000", "--idle", "2", "--log", str(log)),
+        stdout=open(tmp_path / "recv.json", "w"),  # noqa: SIM115
+    )  # fmt: skip
+    linux.wait_listening(receiver, 9000, "udp")
+    size = 1000
+    sent = linux.exec_in(
+        p, "h1", probe_send(f"{address}:9000", "--size", str(size), "--rate", "4M",
+                            "--duration", "3"),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    assert receiver.wait(timeout=30) == 0
+    with log.open() as f:
+        rows = list(csv.DictReader(f))
+    received = [int(r["recv_ns"]) for r in rows]
+    ip_bytes = size + 28
+    rate_bps = (len(received) - 1) * ip_bytes * 8 / ((received[-1] - received[0]) / 1e9)
+    ceiling = CORE_BPS * ip_bytes / (ip_bytes + PPP_BYTES)
+    offered = json.loads(sent.stdout)["packets_sent"]
+    print(f"sent {offered} datagrams, received {len(received)}; rate "
+          f"{rate_bps / 1e6:.4f} Mb/s of IP, link ceiling {ceiling / 1e6:.4f} "
+          "(tolerance: at most +2 %, at least -10 %)")  # fmt: skip
+    assert len(received) < 0.6 * offered  # twice the link's rate: about half is dropped
+    assert rate_bps <= ceiling * 1.02
+    assert rate_bps >= ceiling * 0.90
+    assert min(int(r["delay_ns"]) for r in rows) >= CORE_DELAY_S * 1e9
+
+
+UNSHAPED = """
+routing: static
+nodes: [{name: h1}, {name: h2}, {name: r1, simulated: true}, {name: r2, simulated: true},
+        {name: r3, simulated: true}]
+links:
+  - {name: a1, members: [h1, r1], simulated: true}
+  - {name: c1, members: [r1, r2], bandwidth: 10Mb, delay: 5ms, simulated: true}
+  - {name: c2, members: [r2, r3], bandwidth: 10Mb, delay: 5ms, simulated: true}
+  - {name: a2, members: [r3, h2], simulated: true}
+"""
+
+
+def test_unshaped_attachments_and_a_simulated_chain(swapped):
+    exp = build(UNSHAPED).model_copy(update={"name": f"hybchain{os.getpid()}"})
+    p = swapped(exp)
+    assert not p.needs_linkd  # both attachments are plain veths to the simulator
+    rtts = _ping_rtts_ms(p, count=10)
+    expected = 2 * 2 * (0.005 + 86 * 8 / 10e6) * 1e3
+    print(f"RTT expected {expected:.3f} ms, min {min(rtts):.3f}")
+    assert min(rtts) >= expected - 0.05
+    assert statistics.median(rtts) <= expected * 1.10 + 1.0
