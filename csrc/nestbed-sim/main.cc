@@ -18,9 +18,10 @@
 //   cbr NAME FROM_NODE TO_ADDR PORT PACKET_BYTES RATE_BPS START_S STOP_S
 //   end
 //
-// Output on stdout, one line each: "ready", then every second "lag MAX_S WORST_S LATE"
-// (MAX_S the largest lag sampled in that second, WORST_S the largest so far, LATE how many
-// samples passed the hard limit so far), and on exit "worst_lag_s WORST_S late LATE".
+// Output on stdout, one line each: "ready", then every second "lag SECOND MAX_S WORST_S LATE"
+// (MAX_S the largest lag sampled in simulated second SECOND, counted from the start; WORST_S
+// the largest so far; LATE how many samples passed the hard limit so far), and on exit
+// "worst_lag_s WORST_S late LATE".
 // Errors in the description: one line "error: ..." on stderr and exit status 2.
 
 #include "ns3/applications-module.h"
@@ -349,7 +350,8 @@ Simulation::Tick()
     int64_t second = static_cast<int64_t>(Simulator::Now().GetSeconds());
     if (second != m_second)
     {
-        std::printf("lag %.6f %.6f %llu\n",
+        std::printf("lag %lld %.6f %.6f %llu\n",
+                    static_cast<long long>(m_second),
                     m_maxInSecondS,
                     m_worstS,
                     static_cast<unsigned long long>(m_late));

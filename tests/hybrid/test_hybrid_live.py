@@ -149,3 +149,50 @@ def test_unshaped_attachments_and_a_simulated_chain(swapped):
     print(f"RTT expected {expected:.3f} ms, min {min(rtts):.3f}")
     assert min(rtts) >= expected - 0.05
     assert statistics.median(rtts) <= expected * 1.10 + 1.0
+
+
+@pytest.fixture
+def testbed(tmp_path):
+    """The life cycle of a store of the test's own on this machine; its experiments are
+    swapped out at the end however the test ended."""
+    from nestbed.backend.linux import LinuxBackend
+    from nestbed.lifecycle import Testbed
+    from nestbed.store import State, Store
+
+    store = Store.open(str(tmp_path / "store.db"))
+    bed = Testbed(store, LinuxBackend())
+    yield bed
+    for record in store.list():
+        if record.state not in (State.DEFINED, State.SWAPPED):
+            bed.swap_out(record.name)
+    store.close()
+
+
+def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
+    from nestbed.lifecycle.runs import run
+    from nestbed.model.options import RunOptions
+
+    path = tmp_path / f"hybrun{os.getpid()}.ns"
+    path.write_text((EXAMPLES / "hybrid.ns").read_text())
+    loaded = load(path)
+    exp = loaded.experiment
+    testbed.store.create_experiment(
+        exp.name, source_text=loaded.text, source_format="ns", source_file=str(path),
+        ir_json=exp.to_json(),
+    )  # fmt: skip
+    results = tmp_path / "results"
+    summary = run(testbed, exp.name, RunOptions(results=results, report=False))
+    assert summary["outcome"] == "halted"
+    with (results / "traffic" / "flows.csv").open() as f:
+        cbr = next(r for r in csv.DictReader(f) if r["flow"] == "cbr0")
+    sent, received = int(cbr["packets_sent"]), int(cbr["packets_received"])
+    # 1 Mb/s of 500-byte datagrams for 5 s, half the simulated link: it arrives (a stall of
+    # the machine can bunch enough of it to overflow the 20-packet queue now and then), no
+    # sooner than the link's delay and the serialization of a 528-byte packet at 2 Mb/s.
+    print(f"cbr0: {received} of {sent}, mean delay {cbr['delay_mean_ms']} ms")
+    assert 1200 <= sent <= 1260 and received >= 0.97 * sent
+    assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+    with (results / "simulation" / "lag.csv").open() as f:
+        lag = list(csv.DictReader(f))
+    assert len(lag) >= 5 and all(float(r["lag_max_s"]) >= 0 for r in lag)
+    assert not linux.leftovers_by_tag().get(plan(exp).tag)

@@ -123,7 +123,9 @@ def test_without_nestbed_sim_swap_in_names_the_extra(monkeypatch):
 
 
 def test_the_lag_lines_are_read_back():
-    log = "ready\nlag 0.000500 0.001000 0\nlag 0.007000 0.007000 3\nworst_lag_s 0.007000 late 4\n"
+    log = (
+        "ready\nlag 1 0.000500 0.001000 0\nlag 2 0.007000 0.007000 3\nworst_lag_s 0.007000 late 4\n"
+    )
     lag = sim.lag(log)
-    assert lag.per_second_s == (0.0005, 0.007)
+    assert lag.per_second_s == ((1, 0.0005), (2, 0.007))
     assert (lag.worst_s, lag.late) == (0.007, 4)

@@ -91,22 +91,24 @@ def _wait_ready(process: subprocess.Popen, log: Path, timeout_s: float) -> None:
 
 @dataclass(frozen=True)
 class Lag:
-    """nestbed-sim's lag behind real time: per second, its worst, and samples past the limit."""
+    """nestbed-sim's lag behind real time: the largest in each second of simulated time
+    (second, lag), the worst so far, and how many samples passed the hard limit so far."""
 
-    per_second_s: tuple[float, ...]
+    per_second_s: tuple[tuple[int, float], ...]
     worst_s: float
     late: int
 
 
 def lag(log_text: str) -> Lag:
-    """The lag lines of a nestbed-sim log ("lag MAX WORST LATE"; "worst_lag_s W late L")."""
-    per_second: list[float] = []
+    """The lag lines of a nestbed-sim log ("lag SECOND MAX WORST LATE" each second,
+    "worst_lag_s WORST late LATE" at the end); other lines are not lag."""
+    per_second: list[tuple[int, float]] = []
     worst, late = 0.0, 0
     for line in log_text.splitlines():
         words = line.split()
-        if len(words) == 4 and words[0] == "lag":
-            per_second.append(float(words[1]))
-            worst, late = float(words[2]), int(words[3])
+        if len(words) == 5 and words[0] == "lag":
+            per_second.append((int(words[1]), float(words[2])))
+            worst, late = float(words[3]), int(words[4])
         elif len(words) == 4 and words[0] == "worst_lag_s":
             worst, late = float(words[1]), int(words[3])
     return Lag(tuple(per_second), worst, late)
