@@ -396,7 +396,7 @@ Simulation::Run()
 } // namespace
 
 int
-main(int argc, char* argv[])
+main()
 {
     GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::RealtimeSimulatorImpl"));
     GlobalValue::Bind("ChecksumEnabled", BooleanValue(true));

@@ -196,3 +196,19 @@ def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
         lag = list(csv.DictReader(f))
     assert len(lag) >= 5 and all(float(r["lag_max_s"]) >= 0 for r in lag)
     assert not linux.leftovers_by_tag().get(plan(exp).tag)
+
+
+def test_cleanup_of_a_crashed_experiment_stops_its_simulator():
+    """What `nestbed cleanup NAME` does for an experiment whose swap-out never came."""
+    exp = build(UNSHAPED).model_copy(update={"name": f"hybclean{os.getpid()}"})
+    p = plan(exp)
+    linux.swap_in(p)
+    pid = int((linux.run_dir(p) / sim.PID).read_text())
+    try:
+        assert Path(f"/proc/{pid}").exists()
+        assert any("run directory" in t for t in linux.leftovers_by_tag()[p.tag])
+    finally:
+        removed = linux.remove_leftovers({p.tag})
+    assert f"namespace {p.fabric}" in removed
+    assert not Path(f"/proc/{pid}").exists(), "cleanup left nestbed-sim running"
+    assert p.tag not in linux.leftovers_by_tag()
