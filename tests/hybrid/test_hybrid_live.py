@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtest import EXAMPLES, build
+from nbtest import EXAMPLES, build, swapping
 from nestbed.backend import linux, sim
 from nestbed.backend.plan import plan
 from nestbed.binaries import built_binary, probe_recv, probe_send
@@ -48,22 +48,8 @@ def _example(name: str):
 def swapped():
     """Swaps plans in for one test; swaps them out however it ends, and checks that nothing
     of them (namespaces, run directory, nestbed-sim) is left."""
-    made = []
-
-    def swap(exp):
-        p = plan(exp)
-        made.append(p)
-        linux.swap_in(p)
-        return p
-
-    yield swap
-    for p in made:
-        pid_file = linux.run_dir(p) / sim.PID
-        pid = int(pid_file.read_text()) if pid_file.exists() else None
-        linux.swap_out(p)
-        assert not set(p.namespaces) & set(linux.leftovers())
-        assert not linux.run_dir(p).exists()
-        assert pid is None or not Path(f"/proc/{pid}").exists(), "nestbed-sim outlived swap-out"
+    with swapping() as swap:
+        yield swap
 
 
 def _ping_rtts_ms(p, count: int = 20) -> list[float]:

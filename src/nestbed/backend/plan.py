@@ -28,7 +28,7 @@ from typing import Any
 
 from nestbed.backend import simplan
 from nestbed.backend.simplan import Simulation
-from nestbed.model import Experiment, Shaping
+from nestbed.model import Experiment, Port, Shaping
 
 NS_PREFIX = "nb-"
 TAG_LENGTH = 8
@@ -278,6 +278,11 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         iface_of[(node, link)] = name
         return name
 
+    def node_end(port: Port, link: str, no_offloads: bool) -> Interface:
+        """The node's end of a veth pair to the fabric, with its address."""
+        cidr = _cidr(port.ip, port.netmask)
+        return Interface(ns[port.node], node_iface(port.node, link), cidr, no_offloads)
+
     evented = evented_links(exp)
     simplan.check(exp, evented)
     for index, link in enumerate(exp.all_links):
@@ -289,18 +294,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
             if not shaped:
                 # Checksums finished and wire-sized frames, for the simulator as for linkd.
                 port = next(p for p in link.ports if p.node not in simulated)
-                veths.append(
-                    Veth(
-                        Interface(
-                            ns[port.node],
-                            node_iface(port.node, link.name),
-                            _cidr(port.ip, port.netmask),
-                            no_offloads=True,
-                        ),
-                        Interface(fabric, f"s{index}", None, no_offloads=True),
-                        link.name,
-                    )
-                )
+                simulator_end = Interface(fabric, f"s{index}", None, no_offloads=True)
+                veths.append(Veth(node_end(port, link.name, True), simulator_end, link.name))
                 continue
         if link.kind == "link" and not shaped:
             a, b = link.ports
@@ -322,12 +317,7 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
                 continue
             veths.append(
                 Veth(
-                    Interface(
-                        ns[port.node],
-                        node_iface(port.node, link.name),
-                        _cidr(port.ip, port.netmask),
-                        no_offloads=shaped,
-                    ),
+                    node_end(port, link.name, shaped),
                     Interface(fabric, end, None, no_offloads=shaped),
                     link.name,
                 )
