@@ -129,3 +129,28 @@ def test_the_lag_lines_are_read_back():
     lag = sim.lag(log)
     assert lag.per_second_s == ((1, 0.0005), (2, 0.007))
     assert (lag.worst_s, lag.late) == (0.007, 4)
+
+
+def test_run_options_keep_to_emulated_nodes_and_refuse_a_linktest():
+    from nestbed.model.options import RunOptions
+
+    exp = build(HYBRID)
+    assert RunOptions(cpumon=("all",)).for_experiment(exp).cpumon == ("h1", "h2", "h3")
+    with pytest.raises(
+        UserError, match="experiment t has no node 'r1' for --cpumon; its nodes are h1, h2, h3"
+    ):
+        RunOptions(cpumon=("r1",)).for_experiment(exp)
+    with pytest.raises(UserError) as caught:
+        RunOptions(linktest=1).for_experiment(exp)
+    assert str(caught.value) == (
+        "linktest does not reach simulated nodes yet, and experiment t has r1, r2 "
+        "(make-simulated); run it without --linktest"
+    )
+
+
+def test_linktest_of_an_active_hybrid_experiment_is_one_sentence():
+    from nestbed.linktest.run import linktest
+
+    exp = build(HYBRID)
+    with pytest.raises(UserError, match="linktest does not reach simulated nodes yet"):
+        linktest(plan(exp), exp, 1, backend=object())  # refused before the back end is used

@@ -29,6 +29,7 @@ from nestbed.backend.base import Backend
 from nestbed.backend.linkd import Pipe, drops_by_kind, pipe_counters
 from nestbed.backend.plan import Plan
 from nestbed.binaries import probe_recv, probe_send
+from nestbed.errors import UserError
 from nestbed.linktest import expect, stats
 from nestbed.linktest.expect import Direction, Route
 from nestbed.linktest.levels import LEVELS, Notify, check_level
@@ -124,6 +125,11 @@ def linktest(
     link changes events made since) on ``backend`` (default: the default back end);
     ``down`` are links an event took down."""
     check_level(level)
+    if plan.simulation is not None:
+        raise UserError(
+            f"linktest does not reach simulated nodes yet, and experiment {exp.name} has "
+            f"{', '.join(plan.simulation.nodes)} (make-simulated)"
+        )
     say = progress or (lambda _: None)
     backend = backend or get_backend()
     with _exclusive(backend.run_dir(plan), say):

@@ -68,6 +68,12 @@ class RunOptions(Frozen):
         """These options with node names checked against ``exp`` and "all" expanded; a
         capture of some nodes implies a capture."""
         captured = self._nodes(exp, self.capture_nodes, "--capture-nodes")
+        simulated = [n.name for n in exp.nodes if n.simulated]
+        if self.linktest and simulated:
+            raise UserError(
+                f"linktest does not reach simulated nodes yet, and experiment {exp.name} has "
+                f"{', '.join(simulated)} (make-simulated); run it without --linktest"
+            )
         return self.model_copy(
             update={
                 "cpumon": self._nodes(exp, self.cpumon, "--cpumon"),
@@ -78,7 +84,7 @@ class RunOptions(Frozen):
 
     @staticmethod
     def _nodes(exp: Experiment, wanted: tuple[str, ...], option: str) -> tuple[str, ...]:
-        nodes = [n.name for n in exp.nodes]
+        nodes = [n.name for n in exp.nodes if not n.simulated]  # no process runs in those
         if "all" in wanted:
             return tuple(nodes)
         unknown = [n for n in wanted if n not in nodes]
