@@ -6,6 +6,10 @@
 2. Across the example (needs root): ping RTT between hybrid.ns's two emulated hosts through the
    simulated 2 Mb/s, 20 ms link, against 2 × (20 ms + serialization); and the rate of a
    4 Mb/s nestbed-probe stream carried by it, against the link's ceiling.
+3. The scale test of Netbed §5.5 (needs root): N simulated pairs of nodes, each pair's 2 Mb/s,
+   50 ms link filled by simulated CBR (UDP), in the same nestbed-sim as a 2 Mb/s, 50 ms link
+   that carries a live TCP flow (iperf3, 8 s) between two emulated hosts; N grows until the
+   live flow falls below 95 % of its rate with no simulated traffic.
 
 Printed as tables; the figures go into docs/benchmarks.md. The cppyy route (importing the
 ns3 wheel's Python bindings) is not measured here: it needs cppyy built from source; issue 25
@@ -24,9 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from nestbed.backend import sim
+from nestbed.backend import sim, simplan
 from nestbed.binaries import built_binary, probe_recv, probe_send
 from nestbed.spec import load
+from nestbed.spec import yaml as yaml_front_end
+from nestbed.spec.resolve import resolve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RUNS = 5
@@ -129,10 +135,88 @@ def across_example() -> None:
     print(f"nestbed-sim worst lag {lag.worst_s * 1e3:.3f} ms; samples past 5 ms: {lag.late}")
 
 
+def scale_experiment(pairs: int):  # type: ignore[no-untyped-def]
+    """h1 - r1 - r2 - h2 with a simulated 2 Mb/s, 50 ms core, and PAIRS simulated pairs."""
+    nodes = [
+        "{name: h1}",
+        "{name: h2}",
+        "{name: r1, simulated: true}",
+        "{name: r2, simulated: true}",
+    ]
+    links = [
+        "{name: a1, members: [h1, r1], simulated: true}",
+        "{name: core, members: [r1, r2], bandwidth: 2Mb, delay: 50ms, simulated: true}",
+        "{name: a2, members: [r2, h2], simulated: true}",
+    ]
+    for i in range(pairs):
+        nodes += [f"{{name: s{i}a, simulated: true}}", f"{{name: s{i}b, simulated: true}}"]
+        links.append(
+            f"{{name: c{i}, members: [s{i}a, s{i}b], bandwidth: 2Mb, delay: 50ms, simulated: true}}"
+        )
+    text = "routing: static\nnodes:\n" + "".join(f"  - {n}\n" for n in nodes)
+    text += "links:\n" + "".join(f"  - {link}\n" for link in links)
+    document, locations = yaml_front_end.read(text, "scale.yaml")
+    exp = resolve(document, file="scale.yaml", locations=locations)
+    return exp.model_copy(update={"name": f"benchscale{os.getpid()}"})
+
+
+def live_tcp_bps(pairs: int) -> tuple[float, float, int]:
+    """The live TCP flow's rate beside PAIRS saturated simulated links; worst lag, late."""
+    from dataclasses import replace
+
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    exp = scale_experiment(pairs)
+    payload = 1000  # bytes; the rate fills the link exactly with ns-3's 30 bytes of headers
+    traffic = tuple(
+        simplan.cbr(f"f{i}", f"s{i}a", exp.links[3 + i].port(f"s{i}b").ip, port=9,
+                    packet_bytes=payload, rate_bps=2_000_000 * payload // (payload + 30))
+        for i in range(pairs)
+    )  # fmt: skip
+    p = plan(exp)
+    p = replace(p, simulation=replace(p.simulation, traffic=traffic))
+    linux.swap_in(p)
+    try:
+        server = exp.links[2].port("h2").ip
+        receiver = linux.start_in(
+            p, "h2", ["iperf3", "-s", "-1", "-p", "5299", "-B", server], stdout=subprocess.DEVNULL
+        )
+        linux.wait_listening(receiver, 5299, "tcp")
+        done = linux.exec_in(
+            p, "h1", ["iperf3", "-c", server, "-p", "5299", "-t", "8", "-J"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        receiver.wait(timeout=30)
+        import json
+
+        rate = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
+        lag = sim.lag((linux.run_dir(p) / sim.LOG).read_text())
+    finally:
+        linux.swap_out(p)
+    return rate, lag.worst_s, lag.late
+
+
+def scale_table() -> None:
+    print("\nscale (Netbed §5.5): a live TCP flow beside N saturated simulated 2 Mb/s links")
+    print(f"{'N links':>8}{'sim nodes':>10}{'TCP Mb/s':>10}{'of N=0':>8}{'worst lag ms':>14}"
+          f"{'late samples':>14}")  # fmt: skip
+    base = None
+    for pairs in (0, 25, 50, 75, 100, 125, 150, 200, 300):
+        rate, worst, late = live_tcp_bps(pairs)
+        base = base or rate
+        print(f"{pairs:>8}{2 * pairs + 2:>10}{rate / 1e6:>10.3f}{rate / base:>8.2f}"
+              f"{worst * 1e3:>14.1f}{late:>14}")  # fmt: skip
+        if rate < 0.95 * base:
+            break
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+
+
 def main() -> None:
     startup_table()
     if os.geteuid() == 0:
         across_example()
+        scale_table()
     else:
         print("\n(across the example: needs root)")
 

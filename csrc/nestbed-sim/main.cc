@@ -16,6 +16,8 @@
 //   attach LINK NODE ADDR FD
 //   route NODE PREFIX NEXT_HOP        PREFIX "0.0.0.0/0" is the default route
 //   cbr NAME FROM_NODE TO_ADDR PORT PACKET_BYTES RATE_BPS START_S STOP_S
+//       (UDP at a constant rate in simulated time, STOP_S 0 for never; a simulated node
+//       that owns TO_ADDR gets a sink on PORT, so nothing answers with ICMP)
 //   end
 //
 // Output on stdout, one line each: "ready", then every second "lag SECOND MAX_S WORST_S LATE"
@@ -90,6 +92,7 @@ class Simulation
 
   private:
     Ptr<Node> Find(const std::string& name) const;
+    Ptr<Node> Owner(Ipv4Address address) const;
     void Address(Ptr<Node> node, Ptr<NetDevice> device, const std::string& text);
     void Statement(const std::string& verb, std::istringstream& words);
     void Tick();
@@ -114,6 +117,26 @@ Simulation::Find(const std::string& name) const
         throw BadLine("unknown simulated node " + name);
     }
     return it->second;
+}
+
+Ptr<Node>
+Simulation::Owner(Ipv4Address address) const
+{
+    for (const auto& [name, node] : m_nodes)
+    {
+        Ptr<Ipv4> ipv4 = node->GetObject<Ipv4>();
+        for (uint32_t i = 0; i < ipv4->GetNInterfaces(); ++i)
+        {
+            for (uint32_t j = 0; j < ipv4->GetNAddresses(i); ++j)
+            {
+                if (ipv4->GetAddress(i, j).GetLocal() == address)
+                {
+                    return node;
+                }
+            }
+        }
+    }
+    return nullptr;
 }
 
 void
@@ -290,6 +313,12 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         OnOffHelper onoff("ns3::UdpSocketFactory", InetSocketAddress(to, port));
         onoff.SetConstantRate(DataRate(Rate(rate)), bytes);
         ApplicationContainer apps = onoff.Install(from);
+        if (Ptr<Node> owner = Owner(to))
+        {
+            PacketSinkHelper sink("ns3::UdpSocketFactory",
+                                  InetSocketAddress(Ipv4Address::GetAny(), port));
+            apps.Add(sink.Install(owner));
+        }
         apps.Start(Seconds(start));
         if (stop > start)
         {

@@ -154,3 +154,15 @@ def test_linktest_of_an_active_hybrid_experiment_is_one_sentence():
     exp = build(HYBRID)
     with pytest.raises(UserError, match="linktest does not reach simulated nodes yet"):
         linktest(plan(exp), exp, 1, backend=object())  # refused before the back end is used
+
+
+def test_simulated_traffic_comes_last():
+    from dataclasses import replace
+
+    from nestbed.backend import simplan
+
+    simulation = plan(build(HYBRID)).simulation
+    line = simplan.cbr("x", "r1", "10.1.1.3", port=9, packet_bytes=1000, rate_bps=2_000_000)
+    assert line == "cbr x r1 10.1.1.3 9 1000 2000000 0.0 0.0"
+    text = replace(simulation, traffic=(line,)).description({"a1": 3, "a2": 4})
+    assert text.endswith(f"{line}\nend\n")

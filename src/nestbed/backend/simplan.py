@@ -46,6 +46,7 @@ class Simulation:
     attachments: tuple[Attachment, ...]
     routes: tuple[str, ...]
     hard_limit_s: float = DEFAULT_HARD_LIMIT_S
+    traffic: tuple[str, ...] = ()  # cbr statements (so far only bench/hybrid.py gives them)
 
     def description(self, fds: Mapping[str, int]) -> str:
         """nestbed-sim's input, given the file descriptor of each attachment (by link)."""
@@ -57,7 +58,25 @@ class Simulation:
             for a in self.attachments
         ]
         lines += self.routes
+        lines += self.traffic
         return "\n".join([*lines, "end"]) + "\n"
+
+
+def cbr(
+    name: str,
+    node: str,
+    to: str,
+    *,
+    port: int,
+    packet_bytes: int,
+    rate_bps: int,
+    start_s: float = 0.0,
+    stop_s: float = 0.0,
+) -> str:
+    """A simulated UDP source at a constant rate from ``node`` to address ``to`` (a sink is
+    put on the simulated node that owns it), from ``start_s`` to ``stop_s`` (0: never) of
+    the simulator's time."""
+    return f"cbr {name} {node} {to} {port} {packet_bytes} {rate_bps} {start_s!r} {stop_s!r}"
 
 
 def simulated_nodes(exp: Experiment) -> set[str]:
