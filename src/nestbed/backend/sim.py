@@ -89,6 +89,16 @@ def _wait_ready(process: subprocess.Popen, log: Path, timeout_s: float) -> None:
         pause = min(pause * 2, 0.05)
 
 
+def running(directory: Path) -> bool:
+    """Whether the nestbed-sim whose pid is in ``directory`` is still running (not a zombie)."""
+    try:
+        pid = int((directory / PID).read_text())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 @dataclass(frozen=True)
 class Lag:
     """nestbed-sim's lag behind real time: the largest in each second of simulated time

@@ -34,15 +34,20 @@ class SimulationLag:
             return ["the simulated part left no log of its lag behind real time"]
         with self.log.open("rb") as f:
             f.seek(self.start)
-            lag = sim.lag(f.read().decode(errors="replace"))
+            text = f.read().decode(errors="replace")
+        lag = sim.lag(text)
+        problems = []
+        if not sim.running(self.log.parent):
+            last = text.strip().splitlines()[-1:] or ["no output"]
+            problems.append(f"nestbed-sim, the simulated part, ended during the run: {last[0]}")
         rows = [{"t_s": t, "lag_max_s": lag_s} for t, lag_s in lag.per_second_s]
         write_table(folder.simulation_lag, LAG_COLUMNS, rows)
         limit = self.simulation.hard_limit_s
         late = [lag_s for _, lag_s in lag.per_second_s if lag_s > limit]
-        if not late:
-            return []
-        return [
-            f"the simulated part fell behind real time by up to {max(late) * 1e3:.1f} ms, "
-            f"more than the {limit * 1e3:g} ms allowed, in {len(late)} of "
-            f"{len(lag.per_second_s)} seconds (see {folder.relative(folder.simulation_lag)})"
-        ]
+        if late:
+            problems.append(
+                f"the simulated part fell behind real time by up to {max(late) * 1e3:.1f} ms, "
+                f"more than the {limit * 1e3:g} ms allowed, in {len(late)} of "
+                f"{len(lag.per_second_s)} seconds (see {folder.relative(folder.simulation_lag)})"
+            )
+        return problems
