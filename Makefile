@@ -9,10 +9,11 @@ STAMPS := .stamps
 # Debian packages nestbed uses: Tcl for the ns-2 front end, ns-2 itself for simulation and
 # compatibility tests, PostgreSQL for shared stores (and its tests), iproute2/ethtool/tcpdump/
 # iperf3 for the back end and measurements, tcptrace and tshark as the trace analyzer's peers
-# (tests/analysis/test_tcptrace.py, bench/analyze.py; time for its peak-memory figures), and
-# liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO).
+# (tests/analysis/test_tcptrace.py, bench/analyze.py; time for its peak-memory figures),
+# liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO), and g++ for
+# nestbed-sim (simulated nodes, below).
 APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv \
-	tcptrace tshark time liblzo2-dev
+	tcptrace tshark time liblzo2-dev g++
 # Only the benchmarks' anchors: Mininet beside swap-in and swap-out (bench/swap.py), trafgen as
 # the fast frame generator of bench/linkd.py. Installed by `make bench`, without recommends.
 BENCH_PACKAGES := mininet netsniff-ng
