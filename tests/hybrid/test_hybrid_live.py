@@ -198,3 +198,16 @@ def test_cleanup_of_a_crashed_experiment_stops_its_simulator():
     assert f"namespace {p.fabric}" in removed
     assert not Path(f"/proc/{pid}").exists(), "cleanup left nestbed-sim running"
     assert p.tag not in linux.leftovers_by_tag()
+
+
+def test_linktest_passes_across_the_simulated_part(swapped):
+    from nestbed.backend.linux import LinuxBackend
+    from nestbed.linktest.run import linktest
+
+    exp = _example("hyblt")
+    p = swapped(exp)
+    report = linktest(p, exp, 2, backend=LinuxBackend())
+    routes = [c for c in report.checks if c.level == 2]
+    print([(c.direction, c.link, c.verdict, c.measured) for c in routes])
+    assert [c.link for c in routes] == ["attach1 core attach2", "attach2 core attach1"]
+    assert all(c.verdict == "pass" for c in routes) and not report.failures

@@ -131,7 +131,7 @@ def test_the_lag_lines_are_read_back():
     assert (lag.worst_s, lag.late) == (0.007, 4)
 
 
-def test_run_options_keep_to_emulated_nodes_and_refuse_a_linktest():
+def test_run_options_keep_to_emulated_nodes():
     from nestbed.model.options import RunOptions
 
     exp = build(HYBRID)
@@ -140,20 +140,26 @@ def test_run_options_keep_to_emulated_nodes_and_refuse_a_linktest():
         UserError, match="experiment t has no node 'r1' for --cpumon; its nodes are h1, h2, h3"
     ):
         RunOptions(cpumon=("r1",)).for_experiment(exp)
-    with pytest.raises(UserError) as caught:
-        RunOptions(linktest=1).for_experiment(exp)
-    assert str(caught.value) == (
-        "linktest does not reach simulated nodes yet, and experiment t has r1, r2 "
-        "(make-simulated); run it without --linktest"
-    )
 
 
-def test_linktest_of_an_active_hybrid_experiment_is_one_sentence():
-    from nestbed.linktest.run import linktest
+def test_linktest_follows_routes_through_the_simulated_routers():
+    from nestbed.linktest import expect
 
     exp = build(HYBRID)
-    with pytest.raises(UserError, match="linktest does not reach simulated nodes yet"):
-        linktest(plan(exp), exp, 1, backend=object())  # refused before the back end is used
+    p = plan(exp)
+    tables = {n.name: [(r.destination, r.via) for r in n.routes] for n in p.nodes}
+    tables |= p.simulation.tables()
+    forwarding = {"h2", "r1", "r2"}
+    route = next(
+        r for r in expect.routes(exp, tables, forwarding) if (r.src, r.dst) == ("h1", "h3")
+    )
+    assert route.reaches
+    assert [(h.link, h.src, h.dst) for h in route.hops] == [
+        ("a1", "h1", "r1"),
+        ("core", "r1", "r2"),
+        ("a2", "r2", "h2"),
+        ("behind", "h2", "h3"),
+    ]
 
 
 def test_simulated_traffic_comes_last():

@@ -44,9 +44,16 @@ class Simulation:
     nodes: tuple[str, ...]
     links: tuple[str, ...]  # p2p and lan statements
     attachments: tuple[Attachment, ...]
-    routes: tuple[str, ...]
+    routes: tuple[tuple[str, str, str], ...]  # (node, destination or "default", next hop)
     hard_limit_s: float = DEFAULT_HARD_LIMIT_S
     traffic: tuple[str, ...] = ()  # cbr statements (so far only bench/hybrid.py gives them)
+
+    def tables(self) -> dict[str, list[tuple[str, str]]]:
+        """Each simulated node's routes, (destination or "default", next hop)."""
+        found: dict[str, list[tuple[str, str]]] = {node: [] for node in self.nodes}
+        for node, destination, via in self.routes:
+            found[node].append((destination, via))
+        return found
 
     def description(self, fds: Mapping[str, int]) -> str:
         """nestbed-sim's input, given the file descriptor of each attachment (by link)."""
@@ -57,7 +64,10 @@ class Simulation:
             f"attach {a.link} {a.simulated_node} {a.address} {fds[a.link]}"
             for a in self.attachments
         ]
-        lines += self.routes
+        lines += [
+            f"route {node} {'0.0.0.0/0' if destination == 'default' else destination} {via}"
+            for node, destination, via in self.routes
+        ]
         lines += self.traffic
         return "\n".join([*lines, "end"]) + "\n"
 
@@ -222,9 +232,5 @@ def simulation(
                 link.name, outside, inside, _cidr(link, inside), attachment_ifnames[link.name]
             )
         )
-    statements = tuple(
-        f"route {node} {'0.0.0.0/0' if destination == 'default' else destination} {via}"
-        for node in nodes
-        for destination, via in routes.get(node, ())
-    )
-    return Simulation(nodes, links, tuple(attachments), statements)
+    table = tuple((node, *route) for node in nodes for route in routes.get(node, ()))
+    return Simulation(nodes, links, tuple(attachments), table)

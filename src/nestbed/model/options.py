@@ -68,12 +68,6 @@ class RunOptions(Frozen):
         """These options with node names checked against ``exp`` and "all" expanded; a
         capture of some nodes implies a capture."""
         captured = self._nodes(exp, self.capture_nodes, "--capture-nodes")
-        simulated = [n.name for n in exp.nodes if n.simulated]
-        if self.linktest and simulated:
-            raise UserError(
-                f"linktest does not reach simulated nodes yet, and experiment {exp.name} has "
-                f"{', '.join(simulated)} (make-simulated); run it without --linktest"
-            )
         return self.model_copy(
             update={
                 "cpumon": self._nodes(exp, self.cpumon, "--cpumon"),
