@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,15 @@ def swapping() -> Any:
             assert not running, f"daemons of {p.experiment} outlived swap-out: {running}"
 
     return block()
+
+
+def until(condition: Callable[[], Any], what: str, deadline_s: float = 180) -> Any:
+    """Waits for ``condition`` to be true (its value), failing with ``what`` at the deadline
+    (generous: the machine is shared and loaded; never a measured threshold)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"still waiting after {deadline_s} s for {what}")

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "api": _PURE_IR | {"spec"},
     "mapper": _PURE_IR | {"spec"},
     "store": {"errors"},
-    "backend": _PURE_IR | {"binaries"},
+    "backend": _PURE_IR | {"binaries", "mapper"},  # the cluster back end places nodes
     "results": _PURE_IR,
     "analysis": _PURE_IR | {"binaries", "results"},
     "simulate": _PURE_IR | {"spec", "results"},

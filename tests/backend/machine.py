@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nbtest import until as until  # the fault tests import it from here
 from nestbed.backend.linux import RUN_DIR, traces
 from nestbed.backend.plan import experiment_tag
 
@@ -25,17 +24,6 @@ def nestbed(db: Path, *args: str, **popen: Any) -> subprocess.Popen:
     argv = [sys.executable, "-m", "nestbed", "--db", str(db), *args]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **popen)  # fmt: skip
-
-
-def until(condition: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    """Waits for ``condition`` to be true (its value), failing with ``what`` at the deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"still waiting after {deadline_s} s for {what}")
 
 
 def left(name: str) -> list[str]:

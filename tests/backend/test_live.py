@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from machine import left
 
 import nestbed
 from nestbed.backend import linux
@@ -109,7 +110,6 @@ def _file(tmp_path, name: str) -> str:
 
 
 def test_killing_the_controller_then_cleanup_leaves_the_machine_as_before(tmp_path):
-    before = linux.traces()
     name = f"kill{os.getpid()}"
     assert _cli(tmp_path, "swapin", _file(tmp_path, name), "--results", "r").returncode == 0
     pid = int((linux.RUN_DIR / name / "controller.pid").read_text())
@@ -120,7 +120,7 @@ def test_killing_the_controller_then_cleanup_leaves_the_machine_as_before(tmp_pa
     done = _cli(tmp_path, "cleanup", name)
     assert done.returncode == 0, done.stderr
     assert f"experiment {name} was cleaned up" in done.stdout
-    assert linux.traces() == before
+    assert left(name) == []  # (others may come and go on a shared machine meanwhile)
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["outcome"] == "failed" and "controller was lost" in manifest["reason"]
 

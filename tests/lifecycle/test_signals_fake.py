@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,11 @@ def test_exec_that_times_out_kills_what_the_command_started(fake, tmp_path: Path
         with pytest.raises(subprocess.TimeoutExpired):
             live.exec("a", f"sleep 600 & echo $! > {pidfile}; wait", timeout=5)
         child = int(pidfile.read_text())
+        # SIGKILL is delivered, not carried out, by kill(): give the child a moment to die.
+        for _ in range(500):
+            if not _running(child):
+                break
+            time.sleep(0.01)
         assert not _running(child)
     finally:
         fake.swap_out(p)

@@ -225,6 +225,12 @@ class _ScriptedTester(_Tester):
         for p in probes:
             d = self.by_pair[(p.src, p.dst)]
             factor = self.factors.get((p.src, p.dst), [1.0]).pop(0)
+            if "--log" not in p.recv:  # a latency test: every probe late by the factor
+                delay_ns = factor * d.delay_s(64) * 1e9
+                p.received = {"unique": 40, "delay": {"mean_ns": delay_ns, "median_ns": delay_ns,
+                                                      "stdev_ns": 20_000}}  # fmt: skip
+                p.sent = {"packets_sent": 40}
+                continue
             payload = int(p.send[p.send.index("--size") + 1])
             bits = expect.wire_bits(payload)
             rate = factor * d.rate_bps * (1 - d.loss_after_bottleneck())
@@ -254,3 +260,17 @@ def test_a_bandwidth_failure_is_measured_again_alone_and_only_a_second_failure_s
     # The second measurements ran one at a time, after the rounds of the first.
     assert tester.rounds[-2:] == [[("a", "r")], [("r", "a")]]
     assert sum(len(r) for r in tester.rounds) == len(directions) + 2
+
+
+def test_a_latency_failure_is_measured_again_alone_and_only_a_second_failure_stands():
+    directions = expect.directions(chain())
+    # a → r: late the first time only (a busy host); r → b: 30 % slow, both times.
+    tester = _ScriptedTester(directions, {("a", "r"): [1.3, 1.0], ("r", "b"): [1.3, 1.3]})
+    tester.latency(directions)
+    verdicts = {(c.link, c.direction): c for c in tester.report.checks}
+    assert len(tester.report.checks) == len(directions)
+    late, slow = verdicts[("ar", "a → r")], verdicts[("rb", "r → b")]
+    assert late.verdict == "pass" and "measured again alone" in late.reason
+    assert late.numbers["first_mean_ms"] == pytest.approx(1.3 * late.numbers["mean_ms"], rel=0.01)
+    assert slow.verdict == "fail" and "the first time, with others" in slow.reason
+    assert tester.rounds[-2:] == [[("a", "r")], [("r", "b")]]

@@ -219,6 +219,16 @@ class Cgroups:
     def remove(self, tag: str) -> list[str]:
         return self._remove_all(_name(tag, ""))
 
+    def remove_nodes(self, tag: str, nodes: list[str]) -> None:
+        """Removes the cgroups of these nodes of the experiment, and no other's (a host of a
+        cluster removes its own nodes'; on one machine simulating several hosts, the others'
+        share the hierarchy)."""
+        for node in nodes:
+            cg = self._existing(_name(tag, node))
+            if cg.paths:
+                cg._destroy()
+        self._drop_parents()
+
     def leftovers(self) -> list[str]:
         return self._names(CGROUP_PREFIX)
 

@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ NETNS_ETC = Path("/etc/netns")
 NETNS_RUN_DIR = Path("/run/netns")  # named network namespaces, as iproute2 keeps them
 # Offloads that would hand the emulator frames larger than the wire's, or checksums the
 # kernel never finished (bridging through AF_PACKET does not complete them).
-_OFFLOADS = (
+OFFLOADS = (
     "tx-tcp-segmentation",
     "tx-tcp6-segmentation",
     "tx-tcp-accecn-segmentation",  # kernels since 6.18
@@ -110,8 +110,14 @@ def run_dir(plan: Plan) -> Path:
     return RUN_DIR / plan.experiment
 
 
-def swap_in(plan: Plan) -> None:
-    """Creates everything in ``plan``; on any failure removes what it made and re-raises."""
+# What a back end built on this one adds to a plan's namespaces once they are wired and before
+# nestbed-linkd starts (the cluster's VXLAN devices); it sets ``step[0]`` to what it is doing.
+Attach = Callable[[list[str]], None]
+
+
+def swap_in(plan: Plan, attach: Attach | None = None) -> None:
+    """Creates everything in ``plan`` (then ``attach``, before nestbed-linkd starts); on any
+    failure removes what it made and re-raises."""
     require_root()
     if plan.simulation is not None:
         sim.binary(plan)  # one sentence naming the extra, before anything is made
@@ -125,7 +131,7 @@ def swap_in(plan: Plan) -> None:
     created: list[str] = []
     _claim(plan)
     try:
-        _create(plan, step, created)
+        _create(plan, step, created, attach)
         _unclaim(plan.tag)  # every namespace carries its mark now
     except BaseException as exc:
         # Remove only what this attempt made: a namespace of the same name that existed
@@ -169,7 +175,7 @@ def _unclaim(tag: str) -> None:
         (CLAIMS / tag).unlink()
 
 
-def _create(plan: Plan, step: list[str], created: list[str]) -> None:
+def _create(plan: Plan, step: list[str], created: list[str], attach: Attach | None) -> None:
     """Builds the plan; ``step[0]`` says what it is doing, ``created`` what it has made."""
     _raise_file_limit(len(plan.namespaces))
     sockets: dict[str, socket.socket] = {}
@@ -178,6 +184,8 @@ def _create(plan: Plan, step: list[str], created: list[str]) -> None:
     finally:
         for sock in sockets.values():
             sock.close()
+    if attach is not None:
+        attach(step)
     step[0] = "creating the nodes' cgroups"
     _create_cgroups(plan)
     if plan.needs_linkd:
@@ -338,7 +346,7 @@ def _build(
     for namespace, ifnames in no_offloads.items():
         step[0] = f"turning offloads off in {namespace}"
         with inside(namespace):
-            offloads.turn_off(ifnames, _OFFLOADS)
+            offloads.turn_off(ifnames, OFFLOADS)
     for node in plan.nodes:
         etc = NETNS_ETC / node.netns
         etc.mkdir(parents=True, exist_ok=True)
@@ -476,7 +484,7 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     _kill_processes_in(namespaces)
     hierarchy = _hierarchy(required=False)
     if hierarchy is not None:
-        hierarchy.remove(plan.tag)
+        hierarchy.remove_nodes(plan.tag, [node.name for node in plan.nodes])
     existing = set(_listnetns())
     for name in namespaces:
         if name in existing:

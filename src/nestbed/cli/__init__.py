@@ -24,7 +24,7 @@ from nestbed.errors import NestbedError
 from nestbed.lifecycle import signals
 
 # Each family registers its commands when imported, in this order (the order of --help).
-for _family in ("experiments", "lifecycle", "active", "instruments"):
+for _family in ("experiments", "lifecycle", "active", "instruments", "agent"):
     importlib.import_module(f"nestbed.cli.{_family}")
 app.command(name="map")(map_command)
 app.add_typer(study, name="study")

@@ -22,19 +22,24 @@ def _rate(port: Port) -> int:
     return rate or UNLIMITED_ESTIMATE_BPS
 
 
+def desires(cpu_cores: float | None, memory_bytes: int | None) -> dict[str, float]:
+    """A node's additive desires: its CPU quota and memory limit, where it has them."""
+    found: dict[str, float] = {}
+    if cpu_cores is not None:
+        found[CORES] = cpu_cores
+    if memory_bytes is not None:
+        found[MEMORY] = float(memory_bytes)
+    return found
+
+
 def topology_of(experiment: Experiment) -> Topology:
     nodes = []
     for node in experiment.nodes:
-        desires: dict[str, float] = {}
-        if node.cpu_cores is not None:
-            desires[CORES] = node.cpu_cores
-        if node.memory_bytes is not None:
-            desires[MEMORY] = float(node.memory_bytes)
         nodes.append(
             VirtualNode(
                 node.name,
                 types=(node.hardware_type or "pc",),
-                desires=desires,
+                desires=desires(node.cpu_cores, node.memory_bytes),
                 fixed=node.fixed_host,
             )
         )

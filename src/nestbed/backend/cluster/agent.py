@@ -1,0 +1,121 @@
+"""The agent on each host of a cluster: a Dask distributed worker whose resource tag names its
+host (``host-NAME``), so that work submitted for a host runs there and nowhere else.
+
+It builds and removes the host's share of experiments (``host``), runs commands in the
+host's nodes, and reports the host's facts for placement. Frames between hosts never pass
+through it: Dask carries only the requests and their answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from nestbed.backend import linux
+from nestbed.backend.cluster.placement import HostFacts
+from nestbed.backend.plan import Plan
+from nestbed.errors import EnvironmentProblem
+
+RESOURCE_PREFIX = "host-"
+DEFAULT_SLOTS = 64
+DEFAULT_NIC_BPS = 1_000_000_000
+CONNECT_TIMEOUT_S = 60  # an agent that cannot reach its scheduler this long gives up
+
+
+def resource(host: str) -> str:
+    """The Dask resource that pins work to ``host``'s agent."""
+    return RESOURCE_PREFIX + host
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    host: str
+    slots: int = DEFAULT_SLOTS
+    nic_bps: int = DEFAULT_NIC_BPS
+    linkd_pps: int | None = None  # as the operator measured it (not measured by the agent)
+
+
+_serving: list[AgentConfig] = []  # the agent this process runs, once ``serve`` started it
+
+
+def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> None:
+    """Runs this host's agent until it is stopped (Ctrl-C, SIGTERM) or the scheduler goes.
+
+    ``listen`` is the address to serve on (default: the one that reaches the scheduler),
+    which is also the address other hosts' VXLAN devices send to.
+    """
+    _serving[:] = [config]
+    try:
+        asyncio.run(_serve(scheduler, config, listen))
+    except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "failed to start"
+        raise EnvironmentProblem(
+            f"the agent of host {config.host} cannot reach the scheduler at {scheduler} "
+            f"({exc}); check the address and that `dask scheduler` runs there"
+        ) from exc
+
+
+async def _serve(scheduler: str, config: AgentConfig, listen: str | None) -> None:
+    from distributed import Worker
+
+    async with Worker(
+        scheduler,
+        name=resource(config.host),
+        resources={resource(config.host): 1},
+        nthreads=4,  # swap-in, swap-out and commands of several experiments at once
+        host=listen,
+        dashboard=False,
+        death_timeout=CONNECT_TIMEOUT_S,
+    ) as worker:
+        await worker.finished()
+
+
+def facts() -> HostFacts:
+    """This host's facts, as the agent serving here knows them (run on the agent)."""
+    from distributed import get_worker
+
+    if not _serving:
+        raise EnvironmentProblem("this Dask worker is no nestbed agent; start `nestbed agent`")
+    config = _serving[0]
+    address = urlsplit(get_worker().address).hostname or ""
+    return HostFacts(
+        name=config.host,
+        address=address,
+        cores=len(os.sched_getaffinity(0)),
+        memory_bytes=_memory_bytes(),
+        slots=config.slots,
+        nic_bps=config.nic_bps,
+        linkd_pps=config.linkd_pps,
+    )
+
+
+def _memory_bytes() -> int:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def node_only(p: Plan, node: str) -> Plan:
+    """The plan as far as a command in ``node`` needs it (what crosses Dask for it)."""
+    return replace(p, nodes=(p.node(node),), veths=(), bridges=(), emulated=(), namespaces=())
+
+
+def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:
+    """Runs a command in one of this host's nodes (run on the agent)."""
+    return linux.exec_in(p, node, argv, **run)
+
+
+def leftovers() -> dict[str, list[str]]:
+    return linux.leftovers_by_tag()
+
+
+def remove_leftovers(tags: set[str]) -> list[str]:
+    return linux.remove_leftovers(tags)
+
+
+def traces() -> list[str]:
+    return linux.traces()

@@ -1,0 +1,107 @@
+"""Carries out one host's share of an experiment on the host this process runs on: the Linux
+back end builds the share's plan, then each cut link's VXLAN device is made in the host's
+fabric, with its UDP socket in the host's own network namespace (where the underlay address
+is), and every interface of a cut link gets the inner MTU, read back to check it took.
+
+The VXLAN device lives in the fabric namespace, so swapping out (deleting the experiment's
+namespaces) removes it and closes its socket; nothing of the experiment stays on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from nestbed.backend import linux, offloads
+from nestbed.backend.cluster.share import HostShare, Tunnel
+from nestbed.backend.plan import mark
+from nestbed.errors import EnvironmentProblem
+
+_ZERO_MAC = "00:00:00:00:00:00"  # the FDB entry every unknown or broadcast frame floods to
+
+
+def _ip(argv: list[str], what: str) -> str:
+    """Runs an iproute2 command (``ip`` or ``bridge``); its stdout, or one sentence naming
+    ``what`` failed and why."""
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(f"{argv[0]} is not installed; install iproute2") from exc
+    if result.returncode != 0:
+        raise EnvironmentProblem(
+            f"{what} failed: `{' '.join(argv)}` said {result.stderr.strip() or result.returncode}"
+        )
+    return result.stdout
+
+
+def swap_in(part: HostShare) -> None:
+    """Builds the share on this host; on failure removes what it made and re-raises."""
+    check_underlay(part)
+    linux.swap_in(part.plan, attach=lambda step: _attach(part, step))
+
+
+def swap_out(part: HostShare) -> None:
+    """Removes everything of the share from this host (safe on a partial or absent one)."""
+    linux.swap_out(part.plan)
+
+
+def check_underlay(part: HostShare) -> None:
+    """Every other host of a cut link is reached through an interface whose MTU carries the
+    configured underlay MTU (else VXLAN's frames would be dropped or fragmented)."""
+    for remote in sorted({r for t in part.tunnels for r in t.remotes}):
+        (route,) = json.loads(_ip(["ip", "-j", "route", "get", remote], f"routing to {remote}"))
+        dev = route["dev"]
+        (link,) = json.loads(_ip(["ip", "-j", "link", "show", "dev", dev], f"reading {dev}"))
+        if link["mtu"] < part.underlay.mtu:
+            raise EnvironmentProblem(
+                f"host {part.host} reaches {remote} through {dev}, whose MTU is {link['mtu']}, "
+                f"below the underlay MTU {part.underlay.mtu} the cluster is configured with; "
+                "configure the underlay MTU to match"
+            )
+
+
+def _attach(part: HostShare, step: list[str]) -> None:
+    fabric = part.plan.fabric
+    for tunnel in part.tunnels:
+        step[0] = f"creating the VXLAN device of {tunnel.link}"
+        _create_tunnel(part, tunnel)
+    if part.tunnels:
+        step[0] = f"turning offloads off in {fabric}"
+        with linux.inside(fabric):
+            offloads.turn_off([t.ifname for t in part.tunnels if t.bridge is None], linux.OFFLOADS)
+    for namespace, ifname, mtu in part.mtus:
+        step[0] = f"setting the MTU of {ifname} in {namespace}"
+        _ip(["ip", "-n", namespace, "link", "set", "dev", ifname, "mtu", str(mtu)], step[0])
+    step[0] = "checking the MTU of the cut links"
+    wanted = {(fabric, t.ifname): t.mtu for t in part.tunnels}
+    wanted.update({(ns, ifname): mtu for ns, ifname, mtu in part.mtus})
+    for (namespace, ifname), mtu in sorted(wanted.items()):
+        have = _mtu(namespace, ifname)
+        if have != mtu:
+            raise EnvironmentProblem(
+                f"{ifname} in {namespace} has MTU {have} after it was set to {mtu}"
+            )
+
+
+def _create_tunnel(part: HostShare, t: Tunnel) -> None:
+    fabric = part.plan.fabric
+    what = f"creating the VXLAN device of {t.link}"
+    # Created from this namespace, moved into the fabric in the same request: the device's
+    # UDP socket stays here, on the underlay.
+    _ip(["ip", "link", "add", t.ifname, "netns", fabric, "mtu", str(t.mtu), "type", "vxlan",
+         "id", str(t.vni), "local", t.local, "dstport", str(t.port), "learning"], what)  # fmt: skip
+    altname = mark(part.plan.experiment, t.link, "vxlan")
+    _ip(["ip", "-n", fabric, "link", "property", "add", "dev", t.ifname, "altname", altname], what)
+    for remote in t.remotes:
+        # Head-end replication: broadcast and unknown frames go to every other host of the
+        # link; the device learns where each MAC address is from what it receives.
+        _ip(["bridge", "-n", fabric, "fdb", "append", _ZERO_MAC, "dev", t.ifname,
+             "dst", remote], what)  # fmt: skip
+    if t.bridge is not None:
+        _ip(["ip", "-n", fabric, "link", "set", "dev", t.ifname, "master", t.bridge], what)
+    _ip(["ip", "-n", fabric, "link", "set", "dev", t.ifname, "up"], what)
+
+
+def _mtu(namespace: str, ifname: str) -> int:
+    out = _ip(["ip", "-n", namespace, "-j", "link", "show", "dev", ifname], f"reading {ifname}")
+    return int(json.loads(out)[0]["mtu"])

@@ -1,0 +1,92 @@
+"""Where a swap-in plan's nodes go on a cluster: the plan as the mapper's topology, the hosts'
+own facts (reported by their agents) as its testbed, and the mapper's answer as node -> host.
+
+Pure: the facts are handed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestbed.backend.cluster.share import link_members
+from nestbed.backend.plan import Plan
+from nestbed.mapper import (
+    Host,
+    LanMember,
+    Testbed,
+    Topology,
+    VirtualLan,
+    VirtualLink,
+    VirtualNode,
+    map_topology,
+)
+from nestbed.mapper.fromir import UNLIMITED_ESTIMATE_BPS, desires
+from nestbed.mapper.hostsfile import CORES, DEFAULT_SWITCH, MEMORY
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What an agent says about its host."""
+
+    name: str
+    address: str  # its underlay address (where the other hosts' VXLAN reaches it)
+    cores: int
+    memory_bytes: int
+    slots: int  # how many nodes it may hold
+    nic_bps: int  # its interface to the underlay
+    linkd_pps: int | None = None  # packets/s its link emulator carries (None: not said)
+
+
+def topology_of_plan(p: Plan) -> Topology:
+    """The plan's nodes, links and LANs as the mapper sees them: a node wants its CPU quota
+    and memory limit; a link or LAN member weighs its fastest shaped direction (unlimited
+    ones the mapper's estimate of an unshaped link)."""
+    nodes = [VirtualNode(n.name, desires=desires(n.cpu_cores, n.memory_bytes)) for n in p.nodes]
+    rates: dict[tuple[str, str], int] = {}  # (link, node) -> bits/s
+    lans = {link.link for link in p.emulated if link.lan} | {b.link for b in p.bridges}
+    for link in p.emulated:
+        for port in link.ports:
+            rates[(link.link, port.port)] = max(
+                (d.get("bandwidth", {}).get("rate_bps", 0) for d in (port.egress, port.ingress)),
+                default=0,
+            )
+
+    def rate(link: str, node: str) -> int:
+        return rates.get((link, node)) or UNLIMITED_ESTIMATE_BPS
+
+    links, virtual_lans = [], []
+    for link, members in link_members(p).items():
+        if len(members) == 2 and link not in lans:
+            a, b = members
+            bps = max(rate(link, a), rate(link, b))
+            links.append(VirtualLink(link, a, b, bps, shaped=(link, a) in rates))
+        else:
+            virtual_lans.append(VirtualLan(link, tuple(
+                LanMember(m, rate(link, m), f"{link}-{m}") for m in members
+            )))  # fmt: skip
+    return Topology(tuple(nodes), tuple(links), tuple(virtual_lans), name=p.experiment)
+
+
+def testbed_of(hosts: list[HostFacts]) -> Testbed:
+    """The cluster's hosts, all on one switch (the underlay)."""
+    return Testbed(
+        tuple(
+            Host(
+                h.name,
+                DEFAULT_SWITCH,
+                h.nic_bps,
+                types={"pc": h.slots},
+                features={CORES: float(h.cores), MEMORY: float(h.memory_bytes)},
+                cores=h.cores,
+                linkd_pps=h.linkd_pps,
+                uplink=f"link-{h.name}",
+            )
+            for h in sorted(hosts, key=lambda h: h.name)
+        ),
+        (DEFAULT_SWITCH,),
+    )
+
+
+def place(p: Plan, hosts: list[HostFacts]) -> dict[str, str]:
+    """Node -> host, from the mapper (UserError with one sentence if nothing fits)."""
+    return map_topology(topology_of_plan(p), testbed_of(hosts)).hosts

@@ -1,0 +1,226 @@
+"""One host's share of an experiment placed on several hosts, computed from the one-host plan
+without touching the system.
+
+The share is the one-host plan (``backend.plan``) cut along the placement: the host builds
+only its own nodes, with the same interface names, addresses, routes and /etc/hosts as on one
+host. A link or LAN whose members sit on different hosts is *cut*: on every host holding
+members of it, its fabric gets one VXLAN device (one VNI per link or LAN, the same on every
+host) that stands for all the members elsewhere.
+
+- A shaped cut link or LAN stays in nestbed-linkd: the VXLAN device is one more, unshaped,
+  port of the link. Each member's pipes run on that member's host, so a frame leaves through
+  its sender's egress pipe before it is encapsulated: a cut link (whose shaping is all on the
+  sending side, see ``spec.resolve``) is shaped exactly once per direction, on the sending
+  host. A LAN's ingress half runs on the receiving host, once.
+- An unshaped cut link becomes what an unshaped LAN is: each local member's veth to the
+  fabric, and a bridge there joined by the VXLAN device.
+
+Every interface of a cut link or LAN gets the inner MTU (the underlay's less the 50 bytes of
+VXLAN over IPv4): a larger frame would be dropped or fragmented silently inside the tunnel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from nestbed.backend.plan import (
+    IFNAME_MAX,
+    Bridge,
+    EmulatedLink,
+    Interface,
+    PipePort,
+    Plan,
+    Veth,
+    check_names,
+)
+from nestbed.errors import InternalError, UserError
+
+DEFAULT_PORT = 14789  # VXLAN's UDP port between hosts (containerlab's choice; IANA's is 4789)
+DEFAULT_UNDERLAY_MTU = 1500
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+TUNNEL_PORT = "_vxlan"  # the VXLAN device's port name in linkd (no node name has a "_")
+HOST_NAME_RE = re.compile(r"^[-0-9A-Za-z_]+$")
+
+
+@dataclass(frozen=True)
+class Underlay:
+    """How hosts reach each other: each host's own address, the MTU of the network between
+    them, and the UDP port VXLAN uses."""
+
+    addresses: dict[str, str]  # host -> its underlay IPv4 address
+    mtu: int = DEFAULT_UNDERLAY_MTU
+    port: int = DEFAULT_PORT
+
+    @property
+    def inner_mtu(self) -> int:
+        return self.mtu - VXLAN_OVERHEAD
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """The VXLAN device of one cut link or LAN on one host, in the host's fabric."""
+
+    link: str
+    vni: int
+    ifname: str
+    local: str  # this host's underlay address (the device's UDP socket stays in its namespace)
+    remotes: tuple[str, ...]  # the other hosts holding members, by underlay address
+    port: int
+    mtu: int
+    bridge: str | None  # the fabric bridge it joins (unshaped), or None (a linkd port)
+
+
+@dataclass(frozen=True)
+class HostShare:
+    """What one host builds: a plan of its own nodes, its tunnels, and the interfaces whose
+    MTU is the inner MTU."""
+
+    host: str
+    plan: Plan
+    tunnels: tuple[Tunnel, ...]
+    mtus: tuple[tuple[str, str, int], ...]  # (namespace, interface, MTU)
+    underlay: Underlay
+
+
+def vni(experiment: str, link: str) -> int:
+    """A VNI for the link, from its experiment's and its own name (24 bits, never 0).
+
+    Deterministic, so every host derives the same; two experiments sharing an underlay
+    practically never collide (and the kernel refuses a second device with the same VNI and
+    port on a host, so a collision fails the swap-in rather than mixing frames)."""
+    digest = hashlib.sha256(f"{experiment}/{link}".encode()).digest()
+    return int.from_bytes(digest[:3], "big") or 1
+
+
+def host_fabric(fabric: str, host: str) -> str:
+    """The host's fabric namespace: the experiment's, named with the host too, so that
+    simulated hosts on one machine (where /run/netns is shared) do not collide."""
+    return f"{fabric}.{host}"
+
+
+def check_placement(p: Plan, placement: Mapping[str, str], underlay: Underlay) -> None:
+    """One sentence (UserError) for a placement or underlay the shares cannot be built from."""
+    missing = [n.name for n in p.nodes if n.name not in placement]
+    if missing:
+        raise UserError(f"node {missing[0]} of experiment {p.experiment} is placed on no host")
+    for host in sorted(set(placement.values())):
+        if not HOST_NAME_RE.match(host):
+            raise UserError(f"host name {host!r} may hold only letters, digits, '-' and '_'")
+        if host not in underlay.addresses:
+            raise UserError(f"host {host} has no underlay address; give it one")
+    if underlay.inner_mtu < 576:
+        raise UserError(
+            f"an underlay MTU of {underlay.mtu} leaves {underlay.inner_mtu} bytes inside VXLAN; "
+            "IPv4 needs 576 at least"
+        )
+
+
+def cut_links(p: Plan, placement: Mapping[str, str]) -> dict[str, set[str]]:
+    """Links and LANs whose members sit on more than one host, with those hosts."""
+    hosts: dict[str, set[str]] = {}
+    for link, nodes in link_members(p).items():
+        hosts[link] = {placement[n] for n in nodes}
+    return {link: h for link, h in hosts.items() if len(h) > 1}
+
+
+def link_members(p: Plan) -> dict[str, list[str]]:
+    """Each link or LAN's member nodes, links in the plan's order (the IR's)."""
+    node_of = {n.netns: n.name for n in p.nodes}
+    found: dict[str, list[str]] = {}
+    for veth in p.veths:
+        found.setdefault(veth.link, [])
+        for end in (veth.a, veth.b):
+            if end.netns in node_of:
+                found[veth.link].append(node_of[end.netns])
+    return found
+
+
+def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) -> HostShare:
+    """Host ``host``'s share of plan ``p`` with nodes placed by ``placement`` (node -> host)."""
+    check_placement(p, placement, underlay)
+    local_ns = {n.netns for n in p.nodes if placement[n.name] == host}
+    fabric = host_fabric(p.fabric, host)
+    cut = cut_links(p, placement)
+    index = {link: i for i, link in enumerate(link_members(p))}  # as plan() numbered them
+    inner = underlay.inner_mtu
+
+    def here(end: Interface) -> Interface:
+        return replace(end, netns=fabric) if end.netns == p.fabric else end
+
+    veths: list[Veth] = []
+    bridges: list[Bridge] = []
+    cut_bridges: dict[str, tuple[str, list[str]]] = {}  # link -> (bridge, fabric ends)
+    for veth in p.veths:
+        node_ends = [end for end in (veth.a, veth.b) if end.netns != p.fabric]
+        if veth.link in cut and len(node_ends) == 2:
+            # An unshaped cut link: each local member's own veth to a bridge in the fabric.
+            i = index[veth.link]
+            for j, end in enumerate(node_ends):
+                if end.netns in local_ns:
+                    fabric_end = f"l{i}p{j}"
+                    veths.append(Veth(end, Interface(fabric, fabric_end), veth.link))
+                    cut_bridges.setdefault(veth.link, (f"br{i}", []))[1].append(fabric_end)
+        elif any(end.netns in local_ns for end in node_ends):
+            veths.append(Veth(here(veth.a), here(veth.b), veth.link))
+    bridges += [Bridge(fabric, br, tuple(ends), link) for link, (br, ends) in cut_bridges.items()]
+    fabric_ends = {end.ifname for v in veths for end in (v.a, v.b) if end.netns == fabric}
+    for bridge in p.bridges:
+        ports = tuple(port for port in bridge.ports if port in fabric_ends)
+        if ports:
+            bridges.append(replace(bridge, netns=fabric, ports=ports))
+    emulated: list[EmulatedLink] = []
+    for link in p.emulated:
+        ports = tuple(port for port in link.ports if port.ifname in fabric_ends)
+        if not ports:
+            continue
+        if link.link in cut:
+            ports += (PipePort(TUNNEL_PORT, _tunnel_ifname(index[link.link]), {}, {}),)
+        emulated.append(replace(link, ports=ports))
+
+    tunnels = []
+    bridge_of = {b.link: b.ifname for b in bridges}
+    for link in cut:
+        if host not in cut[link]:
+            continue
+        tunnels.append(
+            Tunnel(
+                link=link,
+                vni=vni(p.experiment, link),
+                ifname=_tunnel_ifname(index[link]),
+                local=underlay.addresses[host],
+                remotes=tuple(sorted(underlay.addresses[h] for h in cut[link] - {host})),
+                port=underlay.port,
+                mtu=inner,
+                bridge=bridge_of.get(link),
+            )
+        )
+    mtus = tuple(
+        (end.netns, end.ifname, inner) for v in veths if v.link in cut for end in (v.a, v.b)
+    )
+    nodes = tuple(n for n in p.nodes if n.netns in local_ns)
+    uses_fabric = bool(bridges or emulated or tunnels)
+    result = replace(
+        p,
+        fabric=fabric,
+        nodes=nodes,
+        veths=tuple(veths),
+        bridges=tuple(bridges),
+        emulated=tuple(emulated),
+        namespaces=((fabric,) if uses_fabric else ()) + tuple(n.netns for n in nodes),
+    )
+    too_long = check_names(result) + [t.ifname for t in tunnels if len(t.ifname) > IFNAME_MAX]
+    if too_long:
+        raise InternalError(f"interface name {too_long[0]} is longer than {IFNAME_MAX}")
+    return HostShare(host, result, tuple(tunnels), mtus, underlay)
+
+
+def _tunnel_ifname(index: int) -> str:
+    return f"vx{index}"
+
+
+def shares(p: Plan, placement: Mapping[str, str], underlay: Underlay) -> dict[str, HostShare]:
+    """Every host's share, by host (hosts given no node get none)."""
+    return {h: share(p, placement, h, underlay) for h in sorted(set(placement.values()))}

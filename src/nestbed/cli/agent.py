@@ -1,0 +1,53 @@
+"""`nestbed agent`: serve this host to a cluster (a Dask worker tagged with the host's name
+that builds the host's share of experiments); registered in nestbed.cli."""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated
+
+import typer
+
+from nestbed.cli.common import app
+from nestbed.errors import UserError
+from nestbed.units import UnitError, parse_bandwidth
+
+
+@app.command()
+def agent(
+    scheduler: Annotated[
+        str, typer.Option("--scheduler", help="The cluster's Dask scheduler: tcp://HOST:8786.")
+    ],
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="This host's name in the cluster (default: its hostname)."),
+    ] = None,
+    slots: Annotated[int, typer.Option(min=1, help="How many nodes this host may hold.")] = 64,
+    nic: Annotated[str, typer.Option(help="Bandwidth of this host's link to the others.")] = "1Gb",
+    linkd_pps: Annotated[
+        int | None,
+        typer.Option(min=1, help="Packets per second this host's link emulator carries "
+                     "(the mapper keeps shaped links within it; default: no bound)."),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(help="Address to serve on, where the others' VXLAN reaches this host "
+                     "(default: the one that reaches the scheduler)."),
+    ] = None,
+) -> None:  # fmt: skip
+    """Serve this host to a cluster until stopped: build its share of experiments."""
+    from nestbed.backend.cluster.agent import AgentConfig, serve
+    from nestbed.backend.cluster.share import HOST_NAME_RE
+
+    try:
+        nic_bps = parse_bandwidth(nic)
+    except UnitError as exc:
+        raise UserError(f"--nic: {exc}") from None
+    if not scheduler.startswith("tcp://"):
+        raise UserError(f"--scheduler {scheduler} is no address; write tcp://HOST:8786")
+    name = host or socket.gethostname().split(".")[0]
+    if not HOST_NAME_RE.match(name):
+        raise UserError(
+            f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
+        )
+    serve(scheduler, AgentConfig(name, slots, nic_bps, linkd_pps), listen)

@@ -1,0 +1,211 @@
+"""Simulated machines for the cluster tests: each host is a network namespace with its own
+address on an underlay, and its share of an experiment is built by a process running inside
+that namespace (its network namespace only: node namespaces it makes must be visible to
+everyone, as on a real host, so its mount namespace stays the machine's).
+
+The underlay is a switch namespace where nestbed-linkd joins every host's uplink, and the root
+namespace's (where the tests' Dask scheduler listens), as one LAN with a delay and a rate: so
+crossing from host to host costs something real, as a network between machines does. Every
+name carries ``i21`` and this process's id, so nothing collides with other experiments or test
+runs on the machine, and ``stop`` removes exactly what ``start`` made.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend import linux, offloads
+from nestbed.backend.processes import stop as stop_process
+from nestbed.backend.sockets import SocketClient, start_daemon
+from nestbed.binaries import built_binary
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+UNDERLAY_DELAY_S = 0.0005  # from host to host, each way (the sending port's egress pipe)
+UNDERLAY_RATE_BPS = 1_000_000_000
+# Two hosts on each side of a bottleneck; two nodes a host put each side on its own host.
+DUMBBELL = """
+routing: static
+nodes: [{name: h1}, {name: r1}, {name: r2}, {name: h3}]
+links:
+  - {name: access1, members: [h1, r1]}
+  - {name: bottleneck, members: [r1, r2], bandwidth: 10Mb, delay: 20ms}
+  - {name: access3, members: [r2, h3]}
+"""
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+class Machines:
+    """``count`` simulated hosts called h1, h2, …"""
+
+    def __init__(self, count: int):
+        self.id = f"{os.getpid() % 100000}"
+        self.gateway = f"i21g{self.id}"  # the root namespace's end of its uplink
+        self.switch = f"i21-{self.id}-switch"
+        self.hosts = [f"h{i}" for i in range(1, count + 1)]
+        self.namespaces = {h: f"i21-{self.id}-{h}" for h in self.hosts}
+        # A /24 of 10.221.0.0/16 of this run's own: the root namespace routes it to this run.
+        subnet = f"10.221.{int(self.id) % 250}"
+        self.addresses = {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)}
+        self.gateway_address = f"{subnet}.254"  # the root namespace's address on the underlay
+        self.linkd: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        _run("ip", "netns", "add", self.switch)
+        _run("ip", "link", "add", self.gateway, "type", "veth",
+             "peer", "name", "gw", "netns", self.switch)  # fmt: skip
+        _run("ip", "addr", "add", f"{self.gateway_address}/24", "dev", self.gateway)
+        _run("ip", "link", "set", self.gateway, "up")
+        for host, namespace in self.namespaces.items():
+            _run("ip", "netns", "add", namespace)
+            _run("ip", "link", "add", "up0", "netns", namespace, "type", "veth",
+                 "peer", "name", host, "netns", self.switch)  # fmt: skip
+            _run("ip", "-n", namespace, "addr", "add", f"{self.addresses[host]}/24", "dev", "up0")
+            _run("ip", "-n", namespace, "link", "set", "up0", "up")
+            _run("ip", "-n", namespace, "link", "set", "lo", "up")
+            _run("ip", "-n", self.switch, "link", "set", host, "up")
+            with linux.inside(namespace):
+                offloads.turn_off(["up0"], linux.OFFLOADS)
+        _run("ip", "-n", self.switch, "link", "set", "gw", "up")
+        with linux.inside(self.switch):
+            offloads.turn_off(["gw", *self.hosts], linux.OFFLOADS)
+        offloads.turn_off([self.gateway], linux.OFFLOADS)  # this process is in the root's
+        self._start_linkd()
+
+    def _start_linkd(self) -> None:
+        directory = self.run_dir("switch")
+        directory.mkdir(parents=True, exist_ok=True)
+        sock = directory / "linkd.sock"
+        argv = ["ip", "netns", "exec", self.switch, built_binary("nestbed-linkd"),
+                "--socket", str(sock)]  # fmt: skip
+        self.linkd = start_daemon(argv, sock, directory / "linkd.log", "the underlay's linkd",
+                                  timeout_s=10, ping=False)  # fmt: skip
+        egress = {
+            "delay": {"delay_ns": round(UNDERLAY_DELAY_S * 1e9)},
+            "bandwidth": {"rate_bps": UNDERLAY_RATE_BPS},
+        }
+        ports = [{"port": p, "ifname": p, "egress": egress} for p in [*self.hosts, "gw"]]
+        with SocketClient(sock) as client:
+            client.request("add_link", link="underlay", lan=True, ports=ports)
+
+    def stop(self) -> None:
+        """Removes the underlay's linkd, the hosts and the switch (their interfaces go with
+        them), the root namespace's uplink and the run folders; all of them even if one
+        step fails."""
+        try:
+            if self.linkd is not None:
+                stop_process(self.linkd.pid)
+        finally:
+            # The root's uplink first: deleting a namespace frees its devices later, in the
+            # kernel's own time; deleting one end of a veth pair removes both at once.
+            subprocess.run(["ip", "link", "delete", self.gateway], capture_output=True)
+            for namespace in [*self.namespaces.values(), self.switch]:
+                subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+            for directory in self.run_dir("x").parent.glob(self.run_dir("*").name):
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def run_dir(self, host: str) -> Path:
+        """The host's nestbed state folder (``NESTBED_RUN_DIR``): on a real host /run/nestbed
+        (and the switch's, and the controlling machine's)."""
+        return Path(f"/run/nestbed-i21-{self.id}-{host}")
+
+    def env(self, host: str) -> dict[str, str]:
+        """The environment of the host's processes: its state folder, and Dask's scratch
+        space in it, hidden from what nestbed takes for experiments' folders (so a killed
+        agent's stays there, removed by ``stop``)."""
+        run_dir = self.run_dir(host)
+        return {**os.environ, "PYTHONPATH": str(SRC), "NESTBED_RUN_DIR": str(run_dir),
+                "DASK_TEMPORARY_DIRECTORY": str(run_dir / ".dask")}  # fmt: skip
+
+    def argv(self, host: str, *argv: str) -> list[str]:
+        """``argv`` run inside the host's network namespace."""
+        return ["nsenter", f"--net=/run/netns/{self.namespaces[host]}", "--", *argv]
+
+    def call(self, host: str, function: str, *args: Any) -> subprocess.CompletedProcess:
+        """``nestbed.backend.cluster.host.FUNCTION(*args)`` in a process on the host."""
+        with tempfile.NamedTemporaryFile(suffix=".pickle") as data:
+            pickle.dump(args, data)
+            data.flush()
+            code = (
+                "import pickle, sys\n"
+                "from nestbed.backend.cluster import host\n"
+                "args = pickle.load(open(sys.argv[2], 'rb'))\n"
+                "getattr(host, sys.argv[1])(*args)\n"
+            )
+            argv = self.argv(host, sys.executable, "-c", code, function, data.name)
+            return subprocess.run(argv, env=self.env(host), capture_output=True, text=True)
+
+    def sockets(self, host: str) -> str:
+        """The host's UDP sockets, as ``ss`` lists them."""
+        argv = self.argv(host, "ss", "-Hnua")
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+class Agents:
+    """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
+
+    def __init__(self, machines: Machines, *, slots: int):
+        self.machines, self.slots = machines, slots
+        port = 20000 + os.getpid() % 10000
+        self.address = f"tcp://{machines.gateway_address}:{port}"
+        self.scheduler = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+             machines.gateway_address,
+             "--port", str(port), "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def start(self, host: str) -> None:
+        argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
+                "--host", host, "--slots", str(self.slots)]  # fmt: skip
+        self.agents[host] = subprocess.Popen(
+            self.machines.argv(host, *argv), env=self.machines.env(host),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def kill(self, host: str) -> None:
+        """As a crash would: SIGKILL, no goodbye to the scheduler."""
+        self.agents[host].kill()
+        self.agents.pop(host).wait()
+
+    def stop(self) -> None:
+        for process in [*self.agents.values(), self.scheduler]:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def namespaces() -> set[str]:
+    return set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+
+
+def interfaces() -> set[str]:
+    out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True)
+    return {line.split()[0].split("@")[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def processes(needle: str) -> list[str]:
+    """Command lines of the processes that name ``needle`` (linkd names its state folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if needle in cmd:
+                found.append(cmd)
+    return found

@@ -1,0 +1,163 @@
+"""The cluster back end end to end on simulated hosts: a Dask scheduler on the underlay, one
+`nestbed agent` (a Dask worker) inside each host's namespace, and ClusterBackend placing a
+dumbbell with the mapper, swapping it in on both hosts, running commands in its nodes and
+swapping it out; a host that fails its part leaves nothing on the others."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import pytest
+from simulated import DUMBBELL, Agents, Machines, namespaces, processes
+
+from nbtest import EXAMPLES, experiment, until
+from nestbed.backend.cluster.backend import ClusterBackend
+from nestbed.backend.cluster.placement import place
+from nestbed.backend.plan import plan
+from nestbed.errors import EnvironmentProblem
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three simulated hosts, each with an agent holding at most two nodes, and the back end
+    reaching them through a scheduler on the underlay; all stopped and removed at the end."""
+    machines = Machines(3)
+    agents = None
+    try:
+        machines.start()
+        agents = Agents(machines, slots=2)
+        for host in machines.hosts:
+            agents.start(host)
+        backend = ClusterBackend(agents.address, state_root=machines.run_dir("controller"))
+        until(lambda: backend.hosts() == machines.hosts, "the agents to join")
+        yield machines, backend, agents
+        backend.close()
+    finally:
+        if agents is not None:
+            agents.stop()
+        machines.stop()
+    assert not set(machines.namespaces.values()) & namespaces()
+
+
+@pytest.fixture
+def swapped(cluster):
+    """Swaps plans in through the back end; swaps them out at the end however the test ended
+    and checks every host kept nothing of them."""
+    machines, backend, _ = cluster
+    made = []
+
+    def swap_in(p):
+        made.append(p)
+        backend.swap_in(p)
+        return p
+
+    yield swap_in
+    for p in made:
+        backend.swap_out(p)
+    for p in made:
+        assert not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
+        for host in machines.hosts:
+            assert not (machines.run_dir(host) / p.experiment).exists()
+            assert not processes(str(machines.run_dir(host) / p.experiment))
+        assert not backend.run_dir(p).exists()
+
+
+def test_a_dumbbell_is_placed_cut_at_its_bottleneck_swapped_in_and_pinged_across(cluster, swapped):
+    _, backend, _ = cluster
+    exp = experiment(DUMBBELL, "i21dask")
+    p = swapped(plan(exp))
+    nodes, underlay = backend.placement(p)
+    # Two nodes a host: the mapper cuts the slowest link, the bottleneck.
+    assert nodes["h1"] == nodes["r1"] != nodes["r2"] == nodes["h3"]
+    assert underlay.inner_mtu == 1450
+    ping = backend.exec_in(p, "h1", ["ping", "-n", "-c", "4", "-i", "0.2", "h3"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+    print(f"ping h1 -> h3 through ClusterBackend: min RTT {rtt_min_ms:.3f} ms (link 2 x 20 ms)")
+    assert 40 <= rtt_min_ms < 60
+    hosts = backend.exec_in(p, "h3", ["getent", "hosts", "h1"], capture_output=True, text=True)
+    assert hosts.stdout.split()[0] == exp.links[0].port("h1").ip
+
+
+def test_a_host_that_fails_its_part_leaves_nothing_on_the_others(cluster):
+    machines, backend, _ = cluster
+    p = plan(experiment(DUMBBELL, "i21fail"))
+    # A namespace of one node exists already on its host: that host refuses its part.
+    taken = p.node("h3").netns
+    where = place(p, backend.facts())["h3"]
+    subprocess.run(["ip", "netns", "add", taken], check=True)
+    try:
+        with pytest.raises(EnvironmentProblem, match=f"failed on host {where}: .*{taken} of"):
+            backend.swap_in(p)
+        assert [n for n in namespaces() if n.startswith(f"nb-{p.tag}")] == [taken]
+        for host in machines.hosts:
+            assert not (machines.run_dir(host) / p.experiment).exists()
+        assert not backend.run_dir(p).exists()
+    finally:
+        subprocess.run(["ip", "netns", "delete", taken], check=True)
+
+
+def test_the_six_node_dumbbell_over_three_hosts_reaches_every_host_from_every_other(
+    swapped, cluster
+):
+    _, backend, _ = cluster
+    exp = experiment((EXAMPLES / "dumbbell.yaml").read_text(), "i21three")
+    p = swapped(plan(exp))
+    nodes, _ = backend.placement(p)
+    assert sorted(nodes.values()) == ["h1", "h1", "h2", "h2", "h3", "h3"]
+    for src, dst in (("h1", "h3"), ("h2", "h4"), ("h4", "h1"), ("h3", "h2")):
+        ping = backend.exec_in(p, src, ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", dst],
+                               capture_output=True, text=True)  # fmt: skip
+        assert ping.returncode == 0, f"{src} -> {dst}: {ping.stdout}{ping.stderr}"
+        rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+        assert 44 <= rtt_min_ms < 70, f"{src} -> {dst}: {rtt_min_ms} ms"  # 2 x (1 + 20 + 1) ms
+
+
+def test_a_dead_agent_leaves_its_network_running_and_its_successor_swaps_it_out(swapped, cluster):
+    """The data plane never goes through Dask, and a host's state lives on the host (its
+    namespaces, linkd, state folder), not in its agent: a new agent takes over from it, and
+    swap-out meanwhile fails at once for that host only."""
+    machines, backend, agents = cluster
+    exp = experiment(DUMBBELL, "i21crash")
+    p = swapped(plan(exp))
+    nodes, _ = backend.placement(p)
+    dead = nodes["h3"]
+    agents.kill(dead)
+    until(lambda: dead not in backend.hosts(), f"the scheduler to see the agent of {dead} gone")
+    ping = backend.exec_in(p, "h1", ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", "h3"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert ping.returncode == 0, ping.stdout + ping.stderr  # h1's host still answers for h1
+    # Swap-out does what it can at once: the other hosts' shares go, the dead host's waits.
+    with pytest.raises(
+        EnvironmentProblem, match=f"failed on host {dead}: host {dead} has no agent"
+    ):
+        backend.swap_out(p)
+    left = {n for n in namespaces() if n.startswith(f"nb-{p.tag}")}
+    assert p.node("h1").netns not in left and p.node("h3").netns in left
+    agents.start(dead)
+    until(lambda: backend.hosts() == machines.hosts, f"a new agent on {dead} to join")
+    assert backend.exec_in(p, "h3", ["true"]).returncode == 0
+    # (the fixture's swap-out through the new agent removes the rest, and checks it)
+
+
+def test_a_host_that_does_not_answer_fails_the_swap_in_at_the_deadline_before_anything_is_made(
+    cluster,
+):
+    _, backend, agents = cluster
+    p = plan(experiment(DUMBBELL, "i21mute"))
+    frozen = agents.agents["h2"]
+    impatient = ClusterBackend(backend.scheduler, state_root=backend.state_root, timeout_s=3)
+    frozen.send_signal(signal.SIGSTOP)  # alive for the scheduler, silent for its work
+    try:
+        message = "host h2 did not report its facts: TimeoutError: no answer within 3 s"
+        with impatient, pytest.raises(EnvironmentProblem, match=message):
+            impatient.swap_in(p)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    assert not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
+    assert not backend.run_dir(p).exists()
+    assert backend.facts()  # the host answers again

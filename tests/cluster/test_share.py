@@ -1,0 +1,126 @@
+"""A host's share of an experiment on several hosts: what it builds, computed without root."""
+
+from __future__ import annotations
+
+import pytest
+from simulated import DUMBBELL
+
+from nbtest import build
+from nestbed.backend.cluster.share import (
+    TUNNEL_PORT,
+    Underlay,
+    check_placement,
+    cut_links,
+    share,
+    shares,
+    vni,
+)
+from nestbed.backend.plan import plan
+from nestbed.errors import UserError
+
+LEFT_RIGHT = {"h1": "left", "r1": "left", "r2": "right", "h3": "right"}
+UNDERLAY = Underlay({"left": "10.221.0.1", "right": "10.221.0.2", "third": "10.221.0.3"})
+
+
+def test_each_host_builds_its_own_nodes_with_the_one_host_routes_and_names():
+    p = plan(build(DUMBBELL))
+    left, right = (share(p, LEFT_RIGHT, h, UNDERLAY) for h in ("left", "right"))
+    assert [n.name for n in left.plan.nodes] == ["h1", "r1"]
+    assert [n.name for n in right.plan.nodes] == ["r2", "h3"]
+    for part in (left, right):
+        for node in part.plan.nodes:
+            assert node == p.node(node.name)  # routes, /etc/hosts, interfaces, sysctls
+    assert left.plan.fabric != right.plan.fabric  # one machine may simulate both hosts
+    assert set(left.plan.namespaces).isdisjoint(right.plan.namespaces)
+    # Every veth of the one-host plan is built on exactly one host, names unchanged.
+    names = {(v.link, e.ifname) for s in (left, right) for v in s.plan.veths for e in (v.a, v.b)}
+    assert names == {(v.link, e.ifname) for v in p.veths for e in (v.a, v.b)}
+
+
+def test_a_shaped_cut_link_is_shaped_on_the_sending_side_and_tunnelled_once():
+    p = plan(build(DUMBBELL))
+    left, right = (share(p, LEFT_RIGHT, h, UNDERLAY) for h in ("left", "right"))
+    assert cut_links(p, LEFT_RIGHT) == {"bottleneck": {"left", "right"}}
+    for part, node, remote in ((left, "r1", "10.221.0.2"), (right, "r2", "10.221.0.1")):
+        (link,) = part.plan.emulated
+        local, tunnel_port = link.ports
+        assert local.port == node and local.egress["delay"]["delay_ns"] == 20_000_000
+        assert local.egress["bandwidth"]["rate_bps"] == 10_000_000
+        assert (tunnel_port.port, tunnel_port.egress, tunnel_port.ingress) == (TUNNEL_PORT, {}, {})
+        (tunnel,) = part.tunnels
+        assert tunnel.ifname == tunnel_port.ifname and tunnel.remotes == (remote,)
+        assert tunnel.vni == vni(p.experiment, "bottleneck") and tunnel.port == 14789
+        assert tunnel.bridge is None and tunnel.mtu == 1450
+        # Both ends of the node's veth on the cut link carry the inner MTU; nothing else does.
+        assert {(ns.split("-")[-1], ifname) for ns, ifname, _ in part.mtus} == {
+            (node, part.plan.interfaces()[("bottleneck", node)]),
+            (part.plan.fabric.split("-")[-1], local.ifname),
+        }
+        assert {mtu for *_, mtu in part.mtus} == {1450}
+
+
+def test_an_unshaped_cut_link_is_bridged_to_its_tunnel():
+    p = plan(build(DUMBBELL.replace(", bandwidth: 10Mb, delay: 20ms", "")))
+    assert not p.emulated
+    left = share(p, LEFT_RIGHT, "left", UNDERLAY)
+    (bridge,) = left.plan.bridges
+    (tunnel,) = left.tunnels
+    assert tunnel.bridge == bridge.ifname and bridge.netns == left.plan.fabric
+    (veth,) = [v for v in left.plan.veths if v.link == "bottleneck"]
+    assert veth.a.netns == p.node("r1").netns and veth.b.ifname in bridge.ports
+    assert left.plan.fabric in left.plan.namespaces
+
+
+def test_a_lan_over_three_hosts_reaches_the_two_others_and_a_host_without_it_has_no_tunnel():
+    exp = build("""
+        nodes: [{name: a}, {name: b}, {name: c}, {name: d}]
+        links: [{name: cd, members: [c, d]}]
+        lans: [{name: lan0, members: [a, b, c]}]
+    """)
+    p = plan(exp)
+    placement = {"a": "left", "b": "right", "c": "third", "d": "third"}
+    parts = shares(p, placement, UNDERLAY)
+    assert parts["left"].tunnels[0].remotes == ("10.221.0.2", "10.221.0.3")
+    assert [t.link for t in parts["third"].tunnels] == ["lan0"]
+    assert [b.ports for b in parts["third"].plan.bridges] == [("l1p2",)]
+    assert not any(v.link == "lan0" and v.a.netns.endswith("-d") for v in parts["third"].plan.veths)
+
+
+def test_a_placement_the_shares_cannot_be_built_from_is_one_sentence():
+    p = plan(build(DUMBBELL))
+    with pytest.raises(UserError, match=r"node h3 of experiment .* is placed on no host"):
+        check_placement(p, {"h1": "left", "r1": "left", "r2": "right"}, UNDERLAY)
+    with pytest.raises(UserError, match="host nowhere has no underlay address"):
+        share(p, {**LEFT_RIGHT, "h3": "nowhere"}, "left", UNDERLAY)
+    with pytest.raises(UserError, match="leaves 450 bytes inside VXLAN"):
+        share(p, LEFT_RIGHT, "left", Underlay(UNDERLAY.addresses, mtu=500))
+
+
+def test_all_on_one_host_is_the_one_host_plan_but_for_the_fabric_name():
+    p = plan(build(DUMBBELL))
+    one = share(p, dict.fromkeys(LEFT_RIGHT, "left"), "left", UNDERLAY)
+    assert not one.tunnels and not one.mtus
+    assert one.plan.nodes == p.nodes and one.plan.emulated == p.emulated
+    assert len(one.plan.veths) == len(p.veths)
+
+
+def test_a_shaped_lan_keeps_each_members_pipes_on_its_own_host_and_the_port_is_configurable():
+    exp = build("""
+        lans: [{name: lan0, members: [a, b, c], delay: 10ms, bandwidth: 10Mb}]
+        nodes: [{name: a}, {name: b}, {name: c}]
+    """)
+    p = plan(exp)
+    underlay = Underlay(UNDERLAY.addresses, port=4789)
+    parts = shares(p, {"a": "left", "b": "left", "c": "right"}, underlay)
+    (one,) = p.emulated
+    by_port = {port.port: port for port in one.ports}
+    for part in parts.values():
+        (link,) = part.plan.emulated
+        assert link.lan and link.seed == one.seed
+        *members, tunnel_port = link.ports
+        assert tunnel_port.port == TUNNEL_PORT
+        # A frame leaves through its sender's egress half here and, on the far side, meets
+        # its receiver's ingress half there: each half once.
+        assert all(m == by_port[m.port] for m in members)
+        assert part.tunnels[0].port == 4789
+    assert [m.port for m in parts["left"].plan.emulated[0].ports] == ["a", "b", TUNNEL_PORT]
