@@ -154,12 +154,14 @@ def testbed(tmp_path):
     store.close()
 
 
-def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
+def _run(testbed, tmp_path, name: str, text: str):  # type: ignore[no-untyped-def]
+    """Defines the ns file TEXT as NAME-PID, runs it; the experiment, its results folder and
+    the cbr0 row of its flows table."""
     from nestbed.lifecycle.runs import run
     from nestbed.model.options import RunOptions
 
-    path = tmp_path / f"hybrun{os.getpid()}.ns"
-    path.write_text((EXAMPLES / "hybrid.ns").read_text())
+    path = tmp_path / f"{name}{os.getpid()}.ns"
+    path.write_text(text)
     loaded = load(path)
     exp = loaded.experiment
     testbed.store.create_experiment(
@@ -171,6 +173,11 @@ def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
     assert summary["outcome"] == "halted"
     with (results / "traffic" / "flows.csv").open() as f:
         cbr = next(r for r in csv.DictReader(f) if r["flow"] == "cbr0")
+    return exp, results, cbr
+
+
+def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
+    exp, results, cbr = _run(testbed, tmp_path, "hybrun", (EXAMPLES / "hybrid.ns").read_text())
     sent, received = int(cbr["packets_sent"]), int(cbr["packets_received"])
     # 1 Mb/s of 500-byte datagrams for 5 s, half the simulated link: it arrives (a stall of
     # the machine can bunch enough of it to overflow the 20-packet queue now and then), no
@@ -182,6 +189,20 @@ def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
         lag = list(csv.DictReader(f))
     assert len(lag) >= 5 and all(float(r["lag_max_s"]) >= 0 for r in lag)
     assert not linux.leftovers_by_tag().get(plan(exp).tag)
+
+
+def test_events_take_an_attachment_down_and_up(testbed, tmp_path):
+    text = (EXAMPLES / "hybrid.ns").read_text()
+    text = text.replace('$ns at 6.0 "$cbr0 stop"', '$ns at 6.0 "$cbr0 stop"\n'
+                        '$ns at 2.0 "$attach1 down"\n$ns at 3.0 "$attach1 up"')  # fmt: skip
+    _, results, cbr = _run(testbed, tmp_path, "hybdown", text)
+    with (results / "events.csv").open() as f:
+        done = {(e["object"], e["verb"]): e["outcome"] for e in csv.DictReader(f)}
+    assert done[("attach1", "down")] == done[("attach1", "up")] == "ok"
+    # 5 s of CBR, 1 s of it into a link that is down
+    loss = 1 - int(cbr["packets_received"]) / int(cbr["packets_sent"])
+    print(f"cbr0 lost {loss:.3f} with attach1 down 1 s of 5")
+    assert 0.15 < loss < 0.25
 
 
 def test_cleanup_of_a_crashed_experiment_stops_its_simulator():
