@@ -172,3 +172,14 @@ def test_simulated_traffic_comes_last():
     assert line == "cbr x r1 10.1.1.3 9 1000 2000000 0.0 0.0"
     text = replace(simulation, traffic=(line,)).description({"a1": 3, "a2": 4})
     assert text.endswith(f"{line}\nend\n")
+
+
+def test_the_cluster_back_end_refuses_simulated_nodes_in_one_sentence():
+    from nestbed.backend.cluster.backend import ClusterBackend
+
+    with pytest.raises(UserError) as caught:
+        ClusterBackend.swap_in(None, plan(build(HYBRID)))  # type: ignore[arg-type]  # refused first
+    assert str(caught.value) == (
+        "experiment t has simulated nodes (make-simulated), which run on one machine so far; "
+        "swap it in with the linux back end"
+    )
