@@ -9,17 +9,18 @@ STAMPS := .stamps
 # Debian packages nestbed uses: Tcl for the ns-2 front end, ns-2 itself for simulation and
 # compatibility tests, PostgreSQL for shared stores (and its tests), iproute2/ethtool/tcpdump/
 # iperf3 for the back end and measurements, tcptrace and tshark as the trace analyzer's peers
-# (tests/analysis/test_tcptrace.py, bench/analyze.py; time for its peak-memory figures), and
-# liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO).
+# (tests/analysis/test_tcptrace.py, bench/analyze.py; time for its peak-memory figures),
+# liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO), and g++ for
+# nestbed-sim (simulated nodes, below).
 APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv \
-	tcptrace tshark time liblzo2-dev
+	tcptrace tshark time liblzo2-dev g++
 # Only the benchmarks' anchors: Mininet beside swap-in and swap-out (bench/swap.py), trafgen as
 # the fast frame generator of bench/linkd.py. Installed by `make bench`, without recommends.
 BENCH_PACKAGES := mininet netsniff-ng
 
-.PHONY: setup apt bench-apt packages demo test test-python test-rust bench lint format schemas clean
+.PHONY: setup apt bench-apt packages demo test test-python test-rust bench lint format schemas clean sim
 
-setup: apt $(STAMPS)/venv rust
+setup: apt $(STAMPS)/venv rust sim
 
 apt:
 	@$(MAKE) --no-print-directory packages PACKAGES="$(APT_PACKAGES)"
@@ -45,6 +46,27 @@ $(STAMPS)/venv: pyproject.toml
 
 rust:
 	cargo build --release --quiet
+
+# The simulated parts of experiments (`make-simulated`) run in nestbed-sim, a small C++ program
+# on ns-3's real-time simulator, compiled against the libraries and headers of the ns3 wheel
+# (pyproject's `hybrid` extra; this pin must match it). The wheel goes in without its one
+# dependency, cppyy: its Python bindings build from source for minutes, and nestbed-sim needs
+# none of them. Adds about 30 s to a fresh setup (the 69 MB download, then 6 s of g++).
+NS3 := ns3==3.44.post0
+NS3_LIBS := core network internet point-to-point csma fd-net-device applications traffic-control bridge
+SIM := target/release/nestbed-sim
+
+sim: $(SIM)
+
+$(STAMPS)/ns3: pyproject.toml $(STAMPS)/venv
+	$(PY) -m pip install -q --no-deps '$(NS3)'
+	@touch $@
+
+$(SIM): csrc/nestbed-sim/main.cc $(STAMPS)/ns3
+	@mkdir -p $(dir $@)
+	root=$$($(PY) -c "import importlib.metadata as m; print(m.distribution('ns3').locate_file('ns3'))"); \
+	g++ -std=c++20 -O2 -o $@ $< -I$$root/include -L$$root/lib64 -Wl,-rpath,$$root/lib64 \
+	  $(addprefix -lns3.44-,$(NS3_LIBS))
 
 NESTBED := $(VENV)/bin/nestbed
 DEMO_DB := $(STAMPS)/demo.db

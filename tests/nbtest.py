@@ -43,6 +43,43 @@ def experiment(text: str, name: str) -> Any:
     return exp.model_copy(update={"name": f"{name}-{os.getpid()}"})
 
 
+def swapping() -> Any:
+    """Swaps in plans of experiments for a block (``with swapping() as swap: swap(exp)``),
+    swaps them all out however it ends, and checks that nothing of them is left: no
+    namespace, no run directory, none of its daemons (linkd, nestbed-sim) running."""
+    import contextlib
+
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    @contextlib.contextmanager
+    def block() -> Any:
+        made = []
+
+        def swap(exp: Any) -> Any:
+            p = plan(exp)
+            made.append(p)
+            linux.swap_in(p)
+            return p
+
+        try:
+            yield swap
+        finally:
+            pids = {
+                p.experiment: [int(f.read_text()) for f in linux.run_dir(p).glob("*.pid")]
+                for p in made
+            }
+            for p in made:
+                linux.swap_out(p)
+        for p in made:
+            assert not set(p.namespaces) & set(linux.leftovers())
+            assert not linux.run_dir(p).exists()
+            running = [pid for pid in pids[p.experiment] if Path(f"/proc/{pid}").exists()]
+            assert not running, f"daemons of {p.experiment} outlived swap-out: {running}"
+
+    return block()
+
+
 def until(condition: Callable[[], Any], what: str, deadline_s: float = 180) -> Any:
     """Waits for ``condition`` to be true (its value), failing with ``what`` at the deadline
     (generous: the machine is shared and loaded; never a measured threshold)."""

@@ -67,22 +67,10 @@ def testbed(store):
 @pytest.fixture
 def swapped():
     """Swaps in plans of experiments for one test; all swapped out however the test ends."""
-    from nestbed.backend import linux
-    from nestbed.backend.plan import plan
+    from nbtest import swapping
 
-    made = []
-
-    def swap(exp):
-        p = plan(exp)
-        made.append(p)
-        linux.swap_in(p)
-        return p
-
-    yield swap
-    for p in made:
-        linux.swap_out(p)
-    for p in made:
-        assert not set(p.namespaces) & set(linux.leftovers())
+    with swapping() as swap:
+        yield swap
 
 
 def pytest_collection_modifyitems(items):

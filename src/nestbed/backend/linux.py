@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from nestbed.backend import netlink, offloads, processes
+from nestbed.backend import netlink, offloads, processes, sim
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.plan import MARK_PREFIX, NS_PREFIX, TAG_LENGTH, Plan, experiment_tag, mark
 from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
@@ -119,6 +119,8 @@ def swap_in(plan: Plan, attach: Attach | None = None) -> None:
     """Creates everything in ``plan`` (then ``attach``, before nestbed-linkd starts); on any
     failure removes what it made and re-raises."""
     require_root()
+    if plan.simulation is not None:
+        sim.binary(plan)  # one sentence naming the extra, before anything is made
     taken = sorted(set(plan.namespaces) & set(_listnetns()))
     if taken:
         raise EnvironmentProblem(
@@ -189,6 +191,9 @@ def _create(plan: Plan, step: list[str], created: list[str], attach: Attach | No
     if plan.needs_linkd:
         step[0] = "starting nestbed-linkd"
         _start_linkd(plan)
+    if plan.simulation is not None:
+        step[0] = "starting nestbed-sim"
+        _start_simulator(plan)
 
 
 def _raise_file_limit(namespaces: int) -> None:
@@ -404,6 +409,23 @@ def _start_linkd(plan: Plan) -> None:
             client.request(**link.request())
 
 
+def _start_simulator(plan: Plan) -> None:
+    """nestbed-sim in the fabric, reading each attachment's fabric end through a socket
+    opened here (it keeps its copies; ours are closed once it has started)."""
+    assert plan.simulation is not None
+    directory = run_dir(plan)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sockets: dict[str, socket.socket] = {}
+    try:
+        with inside(plan.fabric):
+            for attachment in plan.simulation.attachments:
+                sockets[attachment.link] = sim.open_attachment(attachment.ifname)
+        sim.start(plan, directory, sockets)
+    finally:
+        for sock in sockets.values():
+            sock.close()
+
+
 def linkd(plan: Plan) -> SocketClient:
     """A client of the experiment's running nestbed-linkd."""
     return SocketClient(run_dir(plan) / "linkd.sock")
@@ -420,8 +442,9 @@ def _stop_pid(pidfile: Path) -> None:
 
 
 def _stop_daemons(directory: Path) -> None:
-    """The experiment's controller first (it still talks to linkd), then linkd."""
-    for name in ("controller.pid", "linkd.pid"):
+    """The experiment's controller first (it still talks to linkd), then nestbed-sim and
+    linkd."""
+    for name in ("controller.pid", sim.PID, "linkd.pid"):
         _stop_pid(directory / name)
 
 

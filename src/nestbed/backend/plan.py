@@ -9,6 +9,8 @@ switch side of everything that is not a plain cable (LAN bridges, nestbed-linkd 
 bridges). An unshaped link is one veth pair straight between its two nodes. A shaped link or
 LAN gives each member a veth pair from the node to the fabric, bridged by nestbed-linkd through
 that member's egress and ingress pipes. An unshaped LAN is a Linux bridge in the fabric.
+Simulated nodes (`make-simulated`) have no namespace: `simplan` describes them, and an
+emulated node's link to one ends in the fabric, where nestbed-sim reads it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nestbed.model import Experiment, Shaping
+from nestbed.backend import simplan
+from nestbed.backend.simplan import Simulation
+from nestbed.model import Experiment, Port, Shaping
 
 NS_PREFIX = "nb-"
 TAG_LENGTH = 8
@@ -169,6 +173,7 @@ class Plan:
     bridges: tuple[Bridge, ...]
     emulated: tuple[EmulatedLink, ...]
     namespaces: tuple[str, ...] = field(default=())
+    simulation: Simulation | None = None  # the part nestbed-sim runs
 
     @property
     def needs_linkd(self) -> bool:
@@ -258,8 +263,10 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
     """
     tag = experiment_tag(exp.name)
     fabric = fabric_namespace(tag)
-    ns = {n.name: node_namespace(tag, n.name) for n in exp.nodes}
-    node_ifaces: dict[str, list[str]] = {n.name: [] for n in exp.nodes}
+    simulated = simplan.simulated_nodes(exp)
+    ns = {n.name: node_namespace(tag, n.name) for n in exp.nodes if n.name not in simulated}
+    node_ifaces: dict[str, list[str]] = {name: [] for name in ns}
+    attachment_ifnames: dict[str, str] = {}  # link -> the fabric end nestbed-sim reads
     veths: list[Veth] = []
     bridges: list[Bridge] = []
     emulated: list[EmulatedLink] = []
@@ -271,9 +278,25 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         iface_of[(node, link)] = name
         return name
 
+    def node_end(port: Port, link: str, no_offloads: bool) -> Interface:
+        """The node's end of a veth pair to the fabric, with its address."""
+        cidr = _cidr(port.ip, port.netmask)
+        return Interface(ns[port.node], node_iface(port.node, link), cidr, no_offloads)
+
     evented = evented_links(exp)
+    simplan.check(exp, evented)
     for index, link in enumerate(exp.all_links):
+        if simplan.is_simulated(link, simulated):
+            continue
         shaped = link.is_shaped or emulate_all or link.name in evented
+        if simplan.is_attachment(link, simulated):
+            attachment_ifnames[link.name] = f"s{index}"
+            if not shaped:
+                # Checksums finished and wire-sized frames, for the simulator as for linkd.
+                port = next(p for p in link.ports if p.node not in simulated)
+                simulator_end = Interface(fabric, f"s{index}", None, no_offloads=True)
+                veths.append(Veth(node_end(port, link.name, True), simulator_end, link.name))
+                continue
         if link.kind == "link" and not shaped:
             a, b = link.ports
             veths.append(
@@ -288,14 +311,13 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         for j, port in enumerate(link.ports):
             end = f"l{index}p{j}"
             fabric_ends.append(end)
+            if port.node in simulated:  # a shaped attachment: linkd, then nestbed-sim
+                simulator_end = Interface(fabric, attachment_ifnames[link.name], None, True)
+                veths.append(Veth(simulator_end, Interface(fabric, end, None, True), link.name))
+                continue
             veths.append(
                 Veth(
-                    Interface(
-                        ns[port.node],
-                        node_iface(port.node, link.name),
-                        _cidr(port.ip, port.netmask),
-                        no_offloads=shaped,
-                    ),
+                    node_end(port, link.name, shaped),
                     Interface(fabric, end, None, no_offloads=shaped),
                     link.name,
                 )
@@ -319,8 +341,14 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
     for node, entries in on_link_routes(exp, iface_of).items():
         routes[node] = entries + list(routes.get(node, ()))
     hosts = _hosts(exp, iface_of)
+    simulated_routes = {
+        name: [(r.destination, r.via) for r in routes.get(name, ()) if r.via] for name in simulated
+    }
+    simulation = simplan.simulation(exp, simulated_routes, attachment_ifnames)
     nodes = []
     for n in exp.nodes:
+        if n.name in simulated:
+            continue
         sysctls = dict(QUIET)
         if len(node_ifaces[n.name]) > 1:
             sysctls["net.ipv4.ip_forward"] = "1"
@@ -338,7 +366,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
                 memory_bytes=n.memory_bytes,
             )
         )
-    namespaces = tuple([fabric] if (bridges or emulated) else []) + tuple(ns.values())
+    in_fabric = bridges or emulated or simulation
+    namespaces = tuple([fabric] if in_fabric else []) + tuple(ns.values())
     return Plan(
         experiment=exp.name,
         tag=tag,
@@ -348,6 +377,7 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         bridges=tuple(bridges),
         emulated=tuple(emulated),
         namespaces=namespaces,
+        simulation=simulation,
     )
 
 
@@ -457,6 +487,8 @@ def on_link_routes(
     kernel would use the first for both links."""
     found: dict[str, list[RouteEntry]] = {}
     for n in exp.nodes:
+        if n.simulated:  # nestbed-sim finds the interface of a next hop itself
+            continue
         ports = [(link, p) for link in exp.all_links for p in link.ports if p.node == n.name]
         by_subnet = Counter(link.subnet for link, _ in ports)
         for link, _ in ports:

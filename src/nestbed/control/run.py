@@ -27,6 +27,7 @@ from nestbed.control.programs import ProgramRunner
 from nestbed.control.requests import Event
 from nestbed.control.sampler import Sampler
 from nestbed.control.scheduler import Pending, Scheduler
+from nestbed.control.simlag import SimulationLag
 from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
 from nestbed.errors import Refused
 from nestbed.model import Action, Experiment, Program
@@ -84,6 +85,7 @@ class Run:
             backend, self.plan, self.folder, self.options.capture_nodes, self.spawn
         )
         self.linktests = Linktests(backend.name, backend.run_dir(self.plan), self.folder)
+        self.simulation_lag = SimulationLag(self.plan, backend.run_dir(self.plan))
         self.actions = Actions(
             self.exp, self.scheduler, self.links, self.flows, self.programs, self.linktests,
             self.events, self._end_by_event,
@@ -281,6 +283,7 @@ class Run:
             problems += tcp_tables(
                 self.flows.values(), self.captures, self.exp, self.folder, self.t0_unix
             )
+        problems += self.simulation_lag.record(self.folder)
         duration = self.now_s()
         self.sampler.stop()
         for table in (self.events, self.program_rows, self.cpu_rows):

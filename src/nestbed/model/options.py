@@ -78,7 +78,7 @@ class RunOptions(Frozen):
 
     @staticmethod
     def _nodes(exp: Experiment, wanted: tuple[str, ...], option: str) -> tuple[str, ...]:
-        nodes = [n.name for n in exp.nodes]
+        nodes = [n.name for n in exp.nodes if not n.simulated]  # no process runs in those
         if "all" in wanted:
             return tuple(nodes)
         unknown = [n for n in wanted if n not in nodes]

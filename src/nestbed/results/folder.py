@@ -14,6 +14,7 @@ written down once::
     tcp/FLOW.csv        segment table of a TCP flow (simulated, or from captures)
     links/counters.csv  every pipe's counters each second
     nodes/usage.csv     CPU and memory per node; nodes/cpu.csv with --cpumon
+    simulation/lag.csv  the simulated part's lag behind real time each second (make-simulated)
     pcaps/              captures (--capture), LINK-NODE.pcap
     linktest/           linktest reports (linktest-2/ ... for later ones)
     analysis/           `nestbed analyze` of this run
@@ -92,6 +93,10 @@ class RunFolder:
     @property
     def node_cpu(self) -> Path:
         return self.nodes / "cpu.csv"
+
+    @property
+    def simulation_lag(self) -> Path:
+        return self.root / "simulation" / "lag.csv"
 
     @property
     def pcaps(self) -> Path:

@@ -252,6 +252,12 @@ def _tcl(text: str) -> str:
     return f'"{escaped}"'
 
 
+def _simulated(line: str, simulated: bool) -> str:
+    """``line`` inside a make-simulated block when what it makes is simulated (only the
+    command that makes a node, link or LAN needs to be inside)."""
+    return f"$ns make-simulated {{ {line} }}" if simulated else line
+
+
 class _NsWriter:
     def __init__(self, exp: ir.Experiment):
         self.exp = exp
@@ -302,12 +308,7 @@ class _NsWriter:
 
     def node(self, n: ir.Node) -> None:
         v = _var(n.name)
-        self.out(f"set {_setvar(n.name)} [$ns node]")
-        if n.simulated:
-            raise UserError(
-                f"node {n.name} is simulated; convert to yaml to keep that, or remove "
-                "make-simulated"
-            )
+        self.out(_simulated(f"set {_setvar(n.name)} [$ns node]", n.simulated))
         for command, value in (
             ("tb-set-hardware", n.hardware_type),
             ("tb-set-node-os", n.os),
@@ -328,8 +329,6 @@ class _NsWriter:
     def link(self, link: ir.Link) -> None:
         d = _link(link)
         name, v = link.name, _var(link.name)
-        if link.simulated:
-            raise UserError(f"{link.kind} {name} is simulated; convert to yaml to keep that")
         nodes = [p.node for p in link.ports]
         kinds = {p.egress.queue.kind for p in link.ports} | {
             p.ingress.queue.kind for p in link.ports
@@ -351,13 +350,14 @@ class _NsWriter:
         qname = {"droptail": "DropTail", "red": "RED", "gred": "GRED"}[queue]
         bw, delay = d.bandwidth or "0", d.delay or "0ms"
         if link.kind == "link":
-            self.out(
+            made = (
                 f"set {_setvar(name)} [$ns duplex-link {_var(nodes[0])} {_var(nodes[1])} {bw} "
                 f"{delay} {qname}]"
             )
         else:
             members = " ".join(_var(n) for n in nodes)
-            self.out(f'set {_setvar(name)} [$ns make-lan "{members}" {bw} {delay}]')
+            made = f'set {_setvar(name)} [$ns make-lan "{members}" {bw} {delay}]'
+        self.out(_simulated(made, link.simulated))
         if link.noshaping:
             self.out(f"tb-set-noshaping {v} 1")
         if d.loss:

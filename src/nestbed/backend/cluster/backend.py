@@ -31,7 +31,7 @@ from nestbed.backend.cluster.placement import HostFacts, place
 from nestbed.backend.cluster.share import DEFAULT_PORT, DEFAULT_UNDERLAY_MTU, Underlay, shares
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan
-from nestbed.errors import EnvironmentProblem, NestbedError
+from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 
 STATE_ROOT = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed")) / ".cluster"
 PLACEMENT = "placement.json"
@@ -154,6 +154,11 @@ class ClusterBackend:
         return kept["nodes"], Underlay(kept["addresses"], kept["mtu"], kept["port"])
 
     def swap_in(self, plan: Plan) -> None:
+        if plan.simulation is not None:
+            raise UserError(
+                f"experiment {plan.experiment} has simulated nodes (make-simulated), which run "
+                "on one machine so far; swap it in with the linux back end"
+            )
         facts = self.facts()
         if not facts:
             self.require_ready()

@@ -1,0 +1,124 @@
+"""An experiment's nestbed-sim on this machine: started at swap-in inside the experiment's
+fabric namespace with one AF_PACKET socket per attachment, stopped at swap-out like linkd
+(its pid file is in the experiment's run directory, where swap-out and cleanup look).
+
+nestbed-sim writes "ready" once the simulation is built, then a lag line every second; the
+log (``sim.log``) is what ``lag`` reads.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from nestbed.backend.plan import Plan
+from nestbed.binaries import built_binary
+from nestbed.errors import EnvironmentProblem, InternalError
+
+LOG = "sim.log"
+PID = "sim.pid"
+_ETH_P_ALL = 0x0003
+
+
+def binary(plan: Plan) -> str:
+    try:
+        return built_binary("nestbed-sim")
+    except EnvironmentProblem:
+        raise EnvironmentProblem(
+            f"experiment {plan.experiment} has simulated nodes (make-simulated), which run "
+            "in nestbed-sim: install the hybrid extra and build it with `make setup`"
+        ) from None
+
+
+def open_attachment(ifname: str) -> socket.socket:
+    """An AF_PACKET socket on ``ifname`` of the calling thread's namespace, for every frame."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
+    try:
+        sock.bind((ifname, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def start(
+    plan: Plan, directory: Path, sockets: Mapping[str, socket.socket], timeout_s: float = 10
+) -> None:
+    """Starts nestbed-sim in the fabric with ``sockets`` (by attachment link) and waits until
+    it has built the simulation; an InternalError with its last words if it does not."""
+    simulation = plan.simulation
+    if simulation is None:
+        raise InternalError(f"experiment {plan.experiment} has no simulated part to start")
+    fds = {link: sock.fileno() for link, sock in sockets.items()}
+    argv = ["ip", "netns", "exec", plan.fabric, binary(plan)]
+    log = directory / LOG
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            pass_fds=tuple(fds.values()),
+        )
+    # `ip netns exec` execs nestbed-sim in place, so this is its own pid; written first, so a
+    # failed start is stopped by the swap-in's rollback.
+    (directory / PID).write_text(f"{process.pid}\n")
+    assert process.stdin is not None
+    with process.stdin:
+        process.stdin.write(simulation.description(fds).encode())
+    _wait_ready(process, log, timeout_s)
+
+
+def _wait_ready(process: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        lines = log.read_text(errors="replace").splitlines()
+        if "ready" in lines:
+            return
+        if process.poll() is not None:
+            raise InternalError(f"nestbed-sim exited at start: {lines[-1] if lines else '?'}")
+        if time.monotonic() > deadline:
+            raise InternalError(f"nestbed-sim did not start within {timeout_s:g} s; see {log}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def running(directory: Path) -> bool:
+    """Whether the nestbed-sim whose pid is in ``directory`` is still running (not a zombie)."""
+    try:
+        pid = int((directory / PID).read_text())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@dataclass(frozen=True)
+class Lag:
+    """nestbed-sim's lag behind real time: the largest in each second of simulated time
+    (second, lag), the worst so far, and how many samples passed the hard limit so far."""
+
+    per_second_s: tuple[tuple[int, float], ...]
+    worst_s: float
+    late: int
+
+
+def lag(log_text: str) -> Lag:
+    """The lag lines of a nestbed-sim log ("lag SECOND MAX WORST LATE" each second,
+    "worst_lag_s WORST late LATE" at the end); other lines are not lag."""
+    per_second: list[tuple[int, float]] = []
+    worst, late = 0.0, 0
+    for line in log_text.splitlines():
+        words = line.split()
+        if len(words) == 5 and words[0] == "lag":
+            per_second.append((int(words[1]), float(words[2])))
+            worst, late = float(words[3]), int(words[4])
+        elif len(words) == 4 and words[0] == "worst_lag_s":
+            worst, late = float(words[1]), int(words[3])
+    return Lag(tuple(per_second), worst, late)

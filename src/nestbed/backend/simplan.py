@@ -1,0 +1,236 @@
+"""The simulated part of an experiment (`make-simulated`), as nestbed-sim reads it; pure.
+
+Simulated nodes get no namespace: they, the links and LANs among them, and their routes live
+in one nestbed-sim process per experiment (ns-3's real-time simulator, `csrc/nestbed-sim`). A
+point-to-point link between an emulated and a simulated node is an *attachment*: the emulated
+node's interface is a veth whose far end is in the fabric namespace, where nestbed-sim reads
+and writes its frames through an AF_PACKET socket (an ns-3 FdNetDevice on the simulated node).
+A shaped attachment passes through nestbed-linkd on the way, like any shaped link.
+
+Routes are nestbed's own (the shortest paths of `plan.static_routes` over the whole
+experiment, or the file's manual routes), so simulated routers reach the emulated subnets
+behind an attachment as the emulated nodes reach the simulated ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nestbed.errors import UserError
+from nestbed.model import Experiment, Link, Shaping
+
+# ns-2's default queue limit (Queue set limit_ 50): the files are ns-2's, so is the default.
+DEFAULT_QUEUE_PACKETS = 50
+# The lag behind real time a run may have before it is marked (nse's HardLimit, 5 ms).
+DEFAULT_HARD_LIMIT_S = 0.005
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An emulated node's link to a simulated node, as nestbed-sim's FdNetDevice sees it."""
+
+    link: str
+    node: str  # the emulated node
+    simulated_node: str
+    address: str  # the simulated node's "A.B.C.D/LEN" on the link
+    ifname: str  # the fabric interface nestbed-sim's socket is bound to
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Everything nestbed-sim builds, in the order it must build it."""
+
+    nodes: tuple[str, ...]
+    links: tuple[str, ...]  # p2p and lan statements
+    attachments: tuple[Attachment, ...]
+    routes: tuple[tuple[str, str, str], ...]  # (node, destination or "default", next hop)
+    hard_limit_s: float = DEFAULT_HARD_LIMIT_S
+    traffic: tuple[str, ...] = ()  # cbr statements (so far only bench/hybrid.py gives them)
+
+    def tables(self) -> dict[str, list[tuple[str, str]]]:
+        """Each simulated node's routes, (destination or "default", next hop)."""
+        found: dict[str, list[tuple[str, str]]] = {node: [] for node in self.nodes}
+        for node, destination, via in self.routes:
+            found[node].append((destination, via))
+        return found
+
+    def description(self, fds: Mapping[str, int]) -> str:
+        """nestbed-sim's input, given the file descriptor of each attachment (by link)."""
+        lines = [f"hard_limit_s {self.hard_limit_s}"]
+        lines += [f"node {n}" for n in self.nodes]
+        lines += self.links
+        lines += [
+            f"attach {a.link} {a.simulated_node} {a.address} {fds[a.link]}"
+            for a in self.attachments
+        ]
+        lines += [
+            f"route {node} {'0.0.0.0/0' if destination == 'default' else destination} {via}"
+            for node, destination, via in self.routes
+        ]
+        lines += self.traffic
+        return "\n".join([*lines, "end"]) + "\n"
+
+
+def cbr(
+    name: str,
+    node: str,
+    to: str,
+    *,
+    port: int,
+    packet_bytes: int,
+    rate_bps: int,
+    start_s: float = 0.0,
+    stop_s: float = 0.0,
+) -> str:
+    """A simulated UDP source at a constant rate from ``node`` to address ``to`` (a sink is
+    put on the simulated node that owns it), from ``start_s`` to ``stop_s`` (0: never) of
+    the simulator's time."""
+    return f"cbr {name} {node} {to} {port} {packet_bytes} {rate_bps} {start_s!r} {stop_s!r}"
+
+
+def simulated_nodes(exp: Experiment) -> set[str]:
+    return {n.name for n in exp.nodes if n.simulated}
+
+
+def is_attachment(link: Link, simulated: set[str]) -> bool:
+    """Whether ``link`` joins emulated nodes to simulated ones (refused unless it is one
+    emulated and one simulated node on a point-to-point link: see ``check``)."""
+    members = {p.node in simulated for p in link.ports}
+    return members == {True, False}
+
+
+def is_simulated(link: Link, simulated: set[str]) -> bool:
+    return all(p.node in simulated for p in link.ports)
+
+
+def check(exp: Experiment, evented: set[str]) -> None:
+    """One UserError naming everything of the simulated part this slice cannot run."""
+    simulated = simulated_nodes(exp)
+    if not simulated:
+        return
+    problems = []
+    for link in exp.all_links:
+        if is_attachment(link, simulated) and link.kind == "lan":
+            problems.append(
+                f"LAN {link.name} mixes emulated and simulated nodes; join an emulated node "
+                "to a simulated one with a duplex-link"
+            )
+        elif is_simulated(link, simulated):
+            if link.name in evented:
+                problems.append(
+                    f"events act on simulated {link.kind} {link.name}; events reach only "
+                    "emulated links and attachments so far"
+                )
+            problems += _unsupported(link)
+    for agent in exp.agents:
+        if agent.node in simulated:
+            problems.append(
+                f"agent {agent.name} is on simulated node {agent.node}; traffic of "
+                "simulated nodes does not run yet: put it on an emulated node"
+            )
+    for program in exp.programs:
+        if program.node in simulated:
+            problems.append(
+                f"program {program.name} is on simulated node {program.node}, which has no "
+                "operating system to run it; put it on an emulated node"
+            )
+    if problems:
+        raise UserError("; ".join(problems))
+
+
+def _unsupported(link: Link) -> list[str]:
+    """What a simulated link asks for that nestbed-sim's DropTail links do not do."""
+    found = set()
+    for port in link.ports:
+        for s in (port.egress, port.ingress):
+            if s.jitter_s:
+                found.add("jitter")
+            if s.gilbert_elliott is not None:
+                found.add("Gilbert-Elliott loss")
+            if s.drop_ordinals:
+                found.add("drops by ordinal")
+            if s.duplicate or s.corrupt:
+                found.add("duplication or corruption")
+            if s.queue.kind != "droptail":
+                found.add("RED queues")
+            if s.queue.limit_unit != "packets":
+                found.add("queue limits in bytes")
+    return [
+        f"simulated {link.kind} {link.name} asks for {what}, which simulated links do not "
+        "have yet; move it out of make-simulated"
+        for what in sorted(found)
+    ]
+
+
+def _direction(sender: Shaping, receiver: Shaping) -> tuple[int, float, float]:
+    """Rate, delay and loss from one port to another: the sender's egress, then the
+    receiver's ingress."""
+    rates = [r for r in (sender.bandwidth_bps, receiver.bandwidth_bps) if r]
+    loss = sender.loss + receiver.loss - sender.loss * receiver.loss  # exact when one is 0
+    return (min(rates) if rates else 0), sender.delay_s + receiver.delay_s, loss
+
+
+def _queue(link: Link) -> int:
+    limits = [p.egress.queue.limit for p in link.ports if p.egress.queue.limit]
+    return min(limits) if limits else DEFAULT_QUEUE_PACKETS
+
+
+def _cidr(link: Link, node: str) -> str:
+    return str(link.port(node).interface)
+
+
+def _statement(link: Link) -> str:
+    if link.kind == "link":
+        a, b = link.ports
+        rate_ab, delay_ab, loss_ab = _direction(a.egress, b.ingress)
+        rate_ba, delay_ba, loss_ba = _direction(b.egress, a.ingress)
+        if abs(delay_ab - delay_ba) > 1e-9:
+            raise UserError(
+                f"simulated link {link.name} has delay {delay_ab * 1e3:g} ms one way and "
+                f"{delay_ba * 1e3:g} ms the other; a simulated link has one delay"
+            )
+        return (
+            f"p2p {link.name} {a.node} {_cidr(link, a.node)} {b.node} {_cidr(link, b.node)} "
+            f"{rate_ab} {rate_ba} {delay_ab!r} {_queue(link)} {loss_ab!r} {loss_ba!r}"
+        )
+    first = link.ports[0]
+    rate, delay, _ = _direction(first.egress, first.ingress)
+    different = [p.node for p in link.ports if _direction(p.egress, p.ingress)[:2] != (rate, delay)]
+    if different or any(p.egress.loss or p.ingress.loss for p in link.ports):
+        raise UserError(
+            f"simulated LAN {link.name} gives its members different bandwidths or delays, or "
+            "a loss rate; a simulated LAN has one bandwidth and delay and no loss"
+        )
+    members = " ".join(f"{p.node} {_cidr(link, p.node)}" for p in link.ports)
+    return f"lan {link.name} {rate} {delay!r} {_queue(link)} {members}"
+
+
+def simulation(
+    exp: Experiment,
+    routes: Mapping[str, list[tuple[str, str]]],
+    attachment_ifnames: Mapping[str, str],
+) -> Simulation | None:
+    """The simulated part of ``exp`` (None when it has none).
+
+    ``routes``: each simulated node's (destination, next hop) routes, "default" included;
+    ``attachment_ifnames``: the fabric interface of each attachment, by link.
+    """
+    simulated = simulated_nodes(exp)
+    if not simulated:
+        return None
+    nodes = tuple(n.name for n in exp.nodes if n.simulated)
+    links = tuple(_statement(link) for link in exp.all_links if is_simulated(link, simulated))
+    attachments = []
+    for link in exp.all_links:
+        if not is_attachment(link, simulated):
+            continue
+        inside = next(p.node for p in link.ports if p.node in simulated)
+        outside = next(p.node for p in link.ports if p.node not in simulated)
+        attachments.append(
+            Attachment(
+                link.name, outside, inside, _cidr(link, inside), attachment_ifnames[link.name]
+            )
+        )
+    table = tuple((node, *route) for node in nodes for route in routes.get(node, ()))
+    return Simulation(nodes, links, tuple(attachments), table)

@@ -1,0 +1,53 @@
+"""The simulated part's lag behind real time during a run, into the results folder.
+
+nestbed-sim samples how late ns-3's real-time scheduler runs its events and logs the worst of
+each second; a run whose simulator fell behind by more than the experiment allows is marked
+in its manifest's reason, so its figures are never silently wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nestbed.backend import sim
+from nestbed.backend.plan import Plan
+from nestbed.results.folder import RunFolder
+from nestbed.results.tables import write_table
+
+LAG_COLUMNS = ("t_s", "lag_max_s")
+
+
+class SimulationLag:
+    """Reads the lag nestbed-sim logs from the moment the run starts (a reused network's
+    simulator started before it)."""
+
+    def __init__(self, plan: Plan, run_dir: Path):
+        self.simulation = plan.simulation
+        self.log = run_dir / sim.LOG
+        self.start = self.log.stat().st_size if self.simulation and self.log.exists() else 0
+
+    def record(self, folder: RunFolder) -> list[str]:
+        """Writes the run's lag table; what to say if the simulator fell behind."""
+        if self.simulation is None:
+            return []
+        if not self.log.exists():
+            return ["the simulated part left no log of its lag behind real time"]
+        with self.log.open("rb") as f:
+            f.seek(self.start)
+            text = f.read().decode(errors="replace")
+        lag = sim.lag(text)
+        problems = []
+        if not sim.running(self.log.parent):
+            last = text.strip().splitlines()[-1:] or ["no output"]
+            problems.append(f"nestbed-sim, the simulated part, ended during the run: {last[0]}")
+        rows = [{"t_s": t, "lag_max_s": lag_s} for t, lag_s in lag.per_second_s]
+        write_table(folder.simulation_lag, LAG_COLUMNS, rows)
+        limit = self.simulation.hard_limit_s
+        late = [lag_s for _, lag_s in lag.per_second_s if lag_s > limit]
+        if late:
+            problems.append(
+                f"the simulated part fell behind real time by up to {max(late) * 1e3:.1f} ms, "
+                f"more than the {limit * 1e3:g} ms allowed, in {len(late)} of "
+                f"{len(lag.per_second_s)} seconds (see {folder.relative(folder.simulation_lag)})"
+            )
+        return problems

@@ -1,0 +1,185 @@
+"""The simulated part of a plan, without root: what nestbed-sim is told, what gets a namespace,
+and the one-sentence refusals of what the simulator cannot run yet."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbtest import EXAMPLES, build
+from nestbed.backend import sim
+from nestbed.backend.plan import plan
+from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.spec import load
+
+HYBRID = """
+routing: static
+nodes: [{name: h1}, {name: h2}, {name: h3}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+links:
+  - {name: core, members: [r1, r2], bandwidth: 2Mb, delay: 20ms, loss: 0.01, simulated: true}
+  - {name: a1, members: [h1, r1], simulated: true}
+  - {name: a2, members: [h2, r2], bandwidth: 100Mb, simulated: true}
+  - {name: behind, members: [h2, h3]}
+"""
+
+
+def test_simulated_nodes_get_no_namespace_and_attachments_end_in_the_fabric():
+    p = plan(build(HYBRID))
+    assert [n.name for n in p.nodes] == ["h1", "h2", "h3"]
+    assert p.namespaces[0] == p.fabric and len(p.namespaces) == 4
+    ends = {(v.link, v.a.netns, v.a.ifname, v.b.netns, v.b.ifname) for v in p.veths}
+    h1 = p.node("h1").netns
+    # unshaped a1: one veth, the node's end to the simulator's end in the fabric
+    assert (p.simulation.attachments[0].link, p.simulation.attachments[0].ifname) == ("a1", "s1")
+    assert ("a1", h1, "eth0", p.fabric, "s1") in ends
+    # shaped a2: the node's veth to linkd, and linkd's other port to the simulator's end
+    assert ("a2", p.fabric, "s2", p.fabric, "l2p1") in ends
+    assert [e.link for e in p.emulated] == ["a2"]
+    assert all(end.no_offloads for v in p.veths if v.link in ("a1", "a2") for end in (v.a, v.b))
+
+
+def test_nestbed_sim_is_told_nodes_links_attachments_then_routes():
+    text = plan(build(HYBRID)).simulation.description({"a1": 7, "a2": 8})
+    lines = text.splitlines()
+    assert lines[:3] == ["hard_limit_s 0.005", "node r1", "node r2"]
+    # 2 Mb/s, 20 ms, ns-2's default queue of 50 packets, 1 % loss each way
+    assert lines[3] == "p2p core r1 10.1.1.2/24 r2 10.1.1.3/24 2000000 2000000 0.02 50 0.01 0.01"
+    assert lines[4:6] == ["attach a1 r1 10.1.2.3/24 7", "attach a2 r2 10.1.3.3/24 8"]
+    routes = [line for line in lines if line.startswith("route ")]
+    # r1 reaches h3's link behind emulated h2 through the simulated core
+    assert "route r1 0.0.0.0/0 10.1.1.3" in routes
+    assert any(r.startswith("route r2 ") and r.endswith(" 10.1.1.2") for r in routes)
+    assert "route r2 10.1.4.0/24 10.1.3.2" in routes
+    assert lines[-1] == "end" and lines.index(routes[0]) > 5
+
+
+def test_emulated_nodes_route_into_the_simulated_part_through_their_attachment():
+    exp = build(HYBRID)
+    p = plan(exp)
+    r1 = exp.links[1].port("r1").ip
+    assert [(r.destination, r.via) for r in p.node("h1").routes] == [("default", r1)]
+    h2 = exp.links[3].port("h2").ip
+    assert [(r.destination, r.via) for r in p.node("h3").routes] == [("default", h2)]
+
+
+def test_the_example_plans_two_hosts_and_a_simulated_core():
+    p = plan(load(EXAMPLES / "hybrid.ns").experiment)
+    assert [n.name for n in p.nodes] == ["h1", "h2"]
+    assert p.simulation.nodes == ("r1", "r2")
+    assert p.simulation.links == (
+        "p2p core r1 10.1.1.2/24 r2 10.1.1.3/24 2000000 2000000 0.02 20 0.0 0.0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            "  - {name: mixed, kind: lan, members: [h1, r1, r2]}\n",
+            "LAN mixed mixes emulated and simulated nodes; join an emulated node to a simulated one with a duplex-link",
+        ),
+        (
+            "agents: [{name: u, type: udp, node: r1}]\n",
+            "agent u is on simulated node r1; traffic of simulated nodes does not run yet: put it on an emulated node",
+        ),
+        (
+            "events: [{at: 1, object: core, verb: down}]\n",
+            "events act on simulated link core; events reach only emulated links and attachments so far",
+        ),
+    ],
+)
+def test_what_the_simulator_cannot_run_is_one_sentence(change, message):
+    text = HYBRID + change
+    if change.startswith("  - {name: mixed"):
+        text = HYBRID.replace(
+            "links:\n", "lans:\n" + change.replace(", kind: lan", "") + "links:\n"
+        )
+    with pytest.raises(UserError) as caught:
+        plan(build(text))
+    assert str(caught.value) == message
+
+
+def test_different_delays_each_way_are_refused():
+    text = HYBRID.replace(
+        "bandwidth: 2Mb, delay: 20ms, loss: 0.01, simulated: true}",
+        "bandwidth: 2Mb, delay: 20ms, simulated: true,\n"
+        "     members: [{node: r1, egress: {delay: 5ms}}, r2]}",
+    )
+    text = text.replace("members: [r1, r2], ", "")
+    with pytest.raises(UserError, match="simulated link core has delay 5 ms one way and 20 ms"):
+        plan(build(text))
+
+
+def test_without_nestbed_sim_swap_in_names_the_extra(monkeypatch):
+    def missing(name: str) -> str:
+        raise EnvironmentProblem(f"{name} is not built")
+
+    monkeypatch.setattr(sim, "built_binary", missing)
+    with pytest.raises(EnvironmentProblem) as caught:
+        sim.binary(plan(build(HYBRID)))
+    assert str(caught.value) == (
+        "experiment t has simulated nodes (make-simulated), which run in nestbed-sim: "
+        "install the hybrid extra and build it with `make setup`"
+    )
+
+
+def test_the_lag_lines_are_read_back():
+    log = (
+        "ready\nlag 1 0.000500 0.001000 0\nlag 2 0.007000 0.007000 3\nworst_lag_s 0.007000 late 4\n"
+    )
+    lag = sim.lag(log)
+    assert lag.per_second_s == ((1, 0.0005), (2, 0.007))
+    assert (lag.worst_s, lag.late) == (0.007, 4)
+
+
+def test_run_options_keep_to_emulated_nodes():
+    from nestbed.model.options import RunOptions
+
+    exp = build(HYBRID)
+    assert RunOptions(cpumon=("all",)).for_experiment(exp).cpumon == ("h1", "h2", "h3")
+    with pytest.raises(
+        UserError, match="experiment t has no node 'r1' for --cpumon; its nodes are h1, h2, h3"
+    ):
+        RunOptions(cpumon=("r1",)).for_experiment(exp)
+
+
+def test_linktest_follows_routes_through_the_simulated_routers():
+    from nestbed.linktest import expect
+
+    exp = build(HYBRID)
+    p = plan(exp)
+    tables = {n.name: [(r.destination, r.via) for r in n.routes] for n in p.nodes}
+    tables |= p.simulation.tables()
+    forwarding = {"h2", "r1", "r2"}
+    route = next(
+        r for r in expect.routes(exp, tables, forwarding) if (r.src, r.dst) == ("h1", "h3")
+    )
+    assert route.reaches
+    assert [(h.link, h.src, h.dst) for h in route.hops] == [
+        ("a1", "h1", "r1"),
+        ("core", "r1", "r2"),
+        ("a2", "r2", "h2"),
+        ("behind", "h2", "h3"),
+    ]
+
+
+def test_simulated_traffic_comes_last():
+    from dataclasses import replace
+
+    from nestbed.backend import simplan
+
+    simulation = plan(build(HYBRID)).simulation
+    line = simplan.cbr("x", "r1", "10.1.1.3", port=9, packet_bytes=1000, rate_bps=2_000_000)
+    assert line == "cbr x r1 10.1.1.3 9 1000 2000000 0.0 0.0"
+    text = replace(simulation, traffic=(line,)).description({"a1": 3, "a2": 4})
+    assert text.endswith(f"{line}\nend\n")
+
+
+def test_the_cluster_back_end_refuses_simulated_nodes_in_one_sentence():
+    from nestbed.backend.cluster.backend import ClusterBackend
+
+    with pytest.raises(UserError) as caught:
+        ClusterBackend.swap_in(None, plan(build(HYBRID)))  # type: ignore[arg-type]  # refused first
+    assert str(caught.value) == (
+        "experiment t has simulated nodes (make-simulated), which run on one machine so far; "
+        "swap it in with the linux back end"
+    )
