@@ -9,7 +9,7 @@ import signal
 import subprocess
 
 import pytest
-from simulated import DUMBBELL, Agents, Machines, namespaces, processes
+from simulated import DUMBBELL, namespaces, processes, started
 
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster.backend import ClusterBackend
@@ -24,22 +24,10 @@ pytestmark = pytest.mark.root
 def cluster():
     """Three simulated hosts, each with an agent holding at most two nodes, and the back end
     reaching them through a scheduler on the underlay; all stopped and removed at the end."""
-    machines = Machines(3)
-    agents = None
-    try:
-        machines.start()
-        agents = Agents(machines, slots=2)
-        for host in machines.hosts:
-            agents.start(host)
+    with started(3, slots=2) as (machines, agents):
         backend = ClusterBackend(agents.address, state_root=machines.run_dir("controller"))
-        until(lambda: backend.hosts() == machines.hosts, "the agents to join")
         yield machines, backend, agents
         backend.close()
-    finally:
-        if agents is not None:
-            agents.stop()
-        machines.stop()
-    assert not set(machines.namespaces.values()) & namespaces()
 
 
 @pytest.fixture

@@ -104,6 +104,17 @@ def node_only(p: Plan, node: str) -> Plan:
     return replace(p, nodes=(p.node(node),), veths=(), bridges=(), emulated=(), namespaces=())
 
 
+def state_only(p: Plan) -> Plan:
+    """The plan as far as reaching the experiment's state on a host needs it (its name)."""
+    return replace(p, nodes=(), veths=(), bridges=(), emulated=(), namespaces=())
+
+
+def linkd_request(p: Plan, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """One request to this host's link emulator of the experiment (run on the agent)."""
+    with linux.linkd(p) as client:
+        return client.request(op, **fields)
+
+
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:
     """Runs a command in one of this host's nodes (run on the agent)."""
     return linux.exec_in(p, node, argv, **run)

@@ -7,10 +7,13 @@ host fails (or does not answer in time), every host removes its share and swap-i
 the first host's reason. The placement is kept in the experiment's state folder on this
 machine, so swap-out and commands reach the same hosts.
 
-Not yet on a cluster (each says so in one sentence): starting a long-running command in a
-node (the controller's programs), a node's socket, the experiment's link emulators as one
-channel, and node cgroups seen from here. So the life cycle's controller cannot run on it yet;
-swap-in, swap-out, commands in nodes and cleanup by tag can.
+The controller stays one process on the controlling machine and reaches every host through
+this back end: ``start_in`` starts a command on its node's host and gives back a Popen-like
+proxy whose output is streamed into the caller's files (``proxy``, ``remote``); ``linkd`` is
+one channel over every host's link emulator (``channel``); ``exec_in`` and ``wait_listening``
+run on the node's host. Each is a Dask task to the hosts concerned, so the data plane never
+passes through Dask. Not on a cluster: a socket in a node seen from here (``open_socket``)
+and node cgroups seen from here (``node_cgroup`` is None).
 """
 
 from __future__ import annotations
@@ -21,20 +24,33 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, host
+from nestbed.backend.cluster import agent, host, remote
+from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.placement import HostFacts, place
-from nestbed.backend.cluster.share import DEFAULT_PORT, DEFAULT_UNDERLAY_MTU, Underlay, shares
+from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
+from nestbed.backend.cluster.share import (
+    DEFAULT_PORT,
+    DEFAULT_UNDERLAY_MTU,
+    HostShare,
+    Underlay,
+    shares,
+)
 from nestbed.backend.linkd import Channel
-from nestbed.backend.plan import Plan
-from nestbed.errors import EnvironmentProblem, NestbedError
+from nestbed.backend.plan import Plan, experiment_tag
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
 
 STATE_ROOT = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed")) / ".cluster"
 PLACEMENT = "placement.json"
+CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experiment, if any
+# What start_in passes on to the node's host; anything else is a bug of the caller's.
+_POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
 
 
@@ -57,6 +73,7 @@ class ClusterBackend:
         self.state_root = state_root
         self.timeout_s = timeout_s
         self._client: Any = None
+        self._poller: Poller | None = None
 
     # -- connection ------------------------------------------------------------------------
 
@@ -200,7 +217,16 @@ class ClusterBackend:
                 f"swap-out of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
                 "run `nestbed swapout` again"
             ) from exc
-        shutil.rmtree(self.run_dir(plan), ignore_errors=True)
+        _remove_state(self.run_dir(plan))
+
+    def shares(self, plan: Plan) -> dict[str, HostShare]:
+        """Every host's share of the swapped-in experiment."""
+        kept = self.placement(plan)
+        if kept is None:
+            raise EnvironmentProblem(
+                f"experiment {plan.experiment} is not swapped in on this cluster"
+            )
+        return shares(plan, *kept)
 
     # -- commands in nodes ---------------------------------------------------------------
 
@@ -215,15 +241,58 @@ class ClusterBackend:
     def exec_in(
         self, plan: Plan, node: str, argv: list[str], **run: Any
     ) -> subprocess.CompletedProcess:
+        """Runs the command on its node's host; its output comes back here, to wherever the
+        caller sent it (by default this process's own stdout and stderr)."""
         h = self._host_of(plan, node)
         only = agent.node_only(plan, node)
-        (answer,) = self._on_hosts(agent.exec_in, {h: (only, node, argv, run)}).values()
+        remote_run = {k: run[k] for k in ("input", "timeout", "env") if k in run}
+        remote_run["capture_output"] = True
+        if isinstance(remote_run.get("input"), str):
+            remote_run["input"] = remote_run["input"].encode()
+        (answer,) = self._on_hosts(agent.exec_in, {h: (only, node, argv, remote_run)}).values()
         if isinstance(answer, BaseException):
             raise answer
-        return answer
+        return _as_asked(answer, run)
 
     def start_in(self, plan: Plan, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
-        raise _not_yet("starting a long-running command in a node")
+        """Starts the command on its node's host; a Popen-like proxy of it (``proxy``).
+
+        Paths in ``argv`` under the folder of the file given as stdout are the command's own
+        files: written on the host, and back here at the same paths when it ends."""
+        unknown = set(popen) - _POPEN_KEYS
+        if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL):
+            raise InternalError(f"a command on a cluster takes no {sorted(unknown) or 'stdin'}")
+        h = self._host_of(plan, node)
+        text = bool(popen.get("text"))
+        out, out_reader = sink_and_reader(popen.get("stdout"), text)
+        err, err_reader = sink_and_reader(popen.get("stderr"), text)
+        # Only what the caller changed of its environment: the host has its own.
+        env = {k: v for k, v in (popen.get("env") or {}).items() if os.environ.get(k) != v}
+        group = bool(popen.get("start_new_session"))
+        args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
+                env, group)  # fmt: skip
+        (answer,) = self._on_hosts(remote.start, {h: args}).values()
+        if isinstance(answer, BaseException):
+            for sink in (out, err):
+                sink.close()
+            raise answer
+        key, pid = answer
+        process = RemoteProcess(self.poller(), h, key, pid, list(argv), (out, err),
+                                (out_reader, err_reader), self._signal)  # fmt: skip
+        self.poller().add(process)
+        return process  # type: ignore[return-value]
+
+    def poller(self) -> Poller:
+        if self._poller is None:
+            self._poller = Poller(
+                lambda asked: self._on_hosts(remote.poll, {h: (o,) for h, o in asked.items()})
+            )
+        return self._poller
+
+    def _signal(self, h: str, key: str, sig: int, group: bool) -> None:
+        (answer,) = self._on_hosts(remote.send_signal, {h: (key, sig, group)}).values()
+        if isinstance(answer, BaseException):
+            raise EnvironmentProblem(f"host {h} could not signal a command: {_reason(answer)}")
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv
@@ -234,7 +303,14 @@ class ClusterBackend:
         raise _not_yet("opening a socket in a node")
 
     def linkd(self, plan: Plan) -> Channel:
-        raise _not_yet("reaching the link emulators")
+        parts = self.shares(plan)
+
+        def on_hosts(hosts: list[str], op: str, fields: dict[str, Any]) -> dict[str, Any]:
+            return self._on_hosts(agent.linkd_request, {
+                h: (agent.state_only(parts[h].plan), op, fields) for h in hosts
+            })  # fmt: skip
+
+        return ClusterChannel(parts, on_hosts)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         return None
@@ -242,7 +318,15 @@ class ClusterBackend:
     def wait_listening(
         self, process: subprocess.Popen, port: int, proto: str, timeout: float = 5
     ) -> None:
-        raise _not_yet("waiting for a command in a node to listen")
+        if not isinstance(process, RemoteProcess):
+            raise InternalError("wait_listening on a cluster takes a command it started")
+        (answer,) = self._on_hosts(
+            remote.listening, {process.host: (process.key, port, proto, timeout)}
+        ).values()
+        if isinstance(answer, BaseException):
+            raise InternalError(
+                f"{' '.join(process.args)} on host {process.host}: {_reason(answer)}"
+            ) from answer
 
     # -- what is left ----------------------------------------------------------------------
 
@@ -252,11 +336,27 @@ class ClusterBackend:
         for h, answer in answers.items():
             for tag, things in ({} if isinstance(answer, BaseException) else answer).items():
                 found.setdefault(tag, []).extend(f"host {h}: {t}" for t in things)
+        for directory in self._state_dirs():
+            found.setdefault(experiment_tag(directory.name), []).append(f"state folder {directory}")
         return found
+
+    def _state_dirs(self) -> list[Path]:
+        """The experiments' state folders on this machine (the hidden ones are the life
+        cycle's)."""
+        if not self.state_root.exists():
+            return []
+        return sorted(
+            d for d in self.state_root.iterdir() if d.is_dir() and not d.name.startswith(".")
+        )
 
     def remove_leftovers(self, tags: set[str]) -> list[str]:
         answers = self._on_hosts(agent.remove_leftovers, {h: (tags,) for h in self.hosts()})
-        return [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+        removed = [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+        for directory in self._state_dirs():
+            if experiment_tag(directory.name) in tags:
+                _remove_state(directory)
+                removed.append(f"state folder {directory}")
+        return removed
 
     def traces(self) -> list[str]:
         answers = self._on_hosts(agent.traces, {h: () for h in self.hosts()})
@@ -267,6 +367,51 @@ def _reason(exc: BaseException) -> str:
     """A host's failure as a sentence: nestbed's own as it is, anything else with its type
     (a timeout says nothing by its message alone)."""
     return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
+
+
+def _as_asked(done: subprocess.CompletedProcess, run: dict[str, Any]) -> Any:
+    """A command's result, captured on its host, as ``subprocess.run(**run)`` would have
+    given it here: output kept (PIPE, capture_output), written to the file or stream the
+    caller gave (this process's own by default), or dropped (DEVNULL)."""
+    kept = []
+    for data, key, own in (
+        (done.stdout, "stdout", sys.stdout),
+        (done.stderr, "stderr", sys.stderr),
+    ):
+        target = subprocess.PIPE if run.get("capture_output") else run.get(key)
+        if target == subprocess.PIPE:
+            kept.append(data.decode(errors="replace") if run.get("text") else data)
+            continue
+        kept.append(None)
+        if target == subprocess.DEVNULL:
+            continue
+        if target == subprocess.STDOUT:
+            target = run.get("stdout")
+        if target is None or target == subprocess.STDOUT:
+            own.flush()
+            target = own
+        os.write(target if isinstance(target, int) else target.fileno(), data)
+    result = subprocess.CompletedProcess(done.args, done.returncode, *kept)
+    if run.get("check"):
+        result.check_returncode()
+    return result
+
+
+def _own_files(argv: list[str], stdout: Any) -> dict[str, str]:
+    """The paths in argv under the folder of the file given as stdout, each with a name of
+    its own on the host."""
+    if not hasattr(stdout, "fileno"):
+        return {}
+    folder = os.path.dirname(os.readlink(f"/proc/self/fd/{stdout.fileno()}")) + os.sep
+    return {a: f"{i}-{os.path.basename(a)}" for i, a in enumerate(argv) if a.startswith(folder)}
+
+
+def _remove_state(directory: Path) -> None:
+    """Stops the experiment's controller on this machine, if it still runs, and removes its
+    state folder."""
+    with contextlib.suppress(OSError, ValueError):
+        processes.stop(int((directory / CONTROLLER_PID).read_text().strip()), grace_s=2.0)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _not_yet(what: str) -> EnvironmentProblem:

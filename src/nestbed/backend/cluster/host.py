@@ -13,6 +13,7 @@ import json
 import subprocess
 
 from nestbed.backend import linux, offloads
+from nestbed.backend.cluster import remote as commands
 from nestbed.backend.cluster.share import HostShare, Tunnel
 from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
@@ -42,6 +43,7 @@ def swap_in(part: HostShare) -> None:
 
 def swap_out(part: HostShare) -> None:
     """Removes everything of the share from this host (safe on a partial or absent one)."""
+    commands.forget(linux.run_dir(part.plan))
     linux.swap_out(part.plan)
 
 

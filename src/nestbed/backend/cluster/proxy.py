@@ -1,0 +1,204 @@
+"""Commands running in nodes on other hosts, seen from the controlling machine as
+``subprocess.Popen`` objects (``RemoteProcess``): poll, wait, communicate, signals, and their
+output streamed into the files or pipes the caller gave, as a local command's would be.
+
+One ``Poller`` per back end asks every host with running commands for all of them in one Dask
+task per host (``remote.poll``), ten times a second: the traffic grows with the hosts, not the
+commands. A command's files (paths its argv names under its stdout's folder) are written back
+at their own paths when it ends, before it is seen to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+POLL_S = 0.1
+LOST = -signal.SIGKILL  # the exit status of a command whose host forgot it (agent died)
+
+# Runs remote.poll on each host with its commands' offsets; each host's answer or exception.
+PollHosts = Callable[[dict[str, dict[str, tuple[int, int]]]], dict[str, Any]]
+
+
+class _Sink:
+    """Where one output stream of a remote command goes: a file the caller opened (its
+    descriptor duplicated, since the caller may close its own), a pipe the caller reads, or
+    nowhere. Writes never block the poller: what a full pipe does not take waits."""
+
+    def __init__(self, fd: int | None):
+        self.fd, self.pending, self.received = fd, b"", 0
+
+    def write(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.fd is None:
+            return
+        self.pending += data
+        while self.pending:
+            try:
+                self.pending = self.pending[os.write(self.fd, self.pending) :]
+            except BlockingIOError:
+                return
+            except OSError as exc:  # the reader went away: nobody wants the rest
+                if exc.errno != errno.EPIPE:
+                    raise
+                self.pending = b""
+
+    def close(self) -> None:
+        if self.fd is not None:
+            if self.pending:
+                os.set_blocking(self.fd, True)
+                with contextlib.suppress(OSError):
+                    os.write(self.fd, self.pending)
+            os.close(self.fd)
+            self.fd = None
+
+
+def sink_and_reader(target: Any, text: bool) -> tuple[_Sink, IO | None]:
+    """The sink for a Popen ``stdout``/``stderr`` argument, and the stream the caller reads
+    (for PIPE)."""
+    if target == subprocess.PIPE:
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        return _Sink(write), os.fdopen(read, "r" if text else "rb")
+    if target is None or target == subprocess.DEVNULL:
+        return _Sink(None), None
+    fd = target if isinstance(target, int) else target.fileno()
+    return _Sink(os.dup(fd)), None
+
+
+class RemoteProcess:
+    """A command in a node on ``host``, as a Popen."""
+
+    def __init__(
+        self,
+        poller: Poller,
+        host: str,
+        key: str,
+        pid: int,
+        args: list[str],
+        sinks: tuple[_Sink, _Sink],
+        readers: tuple[IO | None, IO | None],
+        signal_host: Callable[[str, str, int, bool], None],
+    ):
+        self.poller, self.host, self.key, self.pid, self.args = poller, host, key, pid, args
+        self.sinks = sinks
+        self.stdout, self.stderr = readers
+        self.stdin = None
+        self.returncode: int | None = None
+        self.ended = threading.Event()
+        self._signal_host = signal_host
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.ended.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, stdin: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        found: dict[int, Any] = {}
+
+        def drain(i: int, stream: IO | None) -> None:
+            found[i] = stream.read() if stream is not None else None
+
+        readers = [threading.Thread(target=drain, args=(i, s), daemon=True)
+                   for i, s in enumerate((self.stdout, self.stderr))]  # fmt: skip
+        for reader in readers:
+            reader.start()
+        self.wait(timeout)
+        for reader in readers:
+            reader.join()
+        return found[0], found[1]
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            self._signal_host(self.host, self.key, sig, False)
+
+    def signal_group(self, sig: int) -> None:
+        """Signals the command's whole process group (it was started in its own session)."""
+        if self.returncode is None:
+            self._signal_host(self.host, self.key, sig, True)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def deliver(self, report: dict[str, Any]) -> None:
+        """What the host said of the command in the last poll."""
+        if report.get("lost"):
+            self.sinks[1].write(b"\n[nestbed: the host's agent lost this command]\n")
+            self._end(LOST)
+            return
+        self.sinks[0].write(report["out"])
+        self.sinks[1].write(report["err"])
+        if report["code"] is not None:
+            for path, data in report.get("files", {}).items():
+                Path(path).write_bytes(data)
+            self._end(report["code"])
+
+    def _end(self, code: int) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.returncode = code
+        self.poller.forget(self)
+        self.ended.set()
+
+    def __enter__(self) -> RemoteProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
+class Poller:
+    """Asks the hosts about every running remote command, POLL_S apart, while there are any."""
+
+    def __init__(self, poll_hosts: PollHosts):
+        self.poll_hosts = poll_hosts
+        self.lock = threading.Lock()
+        self.running: dict[str, RemoteProcess] = {}
+        self.thread: threading.Thread | None = None
+
+    def add(self, process: RemoteProcess) -> None:
+        with self.lock:
+            self.running[process.key] = process
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="remote", daemon=True)
+                self.thread.start()
+
+    def forget(self, process: RemoteProcess) -> None:
+        with self.lock:
+            self.running.pop(process.key, None)
+
+    def _loop(self) -> None:
+        stop = threading.Event()
+        while True:
+            with self.lock:
+                if not self.running:
+                    self.thread = None
+                    return
+                asked: dict[str, dict[str, tuple[int, int]]] = {}
+                for key, p in self.running.items():
+                    offsets = (p.sinks[0].received, p.sinks[1].received)
+                    asked.setdefault(p.host, {})[key] = offsets
+                processes = dict(self.running)
+            answers = self.poll_hosts(asked)
+            for host, answer in answers.items():
+                for key in asked[host]:
+                    report = {"lost": True} if isinstance(answer, BaseException) else answer[key]
+                    processes[key].deliver(report)
+            stop.wait(POLL_S)

@@ -1,0 +1,114 @@
+"""The life cycle on a cluster, through the command line: `nestbed --cluster ADDR swapin`,
+`exec`, `status`, `swapout` and `cleanup NAME` on the dumbbell spread over simulated hosts
+(namespaces with an agent each, see ``simulated``), with the store's states as on one host and
+nothing left on any host afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from simulated import DUMBBELL, SRC, namespaces, processes, started
+
+from nestbed.backend.plan import experiment_tag
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with started(3, slots=2) as (machines, agents):
+        yield machines, agents
+
+
+class Cli:
+    """`nestbed --db DB --cluster ADDR ...` as a user runs it, from the controlling machine
+    (the root namespace, its state folder the simulated controller's)."""
+
+    def __init__(self, machines, agents, db: Path):
+        self.machines, self.db = machines, db
+        self.address = agents.address
+        self.env = {**os.environ, "PYTHONPATH": str(SRC),
+                    "NESTBED_RUN_DIR": str(machines.run_dir("controller"))}  # fmt: skip
+        self.env.pop("NESTBED_BACKEND", None)
+
+    def __call__(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "nestbed", "--db", str(self.db),
+                   "--cluster", self.address, *argv]  # fmt: skip
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=600)
+        if check:
+            assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+        return done
+
+    def state(self, name: str) -> str:
+        listed = json.loads(self("list", "--json").stdout)
+        return next(e["state"] for e in listed if e["name"] == name)
+
+    def nothing_left(self, name: str) -> None:
+        tag = experiment_tag(name)
+        assert not [n for n in namespaces() if n.startswith(f"nb-{tag}")]
+        for host in [*self.machines.hosts, "controller"]:
+            root = self.machines.run_dir(host)
+            assert not (root / name).exists() and not (root / ".cluster" / name).exists()
+            assert not processes(str(root / name))
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_swapin_exec_status_and_swapout_through_the_cli_leave_nothing_on_any_host(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bcli{os.getpid()}"
+    path = write(tmp_path, name, DUMBBELL)
+    try:
+        cli("swapin", str(path), "--results", str(tmp_path / "run"))
+        assert cli.state(name) == "active"
+        placed = json.loads(
+            (machines.run_dir("controller") / ".cluster" / name / "placement.json").read_text()
+        )["nodes"]
+        assert placed["r1"] != placed["r2"]  # the bottleneck is cut between two hosts
+        ping = cli("exec", name, "h1", "--", "ping", "-n", "-c", "3", "-i", "0.2", "h3")
+        rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+        print(f"nestbed exec ping h1 -> h3 across hosts: min RTT {rtt_min_ms:.3f} ms")
+        assert rtt_min_ms >= 40  # 2 x 20 ms of the bottleneck, shaped once per direction
+        status = json.loads(cli("status", name, "--json").stdout)
+        ports = {(r["link"], r["port"]) for r in status["link_counters"]}
+        # The counters come from both hosts' link emulators, as one host's would.
+        assert {("bottleneck", "r1"), ("bottleneck", "r2")} <= ports
+        assert not any(port.startswith("_") for _, port in ports)
+    finally:
+        cli("swapout", name, check=False)
+    assert cli.state(name) == "swapped"
+    cli.nothing_left(name)
+    counters = (tmp_path / "run" / "links" / "counters.csv").read_text().splitlines()
+    assert any(",bottleneck,r2," in row for row in counters[1:])
+
+
+def test_cleanup_by_name_removes_an_experiment_whose_controller_died_from_every_host(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bgone{os.getpid()}"
+    try:
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)), "--results", str(tmp_path / "run"))
+        pid = machines.run_dir("controller") / ".cluster" / name / "controller.pid"
+        os.kill(int(pid.read_text()), signal.SIGKILL)  # as a crash would
+        done = cli("cleanup", name)
+        assert f"experiment {name} was cleaned up" in done.stdout
+    finally:
+        if cli.state(name) not in ("swapped", "defined"):
+            cli("swapout", name, check=False)
+    assert cli.state(name) == "swapped"
+    cli.nothing_left(name)
