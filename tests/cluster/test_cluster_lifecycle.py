@@ -47,7 +47,7 @@ class Cli:
 
     def state(self, name: str) -> str:
         listed = json.loads(self("list", "--json").stdout)
-        return next(e["state"] for e in listed if e["name"] == name)
+        return next((e["state"] for e in listed if e["name"] == name), "absent")
 
     def nothing_left(self, name: str) -> None:
         tag = experiment_tag(name)
@@ -108,16 +108,19 @@ def test_cleanup_by_name_removes_an_experiment_whose_controller_died_from_every_
         done = cli("cleanup", name)
         assert f"experiment {name} was cleaned up" in done.stdout
     finally:
-        if cli.state(name) not in ("swapped", "defined"):
+        if cli.state(name) not in ("swapped", "defined", "absent"):
             cli("swapout", name, check=False)
     assert cli.state(name) == "swapped"
     cli.nothing_left(name)
 
 
-# CBR from h1 to h3 across the cut bottleneck, which goes down for one second of four.
+# CBR from h1 to h3 across the cut bottleneck, which goes down for one second of four; a
+# program on r2 that would sleep long, stopped by an event.
 RUN = (
     DUMBBELL
     + """
+programs:
+  - {name: p2, node: r2, command: "echo hello from $NESTBED_NODE; sleep 60"}
 agents:
   - {name: u1, type: udp, node: h1, peer: s3}
   - {name: s3, type: null, node: h3, peer: u1}
@@ -125,6 +128,8 @@ applications:
   - {name: cbr0, type: cbr, agent: u1, rate: 1Mb, packet_size: 500}
 events:
   - {at: 0.5, object: cbr0, verb: start}
+  - {at: 0.5, object: p2, verb: start}
+  - {at: 1.5, object: p2, verb: stop}
   - {at: 2, object: bottleneck, verb: down}
   - {at: 3, object: bottleneck, verb: up}
   - {at: 4.5, object: cbr0, verb: stop}
@@ -149,7 +154,7 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
     try:
         cli("run", str(write(tmp_path, name, RUN)), "--results", str(results))
     finally:
-        if cli.state(name) not in ("swapped", "defined"):
+        if cli.state(name) not in ("swapped", "defined", "absent"):
             cli("swapout", name, check=False)
     cli.nothing_left(name)
     (flow,) = rows(results / "traffic" / "flows.csv")
@@ -172,6 +177,10 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
     last = {(r["port"], r["direction"]): int(r["packets_out"]) for r in counters
             if r["link"] == "bottleneck"}  # fmt: skip
     assert last[("r1", "egress")] >= received  # every datagram left through h1's side once
+    (program,) = rows(results / "programs.csv")
+    assert program["outcome"] == "killed"  # the stop event reached its group on r2's host
+    assert float(program["ended_s"]) < 10
+    assert (results / program["stdout"]).read_text() == "hello from r2\n"
     events = rows(results / "events.csv")
     assert {(e["object"], e["verb"]) for e in events} >= {("bottleneck", "down"),
                                                           ("bottleneck", "up")}  # fmt: skip
