@@ -181,6 +181,16 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
     assert program["outcome"] == "killed"  # the stop event reached its group on r2's host
     assert float(program["ended_s"]) < 10
     assert (results / program["stdout"]).read_text() == "hello from r2\n"
+    placement = json.loads((results / "manifest.json").read_text())["placement"]
+    hosts = placement["hosts"]
+    assert sorted(n for h in hosts.values() for n in h["nodes"]) == ["h1", "h3", "r1", "r2"]
+    # One machine simulates the hosts: one clock, so the offset is within its error, and a
+    # tenth of the bottleneck's 20 ms is tolerated.
+    for h, facts in hosts.items():
+        print(f"clock of {h}: {facts['clock_offset_s'] * 1e6:+.1f} µs "
+              f"± {facts['clock_error_s'] * 1e6:.1f} µs")  # fmt: skip
+        assert abs(facts["clock_offset_s"]) <= facts["clock_error_s"]
+    assert placement["clock_tolerance_s"] == pytest.approx(0.002)
     events = rows(results / "events.csv")
     assert {(e["object"], e["verb"]) for e in events} >= {("bottleneck", "down"),
                                                           ("bottleneck", "up")}  # fmt: skip

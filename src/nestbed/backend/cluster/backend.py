@@ -25,13 +25,14 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, host, remote
+from nestbed.backend.cluster import agent, clocks, host, remote
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.placement import HostFacts, place
 from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
@@ -40,6 +41,7 @@ from nestbed.backend.cluster.share import (
     DEFAULT_UNDERLAY_MTU,
     HostShare,
     Underlay,
+    cut_links,
     shares,
 )
 from nestbed.backend.linkd import Channel
@@ -179,9 +181,16 @@ class ClusterBackend:
         parts = shares(plan, nodes, underlay)
         directory = self.run_dir(plan)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        offsets = self.clock_offsets(sorted(parts))
+        tolerated = clocks.tolerance_s(_cut_delays_s(plan, nodes))
+        said = clocks.warnings(offsets, tolerated)
+        for warning in said:
+            print(f"warning: {warning}", file=sys.stderr)
         (directory / PLACEMENT).write_text(json.dumps({
             "nodes": nodes, "addresses": underlay.addresses, "mtu": underlay.mtu,
             "port": underlay.port,
+            "clocks": {h: o.to_json() for h, o in offsets.items()},
+            "clock_tolerance_s": tolerated, "clock_warnings": said,
         }))  # fmt: skip
         answers = self._on_hosts(host.swap_in, {h: (part,) for h, part in parts.items()})
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
@@ -199,6 +208,49 @@ class ClusterBackend:
                 f"swap-in of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
                 + after
             ) from exc
+
+    def clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
+        """Each host's clock less this machine's, from ``clocks.SAMPLES`` time requests sent
+        straight to its agent (not through the scheduler, whose hop would widen the round
+        trip)."""
+        client = self.client()
+        workers = {
+            key.removeprefix(agent.RESOURCE_PREFIX): address
+            for address, w in client.scheduler_info(n_workers=-1)["workers"].items()
+            for key in w.get("resources", {})
+            if key.startswith(agent.RESOURCE_PREFIX)
+        }
+        found = {}
+        for h in hosts:
+            samples = []
+            for _ in range(clocks.SAMPLES):
+                t1 = time.time_ns()
+                answer = client.run(agent.clock, workers=[workers[h]])
+                samples.append(clocks.Sample(t1, answer[workers[h]], time.time_ns()))
+            found[h] = clocks.estimate(samples)
+        return found
+
+    def placement_facts(self, plan: Plan) -> dict[str, Any]:
+        """Where the experiment lives, for its runs' manifests: each host's address, nodes
+        and clock offset, the offset the cut links tolerate and any warning about it."""
+        try:
+            kept = json.loads((self.run_dir(plan) / PLACEMENT).read_text())
+        except (OSError, ValueError):
+            return {}
+        hosts = {
+            h: {"address": address,
+                "nodes": sorted(n for n, on in kept["nodes"].items() if on == h),
+                **kept.get("clocks", {}).get(h, {})}
+            for h, address in sorted(kept["addresses"].items())
+            if h in kept["nodes"].values()
+        }  # fmt: skip
+        return {
+            "backend": self.name,
+            "scheduler": self.scheduler,
+            "hosts": hosts,
+            "clock_tolerance_s": kept.get("clock_tolerance_s"),
+            "clock_warnings": kept.get("clock_warnings", []),
+        }
 
     def swap_out(self, plan: Plan) -> None:
         kept = self.placement(plan)
@@ -367,6 +419,16 @@ def _reason(exc: BaseException) -> str:
     """A host's failure as a sentence: nestbed's own as it is, anything else with its type
     (a timeout says nothing by its message alone)."""
     return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
+
+
+def _cut_delays_s(plan: Plan, nodes: dict[str, str]) -> list[float]:
+    """The delays of the pipes of the links cut between hosts."""
+    cut = cut_links(plan, nodes)
+    return [
+        pipe["delay"]["delay_ns"] / 1e9
+        for link in plan.emulated if link.link in cut
+        for port in link.ports for pipe in (port.egress, port.ingress) if "delay" in pipe
+    ]  # fmt: skip
 
 
 def _as_asked(done: subprocess.CompletedProcess, run: dict[str, Any]) -> Any:
