@@ -12,8 +12,9 @@ this back end: ``start_in`` starts a command on its node's host and gives back a
 proxy whose output is streamed into the caller's files (``proxy``, ``remote``); ``linkd`` is
 one channel over every host's link emulator (``channel``); ``exec_in`` and ``wait_listening``
 run on the node's host. Each is a Dask task to the hosts concerned, so the data plane never
-passes through Dask. Not on a cluster: a socket in a node seen from here (``open_socket``)
-and node cgroups seen from here (``node_cgroup`` is None).
+passes through Dask. ``open_socket`` gives a socket whose sends leave from the node and
+whose arrivals are drained here (``datagrams``). Not on a cluster: node cgroups seen from
+here (``node_cgroup`` is None).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.cluster import agent, clocks, host, remote
 from nestbed.backend.cluster.channel import ClusterChannel
+from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
 from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
 from nestbed.backend.cluster.share import (
@@ -76,6 +78,7 @@ class ClusterBackend:
         self.timeout_s = timeout_s
         self._client: Any = None
         self._poller: Poller | None = None
+        self._drainer: Drainer | None = None
 
     # -- connection ------------------------------------------------------------------------
 
@@ -170,14 +173,17 @@ class ClusterBackend:
             kept = json.loads((self.run_dir(plan) / PLACEMENT).read_text())
         except (OSError, ValueError):
             return None
-        return kept["nodes"], Underlay(kept["addresses"], kept["mtu"], kept["port"])
+        underlay = Underlay(kept["addresses"], kept["mtu"], kept["port"], kept.get("delays_s", {}))
+        return kept["nodes"], underlay
 
     def swap_in(self, plan: Plan) -> None:
         facts = self.facts()
         if not facts:
             self.require_ready()
         nodes = place(plan, facts)
-        underlay = Underlay({f.name: f.address for f in facts}, self.underlay_mtu, self.port)
+        addresses = {f.name: f.address for f in facts}
+        delays = self.underlay_delays(cut_links(plan, nodes), addresses)
+        underlay = Underlay(addresses, self.underlay_mtu, self.port, delays)
         parts = shares(plan, nodes, underlay)
         directory = self.run_dir(plan)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -188,7 +194,7 @@ class ClusterBackend:
             print(f"warning: {warning}", file=sys.stderr)
         (directory / PLACEMENT).write_text(json.dumps({
             "nodes": nodes, "addresses": underlay.addresses, "mtu": underlay.mtu,
-            "port": underlay.port,
+            "port": underlay.port, "delays_s": delays,
             "clocks": {h: o.to_json() for h, o in offsets.items()},
             "clock_tolerance_s": tolerated, "clock_warnings": said,
         }))  # fmt: skip
@@ -208,6 +214,27 @@ class ClusterBackend:
                 f"swap-in of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
                 + after
             ) from exc
+
+    def underlay_delays(
+        self, cut: dict[str, set[str]], addresses: dict[str, str]
+    ) -> dict[str, dict[str, float]]:
+        """host -> other host -> one-way time over the underlay, for the pairs of hosts a
+        cut link joins (each host pings its peers, all hosts at once)."""
+        peers: dict[str, set[str]] = {}
+        for hosts in cut.values():
+            for h in hosts:
+                peers.setdefault(h, set()).update(hosts - {h})
+        asked = {h: ([addresses[o] for o in sorted(others)],) for h, others in peers.items()}
+        answers = self._on_hosts(host.underlay_delays_s, asked)
+        found = {}
+        for h, answer in answers.items():
+            if isinstance(answer, BaseException):
+                raise EnvironmentProblem(
+                    f"host {h} could not measure the underlay: {_reason(answer)}"
+                ) from answer
+            name = {a: o for o, a in addresses.items()}
+            found[h] = {name[a]: s for a, s in answer.items()}
+        return found
 
     def clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
         """Each host's clock less this machine's, from ``clocks.SAMPLES`` time requests sent
@@ -352,7 +379,12 @@ class ClusterBackend:
         return capture_argv(ifname, path)
 
     def open_socket(self, plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
-        raise _not_yet("opening a socket in a node")
+        """A socket in the node, on its host, as a socket here (``datagrams``)."""
+        h = self._host_of(plan, node)
+        if self._drainer is None:
+            self._drainer = Drainer(self._on_hosts)
+        sock = self._drainer.open_socket(h, (agent.node_only(plan, node), node, kind))
+        return sock  # type: ignore[return-value]
 
     def linkd(self, plan: Plan) -> Channel:
         parts = self.shares(plan)
@@ -474,9 +506,3 @@ def _remove_state(directory: Path) -> None:
     with contextlib.suppress(OSError, ValueError):
         processes.stop(int((directory / CONTROLLER_PID).read_text().strip()), grace_s=2.0)
     shutil.rmtree(directory, ignore_errors=True)
-
-
-def _not_yet(what: str) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"{what} is not possible on a cluster yet; run this experiment on one host"
-    )

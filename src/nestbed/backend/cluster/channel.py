@@ -4,9 +4,11 @@ the life cycle speak to the one linkd of a single host.
 Each host with shaped links runs its own nestbed-linkd over its share. A request naming a
 link and a port goes to the host of that port (the member's node); one naming a link only
 (up, down) to every host holding a part of it; ``counters`` to every host at once, the
-replies merged into one, as one linkd would give them. The tunnel ports that stand for the
-members elsewhere are left out of the counters: they shape nothing (the members' own pipes
-do), and a one-host run has none. Every request to several hosts is one Dask task per host.
+replies merged into one, as one linkd would give them; a change of a cut link's sending
+pipe keeps its delay compensated for the underlay's time (``share``). The tunnel ports that
+stand for the members elsewhere are left out of the counters: they shape nothing (the
+members' own pipes do), and a one-host run has none. Every request to several hosts is one
+Dask task per host.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nestbed.backend.cluster.share import TUNNEL_PORT, HostShare
+from nestbed.backend.cluster.share import TUNNEL_PORT, HostShare, less_delay
 from nestbed.errors import EnvironmentProblem
 
 # Runs ``linkd_request(host, op, fields)`` on each host given, at once: each host's reply or
@@ -30,6 +32,10 @@ class ClusterChannel:
         self.hosts = sorted(h for h, part in parts.items() if part.plan.needs_linkd)
         self.port_host: dict[tuple[str, str], str] = {}
         self.link_hosts: dict[str, list[str]] = {}
+        # A cut link's sending pipe gives up the underlay's time, at swap-in and at every
+        # change of its shaping.
+        self.compensated = {(link, port): by_s for h in self.hosts
+                            for link, port, by_s in parts[h].compensated}  # fmt: skip
         for h in self.hosts:
             for link in parts[h].plan.emulated:
                 self.link_hosts.setdefault(link.link, []).append(h)
@@ -54,6 +60,9 @@ class ClusterChannel:
         hosts = self.targets(op, fields)
         if not hosts:
             raise EnvironmentProblem("no host of this experiment runs a link emulator")
+        by_s = self.compensated.get((fields.get("link"), fields.get("port")))  # type: ignore[arg-type]
+        if op == "set" and fields.get("direction") == "egress" and by_s:
+            fields = {**fields, "params": less_delay(fields["params"], by_s)}
         replies = self.on_hosts(hosts, op, fields)
         for h in hosts:
             if isinstance(replies[h], BaseException):

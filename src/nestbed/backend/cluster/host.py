@@ -47,6 +47,22 @@ def swap_out(part: HostShare) -> None:
     linux.swap_out(part.plan)
 
 
+PINGS = 20  # per other host, 10 ms apart, when the underlay's time is measured
+
+
+def underlay_delays_s(addresses: list[str]) -> dict[str, float]:
+    """The mean one-way time from this host to each address (half ping's mean round trip:
+    what a frame of a cut link meets on the underlay, its processing included)."""
+    found = {}
+    for address in addresses:
+        out = _ip(["ping", "-n", "-q", "-c", str(PINGS), "-i", "0.01", "-W", "1", address],
+                  f"measuring the underlay to {address}")  # fmt: skip
+        # "rtt min/avg/max/mdev = 0.9/1.1/1.6/0.2 ms"
+        mean_ms = float(out.rsplit("=", 1)[1].split("/")[1])
+        found[address] = mean_ms / 2 / 1e3
+    return found
+
+
 def check_underlay(part: HostShare) -> None:
     """Every other host of a cut link is reached through an interface whose MTU carries the
     configured underlay MTU (else VXLAN's frames would be dropped or fragmented)."""

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import IO, Any
 
 POLL_S = 0.1
+# A host that cannot be asked this many times in a row (its agent gone, the scheduler busy)
+# has lost its commands; a failure or two in between is no loss.
+LOST_AFTER_FAILURES = 30
 LOST = -signal.SIGKILL  # the exit status of a command whose host forgot it (agent died)
 
 # Runs remote.poll on each host with its commands' offsets; each host's answer or exception.
@@ -137,7 +140,9 @@ class RemoteProcess:
     def deliver(self, report: dict[str, Any]) -> None:
         """What the host said of the command in the last poll."""
         if report.get("lost"):
-            self.sinks[1].write(b"\n[nestbed: the host's agent lost this command]\n")
+            why = report.get("why", "its agent does not know it (did the agent restart?)")
+            said = f"\n[nestbed: host {self.host} lost this command: {why}]\n"
+            self.sinks[1].write(said.encode())
             self._end(LOST)
             return
         self.sinks[0].write(report["out"])
@@ -172,6 +177,7 @@ class Poller:
         self.lock = threading.Lock()
         self.running: dict[str, RemoteProcess] = {}
         self.thread: threading.Thread | None = None
+        self.failures: dict[str, int] = {}  # host -> polls in a row that failed
 
     def add(self, process: RemoteProcess) -> None:
         with self.lock:
@@ -198,7 +204,15 @@ class Poller:
                 processes = dict(self.running)
             answers = self.poll_hosts(asked)
             for host, answer in answers.items():
+                if isinstance(answer, BaseException):
+                    self.failures[host] = self.failures.get(host, 0) + 1
+                    if self.failures[host] < LOST_AFTER_FAILURES:
+                        continue
+                    why = f"{type(answer).__name__}: {answer}"
+                    for key in asked[host]:
+                        processes[key].deliver({"lost": True, "why": why})
+                    continue
+                self.failures[host] = 0
                 for key in asked[host]:
-                    report = {"lost": True} if isinstance(answer, BaseException) else answer[key]
-                    processes[key].deliver(report)
+                    processes[key].deliver(answer[key])
             stop.wait(POLL_S)

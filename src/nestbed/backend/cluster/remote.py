@@ -7,6 +7,9 @@ and stderr go to files there, and so do the files its argv names on the controll
 for many commands at once, their exit status and the output written since the last poll;
 once a command has ended, also its files, and forgets it. An agent that dies forgets its
 commands (swap-out still ends them, by namespace); the controller's side then says so.
+
+Sockets opened in the host's nodes (linktest's datagrams) stay here too: the controller asks
+them to send, and drains what they received.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import uuid
@@ -127,3 +131,42 @@ def forget(experiment_dir: Path) -> None:
             if command.process.poll() is None:
                 command.process.send_signal(signal.SIGKILL)
             command.process.wait()
+
+
+# -- sockets in this host's nodes, for a controller elsewhere (``datagrams`` is its side) --
+
+_sockets: dict[str, socket.socket] = {}
+
+
+def socket_open(p: Plan, node: str, kind: socket.SocketKind) -> str:
+    """Opens an IPv4 socket of ``kind`` in ``node``; its key."""
+    key = uuid.uuid4().hex[:16]
+    sock = linux.open_socket(p, node, kind)
+    sock.setblocking(False)
+    with _lock:
+        _sockets[key] = sock
+    return key
+
+
+def socket_call(key: str, method: str, args: tuple[Any, ...]) -> Any:
+    """``sock.METHOD(*args)`` on an open socket: setsockopt, bind, sendto or close."""
+    if method not in ("setsockopt", "bind", "sendto", "close"):
+        raise ValueError(f"a remote socket does not {method}")
+    with _lock:
+        sock = _sockets.pop(key) if method == "close" else _sockets[key]
+    return getattr(sock, method)(*args)
+
+
+def socket_drain(keys: list[str]) -> dict[str, list[bytes]]:
+    """The datagrams each socket has received since the last drain."""
+    found: dict[str, list[bytes]] = {}
+    for key in keys:
+        with _lock:
+            sock = _sockets.get(key)
+        got = found[key] = []
+        while sock is not None:
+            try:
+                got.append(sock.recv(65536))
+            except (BlockingIOError, OSError):
+                break
+    return found

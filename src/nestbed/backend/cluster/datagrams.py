@@ -1,0 +1,121 @@
+"""A UDP socket in a node on another host, seen from the controlling machine as a socket
+(``RemoteSocket``): what it sends leaves from the node, on the emulated network; what it
+receives is drained from the host (``remote.socket_drain``, one Dask task per host, every
+``DRAIN_S``) into one end of a local datagram pair, whose other end the caller selects on and
+reads, as on a socket of its own. Only the requests and what arrived cross Dask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+DRAIN_S = 0.02
+
+# Runs a function of ``remote`` on hosts: {host: args} -> {host: answer or exception}.
+OnHosts = Callable[[Callable[..., Any], dict[str, tuple[Any, ...]]], dict[str, Any]]
+
+
+class RemoteSocket:
+    """An unbound socket in a node on ``host``: setsockopt, bind, sendto there; setblocking,
+    recv and fileno here."""
+
+    def __init__(self, drainer: Drainer, host: str, key: str):
+        self.drainer, self.host, self.key = drainer, host, key
+        self.local, self.feed = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.feed.setblocking(False)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self.drainer.call(self.host, self.key, method, args)
+
+    def setsockopt(self, *args: Any) -> None:
+        self._call("setsockopt", *args)
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self._call("bind", address)
+
+    def sendto(self, data: bytes, address: tuple[str, int]) -> int:
+        return self._call("sendto", data, address)
+
+    def setblocking(self, flag: bool) -> None:
+        self.local.setblocking(flag)
+
+    def recv(self, size: int) -> bytes:
+        return self.local.recv(size)
+
+    def fileno(self) -> int:
+        return self.local.fileno()
+
+    def deliver(self, datagrams: list[bytes]) -> None:
+        for data in datagrams:
+            with contextlib.suppress(BlockingIOError):  # a full pair drops, as a socket would
+                self.feed.send(data)
+
+    def close(self) -> None:
+        self.drainer.forget(self)
+        with contextlib.suppress(Exception):
+            self._call("close")
+        self.local.close()
+        self.feed.close()
+
+    def __enter__(self) -> RemoteSocket:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Drainer:
+    """Drains every open remote socket, DRAIN_S apart, while there are any."""
+
+    def __init__(self, on_hosts: OnHosts):
+        from nestbed.backend.cluster import remote
+
+        self.remote, self.on_hosts = remote, on_hosts
+        self.lock = threading.Lock()
+        self.open: dict[str, RemoteSocket] = {}
+        self.thread: threading.Thread | None = None
+
+    def open_socket(self, h: str, args: tuple[Any, ...]) -> RemoteSocket:
+        (answer,) = self.on_hosts(self.remote.socket_open, {h: args}).values()
+        if isinstance(answer, BaseException):
+            raise answer
+        sock = RemoteSocket(self, h, answer)
+        with self.lock:
+            self.open[sock.key] = sock
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="drain", daemon=True)
+                self.thread.start()
+        return sock
+
+    def call(self, h: str, key: str, method: str, args: tuple[Any, ...]) -> Any:
+        (answer,) = self.on_hosts(self.remote.socket_call, {h: (key, method, args)}).values()
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def forget(self, sock: RemoteSocket) -> None:
+        with self.lock:
+            self.open.pop(sock.key, None)
+
+    def _loop(self) -> None:
+        pause = threading.Event()
+        while True:
+            with self.lock:
+                if not self.open:
+                    self.thread = None
+                    return
+                asked: dict[str, list[str]] = {}
+                for key, sock in self.open.items():
+                    asked.setdefault(sock.host, []).append(key)
+                sockets = dict(self.open)
+            answers = self.on_hosts(self.remote.socket_drain, {h: (k,) for h, k in asked.items()})
+            for answer in answers.values():
+                if isinstance(answer, BaseException):
+                    continue  # the next drain asks again
+                for key, datagrams in answer.items():
+                    sockets[key].deliver(datagrams)
+            pause.wait(DRAIN_S)
