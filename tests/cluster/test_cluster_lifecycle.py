@@ -1,5 +1,5 @@
 """The life cycle on a cluster, through the command line: `nestbed --cluster ADDR swapin`,
-`exec`, `status`, `swapout` and `cleanup NAME` on the dumbbell spread over simulated hosts
+`exec`, `status`, `event`, `run`, `linktest`, `swapout` and `cleanup NAME` on the dumbbell spread over simulated hosts
 (namespaces with an agent each, see ``simulated``), with the store's states as on one host and
 nothing left on any host afterwards."""
 
@@ -64,7 +64,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_swapin_exec_status_and_swapout_through_the_cli_leave_nothing_on_any_host(
+def test_swapin_exec_status_event_and_swapout_through_the_cli_leave_nothing_on_any_host(
     cluster, tmp_path
 ):
     machines, agents = cluster
@@ -93,6 +93,12 @@ def test_swapin_exec_status_and_swapout_through_the_cli_leave_nothing_on_any_hos
         # The counters come from both hosts' link emulators, as one host's would.
         assert {("bottleneck", "r1"), ("bottleneck", "r2")} <= ports
         assert not any(port.startswith("_") for _, port in ports)
+        # A dynamic event on the cut link reaches both hosts' pipes, still compensated.
+        cli("event", name, "bottleneck", "delay", "50ms")
+        ping = cli("exec", name, "h1", "--", "ping", "-n", "-c", "3", "-i", "0.2", "h3")
+        rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+        print(f"after `event bottleneck delay 50ms`: min RTT {rtt_min_ms:.3f} ms")
+        assert 100 - given_up_ms <= rtt_min_ms < 110
     finally:
         cli("swapout", name, check=False)
     assert cli.state(name) == "swapped"
