@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from nestbed.backend.cluster.rounds import Rounds
 
 DRAIN_S = 0.02
 
@@ -68,27 +69,24 @@ class RemoteSocket:
         self.close()
 
 
-class Drainer:
+class Drainer(Rounds):
     """Drains every open remote socket, DRAIN_S apart, while there are any."""
 
     def __init__(self, on_hosts: OnHosts):
         from nestbed.backend.cluster import remote
 
         self.remote, self.on_hosts = remote, on_hosts
-        self.lock = threading.Lock()
-        self.open: dict[str, RemoteSocket] = {}
-        self.thread: threading.Thread | None = None
+        super().__init__("drain", DRAIN_S, self._drain)
+
+    def _drain(self, asked: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return self.on_hosts(self.remote.socket_drain, {h: (list(k),) for h, k in asked.items()})
 
     def open_socket(self, h: str, args: tuple[Any, ...]) -> RemoteSocket:
         (answer,) = self.on_hosts(self.remote.socket_open, {h: args}).values()
         if isinstance(answer, BaseException):
             raise answer
         sock = RemoteSocket(self, h, answer)
-        with self.lock:
-            self.open[sock.key] = sock
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._loop, name="drain", daemon=True)
-                self.thread.start()
+        self.add(sock)
         return sock
 
     def call(self, h: str, key: str, method: str, args: tuple[Any, ...]) -> Any:
@@ -97,25 +95,8 @@ class Drainer:
             raise answer
         return answer
 
-    def forget(self, sock: RemoteSocket) -> None:
-        with self.lock:
-            self.open.pop(sock.key, None)
-
-    def _loop(self) -> None:
-        pause = threading.Event()
-        while True:
-            with self.lock:
-                if not self.open:
-                    self.thread = None
-                    return
-                asked: dict[str, list[str]] = {}
-                for key, sock in self.open.items():
-                    asked.setdefault(sock.host, []).append(key)
-                sockets = dict(self.open)
-            answers = self.on_hosts(self.remote.socket_drain, {h: (k,) for h, k in asked.items()})
-            for answer in answers.values():
-                if isinstance(answer, BaseException):
-                    continue  # the next drain asks again
-                for key, datagrams in answer.items():
-                    sockets[key].deliver(datagrams)
-            pause.wait(DRAIN_S)
+    def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
+        if isinstance(answer, BaseException):
+            return  # the next drain asks again
+        for key, datagrams in answer.items():
+            things[key].deliver(datagrams)

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from nestbed.backend.cluster.rounds import Rounds
+
 POLL_S = 0.1
 # A host that cannot be asked this many times in a row (its agent gone, the scheduler busy)
 # has lost its commands; a failure or two in between is no loss.
@@ -169,50 +171,24 @@ class RemoteProcess:
         self.wait()
 
 
-class Poller:
+class Poller(Rounds):
     """Asks the hosts about every running remote command, POLL_S apart, while there are any."""
 
     def __init__(self, poll_hosts: PollHosts):
-        self.poll_hosts = poll_hosts
-        self.lock = threading.Lock()
-        self.running: dict[str, RemoteProcess] = {}
-        self.thread: threading.Thread | None = None
+        super().__init__("remote", POLL_S, poll_hosts)
         self.failures: dict[str, int] = {}  # host -> polls in a row that failed
 
-    def add(self, process: RemoteProcess) -> None:
-        with self.lock:
-            self.running[process.key] = process
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._loop, name="remote", daemon=True)
-                self.thread.start()
+    def question(self, thing: Any) -> tuple[int, int]:
+        return (thing.sinks[0].received, thing.sinks[1].received)  # the output had so far
 
-    def forget(self, process: RemoteProcess) -> None:
-        with self.lock:
-            self.running.pop(process.key, None)
-
-    def _loop(self) -> None:
-        stop = threading.Event()
-        while True:
-            with self.lock:
-                if not self.running:
-                    self.thread = None
-                    return
-                asked: dict[str, dict[str, tuple[int, int]]] = {}
-                for key, p in self.running.items():
-                    offsets = (p.sinks[0].received, p.sinks[1].received)
-                    asked.setdefault(p.host, {})[key] = offsets
-                processes = dict(self.running)
-            answers = self.poll_hosts(asked)
-            for host, answer in answers.items():
-                if isinstance(answer, BaseException):
-                    self.failures[host] = self.failures.get(host, 0) + 1
-                    if self.failures[host] < LOST_AFTER_FAILURES:
-                        continue
-                    why = f"{type(answer).__name__}: {answer}"
-                    for key in asked[host]:
-                        processes[key].deliver({"lost": True, "why": why})
-                    continue
-                self.failures[host] = 0
-                for key in asked[host]:
-                    processes[key].deliver(answer[key])
-            stop.wait(POLL_S)
+    def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
+        if isinstance(answer, BaseException):
+            self.failures[host] = self.failures.get(host, 0) + 1
+            if self.failures[host] >= LOST_AFTER_FAILURES:
+                why = f"{type(answer).__name__}: {answer}"
+                for process in things.values():
+                    process.deliver({"lost": True, "why": why})
+            return
+        self.failures[host] = 0
+        for key, process in things.items():
+            process.deliver(answer[key])
