@@ -228,3 +228,27 @@ def test_linktest_level_3_passes_across_hosts_on_the_dumbbell(cluster, tmp_path)
     assert not failed, failed
     assert levels == {1, 2, 3} and len(bottleneck) == 2
     assert done.returncode == 0
+
+
+def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_path):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bcap{os.getpid()}"
+    results = tmp_path / "run"
+    short = RUN.replace("at: 4.5, object: cbr0", "at: 1.5, object: cbr0").split("  - {at: 2,")[0]
+    try:
+        cli("run", str(write(tmp_path, name, short)), "--capture", "--results", str(results))
+    finally:
+        if cli.state(name) not in ("swapped", "defined", "absent"):
+            cli("swapout", name, check=False)
+    cli.nothing_left(name)
+    (flow,) = rows(results / "traffic" / "flows.csv")
+    received = int(flow["packets_received"])
+    # tcpdump ran on each node's host; its file came back into the one results folder.
+    sizes = {p.name: p.stat().st_size for p in (results / "pcaps").glob("*.pcap")}
+    print(f"pcaps from the hosts: {sizes}; {received} datagrams received")
+    assert set(sizes) == {"access1-h1.pcap", "access1-r1.pcap", "bottleneck-r1.pcap",
+                          "bottleneck-r2.pcap", "access3-r2.pcap", "access3-h3.pcap"}  # fmt: skip
+    assert received > 0
+    for pcap in ("access1-h1.pcap", "bottleneck-r2.pcap", "access3-h3.pcap"):
+        assert sizes[pcap] > received * 500  # every datagram's 500 bytes passed there
