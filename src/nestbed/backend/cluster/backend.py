@@ -250,10 +250,15 @@ class ClusterBackend:
         found = {}
         for h in hosts:
             samples = []
-            for _ in range(clocks.SAMPLES):
-                t1 = time.time_ns()
-                answer = client.run(agent.clock, workers=[workers[h]])
-                samples.append(clocks.Sample(t1, answer[workers[h]], time.time_ns()))
+            try:
+                for _ in range(clocks.SAMPLES):
+                    t1 = time.time_ns()
+                    answer = client.run(agent.clock, workers=[workers[h]])
+                    samples.append(clocks.Sample(t1, answer[workers[h]], time.time_ns()))
+            except Exception as exc:  # its agent left since it reported its facts
+                raise EnvironmentProblem(
+                    f"host {h} did not answer a time request: {_reason(exc)}"
+                ) from exc
             found[h] = clocks.estimate(samples)
         return found
 
