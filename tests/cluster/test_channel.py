@@ -5,6 +5,7 @@ compensated), and a remote command as a Popen whose output arrives in rounds."""
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import Future
 
 import pytest
 from simulated import DUMBBELL
@@ -69,6 +70,12 @@ def test_a_new_delay_on_a_cut_links_sending_pipe_stays_compensated(channel):
     assert fields["params"] == {"delay": {"delay_ns": 49_500_000}, "bandwidth": {"rate_bps": 1}}
 
 
+def started(pid: int) -> Future:
+    done: Future = Future()
+    done.set_result(pid)
+    return done
+
+
 class NoPoller:
     def forget(self, process):
         self.forgotten = process
@@ -81,12 +88,12 @@ def test_a_remote_commands_output_arrives_in_rounds_into_files_and_pipes(tmp_pat
     err, err_reader = sink_and_reader(subprocess.PIPE, text=True)
     signals = []
     poller = NoPoller()
-    process = RemoteProcess(poller, "left", "k1", 42, ["probe"], (out, err), (None, err_reader),
+    process = RemoteProcess(poller, "left", "k1", started(42), ["probe"], (out, err), (None, err_reader),
                             lambda *a: signals.append(a))  # fmt: skip
     process.deliver({"code": None, "out": b"first ", "err": b"warn\n"})
     assert process.poll() is None
     process.terminate()
-    assert signals == [("left", "k1", 15, False)]
+    assert signals == [("left", "k1", 15, False)] and process.pid == 42
     with pytest.raises(subprocess.TimeoutExpired):
         process.wait(0)
     log = tmp_path / "probe.log"
@@ -99,7 +106,7 @@ def test_a_remote_commands_output_arrives_in_rounds_into_files_and_pipes(tmp_pat
 def test_a_command_its_host_lost_ends_as_killed_and_says_why(tmp_path):
     err, err_reader = sink_and_reader(subprocess.PIPE, text=True)
     out, _ = sink_and_reader(subprocess.DEVNULL, text=True)
-    process = RemoteProcess(NoPoller(), "right", "k2", 7, ["x"], (out, err), (None, err_reader),
+    process = RemoteProcess(NoPoller(), "right", "k2", started(7), ["x"], (out, err), (None, err_reader),
                             lambda *a: None)  # fmt: skip
     process.deliver({"lost": True, "why": "TimeoutError: no answer"})
     assert process.wait(0) == -9

@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -355,13 +356,12 @@ class ClusterBackend:
         group = bool(popen.get("start_new_session"))
         args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
                 env, group)  # fmt: skip
-        (answer,) = self._on_hosts(remote.start, {h: args}).values()
-        if isinstance(answer, BaseException):
-            for sink in (out, err):
-                sink.close()
-            raise answer
-        key, pid = answer
-        process = RemoteProcess(self.poller(), h, key, pid, list(argv), (out, err),
+        # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
+        # one each; the poller asks about the command once its host has started it.
+        key = uuid.uuid4().hex[:16]
+        started = self.client().submit(remote.start, key, *args,
+                                       resources={agent.resource(h): 1}, pure=False)  # fmt: skip
+        process = RemoteProcess(self.poller(), h, key, started, list(argv), (out, err),
                                 (out_reader, err_reader), self._signal)  # fmt: skip
         self.poller().add(process)
         return process  # type: ignore[return-value]
@@ -409,13 +409,7 @@ class ClusterBackend:
     ) -> None:
         if not isinstance(process, RemoteProcess):
             raise InternalError("wait_listening on a cluster takes a command it started")
-        (answer,) = self._on_hosts(
-            remote.listening, {process.host: (process.key, port, proto, timeout)}
-        ).values()
-        if isinstance(answer, BaseException):
-            raise InternalError(
-                f"{' '.join(process.args)} on host {process.host}: {_reason(answer)}"
-            ) from answer
+        process.wait_listening(port, proto, timeout)
 
     # -- what is left ----------------------------------------------------------------------
 

@@ -16,16 +16,19 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from nestbed.backend.cluster.rounds import Rounds
+from nestbed.errors import InternalError
 
 POLL_S = 0.1
 # A host that cannot be asked this many times in a row (its agent gone, the scheduler busy)
 # has lost its commands; a failure or two in between is no loss.
 LOST_AFTER_FAILURES = 30
+START_TIMEOUT_S = 60  # a command its host has not started this long after it was asked to
 LOST = -signal.SIGKILL  # the exit status of a command whose host forgot it (agent died)
 
 # Runs remote.poll on each host with its commands' offsets; each host's answer or exception.
@@ -86,19 +89,29 @@ class RemoteProcess:
         poller: Poller,
         host: str,
         key: str,
-        pid: int,
+        started: Any,
         args: list[str],
         sinks: tuple[_Sink, _Sink],
         readers: tuple[IO | None, IO | None],
         signal_host: Callable[[str, str, int, bool], None],
     ):
-        self.poller, self.host, self.key, self.pid, self.args = poller, host, key, pid, args
+        self.poller, self.host, self.key, self.args = poller, host, key, args
+        self.started = started  # a future of the command's pid on its host
+        self.since = time.monotonic()
         self.sinks = sinks
         self.stdout, self.stderr = readers
         self.stdin = None
         self.returncode: int | None = None
         self.ended = threading.Event()
+        self.changed = threading.Condition()  # a port heard listening, or the end
+        self.wanted: set[tuple[int, str]] = set()  # (port, proto) waited on to listen
+        self.heard: set[tuple[int, str]] = set()
         self._signal_host = signal_host
+
+    @property
+    def pid(self) -> int:
+        """Its pid on its host (waits until the host started it)."""
+        return self.started.result()
 
     def poll(self) -> int | None:
         return self.returncode
@@ -124,14 +137,35 @@ class RemoteProcess:
             reader.join()
         return found[0], found[1]
 
+    def wait_listening(self, port: int, proto: str, timeout: float) -> None:
+        """Waits until the next rounds find the command listening on ``port`` (all waits of
+        a round are answered at once, rather than one request each)."""
+        with self.changed:
+            self.wanted.add((port, proto))
+            self.changed.wait_for(
+                lambda: (port, proto) in self.heard or self.returncode is not None, timeout
+            )
+        command = " ".join(self.args)
+        if (port, proto) in self.heard:
+            return
+        if self.returncode is not None:
+            raise InternalError(f"{command} exited with {self.returncode} at start")
+        raise InternalError(f"{command} did not open {proto} port {port} in {timeout} s")
+
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            self._signal_host(self.host, self.key, sig, False)
+        self._send(sig, False)
 
     def signal_group(self, sig: int) -> None:
         """Signals the command's whole process group (it was started in its own session)."""
+        self._send(sig, True)
+
+    def _send(self, sig: int, group: bool) -> None:
+        try:
+            self.started.result()  # a signal sent before the start would be lost
+        except Exception:
+            return  # it never started: the poller ends it
         if self.returncode is None:
-            self._signal_host(self.host, self.key, sig, True)
+            self._signal_host(self.host, self.key, sig, group)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -149,6 +183,10 @@ class RemoteProcess:
             return
         self.sinks[0].write(report["out"])
         self.sinks[1].write(report["err"])
+        if report.get("listening"):
+            with self.changed:
+                self.heard.update((port, proto) for port, proto in report["listening"])
+                self.changed.notify_all()
         if report["code"] is not None:
             for path, data in report.get("files", {}).items():
                 Path(path).write_bytes(data)
@@ -157,7 +195,9 @@ class RemoteProcess:
     def _end(self, code: int) -> None:
         for sink in self.sinks:
             sink.close()
-        self.returncode = code
+        with self.changed:
+            self.returncode = code
+            self.changed.notify_all()
         self.poller.forget(self)
         self.ended.set()
 
@@ -178,8 +218,29 @@ class Poller(Rounds):
         super().__init__("remote", POLL_S, poll_hosts)
         self.failures: dict[str, int] = {}  # host -> polls in a row that failed
 
-    def question(self, thing: Any) -> tuple[int, int]:
-        return (thing.sinks[0].received, thing.sinks[1].received)  # the output had so far
+    def ready(self, thing: Any) -> bool:
+        """Once its host started it; a start that failed or never came ends it."""
+        if not thing.started.done():
+            if time.monotonic() - thing.since > START_TIMEOUT_S:
+                why = f"it was not started within {START_TIMEOUT_S} s"
+                thing.deliver({"lost": True, "why": why})
+            return False
+        if thing.started.status != "finished":
+            try:
+                thing.started.result()
+            except Exception as exc:
+                why = f"it could not start: {type(exc).__name__}: {exc}"
+            else:  # cancelled
+                why = "its start was cancelled"
+            thing.deliver({"lost": True, "why": why})
+            return False
+        return True
+
+    def question(self, thing: Any) -> tuple[int, int, list[tuple[int, str]]]:
+        # the output had so far, and the ports still waited on
+        with thing.changed:
+            ports = sorted(thing.wanted - thing.heard)
+        return (thing.sinks[0].received, thing.sinks[1].received, ports)
 
     def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
         if isinstance(answer, BaseException):

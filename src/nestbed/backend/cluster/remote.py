@@ -27,7 +27,7 @@ from typing import Any
 
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan
-from nestbed.backend.sockets import wait_listening
+from nestbed.backend.sockets import listens
 
 CHUNK_BYTES = 1 << 20  # at most this much of each stream per poll, so replies stay small
 
@@ -45,10 +45,15 @@ _lock = threading.Lock()
 
 
 def start(
-    p: Plan, node: str, argv: list[str], files: dict[str, str], env: dict[str, str], group: bool
-) -> tuple[str, int]:
-    """Starts ``argv`` in ``node``; its key (for ``poll``) and pid on this host."""
-    key = uuid.uuid4().hex[:16]
+    key: str,
+    p: Plan,
+    node: str,
+    argv: list[str],
+    files: dict[str, str],
+    env: dict[str, str],
+    group: bool,
+) -> int:
+    """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host."""
     scratch = linux.run_dir(p) / "commands" / key
     scratch.mkdir(parents=True, mode=0o700)
     mapped = [str(scratch / files[a]) if a in files else a for a in argv]
@@ -59,15 +64,16 @@ def start(
         )  # fmt: skip
     with _lock:
         _commands[key] = _Command(process, scratch, files, group)
-    return key, process.pid
+    return process.pid
 
 
-def poll(offsets: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
-    """For each command (key -> bytes of stdout and stderr already handed back): its exit
-    status (None while it runs), its new output, and, once ended, its files; a command this
-    agent does not know is ``lost``."""
+def poll(asked: dict[str, tuple[int, int, list[tuple[int, str]]]]) -> dict[str, dict[str, Any]]:
+    """For each command (key -> bytes of stdout and stderr already handed back, and ports it
+    is waited on to listen): its exit status (None while it runs), its new output, the ports
+    it listens on of those, and, once ended, its files; a command this agent does not know
+    is ``lost``."""
     found: dict[str, dict[str, Any]] = {}
-    for key, (out_at, err_at) in offsets.items():
+    for key, (out_at, err_at, ports) in asked.items():
         with _lock:
             command = _commands.get(key)
         if command is None:
@@ -79,7 +85,9 @@ def poll(offsets: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
             "code": code,
             "out": _read(command.scratch / "stdout", out_at, limit),
             "err": _read(command.scratch / "stderr", err_at, limit),
-        }
+            "listening": [(port, proto) for port, proto in ports
+                          if code is None and listens(command.process.pid, port, proto)],
+        }  # fmt: skip
         if code is not None:
             report["files"] = {
                 path: (command.scratch / name).read_bytes()
@@ -112,15 +120,6 @@ def send_signal(key: str, sig: int, group: bool) -> None:
             command.process.send_signal(sig)
     except ProcessLookupError:
         pass
-
-
-def listening(key: str, port: int, proto: str, timeout: float) -> None:
-    """Waits until the command has a ``proto`` socket bound to ``port``."""
-    with _lock:
-        command = _commands.get(key)
-    if command is None:
-        raise ProcessLookupError(f"command {key} is not known on this host")
-    wait_listening(command.process, port, proto, timeout)
 
 
 def forget(experiment_dir: Path) -> None:

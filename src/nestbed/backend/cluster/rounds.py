@@ -24,12 +24,16 @@ class Rounds:
 
     def __init__(self, name: str, pause_s: float, ask_hosts: AskHosts):
         self.name, self.pause_s, self.ask_hosts = name, pause_s, ask_hosts
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # ``ready`` may end a thing, which forgets it
         self.kept: dict[str, Kept] = {}
         self.thread: threading.Thread | None = None
 
     def question(self, thing: Any) -> Any:
         return None
+
+    def ready(self, thing: Any) -> bool:
+        """Whether to ask about ``thing`` this round."""
+        return True
 
     def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -53,8 +57,9 @@ class Rounds:
                     self.thread = None
                     return
                 asked: dict[str, dict[str, Any]] = {}
-                for key, thing in self.kept.items():
-                    asked.setdefault(thing.host, {})[key] = self.question(thing)
+                for key, thing in list(self.kept.items()):
+                    if self.ready(thing):
+                        asked.setdefault(thing.host, {})[key] = self.question(thing)
                 things = dict(self.kept)
             for host, answer in self.ask_hosts(asked).items():
                 self.answered(host, answer, {k: things[k] for k in asked[host]})
