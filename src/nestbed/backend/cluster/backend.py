@@ -109,7 +109,7 @@ class ClusterBackend:
 
     def hosts(self) -> list[str]:
         """The hosts whose agents are connected now."""
-        workers = self.client().scheduler_info(n_workers=-1)["workers"].values()
+        workers = self.client().scheduler_info(n_workers=-1).get("workers", {}).values()
         names = {
             key.removeprefix(agent.RESOURCE_PREFIX)
             for w in workers

@@ -1,14 +1,17 @@
 """A UDP socket in a node on another host, seen from the controlling machine as a socket
 (``RemoteSocket``): what it sends leaves from the node, on the emulated network; what it
-receives is drained from the host (``remote.socket_drain``, one Dask task per host, every
-``DRAIN_S``) into one end of a local datagram pair, whose other end the caller selects on and
-reads, as on a socket of its own. Only the requests and what arrived cross Dask.
+receives is drained from the host into one end of a local datagram pair, whose other end the
+caller selects on and reads, as on a socket of its own. Sends wait for the next drain
+(``remote.socket_drain``, one Dask task per host every ``DRAIN_S``), which carries all of
+them: linktest's thousands of datagrams cost a task per host per round, not one each. Only
+the requests and what arrived cross Dask; the datagrams themselves cross the network.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +30,8 @@ class RemoteSocket:
     def __init__(self, drainer: Drainer, host: str, key: str):
         self.drainer, self.host, self.key = drainer, host, key
         self.local, self.feed = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.lock = threading.Lock()
+        self.pending: list[tuple[bytes, tuple[str, int]]] = []
         self.feed.setblocking(False)
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -39,7 +44,16 @@ class RemoteSocket:
         self._call("bind", address)
 
     def sendto(self, data: bytes, address: tuple[str, int]) -> int:
-        return self._call("sendto", data, address)
+        """Sent with the next drain (as UDP, unacknowledged: an unreachable address is no
+        error here)."""
+        with self.lock:
+            self.pending.append((bytes(data), address))
+        return len(data)
+
+    def take_pending(self) -> list[tuple[bytes, tuple[str, int]]]:
+        with self.lock:
+            taken, self.pending = self.pending, []
+        return taken
 
     def setblocking(self, flag: bool) -> None:
         self.local.setblocking(flag)
@@ -79,7 +93,10 @@ class Drainer(Rounds):
         super().__init__("drain", DRAIN_S, self._drain)
 
     def _drain(self, asked: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return self.on_hosts(self.remote.socket_drain, {h: (list(k),) for h, k in asked.items()})
+        return self.on_hosts(self.remote.socket_drain, {h: (k,) for h, k in asked.items()})
+
+    def question(self, thing: Any) -> list[tuple[bytes, tuple[str, int]]]:
+        return thing.take_pending()
 
     def open_socket(self, h: str, args: tuple[Any, ...]) -> RemoteSocket:
         (answer,) = self.on_hosts(self.remote.socket_open, {h: args}).values()

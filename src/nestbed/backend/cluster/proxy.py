@@ -104,8 +104,7 @@ class RemoteProcess:
         self.returncode: int | None = None
         self.ended = threading.Event()
         self.changed = threading.Condition()  # a port heard listening, or the end
-        self.wanted: set[tuple[int, str]] = set()  # (port, proto) waited on to listen
-        self.heard: set[tuple[int, str]] = set()
+        self.heard: set[tuple[int, str]] = set()  # (port, proto) bound in its node
         self._signal_host = signal_host
 
     @property
@@ -138,10 +137,10 @@ class RemoteProcess:
         return found[0], found[1]
 
     def wait_listening(self, port: int, proto: str, timeout: float) -> None:
-        """Waits until the next rounds find the command listening on ``port`` (all waits of
-        a round are answered at once, rather than one request each)."""
+        """Waits until a round found ``port`` bound in the command's node while it ran (the
+        waits of many commands are answered by the same rounds, rather than one request
+        each)."""
         with self.changed:
-            self.wanted.add((port, proto))
             self.changed.wait_for(
                 lambda: (port, proto) in self.heard or self.returncode is not None, timeout
             )
@@ -236,11 +235,8 @@ class Poller(Rounds):
             return False
         return True
 
-    def question(self, thing: Any) -> tuple[int, int, list[tuple[int, str]]]:
-        # the output had so far, and the ports still waited on
-        with thing.changed:
-            ports = sorted(thing.wanted - thing.heard)
-        return (thing.sinks[0].received, thing.sinks[1].received, ports)
+    def question(self, thing: Any) -> tuple[int, int]:
+        return (thing.sinks[0].received, thing.sinks[1].received)  # the output had so far
 
     def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
         if isinstance(answer, BaseException):

@@ -14,6 +14,7 @@ them to send, and drains what they received.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -27,7 +28,7 @@ from typing import Any
 
 from nestbed.backend import linux
 from nestbed.backend.plan import Plan
-from nestbed.backend.sockets import listens
+from nestbed.backend.sockets import bound_ports
 
 CHUNK_BYTES = 1 << 20  # at most this much of each stream per poll, so replies stay small
 
@@ -67,13 +68,13 @@ def start(
     return process.pid
 
 
-def poll(asked: dict[str, tuple[int, int, list[tuple[int, str]]]]) -> dict[str, dict[str, Any]]:
-    """For each command (key -> bytes of stdout and stderr already handed back, and ports it
-    is waited on to listen): its exit status (None while it runs), its new output, the ports
-    it listens on of those, and, once ended, its files; a command this agent does not know
-    is ``lost``."""
+def poll(offsets: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
+    """For each command (key -> bytes of stdout and stderr already handed back): its exit
+    status (None while it runs), its new output, the ports bound in its node while it runs
+    (so a wait for it to listen is answered even if it has ended since), and, once ended,
+    its files; a command this agent does not know is ``lost``."""
     found: dict[str, dict[str, Any]] = {}
-    for key, (out_at, err_at, ports) in asked.items():
+    for key, (out_at, err_at) in offsets.items():
         with _lock:
             command = _commands.get(key)
         if command is None:
@@ -85,9 +86,8 @@ def poll(asked: dict[str, tuple[int, int, list[tuple[int, str]]]]) -> dict[str, 
             "code": code,
             "out": _read(command.scratch / "stdout", out_at, limit),
             "err": _read(command.scratch / "stderr", err_at, limit),
-            "listening": [(port, proto) for port, proto in ports
-                          if code is None and listens(command.process.pid, port, proto)],
-        }  # fmt: skip
+            "listening": sorted(bound_ports(command.process.pid)) if code is None else [],
+        }
         if code is not None:
             report["files"] = {
                 path: (command.scratch / name).read_bytes()
@@ -148,24 +148,31 @@ def socket_open(p: Plan, node: str, kind: socket.SocketKind) -> str:
 
 
 def socket_call(key: str, method: str, args: tuple[Any, ...]) -> Any:
-    """``sock.METHOD(*args)`` on an open socket: setsockopt, bind, sendto or close."""
-    if method not in ("setsockopt", "bind", "sendto", "close"):
+    """``sock.METHOD(*args)`` on an open socket: setsockopt, bind or close."""
+    if method not in ("setsockopt", "bind", "close"):
         raise ValueError(f"a remote socket does not {method}")
     with _lock:
         sock = _sockets.pop(key) if method == "close" else _sockets[key]
     return getattr(sock, method)(*args)
 
 
-def socket_drain(keys: list[str]) -> dict[str, list[bytes]]:
-    """The datagrams each socket has received since the last drain."""
+def socket_drain(sends: dict[str, list[tuple[bytes, tuple[str, int]]]]) -> dict[str, list[bytes]]:
+    """Sends what each socket was given to send since the last drain (key -> datagrams and
+    their addresses; unreachable is an answer, not an error), then hands back the datagrams
+    each has received."""
     found: dict[str, list[bytes]] = {}
-    for key in keys:
+    for key, datagrams in sends.items():
         with _lock:
             sock = _sockets.get(key)
         got = found[key] = []
-        while sock is not None:
+        if sock is None:
+            continue
+        for data, address in datagrams:
+            with contextlib.suppress(OSError):
+                sock.sendto(data, address)
+        while True:
             try:
                 got.append(sock.recv(65536))
-            except (BlockingIOError, OSError):
+            except OSError:  # BlockingIOError: nothing more has arrived
                 break
     return found

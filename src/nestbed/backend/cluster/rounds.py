@@ -61,6 +61,10 @@ class Rounds:
                     if self.ready(thing):
                         asked.setdefault(thing.host, {})[key] = self.question(thing)
                 things = dict(self.kept)
-            for host, answer in self.ask_hosts(asked).items():
+            try:
+                answers = self.ask_hosts(asked)
+            except Exception as exc:  # the scheduler itself did not answer: every host failed
+                answers = dict.fromkeys(asked, exc)
+            for host, answer in answers.items():
                 self.answered(host, answer, {k: things[k] for k in asked[host]})
             pause.wait(self.pause_s)
