@@ -111,3 +111,35 @@ def test_a_command_its_host_lost_ends_as_killed_and_says_why(tmp_path):
     process.deliver({"lost": True, "why": "TimeoutError: no answer"})
     assert process.wait(0) == -9
     assert "host right lost this command: TimeoutError: no answer" in err_reader.read()
+
+
+class Here:
+    """A drainer that asks no host (the socket's own side only)."""
+
+    def forget(self, sock):
+        pass
+
+    def call(self, *args):
+        return None
+
+
+def test_a_remote_socket_keeps_every_datagram_a_round_brings_and_is_readable_while_it_has_any():
+    import select
+
+    from nestbed.backend.cluster.datagrams import RemoteSocket
+
+    sock = RemoteSocket(Here(), "left", "s1")
+    sock.setblocking(False)
+    assert select.select([sock], [], [], 0)[0] == []
+    sock.deliver([b"%d" % i for i in range(500)])  # more than a socket pair's queue holds
+    assert select.select([sock], [], [], 0)[0] == [sock]
+    got = []
+    with pytest.raises(BlockingIOError):
+        while True:
+            got.append(sock.recv(64))
+    assert got == [b"%d" % i for i in range(500)]
+    assert select.select([sock], [], [], 0)[0] == []
+    assert sock.sendto(b"hello", ("10.1.1.2", 7)) == 5
+    assert sock.take_pending() == [(b"hello", ("10.1.1.2", 7))] and sock.take_pending() == []
+    sock.close()
+    sock.deliver([b"late"])  # a round that was under way when it closed

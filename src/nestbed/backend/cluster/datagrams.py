@@ -9,7 +9,9 @@ the requests and what arrived cross Dask; the datagrams themselves cross the net
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -29,10 +31,16 @@ class RemoteSocket:
 
     def __init__(self, drainer: Drainer, host: str, key: str):
         self.drainer, self.host, self.key = drainer, host, key
-        self.local, self.feed = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.lock = threading.Lock()
-        self.pending: list[tuple[bytes, tuple[str, int]]] = []
+        # What arrived waits in a queue here (a socket pair's own queue holds only a few
+        # datagrams); the pair only makes it readable for select while the queue has any.
+        self.local, self.feed = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.local.setblocking(False)
         self.feed.setblocking(False)
+        self.lock = threading.Lock()
+        self.arrived: collections.deque[bytes] = collections.deque()
+        self.pending: list[tuple[bytes, tuple[str, int]]] = []
+        self.blocking = True
+        self.closed = False
 
     def _call(self, method: str, *args: Any) -> Any:
         return self.drainer.call(self.host, self.key, method, args)
@@ -56,25 +64,41 @@ class RemoteSocket:
         return taken
 
     def setblocking(self, flag: bool) -> None:
-        self.local.setblocking(flag)
+        self.blocking = flag
 
     def recv(self, size: int) -> bytes:
-        return self.local.recv(size)
+        while True:
+            with self.lock:
+                if self.arrived:
+                    data = self.arrived.popleft()
+                    if not self.arrived:
+                        with contextlib.suppress(BlockingIOError):
+                            self.local.recv(4096)  # no longer readable
+                    return data[:size]
+            if not self.blocking:
+                raise BlockingIOError("no datagram has arrived")
+            select.select([self.local], [], [])
 
     def fileno(self) -> int:
         return self.local.fileno()
 
     def deliver(self, datagrams: list[bytes]) -> None:
-        for data in datagrams:
-            with contextlib.suppress(BlockingIOError):  # a full pair drops, as a socket would
-                self.feed.send(data)
+        with self.lock:
+            if self.closed or not datagrams:
+                return
+            was_empty = not self.arrived
+            self.arrived.extend(datagrams)
+            if was_empty:
+                self.feed.send(b"!")
 
     def close(self) -> None:
         self.drainer.forget(self)
         with contextlib.suppress(Exception):
             self._call("close")
-        self.local.close()
-        self.feed.close()
+        with self.lock:
+            self.closed = True
+            self.local.close()
+            self.feed.close()
 
     def __enter__(self) -> RemoteSocket:
         return self
