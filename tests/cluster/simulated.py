@@ -12,12 +12,14 @@ runs on the machine, and ``stop`` removes exactly what ``start`` made.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +188,30 @@ class Agents:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextlib.contextmanager
+def started(count: int, slots: int) -> Iterator[tuple[Machines, Agents]]:
+    """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes, joined
+    to a scheduler on the underlay; all stopped and removed at the end, however it ends."""
+    from nbtest import until
+    from nestbed.backend.cluster.backend import ClusterBackend
+
+    machines = Machines(count)
+    agents = None
+    try:
+        machines.start()
+        agents = Agents(machines, slots=slots)
+        for host in machines.hosts:
+            agents.start(host)
+        with ClusterBackend(agents.address) as probe:
+            until(lambda: probe.hosts() == machines.hosts, "the agents to join")
+        yield machines, agents
+    finally:
+        if agents is not None:
+            agents.stop()
+        machines.stop()
+    assert not set(machines.namespaces.values()) & namespaces()
 
 
 def namespaces() -> set[str]:

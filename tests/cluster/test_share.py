@@ -11,6 +11,7 @@ from nestbed.backend.cluster.share import (
     Underlay,
     check_placement,
     cut_links,
+    less_delay,
     share,
     shares,
     vni,
@@ -124,3 +125,24 @@ def test_a_shaped_lan_keeps_each_members_pipes_on_its_own_host_and_the_port_is_c
         assert all(m == by_port[m.port] for m in members)
         assert part.tunnels[0].port == 4789
     assert [m.port for m in parts["left"].plan.emulated[0].ports] == ["a", "b", TUNNEL_PORT]
+
+
+def test_a_cut_links_sending_pipe_gives_up_the_underlays_time_to_the_other_host():
+    p = plan(build(DUMBBELL))
+    delays = {"left": {"right": 0.0006}, "right": {"left": 0.0004}}
+    underlay = Underlay(UNDERLAY.addresses, delays_s=delays)
+    for host, node, delay_ns in (("left", "r1", 19_400_000), ("right", "r2", 19_600_000)):
+        part = share(p, LEFT_RIGHT, host, underlay)
+        (link,) = part.plan.emulated
+        local = link.ports[0]
+        assert local.egress["delay"]["delay_ns"] == delay_ns
+        assert local.egress["bandwidth"]["rate_bps"] == 10_000_000  # the rest as it was
+        other = "right" if host == "left" else "left"
+        assert part.compensated == (("bottleneck", node, delays[host][other]),)
+
+
+def test_less_delay_never_goes_below_zero_and_leaves_an_undelayed_pipe_alone():
+    assert less_delay({"delay": {"delay_ns": 300_000, "jitter_ns": 5}}, 0.001) == {
+        "delay": {"delay_ns": 0, "jitter_ns": 5}
+    }
+    assert less_delay({"bandwidth": {"rate_bps": 1}}, 0.001) == {"bandwidth": {"rate_bps": 1}}

@@ -1,8 +1,9 @@
 """Back ends: where an experiment's network lives (``base.Backend``), chosen by name.
 
 ``linux`` builds networks on this machine (root); ``fake`` records what it would build, for
-tests without root. Importing this package imports neither: each is loaded when asked for,
-since the Linux one pulls in pyroute2.
+tests without root; ``cluster`` spreads them over the hosts whose agents serve the Dask
+scheduler named by $NESTBED_CLUSTER (the CLI's ``--cluster``). Importing this package imports
+none of them: each is loaded when asked for, since the Linux one pulls in pyroute2.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import os
 from nestbed.backend.base import Backend
 from nestbed.errors import UserError
 
-NAMES = ("linux", "fake")
+NAMES = ("linux", "fake", "cluster")
 ENV = "NESTBED_BACKEND"  # the default back end's name (tests choose the fake one)
+CLUSTER_ENV = "NESTBED_CLUSTER"  # the cluster's scheduler (tcp://HOST:8786): its back end
 
 
 def get(name: str | None = None) -> Backend:
-    """The back end called ``name`` (default: $NESTBED_BACKEND, else linux)."""
-    name = name or os.environ.get(ENV) or "linux"
+    """The back end called ``name`` (default: $NESTBED_BACKEND, else the cluster when
+    $NESTBED_CLUSTER names one, else linux)."""
+    name = name or os.environ.get(ENV) or ("cluster" if os.environ.get(CLUSTER_ENV) else "linux")
     if name == "linux":
         from nestbed.backend.linux import LinuxBackend
 
@@ -27,4 +30,14 @@ def get(name: str | None = None) -> Backend:
         from nestbed.backend.fake import FakeBackend
 
         return FakeBackend()
+    if name == "cluster":
+        scheduler = os.environ.get(CLUSTER_ENV)
+        if not scheduler:
+            raise UserError(
+                "the cluster back end needs its scheduler's address; give --cluster "
+                f"tcp://HOST:8786 or set {CLUSTER_ENV}"
+            )
+        from nestbed.backend.cluster.backend import ClusterBackend
+
+        return ClusterBackend(scheduler)
     raise UserError(f"there is no back end called {name!r}; use one of {', '.join(NAMES)}")

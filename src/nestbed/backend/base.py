@@ -63,6 +63,10 @@ class Backend(Protocol):
     ) -> None:
         """Waits until ``process`` has a ``proto`` socket bound to ``port``."""
 
+    def placement_facts(self, plan: Plan) -> dict[str, Any]:
+        """Where the swapped-in experiment lives, for its runs' manifests (a cluster's hosts,
+        their nodes and clock offsets); empty on one machine."""
+
     def leftovers(self) -> dict[str, list[str]]:
         """What experiments of this back end have on the machine now, by experiment tag."""
 

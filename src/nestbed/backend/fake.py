@@ -61,6 +61,9 @@ class FakeBackend:
 
     # -- Backend ----------------------------------------------------------------------------
 
+    def placement_facts(self, plan: Plan) -> dict[str, Any]:
+        return {}
+
     def require_ready(self) -> None:
         self._record("require_ready")
 

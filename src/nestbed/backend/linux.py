@@ -642,3 +642,7 @@ class LinuxBackend:
     leftovers = staticmethod(leftovers_by_tag)
     remove_leftovers = staticmethod(remove_leftovers)
     traces = staticmethod(traces)
+
+    @staticmethod
+    def placement_facts(plan: Plan) -> dict[str, Any]:
+        return {}  # one machine: the manifest's host facts say it all

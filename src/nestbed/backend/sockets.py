@@ -142,26 +142,40 @@ def wait_daemon(
         pause = min(pause * 2, 0.02)
 
 
+def listens(pid: int, port: int, proto: str) -> bool:
+    """Whether a ``proto`` socket is bound to ``port`` in process ``pid``'s network
+    namespace (for TCP: listening)."""
+    return (port, proto) in bound_ports(pid, (proto,))
+
+
+def bound_ports(pid: int, protos: tuple[str, ...] = ("udp", "tcp")) -> set[tuple[int, str]]:
+    """The (port, proto) of every UDP socket and listening TCP socket in process ``pid``'s
+    network namespace (/proc/PID/net shows the sockets of the process's namespace)."""
+    found = set()
+    for proto in protos:
+        try:
+            lines = Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for cols in (line.split() for line in lines):
+            # local address is the second column; TCP must be in LISTEN (0A)
+            if proto != "tcp" or cols[3] == "0A":
+                found.add((int(cols[1].rsplit(":", 1)[1], 16), proto))
+    return found
+
+
 def wait_listening(process: subprocess.Popen, port: int, proto: str, timeout: float = 5) -> None:
     """Waits until ``process`` (in whatever namespace) has a ``proto`` socket bound to ``port``.
 
     /proc/PID/net shows the sockets of the process's own network namespace.
     """
-    table = Path(f"/proc/{process.pid}/net/{proto}")
-    wanted = f":{port:04X} "
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             command = shlex.join(process.args)
             raise InternalError(f"{command} exited with {process.returncode} at start")
-        with contextlib.suppress(OSError):
-            lines = table.read_text().splitlines()[1:]
-            # local address is the second column; TCP must be in LISTEN (0A)
-            if any(
-                wanted in f"{cols[1]} " and (proto != "tcp" or cols[3] == "0A")
-                for cols in (line.split() for line in lines)
-            ):
-                return
+        if listens(process.pid, port, proto):
+            return
         time.sleep(0.002)
     command = shlex.join(process.args)
     raise InternalError(f"{command} did not open {proto} port {port} in {timeout} s")

@@ -81,9 +81,25 @@ def main(
             ),
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            metavar="ADDR",
+            help="Run on the cluster whose Dask scheduler is ADDR (tcp://HOST:8786; "
+            "default: NESTBED_CLUSTER, else this machine).",
+        ),
+    ] = None,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     state.debug, state.db = debug, db
+    if cluster is not None:
+        import os
+
+        # In the environment, so the experiment's controller (a process of its own) and
+        # anything it starts choose the same back end.
+        os.environ["NESTBED_CLUSTER"] = cluster
+        os.environ["NESTBED_BACKEND"] = "cluster"
     if version:
         out.print(f"nestbed {__version__}")
         raise typer.Exit()

@@ -205,6 +205,10 @@ class ProgramRunner:
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    on_its_host = getattr(process, "signal_group", None)  # a command on a cluster's host
+    if on_its_host is not None:
+        on_its_host(sig)
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
 

@@ -58,6 +58,7 @@ class Run:
             self.folder.root, self.exp, run_id=start.run_id,
             seeds={e.link: e.seed for e in self.plan.emulated},
             binaries=self._binaries(), options=self._manifest_options(),
+            placement=backend.placement_facts(self.plan),
         )  # fmt: skip
         self.scheduler = Scheduler(self._perform)
         self.events = Table(self.folder.events, EVENT_COLUMNS)

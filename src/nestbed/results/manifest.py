@@ -59,8 +59,11 @@ def start(
     seeds: dict[str, int],
     binaries: dict[str, str],
     options: dict[str, Any],
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Writes the manifest of a run that is starting (outcome ``running``) and returns it."""
+    """Writes the manifest of a run that is starting (outcome ``running``) and returns it;
+    ``placement``: where the experiment lives when that is more than this machine (a
+    cluster's hosts and their clock offsets)."""
     ir = exp.to_json()
     RunFolder(run).ir.write_text(ir)
     manifest = {
@@ -80,6 +83,8 @@ def start(
         "outcome": "running",
         "reason": None,
     }
+    if placement:
+        manifest["placement"] = placement
     write(run, manifest)
     return manifest
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -102,6 +103,22 @@ def _memory_bytes() -> int:
 def node_only(p: Plan, node: str) -> Plan:
     """The plan as far as a command in ``node`` needs it (what crosses Dask for it)."""
     return replace(p, nodes=(p.node(node),), veths=(), bridges=(), emulated=(), namespaces=())
+
+
+def clock() -> int:
+    """This host's time (a time request, run on the agent)."""
+    return time.time_ns()
+
+
+def state_only(p: Plan) -> Plan:
+    """The plan as far as reaching the experiment's state on a host needs it (its name)."""
+    return replace(p, nodes=(), veths=(), bridges=(), emulated=(), namespaces=())
+
+
+def linkd_request(p: Plan, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """One request to this host's link emulator of the experiment (run on the agent)."""
+    with linux.linkd(p) as client:
+        return client.request(op, **fields)
 
 
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:

@@ -7,10 +7,14 @@ host fails (or does not answer in time), every host removes its share and swap-i
 the first host's reason. The placement is kept in the experiment's state folder on this
 machine, so swap-out and commands reach the same hosts.
 
-Not yet on a cluster (each says so in one sentence): starting a long-running command in a
-node (the controller's programs), a node's socket, the experiment's link emulators as one
-channel, and node cgroups seen from here. So the life cycle's controller cannot run on it yet;
-swap-in, swap-out, commands in nodes and cleanup by tag can.
+The controller stays one process on the controlling machine and reaches every host through
+this back end: ``start_in`` starts a command on its node's host and gives back a Popen-like
+proxy whose output is streamed into the caller's files (``proxy``, ``remote``); ``linkd`` is
+one channel over every host's link emulator (``channel``); ``exec_in`` and ``wait_listening``
+run on the node's host. Each is a Dask task to the hosts concerned, so the data plane never
+passes through Dask. ``open_socket`` gives a socket whose sends leave from the node and
+whose arrivals are drained here (``datagrams``). Not on a cluster: node cgroups seen from
+here (``node_cgroup`` is None).
 """
 
 from __future__ import annotations
@@ -21,20 +25,37 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, host
+from nestbed.backend.cluster import agent, clocks, host, remote
+from nestbed.backend.cluster.channel import ClusterChannel
+from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
-from nestbed.backend.cluster.share import DEFAULT_PORT, DEFAULT_UNDERLAY_MTU, Underlay, shares
+from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
+from nestbed.backend.cluster.share import (
+    DEFAULT_PORT,
+    DEFAULT_UNDERLAY_MTU,
+    HostShare,
+    Underlay,
+    cut_links,
+    shares,
+)
 from nestbed.backend.linkd import Channel
-from nestbed.backend.plan import Plan
-from nestbed.errors import EnvironmentProblem, NestbedError, UserError
+from nestbed.backend.plan import Plan, experiment_tag
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 STATE_ROOT = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed")) / ".cluster"
 PLACEMENT = "placement.json"
+CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experiment, if any
+# What start_in passes on to the node's host; anything else is a bug of the caller's.
+_POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
 
 
@@ -57,6 +78,8 @@ class ClusterBackend:
         self.state_root = state_root
         self.timeout_s = timeout_s
         self._client: Any = None
+        self._poller: Poller | None = None
+        self._drainer: Drainer | None = None
 
     # -- connection ------------------------------------------------------------------------
 
@@ -86,7 +109,7 @@ class ClusterBackend:
 
     def hosts(self) -> list[str]:
         """The hosts whose agents are connected now."""
-        workers = self.client().scheduler_info(n_workers=-1)["workers"].values()
+        workers = self.client().scheduler_info(n_workers=-1).get("workers", {}).values()
         names = {
             key.removeprefix(agent.RESOURCE_PREFIX)
             for w in workers
@@ -151,7 +174,8 @@ class ClusterBackend:
             kept = json.loads((self.run_dir(plan) / PLACEMENT).read_text())
         except (OSError, ValueError):
             return None
-        return kept["nodes"], Underlay(kept["addresses"], kept["mtu"], kept["port"])
+        underlay = Underlay(kept["addresses"], kept["mtu"], kept["port"], kept.get("delays_s", {}))
+        return kept["nodes"], underlay
 
     def swap_in(self, plan: Plan) -> None:
         if plan.simulation is not None:
@@ -163,13 +187,22 @@ class ClusterBackend:
         if not facts:
             self.require_ready()
         nodes = place(plan, facts)
-        underlay = Underlay({f.name: f.address for f in facts}, self.underlay_mtu, self.port)
+        addresses = {f.name: f.address for f in facts}
+        delays = self.underlay_delays(cut_links(plan, nodes), addresses)
+        underlay = Underlay(addresses, self.underlay_mtu, self.port, delays)
         parts = shares(plan, nodes, underlay)
         directory = self.run_dir(plan)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        offsets = self.clock_offsets(sorted(parts))
+        tolerated = clocks.tolerance_s(_cut_delays_s(plan, nodes))
+        said = clocks.warnings(offsets, tolerated)
+        for warning in said:
+            print(f"warning: {warning}", file=sys.stderr)
         (directory / PLACEMENT).write_text(json.dumps({
             "nodes": nodes, "addresses": underlay.addresses, "mtu": underlay.mtu,
-            "port": underlay.port,
+            "port": underlay.port, "delays_s": delays,
+            "clocks": {h: o.to_json() for h, o in offsets.items()},
+            "clock_tolerance_s": tolerated, "clock_warnings": said,
         }))  # fmt: skip
         answers = self._on_hosts(host.swap_in, {h: (part,) for h, part in parts.items()})
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
@@ -188,6 +221,75 @@ class ClusterBackend:
                 + after
             ) from exc
 
+    def underlay_delays(
+        self, cut: dict[str, set[str]], addresses: dict[str, str]
+    ) -> dict[str, dict[str, float]]:
+        """host -> other host -> one-way time over the underlay, for the pairs of hosts a
+        cut link joins (each host pings its peers, all hosts at once)."""
+        peers: dict[str, set[str]] = {}
+        for hosts in cut.values():
+            for h in hosts:
+                peers.setdefault(h, set()).update(hosts - {h})
+        asked = {h: ([addresses[o] for o in sorted(others)],) for h, others in peers.items()}
+        answers = self._on_hosts(host.underlay_delays_s, asked)
+        found = {}
+        for h, answer in answers.items():
+            if isinstance(answer, BaseException):
+                raise EnvironmentProblem(
+                    f"host {h} could not measure the underlay: {_reason(answer)}"
+                ) from answer
+            name = {a: o for o, a in addresses.items()}
+            found[h] = {name[a]: s for a, s in answer.items()}
+        return found
+
+    def clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
+        """Each host's clock less this machine's, from ``clocks.SAMPLES`` time requests sent
+        straight to its agent (not through the scheduler, whose hop would widen the round
+        trip)."""
+        client = self.client()
+        workers = {
+            key.removeprefix(agent.RESOURCE_PREFIX): address
+            for address, w in client.scheduler_info(n_workers=-1)["workers"].items()
+            for key in w.get("resources", {})
+            if key.startswith(agent.RESOURCE_PREFIX)
+        }
+        found = {}
+        for h in hosts:
+            samples = []
+            try:
+                for _ in range(clocks.SAMPLES):
+                    t1 = time.time_ns()
+                    answer = client.run(agent.clock, workers=[workers[h]])
+                    samples.append(clocks.Sample(t1, answer[workers[h]], time.time_ns()))
+            except Exception as exc:  # its agent left since it reported its facts
+                raise EnvironmentProblem(
+                    f"host {h} did not answer a time request: {_reason(exc)}"
+                ) from exc
+            found[h] = clocks.estimate(samples)
+        return found
+
+    def placement_facts(self, plan: Plan) -> dict[str, Any]:
+        """Where the experiment lives, for its runs' manifests: each host's address, nodes
+        and clock offset, the offset the cut links tolerate and any warning about it."""
+        try:
+            kept = json.loads((self.run_dir(plan) / PLACEMENT).read_text())
+        except (OSError, ValueError):
+            return {}
+        hosts = {
+            h: {"address": address,
+                "nodes": sorted(n for n, on in kept["nodes"].items() if on == h),
+                **kept.get("clocks", {}).get(h, {})}
+            for h, address in sorted(kept["addresses"].items())
+            if h in kept["nodes"].values()
+        }  # fmt: skip
+        return {
+            "backend": self.name,
+            "scheduler": self.scheduler,
+            "hosts": hosts,
+            "clock_tolerance_s": kept.get("clock_tolerance_s"),
+            "clock_warnings": kept.get("clock_warnings", []),
+        }
+
     def swap_out(self, plan: Plan) -> None:
         kept = self.placement(plan)
         if kept is None:
@@ -205,7 +307,16 @@ class ClusterBackend:
                 f"swap-out of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
                 "run `nestbed swapout` again"
             ) from exc
-        shutil.rmtree(self.run_dir(plan), ignore_errors=True)
+        _remove_state(self.run_dir(plan))
+
+    def shares(self, plan: Plan) -> dict[str, HostShare]:
+        """Every host's share of the swapped-in experiment."""
+        kept = self.placement(plan)
+        if kept is None:
+            raise EnvironmentProblem(
+                f"experiment {plan.experiment} is not swapped in on this cluster"
+            )
+        return shares(plan, *kept)
 
     # -- commands in nodes ---------------------------------------------------------------
 
@@ -220,15 +331,57 @@ class ClusterBackend:
     def exec_in(
         self, plan: Plan, node: str, argv: list[str], **run: Any
     ) -> subprocess.CompletedProcess:
+        """Runs the command on its node's host; its output comes back here, to wherever the
+        caller sent it (by default this process's own stdout and stderr)."""
         h = self._host_of(plan, node)
         only = agent.node_only(plan, node)
-        (answer,) = self._on_hosts(agent.exec_in, {h: (only, node, argv, run)}).values()
+        remote_run = {k: run[k] for k in ("input", "timeout", "env") if k in run}
+        remote_run["capture_output"] = True
+        if isinstance(remote_run.get("input"), str):
+            remote_run["input"] = remote_run["input"].encode()
+        (answer,) = self._on_hosts(agent.exec_in, {h: (only, node, argv, remote_run)}).values()
         if isinstance(answer, BaseException):
             raise answer
-        return answer
+        return _as_asked(answer, run)
 
     def start_in(self, plan: Plan, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
-        raise _not_yet("starting a long-running command in a node")
+        """Starts the command on its node's host; a Popen-like proxy of it (``proxy``).
+
+        Paths in ``argv`` under the folder of the file given as stdout are the command's own
+        files: written on the host, and back here at the same paths when it ends."""
+        unknown = set(popen) - _POPEN_KEYS
+        if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL):
+            raise InternalError(f"a command on a cluster takes no {sorted(unknown) or 'stdin'}")
+        h = self._host_of(plan, node)
+        text = bool(popen.get("text"))
+        out, out_reader = sink_and_reader(popen.get("stdout"), text)
+        err, err_reader = sink_and_reader(popen.get("stderr"), text)
+        # Only what the caller changed of its environment: the host has its own.
+        env = {k: v for k, v in (popen.get("env") or {}).items() if os.environ.get(k) != v}
+        group = bool(popen.get("start_new_session"))
+        args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
+                env, group)  # fmt: skip
+        # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
+        # one each; the poller asks about the command once its host has started it.
+        key = uuid.uuid4().hex[:16]
+        started = self.client().submit(remote.start, key, *args,
+                                       resources={agent.resource(h): 1}, pure=False)  # fmt: skip
+        process = RemoteProcess(self.poller(), h, key, started, list(argv), (out, err),
+                                (out_reader, err_reader), self._signal)  # fmt: skip
+        self.poller().add(process)
+        return process  # type: ignore[return-value]
+
+    def poller(self) -> Poller:
+        if self._poller is None:
+            self._poller = Poller(
+                lambda asked: self._on_hosts(remote.poll, {h: (o,) for h, o in asked.items()})
+            )
+        return self._poller
+
+    def _signal(self, h: str, key: str, sig: int, group: bool) -> None:
+        (answer,) = self._on_hosts(remote.send_signal, {h: (key, sig, group)}).values()
+        if isinstance(answer, BaseException):
+            raise EnvironmentProblem(f"host {h} could not signal a command: {_reason(answer)}")
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv
@@ -236,10 +389,22 @@ class ClusterBackend:
         return capture_argv(ifname, path)
 
     def open_socket(self, plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
-        raise _not_yet("opening a socket in a node")
+        """A socket in the node, on its host, as a socket here (``datagrams``)."""
+        h = self._host_of(plan, node)
+        if self._drainer is None:
+            self._drainer = Drainer(self._on_hosts)
+        sock = self._drainer.open_socket(h, (agent.node_only(plan, node), node, kind))
+        return sock  # type: ignore[return-value]
 
     def linkd(self, plan: Plan) -> Channel:
-        raise _not_yet("reaching the link emulators")
+        parts = self.shares(plan)
+
+        def on_hosts(hosts: list[str], op: str, fields: dict[str, Any]) -> dict[str, Any]:
+            return self._on_hosts(agent.linkd_request, {
+                h: (agent.state_only(parts[h].plan), op, fields) for h in hosts
+            })  # fmt: skip
+
+        return ClusterChannel(parts, on_hosts)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         return None
@@ -247,7 +412,9 @@ class ClusterBackend:
     def wait_listening(
         self, process: subprocess.Popen, port: int, proto: str, timeout: float = 5
     ) -> None:
-        raise _not_yet("waiting for a command in a node to listen")
+        if not isinstance(process, RemoteProcess):
+            raise InternalError("wait_listening on a cluster takes a command it started")
+        process.wait_listening(port, proto, timeout)
 
     # -- what is left ----------------------------------------------------------------------
 
@@ -257,11 +424,27 @@ class ClusterBackend:
         for h, answer in answers.items():
             for tag, things in ({} if isinstance(answer, BaseException) else answer).items():
                 found.setdefault(tag, []).extend(f"host {h}: {t}" for t in things)
+        for directory in self._state_dirs():
+            found.setdefault(experiment_tag(directory.name), []).append(f"state folder {directory}")
         return found
+
+    def _state_dirs(self) -> list[Path]:
+        """The experiments' state folders on this machine (the hidden ones are the life
+        cycle's)."""
+        if not self.state_root.exists():
+            return []
+        return sorted(
+            d for d in self.state_root.iterdir() if d.is_dir() and not d.name.startswith(".")
+        )
 
     def remove_leftovers(self, tags: set[str]) -> list[str]:
         answers = self._on_hosts(agent.remove_leftovers, {h: (tags,) for h in self.hosts()})
-        return [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+        removed = [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+        for directory in self._state_dirs():
+            if experiment_tag(directory.name) in tags:
+                _remove_state(directory)
+                removed.append(f"state folder {directory}")
+        return removed
 
     def traces(self) -> list[str]:
         answers = self._on_hosts(agent.traces, {h: () for h in self.hosts()})
@@ -274,7 +457,56 @@ def _reason(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
 
 
-def _not_yet(what: str) -> EnvironmentProblem:
-    return EnvironmentProblem(
-        f"{what} is not possible on a cluster yet; run this experiment on one host"
-    )
+def _cut_delays_s(plan: Plan, nodes: dict[str, str]) -> list[float]:
+    """The delays of the pipes of the links cut between hosts."""
+    cut = cut_links(plan, nodes)
+    return [
+        pipe["delay"]["delay_ns"] / 1e9
+        for link in plan.emulated if link.link in cut
+        for port in link.ports for pipe in (port.egress, port.ingress) if "delay" in pipe
+    ]  # fmt: skip
+
+
+def _as_asked(done: subprocess.CompletedProcess, run: dict[str, Any]) -> Any:
+    """A command's result, captured on its host, as ``subprocess.run(**run)`` would have
+    given it here: output kept (PIPE, capture_output), written to the file or stream the
+    caller gave (this process's own by default), or dropped (DEVNULL)."""
+    kept = []
+    for data, key, own in (
+        (done.stdout, "stdout", sys.stdout),
+        (done.stderr, "stderr", sys.stderr),
+    ):
+        target = subprocess.PIPE if run.get("capture_output") else run.get(key)
+        if target == subprocess.PIPE:
+            kept.append(data.decode(errors="replace") if run.get("text") else data)
+            continue
+        kept.append(None)
+        if target == subprocess.DEVNULL:
+            continue
+        if target == subprocess.STDOUT:
+            target = run.get("stdout")
+        if target is None or target == subprocess.STDOUT:
+            own.flush()
+            target = own
+        os.write(target if isinstance(target, int) else target.fileno(), data)
+    result = subprocess.CompletedProcess(done.args, done.returncode, *kept)
+    if run.get("check"):
+        result.check_returncode()
+    return result
+
+
+def _own_files(argv: list[str], stdout: Any) -> dict[str, str]:
+    """The paths in argv under the folder of the file given as stdout, each with a name of
+    its own on the host."""
+    if not hasattr(stdout, "fileno"):
+        return {}
+    folder = os.path.dirname(os.readlink(f"/proc/self/fd/{stdout.fileno()}")) + os.sep
+    return {a: f"{i}-{os.path.basename(a)}" for i, a in enumerate(argv) if a.startswith(folder)}
+
+
+def _remove_state(directory: Path) -> None:
+    """Stops the experiment's controller on this machine, if it still runs, and removes its
+    state folder."""
+    with contextlib.suppress(OSError, ValueError):
+        processes.stop(int((directory / CONTROLLER_PID).read_text().strip()), grace_s=2.0)
+    shutil.rmtree(directory, ignore_errors=True)

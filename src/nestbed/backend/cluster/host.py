@@ -13,6 +13,7 @@ import json
 import subprocess
 
 from nestbed.backend import linux, offloads
+from nestbed.backend.cluster import remote as commands
 from nestbed.backend.cluster.share import HostShare, Tunnel
 from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
@@ -42,7 +43,24 @@ def swap_in(part: HostShare) -> None:
 
 def swap_out(part: HostShare) -> None:
     """Removes everything of the share from this host (safe on a partial or absent one)."""
+    commands.forget(linux.run_dir(part.plan))
     linux.swap_out(part.plan)
+
+
+PINGS = 20  # per other host, 10 ms apart, when the underlay's time is measured
+
+
+def underlay_delays_s(addresses: list[str]) -> dict[str, float]:
+    """The mean one-way time from this host to each address (half ping's mean round trip:
+    what a frame of a cut link meets on the underlay, its processing included)."""
+    found = {}
+    for address in addresses:
+        out = _ip(["ping", "-n", "-q", "-c", str(PINGS), "-i", "0.01", "-W", "1", address],
+                  f"measuring the underlay to {address}")  # fmt: skip
+        # "rtt min/avg/max/mdev = 0.9/1.1/1.6/0.2 ms"
+        mean_ms = float(out.rsplit("=", 1)[1].split("/")[1])
+        found[address] = mean_ms / 2 / 1e3
+    return found
 
 
 def check_underlay(part: HostShare) -> None:

@@ -15,6 +15,11 @@ host) that stands for all the members elsewhere.
 - An unshaped cut link becomes what an unshaped LAN is: each local member's veth to the
   fabric, and a bridge there joined by the VXLAN device.
 
+The underlay between two hosts takes time of its own: a cut link's sending pipe gives up as
+much of its delay as the underlay's measured one-way time to the other host (never below
+zero), so that a frame arrives after the link's delay, as on one host. A LAN's members may
+be on several hosts, each farther or nearer: its delays are not compensated.
+
 Every interface of a cut link or LAN gets the inner MTU (the underlay's less the 50 bytes of
 VXLAN over IPv4): a larger frame would be dropped or fragmented silently inside the tunnel.
 """
@@ -24,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from nestbed.backend.plan import (
     IFNAME_MAX,
@@ -53,6 +59,8 @@ class Underlay:
     addresses: dict[str, str]  # host -> its underlay IPv4 address
     mtu: int = DEFAULT_UNDERLAY_MTU
     port: int = DEFAULT_PORT
+    # host -> other host -> one-way time over the underlay (s), as measured at swap-in
+    delays_s: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def inner_mtu(self) -> int:
@@ -83,6 +91,8 @@ class HostShare:
     tunnels: tuple[Tunnel, ...]
     mtus: tuple[tuple[str, str, int], ...]  # (namespace, interface, MTU)
     underlay: Underlay
+    # (link, port, seconds) taken off the port's egress delay for the underlay's time
+    compensated: tuple[tuple[str, str, float], ...] = ()
 
 
 def vni(experiment: str, link: str) -> int:
@@ -172,11 +182,19 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
         if ports:
             bridges.append(replace(bridge, netns=fabric, ports=ports))
     emulated: list[EmulatedLink] = []
+    compensated: list[tuple[str, str, float]] = []
     for link in p.emulated:
         ports = tuple(port for port in link.ports if port.ifname in fabric_ends)
         if not ports:
             continue
         if link.link in cut:
+            if not link.lan and len(cut[link.link]) == 2:
+                (other,) = cut[link.link] - {host}
+                by_s = underlay.delays_s.get(host, {}).get(other, 0.0)
+                if by_s > 0:
+                    ports = tuple(replace(port, egress=less_delay(port.egress, by_s))
+                                  for port in ports)  # fmt: skip
+                    compensated += [(link.link, port.port, by_s) for port in ports]
             ports += (PipePort(TUNNEL_PORT, _tunnel_ifname(index[link.link]), {}, {}),)
         emulated.append(replace(link, ports=ports))
 
@@ -214,7 +232,15 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     too_long = check_names(result) + [t.ifname for t in tunnels if len(t.ifname) > IFNAME_MAX]
     if too_long:
         raise InternalError(f"interface name {too_long[0]} is longer than {IFNAME_MAX}")
-    return HostShare(host, result, tuple(tunnels), mtus, underlay)
+    return HostShare(host, result, tuple(tunnels), mtus, underlay, tuple(compensated))
+
+
+def less_delay(params: dict[str, Any], by_s: float) -> dict[str, Any]:
+    """linkd pipe parameters with ``by_s`` less constant delay (never below zero)."""
+    delay = params.get("delay", {})
+    if not delay.get("delay_ns"):
+        return params
+    return {**params, "delay": {**delay, "delay_ns": max(0, delay["delay_ns"] - round(by_s * 1e9))}}
 
 
 def _tunnel_ifname(index: int) -> str:

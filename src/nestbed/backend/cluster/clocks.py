@@ -1,0 +1,89 @@
+"""How far each host's clock is from the controlling machine's, as NTP estimates it: a time
+request to the host's agent, stamped when it leaves (t1) and returns (t4) here, answered
+with the host's time (t). Of several requests, the one with the shortest round trip is
+trusted most: the host read its clock somewhere inside that round trip, so its offset is
+t - (t1 + t4) / 2, give or take half the round trip.
+
+One-way delays measured across hosts carry the offset between their clocks as an error, so
+a cut link tolerates an offset up to a part of its delay (``tolerance_s``).
+
+Pure: the samples are handed in (the agents answer with ``time.time_ns``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+SAMPLES = 8  # time requests per host at swap-in
+TOLERATED_PART = 0.1  # of the smallest delay of a cut link
+TOLERANCE_FLOOR_S = 60e-6  # the delay accuracy nestbed promises on one host
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One time request: sent (``t1_ns``) and answered (``t4_ns``) on this machine's clock,
+    and the host's clock when it answered (``host_ns``)."""
+
+    t1_ns: int
+    host_ns: int
+    t4_ns: int
+
+    @property
+    def rtt_ns(self) -> int:
+        return self.t4_ns - self.t1_ns
+
+    @property
+    def offset_ns(self) -> float:
+        return self.host_ns - (self.t1_ns + self.t4_ns) / 2
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A host's clock less this machine's, and how sure that is (half the round trip)."""
+
+    offset_s: float
+    rtt_s: float
+    samples: int
+
+    @property
+    def error_s(self) -> float:
+        return self.rtt_s / 2
+
+    def to_json(self) -> dict[str, float | int]:
+        return {
+            "clock_offset_s": round(self.offset_s, 9),
+            "clock_error_s": round(self.error_s, 9),
+            "clock_rtt_s": round(self.rtt_s, 9),
+            "clock_samples": self.samples,
+        }
+
+
+def estimate(samples: Iterable[Sample]) -> Offset:
+    """The offset from the sample with the shortest round trip (ValueError without any)."""
+    found = [s for s in samples if s.rtt_ns >= 0]
+    if not found:
+        raise ValueError("no time sample to estimate a clock offset from")
+    best = min(found, key=lambda s: s.rtt_ns)
+    return Offset(best.offset_ns / 1e9, best.rtt_ns / 1e9, len(found))
+
+
+def tolerance_s(cut_delays_s: Iterable[float]) -> float:
+    """The clock offset the cut links tolerate: a part of the smallest one's delay, never
+    below what one host promises."""
+    delays = [d for d in cut_delays_s if d > 0]
+    return max(TOLERATED_PART * min(delays), TOLERANCE_FLOOR_S) if delays else TOLERANCE_FLOOR_S
+
+
+def warnings(offsets: dict[str, Offset], tolerated_s: float) -> list[str]:
+    """One sentence for each host whose clock may be further off than tolerated."""
+    found = []
+    for host, o in sorted(offsets.items()):
+        if abs(o.offset_s) + o.error_s > tolerated_s:
+            found.append(
+                f"host {host}'s clock is {o.offset_s * 1e3:+.3f} ms (±{o.error_s * 1e3:.3f} ms) "
+                f"from this machine's, more than the {tolerated_s * 1e3:.3f} ms the cut links' "
+                "delays tolerate; one-way delays across hosts are off by as much: synchronise "
+                "the hosts' clocks (chrony, PTP)"
+            )
+    return found

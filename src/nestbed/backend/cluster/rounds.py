@@ -1,0 +1,70 @@
+"""Things kept on hosts for the controlling machine (commands, sockets), asked about in
+rounds: each round one Dask task per host about all of that host's things, a pause apart,
+while there are any. So the traffic grows with the hosts, not with the things."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class Kept(Protocol):
+    host: str
+    key: str
+
+
+# Runs one round: {host: {key: question}} -> {host: its answer, or the exception it raised}.
+AskHosts = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
+
+
+class Rounds:
+    """Asks about every kept thing, ``pause_s`` apart, in a thread that runs while any is
+    kept; ``question`` says what to ask of each, ``answered`` takes each host's answer."""
+
+    def __init__(self, name: str, pause_s: float, ask_hosts: AskHosts):
+        self.name, self.pause_s, self.ask_hosts = name, pause_s, ask_hosts
+        self.lock = threading.RLock()  # ``ready`` may end a thing, which forgets it
+        self.kept: dict[str, Kept] = {}
+        self.thread: threading.Thread | None = None
+
+    def question(self, thing: Any) -> Any:
+        return None
+
+    def ready(self, thing: Any) -> bool:
+        """Whether to ask about ``thing`` this round."""
+        return True
+
+    def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def add(self, thing: Kept) -> None:
+        with self.lock:
+            self.kept[thing.key] = thing
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self.thread.start()
+
+    def forget(self, thing: Kept) -> None:
+        with self.lock:
+            self.kept.pop(thing.key, None)
+
+    def _loop(self) -> None:
+        pause = threading.Event()
+        while True:
+            with self.lock:
+                if not self.kept:
+                    self.thread = None
+                    return
+                asked: dict[str, dict[str, Any]] = {}
+                for key, thing in list(self.kept.items()):
+                    if self.ready(thing):
+                        asked.setdefault(thing.host, {})[key] = self.question(thing)
+                things = dict(self.kept)
+            try:
+                answers = self.ask_hosts(asked)
+            except Exception as exc:  # the scheduler itself did not answer: every host failed
+                answers = dict.fromkeys(asked, exc)
+            for host, answer in answers.items():
+                self.answered(host, answer, {k: things[k] for k in asked[host]})
+            pause.wait(self.pause_s)

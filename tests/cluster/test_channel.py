@@ -1,0 +1,145 @@
+"""The controller's view of a cluster without root: every host's link emulator as one
+channel (requests routed to the hosts concerned, counters merged, a cut link's delay kept
+compensated), and a remote command as a Popen whose output arrives in rounds."""
+
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import Future
+
+import pytest
+from simulated import DUMBBELL
+
+from nbtest import build
+from nestbed.backend.cluster.channel import ClusterChannel
+from nestbed.backend.cluster.proxy import RemoteProcess, sink_and_reader
+from nestbed.backend.cluster.share import TUNNEL_PORT, Underlay, shares
+from nestbed.backend.plan import plan
+
+LEFT_RIGHT = {"h1": "left", "r1": "left", "r2": "right", "h3": "right"}
+UNDERLAY = Underlay(
+    {"left": "10.221.0.1", "right": "10.221.0.2"},
+    delays_s={"left": {"right": 0.0005}, "right": {"left": 0.0005}},
+)
+
+
+class Hosts:
+    """What each host's linkd was asked, and its canned counters."""
+
+    def __init__(self):
+        self.asked: list[tuple[str, str, dict]] = []
+
+    def __call__(self, hosts, op, fields):
+        self.asked += [(h, op, fields) for h in hosts]
+        if op != "counters":
+            return {h: {"ok": True} for h in hosts}
+        node = {"left": "r1", "right": "r2"}
+        return {h: {"ok": True, "links": {"bottleneck": {"ports": {
+            node[h]: {"egress": {"counters": {"host": h}}}, TUNNEL_PORT: {"egress": {}},
+        }}}} for h in hosts}  # fmt: skip
+
+
+@pytest.fixture
+def channel():
+    hosts = Hosts()
+    return ClusterChannel(shares(plan(build(DUMBBELL)), LEFT_RIGHT, UNDERLAY), hosts), hosts
+
+
+def test_a_port_goes_to_its_host_a_link_to_all_its_hosts(channel):
+    ch, hosts = channel
+    ch.request("down", link="bottleneck", mode="blackhole")
+    ch.request("set", link="bottleneck", port="r2", direction="ingress", params={})
+    assert [(h, op) for h, op, _ in hosts.asked] == [("left", "down"), ("right", "down"),
+                                                     ("right", "set")]  # fmt: skip
+
+
+def test_counters_of_every_host_are_merged_without_the_tunnel_ports(channel):
+    ch, _ = channel
+    ports = ch.request("counters")["links"]["bottleneck"]["ports"]
+    assert {p: v["egress"]["counters"]["host"] for p, v in ports.items()} == {
+        "r1": "left",
+        "r2": "right",
+    }
+
+
+def test_a_new_delay_on_a_cut_links_sending_pipe_stays_compensated(channel):
+    ch, hosts = channel
+    params = {"delay": {"delay_ns": 50_000_000}, "bandwidth": {"rate_bps": 1}}
+    ch.request("set", link="bottleneck", port="r1", direction="egress", params=params)
+    (_, _, fields), = hosts.asked  # fmt: skip
+    assert fields["params"] == {"delay": {"delay_ns": 49_500_000}, "bandwidth": {"rate_bps": 1}}
+
+
+def started(pid: int) -> Future:
+    done: Future = Future()
+    done.set_result(pid)
+    return done
+
+
+class NoPoller:
+    def forget(self, process):
+        self.forgotten = process
+
+
+def test_a_remote_commands_output_arrives_in_rounds_into_files_and_pipes(tmp_path):
+    out_file = (tmp_path / "out").open("wb")
+    out, _ = sink_and_reader(out_file, text=False)
+    out_file.close()  # as the controller does once the command started
+    err, err_reader = sink_and_reader(subprocess.PIPE, text=True)
+    signals = []
+    poller = NoPoller()
+    process = RemoteProcess(poller, "left", "k1", started(42), ["probe"], (out, err), (None, err_reader),
+                            lambda *a: signals.append(a))  # fmt: skip
+    process.deliver({"code": None, "out": b"first ", "err": b"warn\n"})
+    assert process.poll() is None
+    process.terminate()
+    assert signals == [("left", "k1", 15, False)] and process.pid == 42
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(0)
+    log = tmp_path / "probe.log"
+    process.deliver({"code": 0, "out": b"last", "err": b"", "files": {str(log): b"1,2,3"}})
+    assert process.wait(0) == 0 and poller.forgotten is process
+    assert (tmp_path / "out").read_bytes() == b"first last" and log.read_text() == "1,2,3"
+    assert process.communicate(timeout=0) == (None, "warn\n")
+
+
+def test_a_command_its_host_lost_ends_as_killed_and_says_why(tmp_path):
+    err, err_reader = sink_and_reader(subprocess.PIPE, text=True)
+    out, _ = sink_and_reader(subprocess.DEVNULL, text=True)
+    process = RemoteProcess(NoPoller(), "right", "k2", started(7), ["x"], (out, err), (None, err_reader),
+                            lambda *a: None)  # fmt: skip
+    process.deliver({"lost": True, "why": "TimeoutError: no answer"})
+    assert process.wait(0) == -9
+    assert "host right lost this command: TimeoutError: no answer" in err_reader.read()
+
+
+class Here:
+    """A drainer that asks no host (the socket's own side only)."""
+
+    def forget(self, sock):
+        pass
+
+    def call(self, *args):
+        return None
+
+
+def test_a_remote_socket_keeps_every_datagram_a_round_brings_and_is_readable_while_it_has_any():
+    import select
+
+    from nestbed.backend.cluster.datagrams import RemoteSocket
+
+    sock = RemoteSocket(Here(), "left", "s1")
+    sock.setblocking(False)
+    assert select.select([sock], [], [], 0)[0] == []
+    sock.deliver([b"%d" % i for i in range(500)])  # more than a socket pair's queue holds
+    assert select.select([sock], [], [], 0)[0] == [sock]
+    got = []
+    with pytest.raises(BlockingIOError):
+        while True:
+            got.append(sock.recv(64))
+    assert got == [b"%d" % i for i in range(500)]
+    assert select.select([sock], [], [], 0)[0] == []
+    assert sock.sendto(b"hello", ("10.1.1.2", 7)) == 5
+    assert sock.take_pending() == [(b"hello", ("10.1.1.2", 7))] and sock.take_pending() == []
+    sock.close()
+    sock.deliver([b"late"])  # a round that was under way when it closed

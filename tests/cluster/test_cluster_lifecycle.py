@@ -1,0 +1,254 @@
+"""The life cycle on a cluster, through the command line: `nestbed --cluster ADDR swapin`,
+`exec`, `status`, `event`, `run`, `linktest`, `swapout` and `cleanup NAME` on the dumbbell spread over simulated hosts
+(namespaces with an agent each, see ``simulated``), with the store's states as on one host and
+nothing left on any host afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from simulated import DUMBBELL, SRC, namespaces, processes, started
+
+from nestbed.backend.plan import experiment_tag
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with started(3, slots=2) as (machines, agents):
+        yield machines, agents
+
+
+class Cli:
+    """`nestbed --db DB --cluster ADDR ...` as a user runs it, from the controlling machine
+    (the root namespace, its state folder the simulated controller's)."""
+
+    def __init__(self, machines, agents, db: Path):
+        self.machines, self.db = machines, db
+        self.address = agents.address
+        self.env = {**os.environ, "PYTHONPATH": str(SRC),
+                    "NESTBED_RUN_DIR": str(machines.run_dir("controller"))}  # fmt: skip
+        self.env.pop("NESTBED_BACKEND", None)
+
+    def __call__(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "nestbed", "--db", str(self.db),
+                   "--cluster", self.address, *argv]  # fmt: skip
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=600)
+        if check:
+            assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+        return done
+
+    def state(self, name: str) -> str:
+        listed = json.loads(self("list", "--json").stdout)
+        return next((e["state"] for e in listed if e["name"] == name), "absent")
+
+    def nothing_left(self, name: str) -> None:
+        tag = experiment_tag(name)
+        assert not [n for n in namespaces() if n.startswith(f"nb-{tag}")]
+        for host in [*self.machines.hosts, "controller"]:
+            root = self.machines.run_dir(host)
+            assert not (root / name).exists() and not (root / ".cluster" / name).exists()
+            assert not processes(str(root / name))
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_swapin_exec_status_event_and_swapout_through_the_cli_leave_nothing_on_any_host(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bcli{os.getpid()}"
+    path = write(tmp_path, name, DUMBBELL)
+    try:
+        cli("swapin", str(path), "--results", str(tmp_path / "run"))
+        assert cli.state(name) == "active"
+        kept = json.loads(
+            (machines.run_dir("controller") / ".cluster" / name / "placement.json").read_text()
+        )
+        placed = kept["nodes"]
+        assert placed["r1"] != placed["r2"]  # the bottleneck is cut between two hosts
+        ping = cli("exec", name, "h1", "--", "ping", "-n", "-c", "3", "-i", "0.2", "h3")
+        rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+        # The bottleneck's sending pipes gave up the underlay's mean one-way time; a ping
+        # faster than the mean over it may come back that much sooner, never sooner still.
+        given_up_ms = 1e3 * sum(kept["delays_s"][placed[a]][placed[b]]
+                                for a, b in (("r1", "r2"), ("r2", "r1")))  # fmt: skip
+        print(f"nestbed exec ping h1 -> h3 across hosts: min RTT {rtt_min_ms:.3f} ms "
+              f"(2 x 20 ms, the underlay's {given_up_ms:.3f} ms given up by the pipes)")  # fmt: skip
+        assert rtt_min_ms >= 40 - given_up_ms  # 2 x 20 ms, shaped once per direction
+        status = json.loads(cli("status", name, "--json").stdout)
+        ports = {(r["link"], r["port"]) for r in status["link_counters"]}
+        # The counters come from both hosts' link emulators, as one host's would.
+        assert {("bottleneck", "r1"), ("bottleneck", "r2")} <= ports
+        assert not any(port.startswith("_") for _, port in ports)
+        # A dynamic event on the cut link reaches both hosts' pipes, still compensated.
+        cli("event", name, "bottleneck", "delay", "50ms")
+        ping = cli("exec", name, "h1", "--", "ping", "-n", "-c", "3", "-i", "0.2", "h3")
+        rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+        print(f"after `event bottleneck delay 50ms`: min RTT {rtt_min_ms:.3f} ms")
+        assert 100 - given_up_ms <= rtt_min_ms < 110
+    finally:
+        cli("swapout", name, check=False)
+    assert cli.state(name) == "swapped"
+    cli.nothing_left(name)
+    counters = (tmp_path / "run" / "links" / "counters.csv").read_text().splitlines()
+    assert any(",bottleneck,r2," in row for row in counters[1:])
+
+
+def test_cleanup_by_name_removes_an_experiment_whose_controller_died_from_every_host(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bgone{os.getpid()}"
+    try:
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)), "--results", str(tmp_path / "run"))
+        pid = machines.run_dir("controller") / ".cluster" / name / "controller.pid"
+        os.kill(int(pid.read_text()), signal.SIGKILL)  # as a crash would
+        done = cli("cleanup", name)
+        assert f"experiment {name} was cleaned up" in done.stdout
+    finally:
+        if cli.state(name) not in ("swapped", "defined", "absent"):
+            cli("swapout", name, check=False)
+    assert cli.state(name) == "swapped"
+    cli.nothing_left(name)
+
+
+# CBR from h1 to h3 across the cut bottleneck, which goes down for one second of four; a
+# program on r2 that would sleep long, stopped by an event.
+RUN = (
+    DUMBBELL
+    + """
+programs:
+  - {name: p2, node: r2, command: "echo hello from $NESTBED_NODE; sleep 60"}
+agents:
+  - {name: u1, type: udp, node: h1, peer: s3}
+  - {name: s3, type: null, node: h3, peer: u1}
+applications:
+  - {name: cbr0, type: cbr, agent: u1, rate: 1Mb, packet_size: 500}
+events:
+  - {at: 0.5, object: cbr0, verb: start}
+  - {at: 0.5, object: p2, verb: start}
+  - {at: 1.5, object: p2, verb: stop}
+  - {at: 2, object: bottleneck, verb: down}
+  - {at: 3, object: bottleneck, verb: up}
+  - {at: 4.5, object: cbr0, verb: stop}
+"""
+)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effect(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21brun{os.getpid()}"
+    results = tmp_path / "run"
+    try:
+        cli("run", str(write(tmp_path, name, RUN)), "--results", str(results))
+    finally:
+        if cli.state(name) not in ("swapped", "defined", "absent"):
+            cli("swapout", name, check=False)
+    cli.nothing_left(name)
+    (flow,) = rows(results / "traffic" / "flows.csv")
+    sent, received = int(flow["packets_sent"]), int(flow["packets_received"])
+    loss = float(flow["loss"])
+    series = {
+        int(float(r["t_s"])): int(r["packets"]) for r in rows(results / "traffic" / "cbr0.csv")
+    }
+    print(f"cbr0 h1 -> h3 across hosts: {sent} sent, {received} received, loss {loss:.3f} "
+          f"(the bottleneck down 1 s of 4); packets by second {series}")  # fmt: skip
+    assert sent > 0 and received > 0
+    # 1 s of 4 down: a quarter lost (each event lands within milliseconds of its time).
+    assert 0.15 < loss < 0.35
+    assert float(flow["delay_p50_ms"]) >= 20  # the bottleneck's delay, from the probe's log
+    # The second the link was down carries (almost) nothing; the seconds around it do.
+    assert series[2] < 0.2 * max(series.values())
+    counters = rows(results / "links" / "counters.csv")
+    ports = {(r["link"], r["port"]) for r in counters}
+    assert {("bottleneck", "r1"), ("bottleneck", "r2")} <= ports  # from both hosts' linkd
+    last = {(r["port"], r["direction"]): int(r["packets_out"]) for r in counters
+            if r["link"] == "bottleneck"}  # fmt: skip
+    assert last[("r1", "egress")] >= received  # every datagram left through h1's side once
+    (program,) = rows(results / "programs.csv")
+    assert program["outcome"] == "killed"  # the stop event reached its group on r2's host
+    assert float(program["ended_s"]) < 10
+    assert (results / program["stdout"]).read_text() == "hello from r2\n"
+    placement = json.loads((results / "manifest.json").read_text())["placement"]
+    hosts = placement["hosts"]
+    assert sorted(n for h in hosts.values() for n in h["nodes"]) == ["h1", "h3", "r1", "r2"]
+    # One machine simulates the hosts: one clock, so the offset is within its error, and a
+    # tenth of the bottleneck's 20 ms is tolerated.
+    for h, facts in hosts.items():
+        print(f"clock of {h}: {facts['clock_offset_s'] * 1e6:+.1f} µs "
+              f"± {facts['clock_error_s'] * 1e6:.1f} µs")  # fmt: skip
+        assert abs(facts["clock_offset_s"]) <= facts["clock_error_s"]
+    assert placement["clock_tolerance_s"] == pytest.approx(0.002)
+    events = rows(results / "events.csv")
+    assert {(e["object"], e["verb"]) for e in events} >= {("bottleneck", "down"),
+                                                          ("bottleneck", "up")}  # fmt: skip
+
+
+def test_linktest_level_3_passes_across_hosts_on_the_dumbbell(cluster, tmp_path):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21blt{os.getpid()}"
+    try:
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)), "--results", str(tmp_path / "run"))
+        done = cli("linktest", name, "--level", "3", "--json", check=False)
+    finally:
+        cli("swapout", name, check=False)
+    cli.nothing_left(name)
+    report = json.loads(done.stdout)
+    failed = [c for c in report["checks"] if c["verdict"] != "pass"]
+    levels = {c["level"] for c in report["checks"]}
+    bottleneck = [c for c in report["checks"] if c["link"] == "bottleneck" and c["level"] == 1]
+    for check in bottleneck:
+        print(f"linktest across hosts: {check['direction']} {check['measured']} "
+              f"(expected {check['expected']})")  # fmt: skip
+    assert not failed, failed
+    assert levels == {1, 2, 3} and len(bottleneck) == 2
+    assert done.returncode == 0
+
+
+def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_path):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bcap{os.getpid()}"
+    results = tmp_path / "run"
+    short = RUN.replace("at: 4.5, object: cbr0", "at: 1.5, object: cbr0").split("  - {at: 2,")[0]
+    try:
+        cli("run", str(write(tmp_path, name, short)), "--capture", "--results", str(results))
+    finally:
+        if cli.state(name) not in ("swapped", "defined", "absent"):
+            cli("swapout", name, check=False)
+    cli.nothing_left(name)
+    (flow,) = rows(results / "traffic" / "flows.csv")
+    received = int(flow["packets_received"])
+    # tcpdump ran on each node's host; its file came back into the one results folder.
+    sizes = {p.name: p.stat().st_size for p in (results / "pcaps").glob("*.pcap")}
+    print(f"pcaps from the hosts: {sizes}; {received} datagrams received")
+    assert set(sizes) == {"access1-h1.pcap", "access1-r1.pcap", "bottleneck-r1.pcap",
+                          "bottleneck-r2.pcap", "access3-r2.pcap", "access3-h3.pcap"}  # fmt: skip
+    assert received > 0
+    for pcap in ("access1-h1.pcap", "bottleneck-r2.pcap", "access3-h3.pcap"):
+        assert sizes[pcap] > received * 500  # every datagram's 500 bytes passed there
