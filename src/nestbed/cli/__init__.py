@@ -3,7 +3,8 @@
 Commands live in one module per family: ``experiments`` (parse, convert, create, list, show,
 delete), ``lifecycle`` (swapin, swapout, run, cleanup), ``active`` (exec, shell, event,
 status, linktest, capture), ``instruments`` (sweep, simulate, compare, analyze, validate),
-``map`` (the mapper), ``calibrate`` and ``study``; ``common`` holds what they share,
+``map`` (the mapper), ``calibrate``, ``study``, ``server`` (``serve`` and the shared
+testbed's accounts) and ``remote`` (the same commands against a server, with ``--server``); ``common`` holds what they share,
 ``render`` the tables.
 
 Only nestbed's own errors are caught: they print one line per problem and exit with their
@@ -19,6 +20,7 @@ import sys
 from nestbed.cli.calibrate import calibrate
 from nestbed.cli.common import app, err, state
 from nestbed.cli.map import map_command
+from nestbed.cli.server import server
 from nestbed.cli.study import study
 from nestbed.errors import NestbedError
 from nestbed.lifecycle import signals
@@ -29,6 +31,7 @@ for _family in ("experiments", "lifecycle", "active", "instruments"):
 app.command(name="map")(map_command)
 app.add_typer(study, name="study")
 app.add_typer(calibrate, name="calibrate")
+app.add_typer(server, name="server")
 
 
 def main_entry() -> None:

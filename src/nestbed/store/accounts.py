@@ -283,6 +283,12 @@ class Accounts:
             ).first()
         return None if row is None else _owned_record(row)
 
+    def owner(self, stored: str) -> OwnedExperiment | None:
+        """The project's experiment stored as ``stored``, or None for one no project owns."""
+        with self.store.transaction() as conn:
+            row = conn.execute(_owned().where(experiments.c.name == stored)).first()
+        return None if row is None else _owned_record(row)
+
     def experiments(self, project: str | None = None) -> builtins.list[OwnedExperiment]:
         """The experiments of ``project`` (of every project: None), by project and name."""
         query = _owned().order_by(projects.c.name, experiment_owners.c.name)

@@ -1,0 +1,179 @@
+"""`nestbed serve` (the shared testbed's server) and `nestbed server ...`, which manage its
+users, tokens and projects directly in its store, on the server machine.
+
+FastAPI and uvicorn are imported only when `serve` runs: every other command stays as fast
+as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nestbed.cli.common import JsonOption, app, err, out, print_json, state
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="The server's store: a SQLite path or PostgreSQL URL (default: --db, NESTBED_DB "
+        "or ~/.local/share/nestbed).",
+    ),
+]
+
+server = typer.Typer(
+    help="Users, tokens and projects of a shared testbed, in its store (on the server machine).",
+    no_args_is_help=True,
+)
+
+
+def _accounts(store: str | None):  # type: ignore[no-untyped-def]
+    from nestbed.store import Store
+    from nestbed.store.accounts import Accounts
+
+    return Accounts(Store.open(store or state.db))
+
+
+def _results_root(store: str | None) -> Path:
+    from nestbed.store.paths import default_db_path, sqlite_file
+
+    found = sqlite_file(store or state.db)
+    return (found or default_db_path()).parent / "results"
+
+
+def _print_token(user: str, token: str) -> None:
+    out.print(f"token of {user} (shown this once; the server keeps only its hash):")
+    print(token)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8722,
+    store: StoreOption = None,
+    results_root: Annotated[
+        Path | None,
+        typer.Option(help="Where runs write their results (default: beside a SQLite store)."),
+    ] = None,
+    init_admin: Annotated[
+        str | None,
+        typer.Option(
+            "--init-admin",
+            metavar="NAME",
+            help="Create the admin user NAME, print their token once, and exit.",
+        ),
+    ] = None,
+) -> None:
+    """Serve the shared testbed's HTTP API (JSON; OpenAPI at /openapi.json)."""
+    if init_admin is not None:
+        accounts = _accounts(store)
+        try:
+            accounts.add_user(init_admin, admin=True)
+            _, token = accounts.add_token(init_admin, "init-admin")
+            accounts.audit(None, "user.add", f"ok: {init_admin} (admin, --init-admin)")
+        finally:
+            accounts.store.close()
+        _print_token(init_admin, token)
+        return
+    import uvicorn
+
+    from nestbed.server.app import create_app
+    from nestbed.server.config import ServerConfig
+
+    config = ServerConfig(
+        store=store or state.db,
+        host=host,
+        port=port,
+        results_root=(results_root or _results_root(store)).absolute(),
+    )
+    err.print(f"nestbed serving on http://{host}:{port} (results in {config.results_root})")
+    uvicorn.run(create_app(config), host=host, port=port, log_level="info")
+
+
+@server.command("user-add")
+def user_add(
+    name: Annotated[str, typer.Argument(help="User name (lower case, digits, '-').")],
+    admin: Annotated[bool, typer.Option("--admin", help="An admin of the server.")] = False,
+    store: StoreOption = None,
+) -> None:
+    """Add a user and print their first token (once)."""
+    accounts = _accounts(store)
+    try:
+        accounts.add_user(name, admin=admin)
+        _, token = accounts.add_token(name, "first")
+        accounts.audit(None, "user.add", f"ok: {name} (nestbed server user-add)")
+    finally:
+        accounts.store.close()
+    _print_token(name, token)
+
+
+@server.command("token-add")
+def token_add(
+    user: Annotated[str, typer.Argument(help="The token's user.")],
+    label: Annotated[str | None, typer.Option(help="What the token is for.")] = None,
+    store: StoreOption = None,
+) -> None:
+    """Add a token for a user and print it (once)."""
+    accounts = _accounts(store)
+    try:
+        _, token = accounts.add_token(user, label)
+        accounts.audit(None, "token.add", f"ok: for {user} (nestbed server token-add)")
+    finally:
+        accounts.store.close()
+    _print_token(user, token)
+
+
+@server.command("project-add")
+def project_add(
+    name: Annotated[str, typer.Argument(help="Project name (lower case, digits, '-').")],
+    leader: Annotated[str, typer.Option(help="The user who leads it.")],
+    store: StoreOption = None,
+) -> None:
+    """Add a project led by a user."""
+    accounts = _accounts(store)
+    try:
+        accounts.add_project(name, leader)
+        accounts.audit(None, "project.add", f"ok: led by {leader}", project=name)
+    finally:
+        accounts.store.close()
+    out.print(f"project {name} is led by {leader}")
+
+
+@server.command("member-add")
+def member_add(
+    project: Annotated[str, typer.Argument(help="Project name.")],
+    user: Annotated[str, typer.Argument(help="User name.")],
+    leader: Annotated[bool, typer.Option("--leader", help="As a leader of the project.")] = False,
+    store: StoreOption = None,
+) -> None:
+    """Add a user to a project (or change their role)."""
+    role = "leader" if leader else "member"
+    accounts = _accounts(store)
+    try:
+        accounts.set_member(project, user, role)
+        accounts.audit(None, "member.set", f"ok: {user} is {role}", project=project)
+    finally:
+        accounts.store.close()
+    out.print(f"{user} is a {role} of project {project}")
+
+
+@server.command("users")
+def users(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """List the users with their projects and roles."""
+    accounts = _accounts(store)
+    try:
+        rows = [
+            {"name": u.name, "admin": u.is_admin,
+             "projects": {m.project: m.role for m in accounts.memberships(u.name)}}
+            for u in accounts.users()
+        ]  # fmt: skip
+    finally:
+        accounts.store.close()
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        roles = ", ".join(f"{p} ({r})" for p, r in row["projects"].items()) or "no project"
+        out.print(f"{row['name']}{' (admin)' if row['admin'] else ''}: {roles}")

@@ -1,0 +1,224 @@
+"""The API of a project's experiments: define from an uploaded file, list, show, status,
+swap in, swap out, run, delete. Everything goes through the life cycle (``Testbed``) under
+the experiment's stored name (``PROJECT--NAME``); every change is audited.
+
+Swap-ins, swap-outs and runs are long: the request checks what it can at once (the caller,
+the experiment's state, no other operation running), starts the work in a worker thread
+(``operations``) and answers 202 with the experiment's state; ``status`` says how the
+operation went. An experiment of a project the caller is not in is answered 404.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Response
+from fastapi import Path as PathParam
+
+from nestbed.errors import NestbedError, UserError
+from nestbed.model.options import RunOptions
+from nestbed.server import definitions, schemas
+from nestbed.server.accounts import AccountName
+from nestbed.server.auth import Caller, Invalid, NotFound, Who
+from nestbed.server.operations import Busy, Operation
+from nestbed.store import State
+from nestbed.store.records import OwnedExperiment
+from nestbed.store.states import check_transition
+
+router = APIRouter(prefix="/v1/projects/{project}/experiments", tags=["experiments"])
+
+ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
+
+
+def _owned(who: Caller, project: str, name: str) -> OwnedExperiment:
+    who.role(project)
+    found = who.server.accounts.experiment(project, name)
+    if found is None:
+        raise NotFound(f"project {project!r} has no experiment {name!r}")
+    return found
+
+
+def _reply(who: Caller, owned: OwnedExperiment, kind: type[Any] = schemas.Experiment,
+           **extra: Any) -> Any:  # fmt: skip
+    record = owned.experiment
+    op = who.server.operations.last(record.name)
+    operation = None if op is None else schemas.Operation(
+        kind=op.kind, actor=op.actor, status=op.status, started_at=op.started_at,  # type: ignore[arg-type]
+        ended_at=op.ended_at, error=op.error,
+    )  # fmt: skip
+    return kind(
+        project=owned.project, name=owned.name, stored_name=record.name, creator=owned.creator,
+        state=record.state, error=record.error, source_file=record.source_file,
+        source_format=record.source_format, source_sha256=record.source_sha256,
+        created_at=record.created_at, updated_at=record.updated_at, operation=operation,
+        **extra,
+    )  # fmt: skip
+
+
+def _parse(who: Caller, project: str, body: schemas.ExperimentFile) -> definitions.Definition:
+    try:
+        return definitions.parse(project, body, who.server.config.max_file_bytes)
+    except NestbedError as exc:
+        if type(exc) is UserError:
+            raise Invalid(str(exc)) from None  # the file or its parameters: 422 too
+        raise
+
+
+@router.get("")
+def list_experiments(project: AccountName, who: Who) -> list[schemas.Experiment]:
+    """The project's experiments, by name."""
+    who.role(project)
+    return [_reply(who, o) for o in who.server.accounts.experiments(project)]
+
+
+@router.post("", status_code=201)
+def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> schemas.Experiment:
+    """Parses the file (ns-2 in the Tcl sandbox, or YAML) and stores a new experiment;
+    a bad file is a 422 listing each problem with its file and line."""
+    with who.audited("create", project=project, experiment=body.name) as outcome:
+        who.role(project)
+        found = _parse(who, project, body)
+        owned = who.server.accounts.create_experiment(project, found.name, who.name,
+                                                      **found.fields())  # fmt: skip
+        outcome[0] = f"ok: {found.name}"
+    return _reply(who, owned)
+
+
+@router.put("/{name}")
+def define(
+    project: AccountName, name: ExperimentName, body: schemas.ExperimentFile, who: Who,
+    response: Response,
+) -> schemas.Experiment:  # fmt: skip
+    """Creates the experiment, or replaces its definition while it is not swapped in."""
+    body = body.model_copy(update={"name": name})
+    with who.audited("define", project=project, experiment=name) as outcome:
+        who.role(project)
+        found = _parse(who, project, body)
+        accounts = who.server.accounts
+        owned = accounts.experiment(project, name)
+        if owned is None:
+            owned = accounts.create_experiment(project, name, who.name, **found.fields())
+            response.status_code, outcome[0] = 201, "ok: created"
+        else:
+            _idle(who, owned)
+            who.server.store.update_ir(owned.experiment.name, **found.fields())
+            owned = _owned(who, project, name)
+            outcome[0] = "ok: replaced"
+    return _reply(who, owned)
+
+
+@router.get("/{name}")
+def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.ExperimentDetail:
+    """The experiment with its IR, runs and the front end's warnings."""
+    import json
+
+    owned = _owned(who, project, name)
+    ir = json.loads(owned.experiment.ir_json)
+    runs = [schemas.Run_.model_validate(r, from_attributes=True)
+            for r in who.server.store.runs(owned.experiment.name)]  # fmt: skip
+    warnings = [w.get("message", "") for w in ir.get("warnings", [])]
+    return _reply(who, owned, schemas.ExperimentDetail, ir=ir, runs=runs, warnings=warnings)
+
+
+@router.get("/{name}/status")
+def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Status:
+    """The experiment's state and last operation, and while it is active its controller's
+    status (links with their counters, programs, traffic)."""
+    owned = _owned(who, project, name)
+    live = None
+    if owned.experiment.state == State.ACTIVE:
+        try:
+            active = who.server.testbed.active(owned.experiment.name)
+            try:
+                live = active.status()
+            finally:
+                active.close()
+        except (NestbedError, OSError) as exc:
+            live = {"error": str(exc)}
+    return _reply(who, owned, schemas.Status, live=live)
+
+
+@router.post("/{name}/swapin", status_code=202)
+def swapin(
+    project: AccountName, name: ExperimentName, who: Who, body: schemas.SwapIn | None = None
+) -> schemas.Experiment:
+    """Starts building the experiment's network and its controller (its run begins)."""
+    options = (body or schemas.SwapIn()).model_dump()
+
+    def work(stored: str, results: Path) -> None:
+        who.server.testbed.swap_in(stored, RunOptions(results=results, **options)).close()
+
+    return _start(who, project, name, "swapin", work)
+
+
+@router.post("/{name}/run", status_code=202)
+def run(
+    project: AccountName, name: ExperimentName, who: Who, body: schemas.Run | None = None
+) -> schemas.Experiment:
+    """Starts a whole run: swap in, run until its events end (or ``duration_s``), swap out;
+    its results stay on the server (see ``show``'s runs)."""
+    from nestbed.lifecycle.runs import run as run_experiment
+
+    options = (body or schemas.Run()).model_dump()
+
+    def work(stored: str, results: Path) -> None:
+        run_experiment(who.server.testbed, stored, RunOptions(results=results, **options))
+
+    return _start(who, project, name, "run", work)
+
+
+@router.post("/{name}/swapout", status_code=202)
+def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experiment:
+    """Starts ending the run and tearing the network down (results are kept)."""
+    with who.audited("swapout", project=project, experiment=name) as outcome:
+        owned = _owned(who, project, name)
+        stored = owned.experiment.name
+        if owned.experiment.state in (State.DEFINED, State.SWAPPED):
+            raise _not_live(owned)
+        who.server.operations.start(Operation("swapout", stored, who.name),
+                                    lambda: who.server.testbed.swap_out(stored))  # fmt: skip
+        outcome[0] = "accepted"
+    return _reply(who, _owned(who, project, name))
+
+
+@router.delete("/{name}")
+def delete(project: AccountName, name: ExperimentName, who: Who) -> dict[str, bool]:
+    """Deletes the experiment with its history (not while it is swapped in)."""
+    with who.audited("delete", project=project, experiment=name):
+        owned = _owned(who, project, name)
+        _idle(who, owned)
+        who.server.store.delete(owned.experiment.name)
+        who.server.operations.forget(owned.experiment.name)
+    return {"ok": True}
+
+
+def _start(who: Caller, project: str, name: str, kind: str, work: Any) -> schemas.Experiment:
+    """Checks that the experiment may be swapped in, then starts ``work(stored, results)``."""
+    with who.audited(kind, project=project, experiment=name) as outcome:
+        owned = _owned(who, project, name)
+        stored = owned.experiment.name
+        check_transition(stored, owned.experiment.state, State.SWAPPING_IN)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        results = who.server.config.results_root / project / f"{name}-{stamp}"
+        who.server.operations.start(Operation(kind, stored, who.name),
+                                    lambda: work(stored, results))  # fmt: skip
+        outcome[0] = "accepted"
+    return _reply(who, _owned(who, project, name))
+
+
+def _idle(who: Caller, owned: OwnedExperiment) -> None:
+    if who.server.operations.busy(owned.experiment.name):
+        op = who.server.operations.last(owned.experiment.name)
+        raise Busy(
+            f"experiment {owned.name!r} is busy with a {op.kind if op else 'change'}; wait "
+            "for it to end"
+        )
+
+
+def _not_live(owned: OwnedExperiment) -> NestbedError:
+    return UserError(
+        f"experiment {owned.name!r} is {owned.experiment.state}, not swapped in; nothing to "
+        "swap out"
+    )
