@@ -4,8 +4,9 @@ Commands live in one module per family: ``experiments`` (parse, convert, create,
 delete), ``lifecycle`` (swapin, swapout, run, cleanup), ``active`` (exec, shell, event,
 status, linktest, capture), ``instruments`` (sweep, simulate, compare, analyze, validate),
 ``map`` (the mapper), ``calibrate``, ``study``, ``server`` (``serve`` and the shared
-testbed's accounts) and ``remote`` (the same commands against a server, with ``--server``); ``common`` holds what they share,
-``render`` the tables.
+testbed's accounts) and ``remote`` (list, show, create, swapin, swapout, status and delete
+against a server, with ``--server``); ``common`` holds what they share, ``render`` the
+tables.
 
 Only nestbed's own errors are caught: they print one line per problem and exit with their
 category's code (user 2, environment 3, internal 4). Anything else is a bug and, with

@@ -132,22 +132,22 @@ def set_member(
     project: AccountName, user: AccountName, body: schemas.MemberRole, who: Who
 ) -> schemas.Member:
     """Adds ``user`` to the project, or changes their role (its leaders and admins only)."""
-    with who.audited("member.set", project=project) as outcome:
+    with who.audited("member.set", project=project) as entry:
         who.lead(project)
         if who.server.accounts.user(user) is None:
             raise NotFound(f"there is no user {user!r}; an admin adds users")
         member = who.server.accounts.set_member(project, user, body.role)
-        outcome[0] = f"ok: {user} is {body.role}"
+        entry.outcome = f"ok: {user} is {body.role}"
     return member_reply(member)
 
 
 @router.delete("/projects/{project}/members/{user}", tags=["projects"])
 def remove_member(project: AccountName, user: AccountName, who: Who) -> dict[str, bool]:
     """Removes ``user`` from the project (its leaders and admins only)."""
-    with who.audited("member.remove", project=project) as outcome:
+    with who.audited("member.remove", project=project) as entry:
         who.lead(project)
         who.server.accounts.remove_member(project, user)
-        outcome[0] = f"ok: {user} removed"
+        entry.outcome = f"ok: {user} removed"
     return {"ok": True}
 
 

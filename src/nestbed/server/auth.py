@@ -39,6 +39,14 @@ class Invalid(UserError):
     """The request is well formed but its content is not (422)."""
 
 
+@dataclass
+class Entry:
+    """The audit row a request is writing: what it ends with, on which experiment."""
+
+    outcome: str = "ok"
+    experiment: str | None = None
+
+
 @dataclass(frozen=True)
 class Caller:
     """The authenticated user of one request, and the server it asks."""
@@ -70,22 +78,23 @@ class Caller:
     @contextlib.contextmanager
     def audited(
         self, action: str, *, project: str | None = None, experiment: str | None = None
-    ) -> Iterator[list[str]]:
-        """Writes one audit row for the request in the block: ``ok`` (or what the block
-        puts in the yielded list), ``denied: ...`` or ``refused: ...`` with the reason."""
-        outcome = ["ok"]
+    ) -> Iterator[Entry]:
+        """Writes one audit row for the request in the block: ``ok`` (or the outcome the
+        block sets on the yielded entry), ``denied: ...`` or ``refused: ...`` with the
+        reason."""
+        entry = Entry(experiment=experiment)
         try:
-            yield outcome
+            yield entry
         except NestbedError as exc:
             kind = "denied" if isinstance(exc, NotFound | Forbidden) else "refused"
-            outcome[0] = f"{kind}: {exc}"
+            entry.outcome = f"{kind}: {exc}"
             raise
         except BaseException as exc:
-            outcome[0] = f"internal error: {type(exc).__name__}"
+            entry.outcome = f"internal error: {type(exc).__name__}"
             raise
         finally:
-            self.server.accounts.audit(self.name, action, outcome[0], project=project,
-                                       experiment=experiment)  # fmt: skip
+            self.server.accounts.audit(self.name, action, entry.outcome, project=project,
+                                       experiment=entry.experiment)  # fmt: skip
 
     def admin(self, what: str) -> None:
         if not self.user.is_admin:

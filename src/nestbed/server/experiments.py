@@ -77,12 +77,13 @@ def list_experiments(project: AccountName, who: Who) -> list[schemas.Experiment]
 def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> schemas.Experiment:
     """Parses the file (ns-2 in the Tcl sandbox, or YAML) and stores a new experiment;
     a bad file is a 422 listing each problem with its file and line."""
-    with who.audited("create", project=project, experiment=body.name) as outcome:
+    named = body.name or Path(body.file_name).stem
+    with who.audited("create", project=project, experiment=named) as entry:
         who.role(project)
         found = _parse(who, project, body)
         owned = who.server.accounts.create_experiment(project, found.name, who.name,
                                                       **found.fields())  # fmt: skip
-        outcome[0] = f"ok: {found.name}"
+        entry.experiment = found.name
     return _reply(who, owned)
 
 
@@ -93,19 +94,19 @@ def define(
 ) -> schemas.Experiment:  # fmt: skip
     """Creates the experiment, or replaces its definition while it is not swapped in."""
     body = body.model_copy(update={"name": name})
-    with who.audited("define", project=project, experiment=name) as outcome:
+    with who.audited("define", project=project, experiment=name) as entry:
         who.role(project)
         found = _parse(who, project, body)
         accounts = who.server.accounts
         owned = accounts.experiment(project, name)
         if owned is None:
             owned = accounts.create_experiment(project, name, who.name, **found.fields())
-            response.status_code, outcome[0] = 201, "ok: created"
+            response.status_code, entry.outcome = 201, "ok: created"
         else:
             _idle(who, owned)
             who.server.store.update_ir(owned.experiment.name, **found.fields())
             owned = _owned(who, project, name)
-            outcome[0] = "ok: replaced"
+            entry.outcome = "ok: replaced"
     return _reply(who, owned)
 
 
@@ -133,6 +134,7 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
             active = who.server.testbed.active(owned.experiment.name)
             try:
                 live = active.status()
+                live["nodes"] = [{"node": n.name, "namespace": n.netns} for n in active.plan.nodes]
             finally:
                 active.close()
         except (NestbedError, OSError) as exc:
@@ -172,14 +174,14 @@ def run(
 @router.post("/{name}/swapout", status_code=202)
 def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experiment:
     """Starts ending the run and tearing the network down (results are kept)."""
-    with who.audited("swapout", project=project, experiment=name) as outcome:
+    with who.audited("swapout", project=project, experiment=name) as entry:
         owned = _owned(who, project, name)
         stored = owned.experiment.name
         if owned.experiment.state in (State.DEFINED, State.SWAPPED):
             raise _not_live(owned)
         who.server.operations.start(Operation("swapout", stored, who.name),
                                     lambda: who.server.testbed.swap_out(stored))  # fmt: skip
-        outcome[0] = "accepted"
+        entry.outcome = "accepted"
     return _reply(who, _owned(who, project, name))
 
 
@@ -196,7 +198,7 @@ def delete(project: AccountName, name: ExperimentName, who: Who) -> dict[str, bo
 
 def _start(who: Caller, project: str, name: str, kind: str, work: Any) -> schemas.Experiment:
     """Checks that the experiment may be swapped in, then starts ``work(stored, results)``."""
-    with who.audited(kind, project=project, experiment=name) as outcome:
+    with who.audited(kind, project=project, experiment=name) as entry:
         owned = _owned(who, project, name)
         stored = owned.experiment.name
         check_transition(stored, owned.experiment.state, State.SWAPPING_IN)
@@ -204,7 +206,7 @@ def _start(who: Caller, project: str, name: str, kind: str, work: Any) -> schema
         results = who.server.config.results_root / project / f"{name}-{stamp}"
         who.server.operations.start(Operation(kind, stored, who.name),
                                     lambda: work(stored, results))  # fmt: skip
-        outcome[0] = "accepted"
+        entry.outcome = "accepted"
     return _reply(who, _owned(who, project, name))
 
 
