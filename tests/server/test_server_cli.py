@@ -75,3 +75,16 @@ def test_the_server_machines_account_commands(served):
         {"project": "lab", "user": "dan", "role": "leader"}]  # fmt: skip
     users = json.loads(served.nestbed("server", "users", "--json", *store).stdout)
     assert {u["name"]: u["projects"] for u in users} == {"dan": {"lab": "leader"}, "root": {}}
+
+
+def test_short_commands_do_not_load_the_server_s_web_stack(served, people):
+    """Issue 18's startup time: FastAPI and uvicorn load only for `nestbed serve`."""
+    env = {"NESTBED_SERVER": served.url, "NESTBED_TOKEN": people["ada"]}
+    for mode in ({}, env):
+        done = served.nestbed("list", PYTHONPROFILEIMPORTTIME="1", **mode)
+        assert done.returncode == 0, done.stderr
+        imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                    if line.startswith("import time:")}  # fmt: skip
+        assert "nestbed.cli" in imported
+        web = {m for m in imported if m.split(".")[0] in ("fastapi", "uvicorn", "starlette")}
+        assert web == set(), mode

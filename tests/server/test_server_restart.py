@@ -61,3 +61,25 @@ def _gone_soon(pid: int) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_run_through_the_api_ends_and_a_stopping_server_interrupts_one_keeping_it(served, people):
+    ada = served.client(people["ada"])
+    for name in ("short", "long"):
+        ada.request("POST", NET, {"file_name": f"{name}.yaml", "text": LINE})
+    ada.request("POST", f"{NET}/short/run", {"duration_s": 0.5})
+    assert wait_for(ada, f"{NET}/short", "run")["state"] == "swapped"
+    assert [r["outcome"] for r in ada.request("GET", f"{NET}/short")["runs"]] == ["completed"]
+
+    ada.request("POST", f"{NET}/long/run", {"duration_s": 3600})
+    for _ in range(1200):
+        if ada.request("GET", f"{NET}/long")["state"] == "active":
+            break
+        time.sleep(0.05)
+    assert ada.request("GET", f"{NET}/long")["state"] == "active"
+    served.stop()
+    served.start()
+    long = served.client(people["ada"]).request("GET", f"{NET}/long")
+    assert long["state"] == "swapped"
+    assert [r["outcome"] for r in long["runs"]] == ["interrupted (SIGTERM)"]
+    assert served.controllers() == {}
