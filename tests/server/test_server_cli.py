@@ -88,3 +88,15 @@ def test_short_commands_do_not_load_the_server_s_web_stack(served, people):
         assert "nestbed.cli" in imported
         web = {m for m in imported if m.split(".")[0] in ("fastapi", "uvicorn", "starlette")}
         assert web == set(), mode
+
+
+def test_a_whole_run_on_the_server_from_a_file(served, people):
+    line = served.root / "line.yaml"
+    line.write_text(LINE)
+    env = {"NESTBED_SERVER": served.url, "NESTBED_TOKEN": people["cy"]}
+    done = served.nestbed("run", str(line), "--duration", "0.5", **env)
+    assert done.returncode == 0, done.stderr
+    assert "of experiment line: completed; results on the server in " in done.stdout
+    assert str(served.root / "results" / "net" / "line-") in done.stdout
+    refused = served.nestbed("run", "line", "--keep", **env)
+    assert refused.returncode == 2 and "--keep, --results" in refused.stderr

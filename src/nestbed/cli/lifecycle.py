@@ -132,6 +132,15 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Swap in, run the events, programs and traffic, collect the results, swap out."""
+    if (server := remote()) is not None:
+        if keep or results or param or cpumon or cpumon_duty or capture_nodes:
+            raise UserError(
+                "--keep, --results, -p, --cpumon, --cpumon-duty and --capture-nodes are for "
+                "this machine; a server runs experiments as they are defined on it"
+            )
+        return server.run(target, {"duration_s": duration, "capture": capture,
+                                   "linktest": linktest, "linktest_strict": linktest_strict},
+                          as_json)  # fmt: skip
     from nestbed.lifecycle.runs import run as run_experiment
     from nestbed.lifecycle.signals import Interrupted
 

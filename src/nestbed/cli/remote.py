@@ -1,5 +1,5 @@
 """The CLI's commands against a nestbed server (``--server URL`` or ``$NESTBED_SERVER``):
-list, show, create, swapin, swapout, status and delete, in the project of ``--project``
+list, show, create, swapin, swapout, run, status and delete, in the project of ``--project``
 (or ``$NESTBED_PROJECT``, or the user's only project).
 
 Each local command hands over to its namesake here when a server is given, so the local
@@ -100,20 +100,39 @@ def create(file: Path, name: str | None, params: list[str] | None, as_json: bool
                   f"{remote.client.url}")  # fmt: skip
 
 
+def _defined(remote: Remote, target: str) -> str:
+    """An experiment's name, or a file defined (created or replaced) on the server first."""
+    path = Path(target)
+    if not (path.suffix and path.is_file()):
+        return target
+    remote.client.request("PUT", remote.path(path.stem), _file_body(path, None, None))
+    return path.stem
+
+
 def swapin(target: str, options: dict[str, Any], wait: bool = True) -> None:
     remote = Remote()
-    name = target
-    path = Path(target)
-    if path.suffix and path.is_file():  # a file: defined (created or replaced) first
-        body = _file_body(path, None, None)
-        name = path.stem
-        remote.client.request("PUT", remote.path(name), body)
+    name = _defined(remote, target)
     remote.client.request("POST", remote.path(name, "swapin"), options)
     if not wait:
         out.print(f"experiment {name} is swapping in on {remote.client.url}")
         return
     found = remote.wait(name, "swapin")
     out.print(f"experiment {name} is {found['state']} on {remote.client.url}")
+
+
+def run(target: str, options: dict[str, Any], as_json: bool) -> None:
+    """A whole run on the server; waits for its end and prints how its run ended."""
+    remote = Remote()
+    name = _defined(remote, target)
+    remote.client.request("POST", remote.path(name, "run"), options)
+    remote.wait(name, "run")
+    found = remote.client.request("GET", remote.path(name))
+    last = found["runs"][-1] if found["runs"] else {}
+    if as_json:
+        print_json(last)
+        return
+    out.print(f"run {last.get('id')} of experiment {name}: {last.get('outcome')}; results on "
+              f"the server in {last.get('results_dir')}")  # fmt: skip
 
 
 def swapout(name: str, wait: bool = True) -> None:
