@@ -95,6 +95,29 @@ def test_a_member_of_one_project_never_sees_another_projects_experiments(served,
         cy.request("PUT", "/v1/projects/net/members/bob", {"role": "member"})
     with pytest.raises(UserError, match="there is no project 'net'"):
         bob.request("PUT", "/v1/projects/net/members/bob", {"role": "leader"})
+    # A member removed by the leader sees the project no more.
+    ada.request("DELETE", "/v1/projects/net/members/cy")
+    assert _status(served.url + NET + "/line", people["cy"])[0] == 404
+    assert cy.request("GET", "/v1/whoami")["projects"] == []
+
+
+def test_define_replaces_a_definition_only_while_not_swapped_in(served, people):
+    ada = served.client(people["ada"])
+    code, made = _status(served.url + NET + "/line", people["ada"], "PUT",
+                         json.dumps(_line()).encode())  # fmt: skip
+    assert code == 201 and made["state"] == "defined"
+    three = LINE.replace(
+        "nodes: [{name: a}, {name: b}]", "nodes: [{name: a}, {name: b}, {name: c}]"
+    )
+    replaced = ada.request("PUT", NET + "/line", {"file_name": "line.yaml", "text": three})
+    assert replaced["source_sha256"] != made["source_sha256"]
+    assert [n["name"] for n in ada.request("GET", NET + "/line")["ir"]["nodes"]] == ["a", "b", "c"]
+    ada.request("POST", NET + "/line/swapin")
+    assert wait_for(ada, NET + "/line", "swapin")["state"] == "active"
+    with pytest.raises(UserError, match="its definition cannot be changed"):
+        ada.request("PUT", NET + "/line", _line())
+    ada.request("POST", NET + "/line/swapout")
+    assert wait_for(ada, NET + "/line", "swapout")["state"] == "swapped"
 
 
 def test_a_bad_file_is_422_with_its_file_and_line(served, people):

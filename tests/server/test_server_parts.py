@@ -52,3 +52,31 @@ def test_an_ns_upload_runs_in_the_sandbox_which_reads_nothing_of_the_server():
         parse("net", ExperimentFile(file_name="evil.ns", text=text), 1 << 20)
     assert found.value.problems[0].file == "evil.ns"
     assert found.value.problems[0].line == 2 and "is refused" in found.value.problems[0].message
+
+
+def test_the_loop_runs_its_policies_in_order_and_outlives_a_failing_tick():
+    import asyncio
+
+    from nestbed.server.loop import Loop
+
+    seen: list[str] = []
+
+    def admission(loop: Loop) -> None:
+        seen.append("admission")
+
+    def broken(loop: Loop) -> None:
+        seen.append("broken")
+        if seen.count("broken") == 1:
+            raise RuntimeError("a policy's bug")
+
+    loop = Loop(None, None, None, tick_s=0.001, policies=(admission, broken))  # type: ignore[arg-type]
+
+    async def two_ticks() -> None:
+        task = asyncio.create_task(loop.run())
+        while loop.ticks < 2 and not task.done():
+            await asyncio.sleep(0.001)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(two_ticks(), 60))
+    assert seen[:6] == ["admission", "broken", "admission", "broken", "admission", "broken"]
+    assert loop.ticks >= 2  # the first tick raised (and was not counted), the loop went on

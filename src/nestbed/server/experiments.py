@@ -174,15 +174,15 @@ def run(
 @router.post("/{name}/swapout", status_code=202)
 def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experiment:
     """Starts ending the run and tearing the network down (results are kept)."""
-    with who.audited("swapout", project=project, experiment=name) as entry:
-        owned = _owned(who, project, name)
-        stored = owned.experiment.name
+
+    def check(owned: OwnedExperiment) -> None:
         if owned.experiment.state in (State.DEFINED, State.SWAPPED):
             raise _not_live(owned)
-        who.server.operations.start(Operation("swapout", stored, who.name),
-                                    lambda: who.server.testbed.swap_out(stored))  # fmt: skip
-        entry.outcome = "accepted"
-    return _reply(who, _owned(who, project, name))
+
+    def work(stored: str, _results: Path) -> None:
+        who.server.testbed.swap_out(stored)
+
+    return _start(who, project, name, "swapout", work, check)
 
 
 @router.delete("/{name}")
@@ -196,17 +196,30 @@ def delete(project: AccountName, name: ExperimentName, who: Who) -> dict[str, bo
     return {"ok": True}
 
 
-def _start(who: Caller, project: str, name: str, kind: str, work: Any) -> schemas.Experiment:
-    """Checks that the experiment may be swapped in, then starts ``work(stored, results)``."""
-    with who.audited(kind, project=project, experiment=name) as entry:
-        owned = _owned(who, project, name)
-        stored = owned.experiment.name
-        check_transition(stored, owned.experiment.state, State.SWAPPING_IN)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        results = who.server.config.results_root / project / f"{name}-{stamp}"
-        who.server.operations.start(Operation(kind, stored, who.name),
-                                    lambda: work(stored, results))  # fmt: skip
-        entry.outcome = "accepted"
+def _may_swap_in(owned: OwnedExperiment) -> None:
+    check_transition(owned.experiment.name, owned.experiment.state, State.SWAPPING_IN)
+
+
+def _start(
+    who: Caller, project: str, name: str, kind: str, work: Any, check: Any = _may_swap_in
+) -> schemas.Experiment:
+    """Checks the experiment (``check(owned)``), reserves it for ``kind`` and writes the
+    audit row, then starts ``work(stored, results)`` in a worker (whose end is audited
+    after the request's row, always)."""
+    op = None
+    try:
+        with who.audited(kind, project=project, experiment=name) as entry:
+            owned = _owned(who, project, name)
+            check(owned)
+            op = who.server.operations.reserve(Operation(kind, owned.experiment.name, who.name))
+            entry.outcome = "accepted"
+    except BaseException:
+        if op is not None:
+            who.server.operations.release(op)
+        raise
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = who.server.config.results_root / project / f"{name}-{stamp}"
+    who.server.operations.launch(op, lambda: work(op.experiment, results))
     return _reply(who, _owned(who, project, name))
 
 

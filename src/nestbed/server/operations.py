@@ -57,6 +57,11 @@ class Operations:
 
     def start(self, op: Operation, work: Callable[[], object]) -> Operation:
         """Runs ``work`` for ``op`` in a new thread; ``Busy`` if the experiment has one."""
+        return self.launch(self.reserve(op), work)
+
+    def reserve(self, op: Operation) -> Operation:
+        """Marks the experiment busy with ``op`` (``Busy`` if it has one running), to be
+        ``launch``ed or ``release``d."""
         with self._lock:
             running = self._last.get(op.experiment)
             if running is not None and running.ended_at is None:
@@ -65,8 +70,19 @@ class Operations:
                     f"{running.actor or 'the server'}; wait for it to end"
                 )
             self._last[op.experiment] = op
-            thread = threading.Thread(target=self._run, args=(op, work),
-                                      name=f"{op.kind} {op.experiment}")  # fmt: skip
+        return op
+
+    def release(self, op: Operation) -> None:
+        """Gives up a reservation never launched (the request failed after it)."""
+        with self._lock:
+            if self._last.get(op.experiment) is op:
+                del self._last[op.experiment]
+
+    def launch(self, op: Operation, work: Callable[[], object]) -> Operation:
+        """Runs ``work`` for the reserved ``op`` in a new thread."""
+        thread = threading.Thread(target=self._run, args=(op, work),
+                                  name=f"{op.kind} {op.experiment}")  # fmt: skip
+        with self._lock:
             self._threads[op.experiment] = thread
         thread.start()
         return op
