@@ -7,8 +7,10 @@ as before.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,11 +31,23 @@ server = typer.Typer(
 )
 
 
-def _accounts(store: str | None):  # type: ignore[no-untyped-def]
+@contextlib.contextmanager
+def _accounts(store: str | None) -> Iterator[Any]:
+    """The accounts in the server's store, closed after the block."""
     from nestbed.store import Store
     from nestbed.store.accounts import Accounts
 
-    return Accounts(Store.open(store or state.db))
+    with Store.open(store or state.db) as opened:
+        yield Accounts(opened)
+
+
+def _new_user(store: str | None, name: str, *, admin: bool, how: str) -> None:
+    """Adds a user with a first token, audited as done by ``how``; prints the token once."""
+    with _accounts(store) as accounts:
+        accounts.add_user(name, admin=admin)
+        _, token = accounts.add_token(name, "first")
+        accounts.audit(None, "user.add", f"ok: {name}{' (admin)' if admin else ''} ({how})")
+    _print_token(name, token)
 
 
 def _results_root(store: str | None) -> Path:
@@ -68,14 +82,7 @@ def serve(
 ) -> None:
     """Serve the shared testbed's HTTP API (JSON; OpenAPI at /openapi.json)."""
     if init_admin is not None:
-        accounts = _accounts(store)
-        try:
-            accounts.add_user(init_admin, admin=True)
-            _, token = accounts.add_token(init_admin, "init-admin")
-            accounts.audit(None, "user.add", f"ok: {init_admin} (admin, --init-admin)")
-        finally:
-            accounts.store.close()
-        _print_token(init_admin, token)
+        _new_user(store, init_admin, admin=True, how="nestbed serve --init-admin")
         return
     import uvicorn
 
@@ -99,14 +106,7 @@ def user_add(
     store: StoreOption = None,
 ) -> None:
     """Add a user and print their first token (once)."""
-    accounts = _accounts(store)
-    try:
-        accounts.add_user(name, admin=admin)
-        _, token = accounts.add_token(name, "first")
-        accounts.audit(None, "user.add", f"ok: {name} (nestbed server user-add)")
-    finally:
-        accounts.store.close()
-    _print_token(name, token)
+    _new_user(store, name, admin=admin, how="nestbed server user-add")
 
 
 @server.command("token-add")
@@ -116,12 +116,9 @@ def token_add(
     store: StoreOption = None,
 ) -> None:
     """Add a token for a user and print it (once)."""
-    accounts = _accounts(store)
-    try:
+    with _accounts(store) as accounts:
         _, token = accounts.add_token(user, label)
         accounts.audit(None, "token.add", f"ok: for {user} (nestbed server token-add)")
-    finally:
-        accounts.store.close()
     _print_token(user, token)
 
 
@@ -132,12 +129,9 @@ def project_add(
     store: StoreOption = None,
 ) -> None:
     """Add a project led by a user."""
-    accounts = _accounts(store)
-    try:
+    with _accounts(store) as accounts:
         accounts.add_project(name, leader)
         accounts.audit(None, "project.add", f"ok: led by {leader}", project=name)
-    finally:
-        accounts.store.close()
     out.print(f"project {name} is led by {leader}")
 
 
@@ -150,27 +144,21 @@ def member_add(
 ) -> None:
     """Add a user to a project (or change their role)."""
     role = "leader" if leader else "member"
-    accounts = _accounts(store)
-    try:
+    with _accounts(store) as accounts:
         accounts.set_member(project, user, role)
         accounts.audit(None, "member.set", f"ok: {user} is {role}", project=project)
-    finally:
-        accounts.store.close()
     out.print(f"{user} is a {role} of project {project}")
 
 
 @server.command("users")
 def users(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List the users with their projects and roles."""
-    accounts = _accounts(store)
-    try:
+    with _accounts(store) as accounts:
         rows = [
             {"name": u.name, "admin": u.is_admin,
              "projects": {m.project: m.role for m in accounts.memberships(u.name)}}
             for u in accounts.users()
         ]  # fmt: skip
-    finally:
-        accounts.store.close()
     if as_json:
         print_json(rows)
         return
