@@ -4,13 +4,14 @@ experiment files parsed with file:line errors, swaps reaching the back end, the 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import sqlite3
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import LINE, wait_for
+from server_helpers import LINE, wait_for
 
 from nestbed.errors import SpecError, UserError
 
@@ -142,9 +143,16 @@ def test_requests_are_validated_before_anything_runs(served, people):
                 {"file_name": "x.yaml", "text": LINE, "surprise": 1}):  # fmt: skip
         code, _ = _status(served.url + NET, people["ada"], "POST", json.dumps(bad).encode())
         assert code == 422, bad
-    huge = json.dumps({"file_name": "x.yaml", "text": "#" * (3 << 20)}).encode()
-    code, reply = _status(served.url + NET, people["ada"], "POST", huge)
-    assert code == 413 and "larger than the limit" in reply["detail"]
+    # A body announced larger than the limit is refused before it is sent (not read at all).
+    connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    connection.putrequest("POST", NET)
+    connection.putheader("Authorization", f"Bearer {people['ada']}")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(3 << 20))
+    connection.endheaders()
+    reply = connection.getresponse()
+    assert reply.status == 413 and "larger than the limit" in json.loads(reply.read())["detail"]
+    connection.close()
     assert ada.request("GET", NET) == []
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import LINE
+from server_helpers import LINE
 
 
 def test_the_cli_works_on_the_server_with_the_token_from_env_or_file(served, people):

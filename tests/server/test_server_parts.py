@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import LINE
+from server_helpers import LINE
 
 from nestbed.errors import SpecError, UserError
 from nestbed.server.definitions import parse

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from conftest import LINE, wait_for
+from server_helpers import LINE, wait_for
 
 NET = "/v1/projects/net/experiments"
 
