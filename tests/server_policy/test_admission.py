@@ -59,6 +59,17 @@ def test_an_unshaped_link_costs_the_link_emulator_nothing_and_needs_no_fabric():
     assert d.loopback_bps == 100_000_000  # the mapper's estimate of an unlimited link
 
 
+def test_an_unshaped_link_that_events_act_on_goes_through_the_link_emulator():
+    d = demand_of(
+        build("""
+        nodes: [{name: a}, {name: b}]
+        links: [{name: l0, members: [a, b]}]
+        events: [{at: 1, object: l0, verb: down}]
+    """)
+    )
+    assert (d.linkd_pps, d.namespaces) == (pytest.approx(2 * 100_000_000 / FRAME_BITS), 3)
+
+
 def test_an_experiment_that_fits_is_admitted_and_names_what_was_not_checked():
     decision = admit("two", demand_of(build(TWO)), MACHINE)
     assert decision.fits and decision.fits_empty and not decision.reason

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nestbed.backend.plan import evented_links
 from nestbed.errors import UserError
 from nestbed.mapper.fromir import topology_of
 from nestbed.mapper.hostsfile import CORES, MEMORY, SLOTS_PER_CORE
@@ -112,8 +113,12 @@ def demand_of(experiment: Experiment) -> Demand:
     """The experiment's demand on one host, through the mapper's model of it."""
     topology = topology_of(experiment)
     nodes = topology.nodes
-    pps, loopback = _one_host_links(topology)
-    fabric = bool(topology.lans) or any(link.shaped for link in topology.links)
+    # Swap-in sends a link that events act on through the link emulator even when unshaped
+    # (backend.plan), which the mapper's model does not know.
+    evented = evented_links(experiment)
+    pps, loopback = _one_host_links(topology, evented)
+    fabric = bool(topology.lans) or any(link.shaped or link.name in evented
+                                        for link in topology.links)  # fmt: skip
     return Demand(
         nodes=len(nodes),
         namespaces=len(nodes) + int(fabric),
@@ -126,16 +131,18 @@ def demand_of(experiment: Experiment) -> Demand:
     )
 
 
-def _one_host_links(topology: Topology) -> tuple[float, int]:
+def _one_host_links(topology: Topology, evented: set[str]) -> tuple[float, int]:
     """The link emulator's packet rate and the looped-back bandwidth with every node on one
     host, counted as ``mapper.check.evaluate`` counts links and LANs that stay on a host."""
     pps, loopback = 0.0, 0
     for link in topology.links:
-        pps += 2 * pps_of(link.bandwidth_bps) if link.shaped else 0.0
+        emulated = link.shaped or link.name in evented
+        pps += 2 * pps_of(link.bandwidth_bps) if emulated else 0.0
         loopback += link.bandwidth_bps
     for lan in topology.lans:
+        emulated = lan.shaped or lan.name in evented
         for member in lan.members:
-            pps += 2 * pps_of(member.bandwidth_bps) if lan.shaped else 0.0
+            pps += 2 * pps_of(member.bandwidth_bps) if emulated else 0.0
             loopback += member.bandwidth_bps
     return pps, loopback
 
