@@ -115,6 +115,13 @@ def test_an_exempt_experiment_is_never_swapped_out_but_its_idleness_is_reported(
     assert acted == []
     _, verdict = judge(state, at(20.5 * HOUR_S), SETTINGS, exempt=True)
     assert verdict.idle_for_s == 20.5 * HOUR_S
+    # withdrawn after a warning: a fresh warning comes before any swap-out
+    warned, verdict = judge(state, at(20.5 * HOUR_S), SETTINGS)
+    assert verdict.action is Action.WARN and verdict.why is Why.DURATION
+    state, verdict = judge(warned, at(21 * HOUR_S), SETTINGS, exempt=True)
+    assert verdict.action is None
+    _, verdict = judge(state, at(21.1 * HOUR_S), SETTINGS)
+    assert verdict.action is Action.WARN
 
 
 def test_a_projects_own_settings_without_warning_or_maximum():

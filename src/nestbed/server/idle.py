@@ -135,11 +135,11 @@ class IdleState:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What to do now, and why (one sentence for the owner)."""
+    """What to do now, and why."""
 
     action: Action | None
     why: Why | None = None
-    reason: str = ""
+    reason: str = ""  # for the owner, after "experiment NAME: "
     idle_for_s: float = 0.0  # how long it has been idle; 0 when busy
     busy: str = ""  # what made the last interval busy; "" when it was idle or not judged
 
@@ -173,16 +173,11 @@ def judge(
 ) -> tuple[IdleState, Verdict]:
     """The state after ``sample`` and what to do now (module docstring)."""
     t = sample.t_s
-    busy = ""
     idle_since = state.idle_since_s
-    if state.last is None:
-        # Nothing to compare with yet: only an open session says anything.
-        if sample.sessions:
-            busy = activity(sample, sample, settings)
-    else:
-        busy = activity(state.last, sample, settings)
-        if not busy and idle_since is None:
-            idle_since = state.last.t_s
+    # With nothing to compare with yet (the first sample), only an open session says anything.
+    busy = activity(state.last or sample, sample, settings)
+    if not busy and idle_since is None and state.last is not None:
+        idle_since = state.last.t_s
     if busy:
         idle_since = None
     state = replace(
@@ -193,6 +188,8 @@ def judge(
     )
     idle_for = t - idle_since if idle_since is not None else 0.0
     if exempt:
+        # Warnings given before the exemption do not count once it is withdrawn.
+        state = replace(state, warned_idle_at_s=None, warned_duration_at_s=None)
         return state, Verdict(None, idle_for_s=idle_for, busy=busy)
     found: list[tuple[IdleState, Verdict]] = []  # the maximum duration first
     if settings.max_duration_s is not None:
