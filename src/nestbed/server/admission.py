@@ -228,30 +228,24 @@ def _over(amount: float, limit: float | None) -> bool:
     return limit is not None and amount > limit * (1 + 1e-9) + 1e-9
 
 
+def _detail(limited: int, limited_how: str, unlimited: int, unlimited_how: str) -> str:
+    """How a need was counted: "4 with … and 8 without …", leaving out an empty side."""
+    sides = ((limited, limited_how), (unlimited, unlimited_how))
+    return " and ".join(f"{n} {how}" for n, how in sides if n)
+
+
 def _cores_detail(d: Demand, policy: AdmissionPolicy) -> str:
-    parts = []
-    quoted = d.nodes - d.unquoted_nodes
-    if quoted:
-        parts.append(f"{_count(quoted)} with CPU quotas of {_number(d.quota_cores)} cores in all")
-    if d.unquoted_nodes:
-        parts.append(
-            f"{_count(d.unquoted_nodes)} without a quota at {_number(policy.nodes_per_core)} "
-            "per core"
-        )
-    return " and ".join(parts)
+    return _detail(
+        d.nodes - d.unquoted_nodes, f"with CPU quotas of {_number(d.quota_cores)} cores in all",
+        d.unquoted_nodes, f"without a quota at {_number(policy.nodes_per_core)} per core",
+    )  # fmt: skip
 
 
 def _memory_detail(d: Demand, policy: AdmissionPolicy) -> str:
-    parts = []
-    limited = d.nodes - d.unlimited_memory_nodes
-    if limited:
-        parts.append(f"{_count(limited)} with limits of {_size(d.memory_limit_bytes)} in all")
-    if d.unlimited_memory_nodes:
-        parts.append(
-            f"{_count(d.unlimited_memory_nodes)} without a limit at "
-            f"{_size(policy.node_memory_bytes)} each"
-        )
-    return " and ".join(parts)
+    return _detail(
+        d.nodes - d.unlimited_memory_nodes, f"with limits of {_size(d.memory_limit_bytes)} in all",
+        d.unlimited_memory_nodes, f"without a limit at {_size(policy.node_memory_bytes)} each",
+    )  # fmt: skip
 
 
 def _what(c: _Check) -> str:
