@@ -17,7 +17,7 @@ from nestbed.server.admission import (
     HostFacts,
     admit,
     demand_of,
-    host_facts,
+    machine_capacity,
 )
 from nestbed.spec import load
 
@@ -145,14 +145,14 @@ def test_a_policy_rejects_nonsense_in_one_sentence():
 
 def test_capacity_comes_from_measured_facts_and_the_machines_hosts_yaml():
     measured = {"cpus": 2, "memory_bytes": 8 * GIB}
-    assert host_facts(measured) == HostFacts(cores=2, memory_bytes=8 * GIB)
+    assert machine_capacity(measured) == HostFacts(cores=2, memory_bytes=8 * GIB)
     testbed = parse_hosts("hosts: [{name: me, cores: 4, linkd_pps: 200000}]")
-    facts = host_facts(measured, testbed.hosts[0])
+    facts = machine_capacity(measured, testbed.hosts[0])
     assert facts == HostFacts(
         cores=4, memory_bytes=8 * GIB, linkd_pps=200_000, loopback_bps=None, max_nodes=32
     )
     described = parse_hosts("hosts: [{name: me, memory: 4GB}]").hosts[0]
-    assert host_facts(measured, described).memory_bytes == 4_000_000_000
+    assert machine_capacity(measured, described).memory_bytes == 4_000_000_000
 
 
 def test_a_demand_survives_the_store():

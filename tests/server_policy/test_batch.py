@@ -130,3 +130,41 @@ def test_a_policy_rejects_nonsense_in_one_sentence():
         BatchPolicy(max_attempts=0)
     with pytest.raises(UserError, match="retry_wait_s must not be negative"):
         BatchPolicy(retry_wait_s=-1)
+
+
+def test_with_admission_a_big_experiment_runs_once_the_small_ones_behind_it_have_drained():
+    """A virtual machine of 4 cores: a stream of 1-core experiments (each runs 10 ticks)
+    would keep a 4-core one waiting for ever without its reservation."""
+    from nestbed.server.admission import GIB, Demand, HostFacts, admit
+
+    machine = HostFacts(cores=4, memory_bytes=64 * GIB)
+    demand = {"big": Demand(nodes=4, quota_cores=4.0)}
+    queue = [entry(1, 0.0, name="s1"), entry(2, 0.5, name="s2"), entry(3, 1.0, name="big")]
+    queue += [entry(i, float(i), name=f"s{i}") for i in range(4, 40)]
+    running: dict[str, float] = {}  # experiment -> when its run ends
+    started: list[tuple[float, str]] = []
+    for tick in range(200):
+        now = float(tick)
+        for name, end in list(running.items()):
+            if end <= now:
+                del running[name]
+                queue = [finish(e, now, ok=True) if e.experiment == name else e for e in queue]
+        live = [demand.get(n, Demand(nodes=1, quota_cores=1.0)) for n in running]
+
+        def fits(e, live=live):  # type: ignore[no-untyped-def]
+            want = demand.get(e.experiment, Demand(nodes=1, quota_cores=1.0))
+            return admit(e.experiment, want, machine, live).fits
+
+        pick = next_runnable(queue, now, fits)
+        if pick.entry is None:
+            continue
+        bumped = {b.id: b for b in pick.passed_over}
+        queue = [start(e) if e.id == pick.entry.id else bumped.get(e.id, e) for e in queue]
+        running[pick.entry.experiment] = now + 10
+        started.append((now, pick.entry.experiment))
+    names = [n for _, n in started]
+    big_at = names.index("big")
+    # two started before it in order, then three passed it, then it held the queue
+    assert names[:big_at] == ["s1", "s2", "s4", "s5", "s6"]
+    assert started[big_at][0] == 20.0  # when the last of those five had ended
+    assert all(s[0] >= 30.0 for s in started[big_at + 1 :])  # nothing beside it

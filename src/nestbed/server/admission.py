@@ -147,7 +147,7 @@ def _one_host_links(topology: Topology, evented: set[str]) -> tuple[float, int]:
     return pps, loopback
 
 
-def host_facts(measured: Mapping[str, Any], host: Host | None = None) -> HostFacts:
+def machine_capacity(measured: Mapping[str, Any], host: Host | None = None) -> HostFacts:
     """The machine's capacity from what was measured on it (``results.manifest.host_facts()``:
     ``cpus``, ``memory_bytes``) and, when given, its description in hosts.yaml
     (``mapper.hostsfile.parse_hosts``), whose cores and memory win and which alone says the
