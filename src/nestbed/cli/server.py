@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from nestbed.cli.common import JsonOption, app, err, out, print_json, state
+from nestbed.errors import UserError
 
 StoreOption = Annotated[
     str | None,
@@ -79,6 +80,18 @@ def serve(
             help="Create the admin user NAME, print their token once, and exit.",
         ),
     ] = None,
+    idle_s: Annotated[
+        float, typer.Option(help="Swap out an experiment idle this long (s; Emulab: 4 h).")
+    ] = 4 * 3600,
+    idle_warn_s: Annotated[
+        float, typer.Option(help="Warn this long before an idle or maximum-duration swap-out.")
+    ] = 1800,
+    max_duration_s: Annotated[
+        float, typer.Option(help="Swap out an experiment swapped in this long (s; 0: never).")
+    ] = 16 * 3600,
+    tick_s: Annotated[
+        float, typer.Option(help="Seconds between the background loop's rounds.")
+    ] = 5.0,
 ) -> None:
     """Serve the shared testbed's HTTP API (JSON; OpenAPI at /openapi.json)."""
     if init_admin is not None:
@@ -88,12 +101,19 @@ def serve(
 
     from nestbed.server.app import create_app
     from nestbed.server.config import ServerConfig
+    from nestbed.server.idle import IdleSettings
 
+    if not tick_s > 0:
+        raise UserError(f"--tick-s {tick_s} is not a positive number of seconds")
+    idle = IdleSettings(idle_s=idle_s, warn_before_s=idle_warn_s,
+                        max_duration_s=max_duration_s or None)  # fmt: skip
     config = ServerConfig(
         store=store or state.db,
         host=host,
         port=port,
         results_root=(results_root or _results_root(store)).absolute(),
+        tick_s=tick_s,
+        idle=idle,
     )
     err.print(f"nestbed serving on http://{host}:{port} (results in {config.results_root})")
     uvicorn.run(create_app(config), host=host, port=port, log_level="info")

@@ -32,6 +32,7 @@ from nestbed.server.auth import Forbidden, Invalid, NotFound
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.loop import Loop, reconcile
 from nestbed.server.operations import Operation, Operations
+from nestbed.server.policies import Admission, IdleSwapOut
 from nestbed.store import Store
 from nestbed.store.accounts import Accounts
 
@@ -48,6 +49,7 @@ class Server:
     testbed: Testbed
     operations: Operations
     loop: Loop
+    admission: Admission
 
     @classmethod
     def open(cls, config: ServerConfig) -> Server:
@@ -64,8 +66,9 @@ class Server:
             store.close()
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
-        loop = Loop(testbed, accounts, operations, config.tick_s)
-        return cls(config, store, accounts, testbed, operations, loop)
+        idle = IdleSwapOut(config.idle)
+        loop = Loop(testbed, accounts, operations, config.tick_s, policies=(idle,))
+        return cls(config, store, accounts, testbed, operations, loop, Admission())
 
     def close(self) -> None:
         self.operations.stop()

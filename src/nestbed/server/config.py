@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from nestbed.server.idle import IdleSettings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8722
@@ -25,3 +27,4 @@ class ServerConfig:
     results_root: Path
     tick_s: float = TICK_S
     max_file_bytes: int = MAX_FILE_BYTES
+    idle: IdleSettings = field(default_factory=IdleSettings)

@@ -210,8 +210,14 @@ def _start(
     try:
         with who.audited(kind, project=project, experiment=name) as entry:
             owned = _owned(who, project, name)
+            stored = owned.experiment.name
             check(owned)
-            op = who.server.operations.reserve(Operation(kind, owned.experiment.name, who.name))
+            if kind == "swapout":
+                op = who.server.operations.reserve(Operation(kind, stored, who.name))
+            else:  # it will take the machine's resources: admitted first
+                starting = lambda: who.server.operations.running("swapin", "run")  # noqa: E731
+                with who.server.admission.admitted(who.server.store, stored, starting):
+                    op = who.server.operations.reserve(Operation(kind, stored, who.name))
             entry.outcome = "accepted"
     except BaseException:
         if op is not None:

@@ -103,6 +103,12 @@ class Operations:
         """The last operation on ``experiment`` (the stored name) since the server started."""
         return self._last.get(experiment)
 
+    def running(self, *kinds: str) -> set[str]:
+        """The experiments with an operation of one of ``kinds`` under way."""
+        with self._lock:
+            return {op.experiment for op in self._last.values()
+                    if op.ended_at is None and op.kind in kinds}  # fmt: skip
+
     def busy(self, experiment: str) -> bool:
         found = self._last.get(experiment)
         return found is not None and found.ended_at is None
