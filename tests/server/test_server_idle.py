@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import LINE, wait_for
+from server_helpers import LINE, wait_for
 
 NET = "/v1/projects/net/experiments"
 
@@ -30,3 +30,9 @@ def test_an_idle_experiment_is_warned_then_swapped_out_by_the_server(served, peo
     assert found["state"] == "swapped" and [r["outcome"] for r in found["runs"]] == ["completed"]
     rows = [(r["actor"], r["action"]) for r in ada.request("GET", "/v1/projects/net/audit")]
     assert rows[-3:] == [(None, "idle.warn"), (None, "idle.swapout"), (None, "swapout.end")]
+    # The owner sees the warning and the swap-out in the experiment's status, and the CLI too.
+    notices = ada.request("GET", NET + "/line/status")["notices"]
+    assert [n["action"] for n in notices] == ["idle.warn", "idle.swapout", "swapout.end"]
+    assert notices[1]["outcome"].startswith("experiment line: idle for")
+    shown = served.nestbed("status", "line", NESTBED_SERVER=served.url, NESTBED_TOKEN=people["ada"])
+    assert shown.returncode == 0 and " idle.warn: experiment line: idle for " in shown.stdout

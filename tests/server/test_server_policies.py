@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import wait_for
+from server_helpers import wait_for
 
 from nestbed.errors import UserError
 

@@ -156,6 +156,8 @@ def status(name: str, as_json: bool) -> None:
     if op:
         ended = f", {op['error']}" if op.get("error") else ""
         out.print(f"last operation: {op['kind']} by {op['actor']}: {op['status']}{ended}")
+    for notice in found.get("notices") or []:
+        out.print(f"{notice['at'][:19]} {notice['action']}: {notice['outcome']}")
     live = found.get("live")
     if live and "error" not in live:
         from nestbed.cli.render import status_tables

@@ -29,6 +29,8 @@ from nestbed.store.states import check_transition
 
 router = APIRouter(prefix="/v1/projects/{project}/experiments", tags=["experiments"])
 
+NOTICES = 5  # the server's own newest audit rows of an experiment that status shows
+
 ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
 
 
@@ -125,8 +127,9 @@ def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experi
 
 @router.get("/{name}/status")
 def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Status:
-    """The experiment's state and last operation, and while it is active its controller's
-    status (links with their counters, programs, traffic)."""
+    """The experiment's state and last operation, what the server itself last did to it or
+    warned of (idle warnings and swap-outs, reconciliation), and while it is active its
+    controller's status (links with their counters, programs, traffic)."""
     owned = _owned(who, project, name)
     live = None
     if owned.experiment.state == State.ACTIVE:
@@ -139,7 +142,9 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
                 active.close()
         except (NestbedError, OSError) as exc:
             live = {"error": str(exc)}
-    return _reply(who, owned, schemas.Status, live=live)
+    rows = who.server.accounts.audit_log(project, NOTICES, experiment=name, by_server=True)
+    notices = [schemas.AuditRow.model_validate(r, from_attributes=True) for r in rows]
+    return _reply(who, owned, schemas.Status, live=live, notices=notices)
 
 
 @router.post("/{name}/swapin", status_code=202)

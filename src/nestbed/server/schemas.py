@@ -142,10 +142,6 @@ class ExperimentDetail(Experiment):
     warnings: list[str]
 
 
-class Status(Experiment):
-    live: dict[str, Any] | None  # the controller's status while active
-
-
 class AuditRow(BaseModel):
     id: int
     at: datetime
@@ -154,6 +150,11 @@ class AuditRow(BaseModel):
     project: str | None
     experiment: str | None
     outcome: str
+
+
+class Status(Experiment):
+    live: dict[str, Any] | None  # the controller's status while active
+    notices: list[AuditRow]  # what the server itself did or warned of (idle, reconcile)
 
 
 class Problem(BaseModel):

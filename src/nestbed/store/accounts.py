@@ -325,13 +325,22 @@ class Accounts:
             )
 
     def audit_log(
-        self, project: str | None = None, limit: int = 1000
+        self,
+        project: str | None = None,
+        limit: int = 1000,
+        *,
+        experiment: str | None = None,
+        by_server: bool = False,
     ) -> builtins.list[AuditRecord]:
-        """The newest ``limit`` rows of the audit log (of ``project`` only, if given), oldest
-        first."""
+        """The newest ``limit`` rows of the audit log, oldest first: of ``project`` only, of
+        its ``experiment`` only, of the server's own doing only (``by_server``), if asked."""
         query = audit_log.select().order_by(audit_log.c.id.desc()).limit(limit)
         if project is not None:
             query = query.where(audit_log.c.project == project)
+        if experiment is not None:
+            query = query.where(audit_log.c.experiment == experiment)
+        if by_server:
+            query = query.where(audit_log.c.actor.is_(None))
         with self.store.transaction() as conn:
             rows = conn.execute(query).all()
         return [AuditRecord(**dict(r._mapping)) for r in reversed(rows)]
