@@ -169,3 +169,41 @@ def delete(name: str) -> None:
     remote = Remote()
     remote.client.request("DELETE", remote.path(name))
     out.print(f"deleted experiment {name} of project {remote.project}")
+
+
+# -- the batch queue ----------------------------------------------------------------------------
+
+
+def _entry_row(e: dict[str, Any]) -> str:
+    failed = f", last failure: {e['last_failure']}" if e["last_failure"] else ""
+    return (f"{e['id']}: {e['experiment']} {e['state']} (priority {e['priority']}, "
+            f"{e['attempts']} attempts{failed})")  # fmt: skip
+
+
+def batch_submit(target: str, priority: int, as_json: bool) -> None:
+    remote = Remote()
+    name = _defined(remote, target)
+    found = remote.client.request("POST", remote.path(name, "batch"), {"priority": priority})
+    if as_json:
+        print_json(found)
+    else:
+        out.print(f"queued experiment {name} as batch entry {found['id']} on "
+                  f"{remote.client.url}")  # fmt: skip
+
+
+def batch_list(as_json: bool) -> None:
+    remote = Remote()
+    found = remote.client.request("GET", f"/v1/projects/{remote.project}/batch")
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        out.print(f"no batch entries in project {remote.project}")
+    for e in found:
+        out.print(_entry_row(e))
+
+
+def batch_cancel(entry_id: int) -> None:
+    remote = Remote()
+    found = remote.client.request("DELETE", f"/v1/projects/{remote.project}/batch/{entry_id}")
+    out.print(_entry_row(found))

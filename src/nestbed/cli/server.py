@@ -185,3 +185,39 @@ def users(store: StoreOption = None, as_json: JsonOption = False) -> None:
     for row in rows:
         roles = ", ".join(f"{p} ({r})" for p, r in row["projects"].items()) or "no project"
         out.print(f"{row['name']}{' (admin)' if row['admin'] else ''}: {roles}")
+
+
+batch = typer.Typer(
+    help="The batch queue of a nestbed server (--server): experiments that run when they fit.",
+    no_args_is_help=True,
+)
+
+
+def _remote():  # type: ignore[no-untyped-def]
+    if not state.server:
+        raise UserError("the batch queue is a server's; pass --server URL or set NESTBED_SERVER")
+    from nestbed.cli import remote
+
+    return remote
+
+
+@batch.command("submit")
+def batch_submit(
+    target: Annotated[str, typer.Argument(help="Experiment file or name (on the server).")],
+    priority: Annotated[int, typer.Option(help="Higher starts first (-100 to 100).")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Queue an experiment: it runs (swap in, run, swap out) once it fits on the machine."""
+    _remote().batch_submit(target, priority, as_json)
+
+
+@batch.command("list")
+def batch_list(as_json: JsonOption = False) -> None:
+    """List the project's batch entries, ended ones included."""
+    _remote().batch_list(as_json)
+
+
+@batch.command("cancel")
+def batch_cancel(entry: Annotated[int, typer.Argument(help="Batch entry id.")]) -> None:
+    """Cancel a queued batch entry."""
+    _remote().batch_cancel(entry)

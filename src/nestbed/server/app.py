@@ -32,7 +32,7 @@ from nestbed.server.auth import Forbidden, Invalid, NotFound
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.loop import Loop, reconcile
 from nestbed.server.operations import Operation, Operations
-from nestbed.server.policies import Admission, IdleSwapOut
+from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut
 from nestbed.store import Store
 from nestbed.store.accounts import Accounts
 
@@ -66,9 +66,10 @@ class Server:
             store.close()
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
-        idle = IdleSwapOut(config.idle)
-        loop = Loop(testbed, accounts, operations, config.tick_s, policies=(idle,))
-        return cls(config, store, accounts, testbed, operations, loop, Admission())
+        admission = Admission(operations)
+        policies = (BatchRunner(admission, config.results_root), IdleSwapOut(config.idle))
+        loop = Loop(testbed, accounts, operations, config.tick_s, policies=policies)
+        return cls(config, store, accounts, testbed, operations, loop, admission)
 
     def close(self) -> None:
         self.operations.stop()
@@ -87,7 +88,7 @@ def _audit_done(accounts: Accounts, op: Operation) -> None:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The API, serving the store and machine ``config`` names once started."""
-    from nestbed.server import accounts, experiments
+    from nestbed.server import accounts, batches, experiments
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,6 +111,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.include_router(accounts.router)
     app.include_router(experiments.router)
+    app.include_router(batches.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_exception_handler(NestbedError, _error_reply)
 

@@ -23,6 +23,7 @@ from nestbed.server import definitions, schemas
 from nestbed.server.accounts import AccountName
 from nestbed.server.auth import Caller, Invalid, NotFound, Who
 from nestbed.server.operations import Busy, Operation
+from nestbed.server.policies import whole_run
 from nestbed.store import State
 from nestbed.store.records import OwnedExperiment
 from nestbed.store.states import check_transition
@@ -34,7 +35,7 @@ NOTICES = 5  # the server's own newest audit rows of an experiment that status s
 ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
 
 
-def _owned(who: Caller, project: str, name: str) -> OwnedExperiment:
+def owned_experiment(who: Caller, project: str, name: str) -> OwnedExperiment:
     who.role(project)
     found = who.server.accounts.experiment(project, name)
     if found is None:
@@ -107,7 +108,7 @@ def define(
         else:
             _idle(who, owned)
             who.server.store.update_ir(owned.experiment.name, **found.fields())
-            owned = _owned(who, project, name)
+            owned = owned_experiment(who, project, name)
             entry.outcome = "ok: replaced"
     return _reply(who, owned)
 
@@ -117,7 +118,7 @@ def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experi
     """The experiment with its IR, runs and the front end's warnings."""
     import json
 
-    owned = _owned(who, project, name)
+    owned = owned_experiment(who, project, name)
     ir = json.loads(owned.experiment.ir_json)
     runs = [schemas.Run_.model_validate(r, from_attributes=True)
             for r in who.server.store.runs(owned.experiment.name)]  # fmt: skip
@@ -130,7 +131,7 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
     """The experiment's state and last operation, what the server itself last did to it or
     warned of (idle warnings and swap-outs, reconciliation), and while it is active its
     controller's status (links with their counters, programs, traffic)."""
-    owned = _owned(who, project, name)
+    owned = owned_experiment(who, project, name)
     live = None
     if owned.experiment.state == State.ACTIVE:
         try:
@@ -166,12 +167,10 @@ def run(
 ) -> schemas.Experiment:
     """Starts a whole run: swap in, run until its events end (or ``duration_s``), swap out;
     its results stay on the server (see ``show``'s runs)."""
-    from nestbed.lifecycle.runs import run as run_experiment
-
     options = (body or schemas.Run()).model_dump()
 
     def work(stored: str, results: Path) -> None:
-        run_experiment(who.server.testbed, stored, RunOptions(results=results, **options))
+        whole_run(who.server.testbed, stored, RunOptions(results=results, **options))
 
     return _start(who, project, name, "run", work)
 
@@ -194,7 +193,7 @@ def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Exp
 def delete(project: AccountName, name: ExperimentName, who: Who) -> dict[str, bool]:
     """Deletes the experiment with its history (not while it is swapped in)."""
     with who.audited("delete", project=project, experiment=name):
-        owned = _owned(who, project, name)
+        owned = owned_experiment(who, project, name)
         _idle(who, owned)
         who.server.store.delete(owned.experiment.name)
         who.server.operations.forget(owned.experiment.name)
@@ -214,14 +213,13 @@ def _start(
     op = None
     try:
         with who.audited(kind, project=project, experiment=name) as entry:
-            owned = _owned(who, project, name)
+            owned = owned_experiment(who, project, name)
             stored = owned.experiment.name
             check(owned)
             if kind == "swapout":
                 op = who.server.operations.reserve(Operation(kind, stored, who.name))
             else:  # it will take the machine's resources: admitted first
-                starting = lambda: who.server.operations.running("swapin", "run")  # noqa: E731
-                with who.server.admission.admitted(who.server.store, stored, starting):
+                with who.server.admission.admitted(who.server.store, stored):
                     op = who.server.operations.reserve(Operation(kind, stored, who.name))
             entry.outcome = "accepted"
     except BaseException:
@@ -231,7 +229,7 @@ def _start(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results = who.server.config.results_root / project / f"{name}-{stamp}"
     who.server.operations.launch(op, lambda: work(op.experiment, results))
-    return _reply(who, _owned(who, project, name))
+    return _reply(who, owned_experiment(who, project, name))
 
 
 def _idle(who: Caller, owned: OwnedExperiment) -> None:

@@ -65,6 +65,12 @@ class Run(SwapIn):
     duration_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 
 
+class BatchSubmit(Strict):
+    """A batch submission: higher ``priority`` starts first; FIFO within a priority."""
+
+    priority: int = Field(default=0, ge=-100, le=100)
+
+
 # -- replies -----------------------------------------------------------------------------------
 
 
@@ -155,6 +161,20 @@ class AuditRow(BaseModel):
 class Status(Experiment):
     live: dict[str, Any] | None  # the controller's status while active
     notices: list[AuditRow]  # what the server itself did or warned of (idle, reconcile)
+
+
+class BatchEntry(BaseModel):
+    id: int
+    project: str
+    experiment: str
+    submitted_by: str | None
+    submitted_at: datetime
+    priority: int
+    state: str
+    attempts: int
+    last_failure_at: datetime | None
+    last_failure: str
+    passed_over: int
 
 
 class Problem(BaseModel):

@@ -120,3 +120,22 @@ class AuditRecord:
     project: str | None
     experiment: str | None
     outcome: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRecord:
+    """One submission of an experiment to the batch queue, as stored (``server.batch``
+    decides its moves)."""
+
+    id: int
+    project: str
+    experiment: str  # its name in the project
+    stored_name: str  # PROJECT--NAME
+    submitted_by: str | None
+    submitted_at: datetime
+    priority: int
+    state: str
+    attempts: int
+    last_failure_at: datetime | None
+    last_failure: str
+    passed_over: int

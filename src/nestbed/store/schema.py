@@ -212,3 +212,33 @@ audit_log = sa.Table(
 )
 """Who did what to which experiment, when, and how it ended; names, not ids, so a row
 outlives the user, project or experiment it names."""
+
+BATCH_STATES: tuple[str, ...] = ("queued", "running", "done", "failed", "cancelled")
+"""A batch entry's states (``server.batch`` moves them)."""
+
+_batch_states = ", ".join(f"'{s}'" for s in BATCH_STATES)
+
+batch_entries = sa.Table(
+    "batch_entries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "experiment_id",
+        sa.Integer,
+        sa.ForeignKey("experiments.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("project", sa.String(64), nullable=False, index=True),
+    sa.Column("experiment", sa.String(255), nullable=False),
+    sa.Column("submitted_by", sa.String(64), nullable=True),
+    sa.Column("submitted_at", UTCDateTime, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("last_failure_at", UTCDateTime, nullable=True),
+    sa.Column("last_failure", sa.Text, nullable=False),
+    sa.Column("passed_over", sa.Integer, nullable=False),
+    sa.CheckConstraint(f"state IN ({_batch_states})", name="ck_batch_entries_state"),
+)
+"""The batch queue: one row per submission of an experiment, kept after it ends."""
