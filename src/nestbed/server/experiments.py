@@ -3,7 +3,8 @@ swap in, swap out, run, delete. Everything goes through the life cycle (``Testbe
 the experiment's stored name (``PROJECT--NAME``); every change is audited.
 
 Swap-ins, swap-outs and runs are long: the request checks what it can at once (the caller,
-the experiment's state, no other operation running), starts the work in a worker thread
+the experiment's state, room on the machine for a swap-in or run (``policies.Admission``),
+no other operation running), starts the work in a worker thread
 (``operations``) and answers 202 with the experiment's state; ``status`` says how the
 operation went. An experiment of a project the caller is not in is answered 404.
 """
@@ -36,6 +37,8 @@ ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTER
 
 
 def owned_experiment(who: Caller, project: str, name: str) -> OwnedExperiment:
+    """Experiment ``name`` of ``project``; ``NotFound`` alike for a project the caller is
+    not in and for an experiment the project does not have."""
     who.role(project)
     found = who.server.accounts.experiment(project, name)
     if found is None:
