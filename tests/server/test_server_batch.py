@@ -85,3 +85,26 @@ def test_a_queued_entry_that_does_not_fit_waits_and_can_be_cancelled(served, peo
         bob.request("GET", "/v1/projects/net/batch")
     ada.request("POST", NET + "/most/swapout")
     assert wait_for(ada, NET + "/most", "swapout")["state"] == "swapped"
+
+
+def test_a_restart_keeps_the_queue_and_retries_the_run_it_cut_short(served, people):
+    ada = served.client(people["ada"])
+    ada.request("POST", NET, {"file_name": "long.yaml", "text": _quota(0.5, 3600)})
+    ada.request("POST", NET + "/long/batch", {})
+    for _ in range(600):
+        if ada.request("GET", NET + "/long")["state"] == "active":
+            break
+        time.sleep(0.1)
+    assert _entries(ada)["long"]["state"] == "running"
+    served.stop()  # the run ends as interrupted, what it measured kept
+    served.start()
+    for _ in range(600):
+        entry = _entries(ada)["long"]
+        if entry["state"] != "running":
+            break
+        time.sleep(0.1)
+    assert (entry["state"], entry["attempts"]) == ("queued", 1)
+    assert entry["last_failure"] == "the server stopped during its run"
+    runs = ada.request("GET", NET + "/long")["runs"]
+    assert [r["outcome"] for r in runs] == ["interrupted (SIGTERM)"]
+    ada.request("DELETE", f"/v1/projects/net/batch/{entry['id']}")  # not retried for 900 s
