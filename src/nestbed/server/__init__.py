@@ -8,7 +8,12 @@ its OpenAPI schema at ``/openapi.json``).
     experiments  the API of a project's experiments, every change audited
     definitions  an uploaded experiment file parsed through the front ends' sandbox
     operations   long operations (swap in, swap out, run) in worker threads
+    batches      the API of the batch queue
     loop         the one background loop (``Loop.tick``) and the reconciliation at start
+    policies     admission, the batch queue and idle swap-out wired into requests and loop
+    admission    whether an experiment fits on the machine (pure)
+    batch        which queued experiment starts next (pure)
+    idle         when an experiment is idle, and its warning and swap-out
     schemas      the pydantic models of requests and replies
     config       the server's settings
     client       the CLI's side: the API over urllib (no FastAPI, fast to import)
