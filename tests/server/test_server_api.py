@@ -118,7 +118,8 @@ def test_define_replaces_a_definition_only_while_not_swapped_in(served, people):
     with pytest.raises(UserError, match="its definition cannot be changed"):
         ada.request("PUT", NET + "/line", _line())
     ada.request("POST", NET + "/line/swapout")
-    assert wait_for(ada, NET + "/line", "swapout")["state"] == "swapped"
+    found = wait_for(ada, NET + "/line", "swapout")
+    assert found["state"] == "swapped", found
 
 
 def test_a_bad_file_is_422_with_its_file_and_line(served, people):
