@@ -102,7 +102,8 @@ def main(
         ),
     ] = None,
 ) -> None:
-    state.debug, state.db, state.server, state.project = debug, db, server, project
+    state.server, state.project = server, project
+    state.debug, state.db = debug, db
     if version:
         out.print(f"nestbed {__version__}")
         raise typer.Exit()
