@@ -9,7 +9,8 @@ from alembic.runtime.migration import MigrationContext
 from nestbed.store import Store, migrate
 from nestbed.store.schema import metadata
 
-TABLES = {"experiments", "state_changes", "runs", migrate.VERSION_TABLE}
+TABLES = {"experiments", "state_changes", "runs", migrate.VERSION_TABLE, "users", "projects",
+          "memberships", "api_tokens", "experiment_owners", "audit_log", "batch_entries"}  # fmt: skip
 
 
 def test_open_creates_tables_and_records_the_schema_version(db_url: str) -> None:

@@ -3,8 +3,10 @@
 Commands live in one module per family: ``experiments`` (parse, convert, create, list, show,
 delete), ``lifecycle`` (swapin, swapout, run, cleanup), ``active`` (exec, shell, event,
 status, linktest, capture), ``instruments`` (sweep, simulate, compare, analyze, validate),
-``map`` (the mapper), ``calibrate`` and ``study``; ``common`` holds what they share,
-``render`` the tables.
+``map`` (the mapper), ``calibrate``, ``study``, ``server`` (``serve`` and the shared
+testbed's accounts) and ``remote`` (list, show, create, swapin, swapout, status and delete
+against a server, with ``--server``); ``common`` holds what they share, ``render`` the
+tables.
 
 Only nestbed's own errors are caught: they print one line per problem and exit with their
 category's code (user 2, environment 3, internal 4). Anything else is a bug and, with
@@ -19,6 +21,7 @@ import sys
 from nestbed.cli.calibrate import calibrate
 from nestbed.cli.common import app, err, state
 from nestbed.cli.map import map_command
+from nestbed.cli.server import batch, server
 from nestbed.cli.study import study
 from nestbed.errors import NestbedError
 from nestbed.lifecycle import signals
@@ -29,6 +32,8 @@ for _family in ("experiments", "lifecycle", "active", "instruments", "agent"):
 app.command(name="map")(map_command)
 app.add_typer(study, name="study")
 app.add_typer(calibrate, name="calibrate")
+app.add_typer(server, name="server")
+app.add_typer(batch, name="batch")
 
 
 def main_entry() -> None:

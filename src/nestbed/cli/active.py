@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nestbed.cli.common import JsonOption, app, err, out, print_json, reader, testbed
+from nestbed.cli.common import JsonOption, app, err, out, print_json, reader, remote, testbed
 from nestbed.errors import UserError
 
 
@@ -87,6 +87,8 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Show an active experiment: nodes, links with live counters, programs and traffic."""
+    if (server := remote()) is not None:
+        return server.status(name, as_json)
     found = active(name)
     data = found.status()
     data["nodes"] = [{"node": n.name, "namespace": n.netns} for n in found.plan.nodes]

@@ -31,6 +31,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 class _State:
     debug = False
     db: str | None = None
+    server: str | None = None  # client mode: the nestbed server's URL
+    project: str | None = None
 
 
 state = _State()
@@ -91,7 +93,25 @@ def main(
         ),
     ] = None,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="NESTBED_SERVER",
+            help="Work on a nestbed server (URL) instead of this machine: list, show, create, "
+            "swapin, swapout, status, delete.",
+        ),
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            envvar="NESTBED_PROJECT",
+            help="The server project to work in (default: your only one).",
+        ),
+    ] = None,
 ) -> None:
+    state.server, state.project = server, project
     state.debug, state.db = debug, db
     if cluster is not None:
         import os
@@ -109,6 +129,15 @@ def load_file(file: Path, name: str | None, params: list[str] | None):  # type: 
     from nestbed.spec import load
 
     return load(file, name=name, parameters=parameters(params))
+
+
+def remote():  # type: ignore[no-untyped-def]
+    """The client-mode commands (``cli.remote``) when a server is given, else None."""
+    if not state.server:
+        return None
+    from nestbed.cli import remote as commands
+
+    return commands
 
 
 def store():  # type: ignore[no-untyped-def]

@@ -19,6 +19,7 @@ from nestbed.cli.common import (
     out,
     print_json,
     reader,
+    remote,
     store,
 )
 from nestbed.errors import UserError
@@ -93,6 +94,8 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Parse an experiment file and store it as a defined experiment."""
+    if (server := remote()) is not None:
+        return server.create(file, name, param, as_json)
     loaded = load_file(file, name, param)
     exp = loaded.experiment
     with store() as db:
@@ -118,6 +121,8 @@ def create(
 @app.command("list")
 def list_(as_json: JsonOption = False) -> None:
     """List stored experiments and their states."""
+    if (server := remote()) is not None:
+        return server.list_(as_json)
     with reader() as db:
         records = db.list()
     if as_json:
@@ -142,6 +147,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Show a stored experiment: its state and what it describes."""
+    if (server := remote()) is not None:
+        return server.show(name, as_json)
     from nestbed.model import Experiment
 
     with reader() as db:
@@ -161,6 +168,8 @@ def show(
 @app.command()
 def delete(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
     """Delete a stored experiment that is not active."""
+    if (server := remote()) is not None:
+        return server.delete(name)
     with store() as db:
         db.delete(name)
     out.print(f"deleted experiment {name}")

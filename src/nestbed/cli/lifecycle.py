@@ -23,6 +23,7 @@ from nestbed.cli.common import (
     load_file,
     out,
     print_json,
+    remote,
     store,
     testbed,
 )
@@ -69,6 +70,14 @@ def swapin(
     capture_nodes: CaptureNodesOption = None,
 ) -> None:
     """Build an experiment's network and start its controller (the run's events begin)."""
+    if (server := remote()) is not None:
+        if results or cpumon or cpumon_duty or capture_nodes:
+            raise UserError(
+                "--results, --cpumon, --cpumon-duty and --capture-nodes are for this machine; "
+                "a server keeps results where it is set up to"
+            )
+        return server.swapin(target, {"capture": capture, "linktest": linktest,
+                                      "linktest_strict": linktest_strict})  # fmt: skip
     options = run_options(results=results, capture=capture, linktest=linktest,
                           linktest_strict=linktest_strict, cpumon=cpumon,
                           cpumon_duty=cpumon_duty, capture_nodes=capture_nodes)  # fmt: skip
@@ -92,6 +101,8 @@ def swapin(
 @app.command()
 def swapout(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
     """End the experiment's run and tear its network down."""
+    if (server := remote()) is not None:
+        return server.swapout(name)
     with store() as db:
         with err.status(f"swapping out {name}"):
             testbed(db).swap_out(name)
@@ -121,6 +132,15 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Swap in, run the events, programs and traffic, collect the results, swap out."""
+    if (server := remote()) is not None:
+        if keep or results or param or cpumon or cpumon_duty or capture_nodes:
+            raise UserError(
+                "--keep, --results, -p, --cpumon, --cpumon-duty and --capture-nodes are for "
+                "this machine; a server runs experiments as they are defined on it"
+            )
+        return server.run(target, {"duration_s": duration, "capture": capture,
+                                   "linktest": linktest, "linktest_strict": linktest_strict},
+                          as_json)  # fmt: skip
     from nestbed.lifecycle.runs import run as run_experiment
     from nestbed.lifecycle.signals import Interrupted
 

@@ -125,25 +125,11 @@ class Store:
         ir_json: str,
     ) -> ExperimentRecord:
         """Store a new experiment in state ``defined``; its name must not be taken."""
-        _check_name(name)
-        definition = _definition(source_text, source_format, source_file, ir_json)
-        now = utc_now()
+        fields = dict(source_text=source_text, source_format=source_format,
+                      source_file=source_file, ir_json=ir_json)  # fmt: skip
         try:
             with self._transaction() as conn:
-                result = conn.execute(
-                    experiments.insert().values(
-                        name=name,
-                        state=State.DEFINED.value,
-                        created_at=now,
-                        updated_at=now,
-                        state_changed_at=now,
-                        error=None,
-                        **definition,
-                    )
-                )
-                (experiment_id,) = result.inserted_primary_key or (None,)
-                _record_change(conn, experiment_id, name, None, State.DEFINED, now, "created")
-                return _experiment(_lock(conn, name))
+                return insert_experiment(conn, name, **fields)
         except sa.exc.IntegrityError as exc:
             if self.find(name) is not None:
                 raise UserError(
@@ -156,7 +142,7 @@ class Store:
         """The experiment called ``name``, or None if there is none."""
         with self._transaction() as conn:
             row = conn.execute(experiments.select().where(experiments.c.name == name)).first()
-        return None if row is None else _experiment(row)
+        return None if row is None else experiment_record(row)
 
     def get(self, name: str) -> ExperimentRecord:
         """The experiment called ``name``; ``UserError`` if there is none."""
@@ -169,7 +155,7 @@ class Store:
         """Every stored experiment, ordered by name."""
         with self._transaction() as conn:
             rows = conn.execute(experiments.select()).all()
-        return sorted((_experiment(row) for row in rows), key=lambda r: r.name)
+        return sorted((experiment_record(row) for row in rows), key=lambda r: r.name)
 
     def delete(self, name: str) -> None:
         """Delete an experiment with its history and runs; only when nothing of it is running."""
@@ -209,7 +195,7 @@ class Store:
                 .where(experiments.c.id == row.id)
                 .values(updated_at=utc_now(), **definition)
             )
-            return _experiment(_lock(conn, name))
+            return experiment_record(_lock(conn, name))
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -252,7 +238,7 @@ class Store:
                     f"check it with `nestbed show {name}` and try again"
                 )
             _record_change(conn, row.id, name, current, to, now, reason)
-            return _experiment(_lock(conn, name))
+            return experiment_record(_lock(conn, name))
 
     def history(self, name: str) -> builtins.list[StateChange]:
         """Every state change of an experiment, oldest first, starting with its creation."""
@@ -329,12 +315,49 @@ class Store:
     # -- plumbing --------------------------------------------------------------------------
 
     @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One transaction on the store, for its other modules (``accounts``); database
+        errors become ``EnvironmentProblem`` naming the store."""
+        with self._transaction() as conn:
+            yield conn
+
+    @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         try:
             with self._engine.begin() as conn:
                 yield conn
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             raise unreachable(self._url, exc) from exc
+
+
+def insert_experiment(
+    conn: Connection,
+    name: str,
+    *,
+    source_text: str,
+    source_format: str,
+    source_file: str | None,
+    ir_json: str,
+) -> ExperimentRecord:
+    """Insert a new experiment in state ``defined`` within the transaction of ``conn``
+    (``IntegrityError`` if its name is taken)."""
+    _check_name(name)
+    definition = _definition(source_text, source_format, source_file, ir_json)
+    now = utc_now()
+    result = conn.execute(
+        experiments.insert().values(
+            name=name,
+            state=State.DEFINED.value,
+            created_at=now,
+            updated_at=now,
+            state_changed_at=now,
+            error=None,
+            **definition,
+        )
+    )
+    (experiment_id,) = result.inserted_primary_key or (None,)
+    _record_change(conn, experiment_id, name, None, State.DEFINED, now, "created")
+    return experiment_record(_lock(conn, name))
 
 
 def _check_name(name: str) -> None:
@@ -413,7 +436,7 @@ def _record_change(
     )
 
 
-def _experiment(row: sa.Row[Any]) -> ExperimentRecord:
+def experiment_record(row: sa.Row[Any]) -> ExperimentRecord:
     values = dict(row._mapping)
     values["state"] = State(values["state"])
     return ExperimentRecord(**values)

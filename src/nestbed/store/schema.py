@@ -105,3 +105,140 @@ runs = sa.Table(
     sa.Column("outcome", sa.Text, nullable=True),
     sa.Column("results_dir", sa.Text, nullable=False),
 )
+
+# -- a shared testbed's accounts (the server, issue 22) ----------------------------------------
+
+ROLES: tuple[str, ...] = ("leader", "member")
+"""A project member's role: a leader also adds and removes members."""
+
+ACCOUNT_NAME_PATTERN = r"[a-z][a-z0-9]*(-[a-z0-9]+)*"
+"""What a user or project name may be: lower case, digits and single '-' between them (so
+``PROJECT--EXPERIMENT`` names one experiment of one project unambiguously)."""
+
+_roles = ", ".join(f"'{r}'" for r in ROLES)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("is_admin", sa.Boolean, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("name", name="uq_users_name"),
+)
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("name", name="uq_projects_name"),
+)
+
+memberships = sa.Table(
+    "memberships",
+    metadata,
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column(
+        "user_id",
+        sa.Integer,
+        sa.ForeignKey("users.id", ondelete="CASCADE"),
+        primary_key=True,
+        index=True,
+    ),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("added_at", UTCDateTime, nullable=False),
+    sa.CheckConstraint(f"role IN ({_roles})", name="ck_memberships_role"),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "user_id",
+        sa.Integer,
+        sa.ForeignKey("users.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("token_sha256", sa.String(64), nullable=False),
+    sa.Column("label", sa.String(64), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("token_sha256", name="uq_api_tokens_token_sha256"),
+)
+
+experiment_owners = sa.Table(
+    "experiment_owners",
+    metadata,
+    sa.Column(
+        "experiment_id",
+        sa.Integer,
+        sa.ForeignKey("experiments.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="RESTRICT"),
+        nullable=False,
+    ),
+    sa.Column(
+        "creator_id",
+        sa.Integer,
+        sa.ForeignKey("users.id", ondelete="SET NULL"),
+        nullable=True,
+    ),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.UniqueConstraint("project_id", "name", name="uq_experiment_owners_project_name"),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("actor", sa.String(64), nullable=True),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("project", sa.String(64), nullable=True, index=True),
+    sa.Column("experiment", sa.String(255), nullable=True),
+    sa.Column("outcome", sa.Text, nullable=False),
+)
+"""Who did what to which experiment, when, and how it ended; names, not ids, so a row
+outlives the user, project or experiment it names."""
+
+BATCH_STATES: tuple[str, ...] = ("queued", "running", "done", "failed", "cancelled")
+"""A batch entry's states (``server.batch`` moves them)."""
+
+_batch_states = ", ".join(f"'{s}'" for s in BATCH_STATES)
+
+batch_entries = sa.Table(
+    "batch_entries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "experiment_id",
+        sa.Integer,
+        sa.ForeignKey("experiments.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("project", sa.String(64), nullable=False, index=True),
+    sa.Column("experiment", sa.String(255), nullable=False),
+    sa.Column("submitted_by", sa.String(64), nullable=True),
+    sa.Column("submitted_at", UTCDateTime, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("last_failure_at", UTCDateTime, nullable=True),
+    sa.Column("last_failure", sa.Text, nullable=False),
+    sa.Column("passed_over", sa.Integer, nullable=False),
+    sa.CheckConstraint(f"state IN ({_batch_states})", name="ck_batch_entries_state"),
+)
+"""The batch queue: one row per submission of an experiment, kept after it ends."""

@@ -1,0 +1,49 @@
+"""Fixtures of the server's tests: a real `nestbed serve` process (``server_helpers``) with
+an admin made with `--init-admin`, stopped at the end however the test ends, with any
+controller it left behind; and three users in two projects."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from server_helpers import People, Served
+
+
+@pytest.fixture
+def serve_options() -> tuple[str, ...]:
+    """More options of the test's `nestbed serve` (a module overrides it)."""
+    return ()
+
+
+@pytest.fixture
+def served(tmp_path: Path, serve_options: tuple[str, ...]) -> Iterator[Served]:
+    """A running server with an admin (token in ``admin_token``)."""
+    server = Served(tmp_path, options=serve_options)
+    made = server.nestbed("serve", "--store", str(server.db), "--init-admin", "root")
+    assert made.returncode == 0, made.stderr
+    server.admin_token = made.stdout.strip().splitlines()[-1]
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        for pid in server.controllers().values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def people(served: Served) -> People:
+    admin = served.client(served.admin_token)
+    tokens = {}
+    for name in ("ada", "bob", "cy"):
+        tokens[name] = admin.request("POST", "/v1/users", {"name": name})["token"]
+    admin.request("POST", "/v1/projects", {"name": "net", "leader": "ada"})
+    admin.request("POST", "/v1/projects", {"name": "web", "leader": "bob"})
+    served.client(tokens["ada"]).request("PUT", "/v1/projects/net/members/cy", {"role": "member"})
+    return People(tokens)
