@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 from server_helpers import People, Served
 
+from pg_helpers import pg_server
+
+__all__ = ["pg_server"]  # a fixture: importing it here offers it to the tests
+
 
 @pytest.fixture
 def serve_options() -> tuple[str, ...]:
@@ -21,10 +25,18 @@ def serve_options() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def served(tmp_path: Path, serve_options: tuple[str, ...]) -> Iterator[Served]:
+def serve_store() -> str | None:
+    """The URL of the test's server store (a module overrides it); None: SQLite in tmp."""
+    return None
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path, serve_options: tuple[str, ...], serve_store: str | None
+) -> Iterator[Served]:
     """A running server with an admin (token in ``admin_token``)."""
-    server = Served(tmp_path, options=serve_options)
-    made = server.nestbed("serve", "--store", str(server.db), "--init-admin", "root")
+    server = Served(tmp_path, options=serve_options, store_url=serve_store)
+    made = server.nestbed("serve", "--store", server.store, "--init-admin", "root")
     assert made.returncode == 0, made.stderr
     server.admin_token = made.stdout.strip().splitlines()[-1]
     try:

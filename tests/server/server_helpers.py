@@ -42,6 +42,7 @@ class Served:
     process: subprocess.Popen | None = None
     admin_token: str = ""
     options: tuple[str, ...] = ()  # more options of `nestbed serve`
+    store_url: str | None = None  # the server's store, if not SQLite in ``db``
 
     @property
     def url(self) -> str:
@@ -50,6 +51,11 @@ class Served:
     @property
     def db(self) -> Path:
         return self.root / "store.db"
+
+    @property
+    def store(self) -> str:
+        """What `nestbed serve --store` is given."""
+        return self.store_url or str(self.db)
 
     @property
     def fake_root(self) -> Path:
@@ -69,7 +75,7 @@ class Served:
                               text=True, env=self.env(**env), timeout=120, cwd=self.root)  # fmt: skip
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "nestbed", "serve", "--store", str(self.db), "--port",
+        argv = [sys.executable, "-m", "nestbed", "serve", "--store", self.store, "--port",
                 str(self.port), "--results-root", str(self.root / "results"),
                 *self.options]  # fmt: skip
         with self.log.open("a") as log:

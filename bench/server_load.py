@@ -1,0 +1,186 @@
+"""Load on `nestbed serve` (issue 22): many clients creating, swapping and querying at once.
+
+    python bench/server_load.py [--clients 50] [--seconds 600] [--backend fake|linux]
+
+A real server process (uvicorn) on loopback with a fresh SQLite store; an admin makes five
+projects and one user per client, spread over them. Each client then loops for the given
+time: define its own experiment (PUT), read it (GET), list its project's experiments, swap it
+in (POST, answered at once), poll its status until the swap-in ends, list again, swap it out,
+poll until swapped. Every request's latency is recorded by kind; an error is any answer other
+than the one the request should get (a refusal by admission control counts separately: it is
+the server working). The fake back end (the default) records swap-ins without namespaces, so
+the figures are the server's, not the machine's; `--backend linux` swaps real networks in.
+Prints a table of latencies (p50, p99, max) per kind, reads and writes, and the errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "server"))
+from server_helpers import Served  # the tests' real-server runner
+
+EXPERIMENT = """\
+nodes: [{name: a}, {name: b}]
+links:
+  - {name: link0, members: [a, b], bandwidth: 10Mb, delay: 5ms}
+"""
+PROJECTS = 5
+POLL_S = 0.2
+
+
+class Api:
+    """One client: plain HTTP with its own token, every latency recorded."""
+
+    def __init__(self, url: str, token: str, seen: Seen):
+        self.url, self.token, self.seen = url, token, seen
+
+    def call(self, kind: str, method: str, path: str, body: object = None,
+             ok: tuple[int, ...] = (200, 201, 202)) -> tuple[int, object]:  # fmt: skip
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=120) as reply:
+                status, text = reply.status, reply.read()
+        except urllib.error.HTTPError as exc:
+            status, text = exc.code, exc.read()
+        except OSError as exc:
+            status, text = 0, str(exc).encode()
+        self.seen.add(kind, method, time.perf_counter() - started, status in ok, status, text)
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+
+class Seen:
+    """Latencies by kind, and what went wrong."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.reads: list[float] = []
+        self.writes: list[float] = []
+        self.errors: list[str] = []
+        self.refused = 0
+
+    def add(self, kind: str, method: str, seconds: float, ok: bool, status: int,
+            text: bytes) -> None:  # fmt: skip
+        with self.lock:
+            self.latency[kind].append(seconds)
+            (self.reads if method == "GET" else self.writes).append(seconds)
+            if not ok:
+                self.errors.append(f"{kind}: {status} {text[:200]!r}")
+
+
+def client(api: Api, project: str, me: str, until: float, seen: Seen) -> int:
+    base = f"/v1/projects/{project}/experiments"
+    mine = f"{base}/{me}"
+    cycles = 0
+    while time.monotonic() < until:
+        api.call("define", "PUT", mine, {"file_name": f"{me}.yaml", "text": EXPERIMENT})
+        api.call("show", "GET", mine)
+        api.call("list", "GET", base)
+        status, _ = api.call("swapin", "POST", f"{mine}/swapin", {}, ok=(202, 409))
+        if status == 409:  # refused (admission) or busy: the server saying so is not an error
+            with seen.lock:
+                seen.refused += 1
+            time.sleep(POLL_S)
+            continue
+        _settle(api, mine, seen)
+        api.call("list", "GET", base)
+        api.call("swapout", "POST", f"{mine}/swapout", {})
+        _settle(api, mine, seen)
+        cycles += 1
+    return cycles
+
+
+def _settle(api: Api, path: str, seen: Seen) -> None:
+    """Polls the experiment's status until its operation has ended; one that failed is an
+    error."""
+    while True:
+        _, found = api.call("status", "GET", f"{path}/status")
+        op = found.get("operation") if isinstance(found, dict) else None
+        if not op or op.get("status") != "running":
+            if op and op.get("status") == "failed":
+                with seen.lock:
+                    seen.errors.append(f"{op.get('kind')} failed: {op.get('error')}")
+            return
+        time.sleep(POLL_S)
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--backend", choices=["fake", "linux"], default="fake")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nestbed-load-") as root:
+        served = Served(Path(root))
+        made = served.nestbed("serve", "--store", str(served.db), "--init-admin", "root")
+        served.admin_token = made.stdout.strip().splitlines()[-1]
+        served.start()
+        try:
+            seen = Seen()
+            admin = Api(served.url, served.admin_token, Seen())
+            people = []
+            for p in range(PROJECTS):
+                admin.call("setup", "POST", "/v1/projects", {"name": f"load{p}", "leader": "root"})
+            for c in range(args.clients):
+                user = f"user{c:02d}"
+                _, reply = admin.call("setup", "POST", "/v1/users", {"name": user})
+                project = f"load{c % PROJECTS}"
+                admin.call("setup", "PUT", f"/v1/projects/{project}/members/{user}",
+                           {"role": "member"})  # fmt: skip
+                people.append((user, project, reply["token"]))
+            if admin.seen.errors:
+                print("setting up failed:", *admin.seen.errors, sep="\n  ")
+                return 1
+            until = time.monotonic() + args.seconds
+            done: list[int] = []
+
+            def one(user: str, project: str, token: str) -> None:
+                done.append(client(Api(served.url, token, seen), project, user, until, seen))
+
+            threads = [threading.Thread(target=one, args=person) for person in people]
+            started = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.monotonic() - started
+        finally:
+            served.stop()
+    requests = sum(len(v) for v in seen.latency.values())
+    print(f"{args.clients} clients for {elapsed:.0f} s on the {args.backend} back end: "
+          f"{requests} requests ({requests / elapsed:.1f}/s), {sum(done)} swap-in/out cycles, "
+          f"{seen.refused} swap-ins refused, {len(seen.errors)} errors")  # fmt: skip
+    print(f"{'kind':<10}{'n':>8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+    rows = sorted(seen.latency.items()) + [("all reads", seen.reads), ("all writes", seen.writes)]
+    for kind, values in rows:
+        print(f"{kind:<10}{len(values):>8}{statistics.median(values) * 1e3:>10.1f}"
+              f"{quantile(values, 0.99) * 1e3:>10.1f}{max(values) * 1e3:>10.1f}")  # fmt: skip
+    for error in seen.errors[:10]:
+        print("error:", error)
+    return 1 if seen.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
