@@ -1,6 +1,6 @@
 """Load on `nestbed serve` (issue 22): many clients creating, swapping and querying at once.
 
-    python bench/server_load.py [--clients 50] [--seconds 600] [--backend fake|linux]
+    python bench/server_load.py [--clients 50] [--seconds 600]
 
 A real server process (uvicorn) on loopback with a fresh SQLite store; an admin makes five
 projects and one user per client, spread over them. Each client then loops for the given
@@ -8,8 +8,9 @@ time: define its own experiment (PUT), read it (GET), list its project's experim
 in (POST, answered at once), poll its status until the swap-in ends, list again, swap it out,
 poll until swapped. Every request's latency is recorded by kind; an error is any answer other
 than the one the request should get (a refusal by admission control counts separately: it is
-the server working). The fake back end (the default) records swap-ins without namespaces, so
-the figures are the server's, not the machine's; `--backend linux` swaps real networks in.
+the server working). The server runs on the fake back end, which records swap-ins without
+namespaces (each swap-in still starts a real controller process), so the figures are the
+server's, not the machine's.
 Prints a table of latencies (p50, p99, max) per kind, reads and writes, and the errors.
 """
 
@@ -130,7 +131,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=600)
-    parser.add_argument("--backend", choices=["fake", "linux"], default="fake")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nestbed-load-") as root:
         served = Served(Path(root))
@@ -169,7 +169,7 @@ def main() -> int:
         finally:
             served.stop()
     requests = sum(len(v) for v in seen.latency.values())
-    print(f"{args.clients} clients for {elapsed:.0f} s on the {args.backend} back end: "
+    print(f"{args.clients} clients for {elapsed:.0f} s on the fake back end: "
           f"{requests} requests ({requests / elapsed:.1f}/s), {sum(done)} swap-in/out cycles, "
           f"{seen.refused} swap-ins refused, {len(seen.errors)} errors")  # fmt: skip
     print(f"{'kind':<10}{'n':>8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
