@@ -201,12 +201,14 @@ def test_captures_give_each_tcp_segment_and_the_one_drop_linkd_made(store, testb
     assert trace.unit == "byte"
     assert trace.sent_seq.size >= 200  # 1448-byte segments at 10 Mb/s for a second
     [recovery] = trace.recoveries()  # the captures see exactly linkd's drop
-    assert recovery["recovery"] == "fast retransmit"
-    assert recovery["duplicate_acks"] >= 3
+    # Linux recovers by fast retransmit when three duplicate ACKs come back in time; a host
+    # that stalls the sender can make its tail-loss probe or timer win instead (seen on CI).
+    # Either way the recovery is named by what the captures show.
+    how = recovery["recovery"]
+    assert how in ("fast retransmit", "timer")
+    assert (recovery["duplicate_acks"] >= 3) if how == "fast retransmit" else True
     wait_drawn(results)
-    assert (
-        "1 segment dropped in the network: 1 fast retransmit" in (results / "report.md").read_text()
-    )
+    assert f"1 segment dropped in the network: 1 {how}" in (results / "report.md").read_text()
     assert (results / "plots" / "tcp-ftp.png").is_file()
 
 
