@@ -140,7 +140,7 @@ def table(header: list[str], rows: list[list[Any]]) -> None:
 # -- cycles ---------------------------------------------------------------------------------
 
 
-def cycles(n: int) -> int:
+def cycles(n: int, report: bool = True) -> int:
     exp = load(EXAMPLES / "dumbbell.ns").experiment.model_copy(update={"name": "soakcycle"})
     with tempfile.TemporaryDirectory() as tmp, Store.open(str(Path(tmp) / "s.db")) as store:
         testbed = Testbed(store, LinuxBackend())
@@ -154,7 +154,7 @@ def cycles(n: int) -> int:
             results = Path(tmp) / f"r{i}"
             start, cpu = time.perf_counter(), time.process_time()
             try:
-                testbed.swap_in(exp.name, RunOptions(results=results))
+                testbed.swap_in(exp.name, RunOptions(results=results, report=report))
                 testbed.swap_out(exp.name)
             except NestbedError as exc:  # counted and shown: the soak goes on
                 failed.append(f"cycle {i}: {exc}")
@@ -173,7 +173,9 @@ def cycles(n: int) -> int:
     leaked = {k: sorted(v) for k, v in ours(after, [exp.name]).items() if v}
     new_since_first = {k: sorted(after[k] - after_first[k]) for k in ("namespaces", "interfaces",
                                                                       "mounts")}  # fmt: skip
-    print(f"{n} swap-in/swap-out cycles of the dumbbell (6 nodes, 5 shaped links, controller)")
+    drawn = "each run's report drawn after it" if report else "no report drawn"
+    print(f"{n} swap-in/swap-out cycles of the dumbbell (6 nodes, 5 shaped links, controller; "
+          f"{drawn})")  # fmt: skip
     table(["figure", "before", "after cycle 1", f"after cycle {n}"],
           [[k, totals[k], totals_first[k], totals_end[k]] for k in totals])  # fmt: skip
     print(f"left by the experiment: {leaked or 'nothing'}")
@@ -446,10 +448,11 @@ def _instrument_signalled(argv: list[str], signum: int, at: float, tmp: Path) ->
     outcomes = [_outcome(f.parent) for f in sorted(results.rglob("manifest.json"))]
     left = sum(len(v) for v in ours(machine(), names).values())
     expected = f"interrupted ({signal.Signals(signum).name})"
-    # Runs the instrument finished before the signal are complete; the one it stopped says so;
+    # Runs the instrument finished before the signal are complete (or halted by their own
+    # `$ns halt`); the one it stopped says so;
     # none may look complete without being so, or be left running.
     ok = code in (128 + signum, -signum) and left == 0 and "active" not in states
-    ok = ok and all(o in ("completed", expected) for o in outcomes)
+    ok = ok and all(o in ("completed", "halted", expected) for o in outcomes)
     shown = ",".join(sorted({str(o) for o in outcomes})) or "-"
     return [code, shown, left, "ok" if ok else "FAIL"]
 
@@ -469,12 +472,19 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--n", type=int, help="cycles, kills, experiments or signals per command")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="cycles: no report drawn after each run (in a tight loop the detached drawings "
+        "pile up faster than they finish, and every process on the machine costs swap-out a "
+        "look in /proc)",
+    )
     parser.add_argument("--commands", help="signals: only these commands, comma-separated")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the soak suite builds namespaces: run it as root")
     suites = {
-        "cycles": lambda: cycles(args.n or 1000),
+        "cycles": lambda: cycles(args.n or 1000, not args.no_report),
         "kill": lambda: kill(args.n or 50, args.seed),
         "many": lambda: many(args.n or 8),
         "signals": lambda: signals(
