@@ -1,0 +1,23 @@
+"""Fixtures of the portal's tests: the server tests' real `nestbed serve` (ada leads
+project net, bob leads web, cy is a member of net), and plain HTTP sessions that log in to
+the portal as a person would (cookie and CSRF token)."""
+
+from __future__ import annotations
+
+import pytest
+from portal_helpers import Session
+from server_helpers import People, Served
+
+from server.conftest import people, serve_options, serve_store, served
+
+__all__ = ["people", "serve_options", "serve_store", "served"]  # fixtures offered here
+
+
+@pytest.fixture
+def ada(served: Served, people: People) -> Session:
+    return Session.login(served.url, people["ada"])
+
+
+@pytest.fixture
+def bob(served: Served, people: People) -> Session:
+    return Session.login(served.url, people["bob"])
