@@ -4,6 +4,12 @@ the portal as a person would (cookie and CSRF token)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The server's test helpers and fixtures, as when the server's tests run beside these.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+
 import pytest
 from portal_helpers import Session
 from server_helpers import People, Served
