@@ -30,7 +30,7 @@
   const cy = cytoscape({ container: box, elements, style, layout: options(chosen), textureOnViewport: large,
     hideEdgesOnViewport: large, pixelRatio: large ? 1 : "auto", wheelSensitivity: 0.3 });
   cy.ready(() => {
-    window.nestbedTopology = { drawnMs: performance.now() - started, nodes: cy.nodes().length, edges: cy.edges().length };
+    window.nestbedTopology = { cy, drawnAt: performance.now(), drawnMs: performance.now() - started, nodes: cy.nodes().length, edges: cy.edges().length };
     box.dataset.drawn = "yes";
   });
   const hover = document.getElementById("hover");
