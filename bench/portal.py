@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE / "tests" / "server"), str(HERE / "tests" / "portal"), str(HERE / "tests")]
+sys.path[:0] = [str(HERE / "tests" / d) for d in ("server", "portal", "")]
 from browser import browser  # noqa: E402
 from portal_helpers import Session  # noqa: E402
 from server_helpers import Served, wait_for  # noqa: E402
@@ -58,8 +58,14 @@ def main() -> None:
             wait_for(admin, path, kind)
         session = Session.login(served.url, served.admin_token)
         base = "/portal/p/bench/e/tree"
-        pages = {"experiments": "/portal/", "experiment": base, "topology": base + "/topology",
-                 "live": base + "/live", "results": base + "/runs/1", "new": "/portal/new"}  # fmt: skip
+        pages = {
+            "experiments": "/portal/",
+            "experiment": base,
+            "topology": base + "/topology",
+            "live": base + "/live",
+            "results": base + "/runs/1",
+            "new": "/portal/new",
+        }
         print(f"Portal pages, {args.nodes}-node experiment, median of {args.repeats} (ms):")
         print(f"| page | server time (ms) | bytes | goal {PAGE_GOAL_MS} ms |")
         print("|---|---:|---:|---|")

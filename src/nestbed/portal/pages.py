@@ -10,6 +10,7 @@ normally and are answered with a redirect (303); htmx only swaps the answer in p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
@@ -22,7 +23,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from nestbed.errors import NestbedError, SpecError
+from nestbed.errors import NestbedError, SpecError, UserError
 from nestbed.portal import forms, graph, results
 from nestbed.portal.render import page
 from nestbed.portal.session import COOKIE, Caller, check_csrf, viewer
@@ -301,7 +302,7 @@ async def send_event(request: Request, project: str, name: str, who: Caller,
     try:
         reply = live.send_event(who, project, name, live.Event(text=form.get("text")))
         row = reply.get("event")
-        said = (f"done at {row['actual_s']} s: {row['message'] or 'ok'}" if row
+        said = (f"done at {float(row['actual_s']):.3f} s: {row['message'] or 'ok'}" if row
                 else f"scheduled at {reply.get('scheduled_s')} s")  # fmt: skip
         ok = True
     except NestbedError as exc:
@@ -325,8 +326,28 @@ def run_page(
     shown = results.view(run, table, sort, bool(desc))
     url = f"{base(project, name)}/runs/{run_id}"
     report = results.report_html(shown["report_text"], url + "/files")
+    drawing = ((shown["manifest"] or {}).get("report") or {}).get("state") == "drawing"
     return page(request, "run.html", who=who, title=f"{name}: run {run_id}", run=shown,
-                base=base(project, name), url=url, name=name, report_html=report)  # fmt: skip
+                base=base(project, name), url=url, name=name, report_html=report,
+                drawing=drawing, refresh=drawing or run.ended_at is None)  # fmt: skip
+
+
+@router.post(E + "/runs/{run_id}/report")
+async def draw_report(request: Request, project: AccountName, name: ExperimentName, run_id: int,
+                      who: Viewer) -> Response:  # fmt: skip
+    """Draws the run's report now (``nestbed report``), not waiting for the detached drawing
+    queued behind the machine's other runs."""
+    from nestbed.results.drawing import draw
+
+    check_csrf(request, (await forms.read(request)).get("csrf"))
+    run = runs.run_of(who, project, name, run_id)
+    if run.ended_at is None:
+        raise UserError(f"run {run_id} of {name!r} has not ended; its report comes at its end")
+    folder = runs.folder_of(run).root
+    if not folder.is_dir() or folder.is_symlink():
+        raise NotFound(f"run {run_id} of {name!r} has no folder on the server any more")
+    await asyncio.to_thread(draw, folder)
+    return redirect(f"{base(project, name)}/runs/{run_id}#report")
 
 
 @router.get(E + "/runs/{run_id}/files/{path:path}")

@@ -27,7 +27,7 @@
   const options = (name) => ({ name, animate: false, fit: true, padding: 20, directed: false, nodeDimensionsIncludeLabels: !large,
     numIter: large ? 300 : 1000, randomize: false });
   const started = performance.now();
-  const cy = cytoscape({ container: box, elements, style, layout: options(chosen), textureOnViewport: large,
+  const cy = cytoscape({ container: box, elements, style, layout: options(chosen), textureOnViewport: large, maxZoom: 2.5,
     hideEdgesOnViewport: large, pixelRatio: large ? 1 : "auto", wheelSensitivity: 0.3 });
   cy.ready(() => {
     window.nestbedTopology = { cy, drawnAt: performance.now(), drawnMs: performance.now() - started, nodes: cy.nodes().length, edges: cy.edges().length };
