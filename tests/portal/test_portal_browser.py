@@ -227,4 +227,5 @@ def test_a_large_topology_is_a_table_beside_a_simplified_graph(big: Served) -> N
         b.page.get_by_text("Position saved.").wait_for()
         assert b.errors == []
     kept = big.root / "results" / ".portal" / "positions" / "i23--star.json"
-    assert "n5" in json.loads(kept.read_text())
+    saved = json.loads(kept.read_text())  # the node under the pointer (300 lie close together)
+    assert len(saved) == 1 and next(iter(saved)) in {f"n{i}" for i in range(300)}

@@ -155,7 +155,8 @@ async def create(request: Request, who: Viewer) -> Response:
             marks.setdefault(p["line"], []).append(p["message"])
     lines = [{"number": i, "text": t, "problems": marks.get(i, [])}
              for i, t in enumerate(text.splitlines(), 1)]  # fmt: skip
-    return page(request, "new.html", who=who, title="New experiment", status=422,
+    # 200: the form comes back for fixing (a 4xx would be a console error in the browser)
+    return page(request, "new.html", who=who, title="New experiment",
                 projects=projects_of(who), form=shown, problems=problems, lines=lines)  # fmt: skip
 
 
