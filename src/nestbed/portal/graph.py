@@ -73,6 +73,45 @@ def elements(
     return found
 
 
+def layered(ir: dict[str, Any], spacing: float = 14.0, gap: float = 90.0) -> dict[str, Any]:
+    """Positions in layers by hops from the best-connected node (each component on its own
+    rows below the last): a layered layout computed here in linear time, so that the browser
+    draws a large graph at once instead of laying it out."""
+    around: dict[str, set[str]] = {n["name"]: set() for n in ir.get("nodes", [])}
+    for link in ir.get("links", []):
+        ends = [p["node"] for p in link.get("ports", [])]
+        for a in ends:
+            around.setdefault(a, set()).update(e for e in ends if e != a)
+    for lan in ir.get("lans", []):
+        key = f"lan:{lan['name']}"
+        members = [p["node"] for p in lan.get("ports", [])]
+        around[key] = set(members)
+        for m in members:
+            around.setdefault(m, set()).add(key)
+    placed: dict[str, dict[str, float]] = {}
+    depth0 = 0
+    for root in sorted(around, key=lambda k: -len(around[k])):
+        if root in placed:
+            continue
+        layer, layers = [root], []
+        seen = {root}
+        while layer:
+            layers.append(layer)
+            nxt = []
+            for k in layer:
+                for m in sorted(around[k]):
+                    if m not in seen:
+                        seen.add(m)
+                        nxt.append(m)
+            layer = nxt
+        for d, members in enumerate(layers):
+            for i, k in enumerate(members):
+                x = (i - (len(members) - 1) / 2) * spacing
+                placed[k] = {"x": x, "y": (depth0 + d) * gap}
+        depth0 += len(layers) + 1
+    return placed
+
+
 def rows(ir: dict[str, Any], hosts: dict[str, str]) -> list[dict[str, str]]:
     """A row per node: its name, host, and each link or LAN it is on with the shaping."""
     on: dict[str, list[str]] = {n["name"]: [] for n in ir.get("nodes", [])}

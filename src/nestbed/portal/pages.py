@@ -247,8 +247,9 @@ def topology(request: Request, project: AccountName, name: ExperimentName, who: 
     ir = json.loads(owned.experiment.ir_json)
     hosts = hosts_of(who, stored, owned.experiment.state)
     saved = load_positions(who, stored)
-    elements = graph.elements(ir, saved, hosts)
     large = len(ir.get("nodes", [])) > graph.LARGE
+    at = {**graph.layered(ir), **saved} if large else saved
+    elements = graph.elements(ir, at, hosts)
     node_rows = graph.rows(ir, hosts)
     needle = q.strip().lower()
     if needle:
@@ -257,7 +258,7 @@ def topology(request: Request, project: AccountName, name: ExperimentName, who: 
                 e=owned, base=base(project, name), elements=elements, large=large,
                 node_rows=node_rows, link_rows=graph.link_rows(ir), q=q,
                 hosts=sorted(set(hosts.values())), layout="breadthfirst" if large else "cose",
-                preset=bool(saved))  # fmt: skip
+                preset=bool(at))  # fmt: skip
 
 
 def save_positions(project: str, name: str, who: Caller, form: forms.Form) -> Response:
@@ -286,7 +287,7 @@ def save_positions(project: str, name: str, who: Caller, form: forms.Form) -> Re
 @router.get(E + "/live")
 def live_page(request: Request, project: AccountName, name: ExperimentName, who: Viewer,
               said: str = "") -> HTMLResponse:  # fmt: skip
-    now = live.snapshot(who, project, name)
+    now = busiest(live.snapshot(who, project, name))
     return page(request, "live.html", who=who, title=f"{name}: live", now=now, said=said,
                 base=base(project, name), project=project, name=name)  # fmt: skip
 
@@ -295,7 +296,23 @@ def live_page(request: Request, project: AccountName, name: ExperimentName, who:
 def live_stream(request: Request, project: AccountName, name: ExperimentName,
                 who: Viewer) -> Response:  # fmt: skip
     owned_experiment(who, project, name)
-    return live.stream(request, lambda: live.snapshot(who, project, name))
+    return live.stream(request, lambda: busiest(live.snapshot(who, project, name)))
+
+
+LIVE_PIPES = 200
+"""The pipes a live page shows at most: a link that is down, then those with drops, then the
+busiest (the API's /counters has every one)."""
+
+
+def busiest(now: dict[str, Any]) -> dict[str, Any]:
+    rows = now.get("counters") or []
+    now["pipes_total"] = len(rows)
+    if len(rows) > LIVE_PIPES:
+        rows = sorted(rows, key=lambda r: (r.get("state") == "up", -r["drops"],
+                                           -(r.get("packets_out") or 0)))[:LIVE_PIPES]  # fmt: skip
+        now["counters"] = sorted(rows, key=lambda r: (r["link"], str(r.get("port")),
+                                                      str(r.get("direction"))))  # fmt: skip
+    return now
 
 
 async def send_event(request: Request, project: str, name: str, who: Caller,

@@ -5,7 +5,9 @@ report as HTML, linktest reports failures first, captures. Reads the run's folde
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from nestbed.server import runs
@@ -21,8 +23,20 @@ def _key(value: str) -> tuple[int, float, str]:
         return (1, 0.0, value)
 
 
-def sorted_table(path: Any, column: str, descending: bool) -> dict[str, Any]:
-    found = runs.read_table(path, limit=runs.TABLE_ROWS)
+def _stamp(path: Path) -> tuple[str, int, int]:
+    info = path.stat()
+    return str(path), info.st_mtime_ns, info.st_size
+
+
+@functools.lru_cache(maxsize=64)
+def _table(stamp: tuple[str, int, int]) -> dict[str, Any]:
+    return runs.read_table(Path(stamp[0]), limit=runs.TABLE_ROWS)
+
+
+def sorted_table(path: Path, column: str, descending: bool) -> dict[str, Any]:
+    """The table's first rows (read once per version of the file), sorted as asked."""
+    cached = _table(_stamp(path))
+    found = {**cached, "rows": list(cached["rows"])}
     if column in found["columns"]:
         i = found["columns"].index(column)
         found["rows"].sort(key=lambda r: _key(r[i] if i < len(r) else ""), reverse=descending)
@@ -30,13 +44,17 @@ def sorted_table(path: Any, column: str, descending: bool) -> dict[str, Any]:
     return found
 
 
-def report_html(text: str, files_url: str) -> str:
-    """The report's Markdown as HTML (raw HTML in it is not passed through), its relative
-    images pointing at the run's files."""
+@functools.lru_cache(maxsize=16)
+def _markdown(text: str) -> str:
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    return md.render(text).replace('src="plots/', f'src="{files_url}/plots/')
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def report_html(text: str, files_url: str) -> str:
+    """The report's Markdown as HTML (raw HTML in it is not passed through; rendered once
+    per text), its relative images pointing at the run's files."""
+    return _markdown(text).replace('src="plots/', f'src="{files_url}/plots/')
 
 
 def view(run: RunRecord, table: str, sort: str, descending: bool) -> dict[str, Any]:
