@@ -73,10 +73,13 @@ def elements(
     return found
 
 
-def layered(ir: dict[str, Any], spacing: float = 14.0, gap: float = 90.0) -> dict[str, Any]:
-    """Positions in layers by hops from the best-connected node (each component on its own
-    rows below the last): a layered layout computed here in linear time, so that the browser
-    draws a large graph at once instead of laying it out."""
+def layered(
+    ir: dict[str, Any], spacing: float = 30.0, gap: float = 90.0, width: int = 40
+) -> dict[str, dict[str, float]]:
+    """Positions in layers by hops from the best-connected node, a layer wider than
+    ``width`` folded onto more rows, each component below the last: a layered layout
+    computed here in linear time, so that the browser draws a large graph at once instead
+    of laying it out."""
     around: dict[str, set[str]] = {n["name"]: set() for n in ir.get("nodes", [])}
     for link in ir.get("links", []):
         ends = [p["node"] for p in link.get("ports", [])]
@@ -89,14 +92,18 @@ def layered(ir: dict[str, Any], spacing: float = 14.0, gap: float = 90.0) -> dic
         for m in members:
             around.setdefault(m, set()).add(key)
     placed: dict[str, dict[str, float]] = {}
-    depth0 = 0
+    y = 0.0
     for root in sorted(around, key=lambda k: -len(around[k])):
         if root in placed:
             continue
-        layer, layers = [root], []
-        seen = {root}
+        layer, seen = [root], {root}
         while layer:
-            layers.append(layer)
+            for start in range(0, len(layer), width):
+                row = layer[start : start + width]
+                for i, k in enumerate(row):
+                    placed[k] = {"x": (i - (len(row) - 1) / 2) * spacing, "y": y}
+                y += gap / 2
+            y += gap / 2
             nxt = []
             for k in layer:
                 for m in sorted(around[k]):
@@ -104,11 +111,7 @@ def layered(ir: dict[str, Any], spacing: float = 14.0, gap: float = 90.0) -> dic
                         seen.add(m)
                         nxt.append(m)
             layer = nxt
-        for d, members in enumerate(layers):
-            for i, k in enumerate(members):
-                x = (i - (len(members) - 1) / 2) * spacing
-                placed[k] = {"x": x, "y": (depth0 + d) * gap}
-        depth0 += len(layers) + 1
+        y += gap
     return placed
 
 
