@@ -26,6 +26,7 @@ from nestbed.server.auth import Caller, Invalid, NotFound, Who
 from nestbed.server.operations import Busy, Operation
 from nestbed.server.policies import whole_run
 from nestbed.store import State
+from nestbed.store.accounts import stored_name
 from nestbed.store.records import OwnedExperiment
 from nestbed.store.states import check_transition
 
@@ -46,10 +47,20 @@ def owned_experiment(who: Caller, project: str, name: str) -> OwnedExperiment:
     return found
 
 
-def _reply(who: Caller, owned: OwnedExperiment, kind: type[Any] = schemas.Experiment,
-           **extra: Any) -> Any:  # fmt: skip
+def seen_experiment(who: Caller, project: str, name: str) -> tuple[Operation | None,
+                                                                   OwnedExperiment]:  # fmt: skip
+    """The experiment's last operation, then its record, in that order: an operation seen
+    ended has written its state already, so the two agree. (Read the other way round, a
+    swap-out that ended between the two reads showed as done beside a record still
+    ``swapping-out``, which a loaded CI machine made happen.)"""
+    op = who.server.operations.seen(stored_name(project, name))
+    return op, owned_experiment(who, project, name)
+
+
+def _reply(who: Caller, seen: tuple[Operation | None, OwnedExperiment],
+           kind: type[Any] = schemas.Experiment, **extra: Any) -> Any:  # fmt: skip
+    op, owned = seen
     record = owned.experiment
-    op = who.server.operations.last(record.name)
     operation = None if op is None else schemas.Operation(
         kind=op.kind, actor=op.actor, status=op.status, started_at=op.started_at,  # type: ignore[arg-type]
         ended_at=op.ended_at, error=op.error,
@@ -76,7 +87,9 @@ def _parse(who: Caller, project: str, body: schemas.ExperimentFile) -> definitio
 def list_experiments(project: AccountName, who: Who) -> list[schemas.Experiment]:
     """The project's experiments, by name."""
     who.role(project)
-    return [_reply(who, o) for o in who.server.accounts.experiments(project)]
+    ops = who.server.operations.seen_all()  # before the records: see ``seen_experiment``
+    return [_reply(who, (ops.get(o.experiment.name), o))
+            for o in who.server.accounts.experiments(project)]  # fmt: skip
 
 
 @router.post("", status_code=201)
@@ -90,7 +103,7 @@ def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> sche
         owned = who.server.accounts.create_experiment(project, found.name, who.name,
                                                       **found.fields())  # fmt: skip
         entry.experiment = found.name
-    return _reply(who, owned)
+    return _reply(who, (None, owned))
 
 
 @router.put("/{name}")
@@ -111,9 +124,8 @@ def define(
         else:
             _idle(who, owned)
             who.server.store.update_ir(owned.experiment.name, **found.fields())
-            owned = owned_experiment(who, project, name)
             entry.outcome = "ok: replaced"
-    return _reply(who, owned)
+    return _reply(who, seen_experiment(who, project, name))
 
 
 @router.get("/{name}")
@@ -121,12 +133,13 @@ def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experi
     """The experiment with its IR, runs and the front end's warnings."""
     import json
 
-    owned = owned_experiment(who, project, name)
+    seen = seen_experiment(who, project, name)
+    owned = seen[1]
     ir = json.loads(owned.experiment.ir_json)
     runs = [schemas.Run_.model_validate(r, from_attributes=True)
             for r in who.server.store.runs(owned.experiment.name)]  # fmt: skip
     warnings = [w.get("message", "") for w in ir.get("warnings", [])]
-    return _reply(who, owned, schemas.ExperimentDetail, ir=ir, runs=runs, warnings=warnings)
+    return _reply(who, seen, schemas.ExperimentDetail, ir=ir, runs=runs, warnings=warnings)
 
 
 @router.get("/{name}/status")
@@ -134,7 +147,8 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
     """The experiment's state and last operation, what the server itself last did to it or
     warned of (idle warnings and swap-outs, reconciliation), and while it is active its
     controller's status (links with their counters, programs, traffic)."""
-    owned = owned_experiment(who, project, name)
+    seen = seen_experiment(who, project, name)
+    owned = seen[1]
     live = None
     if owned.experiment.state == State.ACTIVE:
         try:
@@ -148,7 +162,7 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
             live = {"error": str(exc)}
     rows = who.server.accounts.audit_log(project, NOTICES, experiment=name, by_server=True)
     notices = [schemas.AuditRow.model_validate(r, from_attributes=True) for r in rows]
-    return _reply(who, owned, schemas.Status, live=live, notices=notices)
+    return _reply(who, seen, schemas.Status, live=live, notices=notices)
 
 
 @router.post("/{name}/swapin", status_code=202)
@@ -232,7 +246,7 @@ def _start(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results = who.server.config.results_root / project / f"{name}-{stamp}"
     who.server.operations.launch(op, lambda: work(op.experiment, results))
-    return _reply(who, owned_experiment(who, project, name))
+    return _reply(who, seen_experiment(who, project, name))
 
 
 def _idle(who: Caller, owned: OwnedExperiment) -> None:
