@@ -32,7 +32,7 @@ from nestbed.server.auth import Forbidden, Invalid, NotFound
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.loop import Loop, reconcile
 from nestbed.server.operations import Operation, Operations
-from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut
+from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut, capacity_of
 from nestbed.store import Store
 from nestbed.store.accounts import Accounts
 
@@ -56,6 +56,7 @@ class Server:
         """Opens the store and the back end and reconciles them."""
         from nestbed.backend import get
 
+        capacity = capacity_of(config.hosts)  # a bad --hosts stops the server at once
         store = Store.open(config.store)
         try:
             accounts = Accounts(store)
@@ -66,8 +67,9 @@ class Server:
             store.close()
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
-        admission = Admission(operations)
-        policies = (BatchRunner(admission, config.results_root), IdleSwapOut(config.idle))
+        admission = Admission(operations, capacity)
+        policies = (BatchRunner(admission, config.results_root, idle=config.idle),
+                    IdleSwapOut(config.idle))  # fmt: skip
         loop = Loop(testbed, accounts, operations, config.tick_s, policies=policies)
         return cls(config, store, accounts, testbed, operations, loop, admission)
 
@@ -88,7 +90,7 @@ def _audit_done(accounts: Accounts, op: Operation) -> None:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The API, serving the store and machine ``config`` names once started."""
-    from nestbed.server import accounts, batches, experiments
+    from nestbed.server import accounts, batches, exemptions, experiments, settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -112,6 +114,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(accounts.router)
     app.include_router(experiments.router)
     app.include_router(batches.router)
+    app.include_router(settings.router)
+    app.include_router(exemptions.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_exception_handler(NestbedError, _error_reply)
 

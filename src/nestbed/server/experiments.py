@@ -27,12 +27,13 @@ from nestbed.server.operations import Busy, Operation
 from nestbed.server.policies import whole_run
 from nestbed.store import State
 from nestbed.store.accounts import stored_name
-from nestbed.store.records import OwnedExperiment
+from nestbed.store.records import AuditRecord, OwnedExperiment
 from nestbed.store.states import check_transition
 
 router = APIRouter(prefix="/v1/projects/{project}/experiments", tags=["experiments"])
 
 NOTICES = 5  # the server's own newest audit rows of an experiment that status shows
+WARNINGS = 200  # the newest idle warnings of a project that its list looks through
 
 ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
 
@@ -88,8 +89,21 @@ def list_experiments(project: AccountName, who: Who) -> list[schemas.Experiment]
     """The project's experiments, by name."""
     who.role(project)
     ops = who.server.operations.seen_all()  # before the records: see ``seen_experiment``
-    return [_reply(who, (ops.get(o.experiment.name), o))
-            for o in who.server.accounts.experiments(project)]  # fmt: skip
+    owned = who.server.accounts.experiments(project)
+    warned = who.server.accounts.audit_log(project, WARNINGS, by_server=True, action="idle.warn")
+    return [_reply(who, (ops.get(o.experiment.name), o), warning=_warning(o, warned))
+            for o in owned]  # fmt: skip
+
+
+def _warning(owned: OwnedExperiment, rows: list[AuditRecord]) -> str | None:
+    """The server's newest idle warning of the experiment since it was swapped in (while it
+    is active), from audit ``rows``."""
+    record = owned.experiment
+    if record.state != State.ACTIVE:
+        return None
+    found = [r for r in rows if r.action == "idle.warn" and r.experiment == owned.name
+             and r.at >= record.state_changed_at]  # fmt: skip
+    return found[-1].outcome if found else None
 
 
 @router.post("", status_code=201)
@@ -162,7 +176,8 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
             live = {"error": str(exc)}
     rows = who.server.accounts.audit_log(project, NOTICES, experiment=name, by_server=True)
     notices = [schemas.AuditRow.model_validate(r, from_attributes=True) for r in rows]
-    return _reply(who, seen, schemas.Status, live=live, notices=notices)
+    return _reply(who, seen, schemas.Status, live=live, notices=notices,
+                  warning=_warning(owned, rows))  # fmt: skip
 
 
 @router.post("/{name}/swapin", status_code=202)

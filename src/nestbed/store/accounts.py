@@ -331,10 +331,14 @@ class Accounts:
         *,
         experiment: str | None = None,
         by_server: bool = False,
+        action: str | None = None,
     ) -> builtins.list[AuditRecord]:
         """The newest ``limit`` rows of the audit log, oldest first: of ``project`` only, of
-        its ``experiment`` only, of the server's own doing only (``by_server``), if asked."""
+        its ``experiment`` only, of the server's own doing only (``by_server``), of one
+        ``action`` only, if asked."""
         query = audit_log.select().order_by(audit_log.c.id.desc()).limit(limit)
+        if action is not None:
+            query = query.where(audit_log.c.action == action)
         if project is not None:
             query = query.where(audit_log.c.project == project)
         if experiment is not None:

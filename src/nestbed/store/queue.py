@@ -82,6 +82,16 @@ class BatchQueue:
             raise UserError(f"project {project!r} has no batch entry {entry_id}")
         return _record(row)
 
+    def states(self, entry_ids: builtins.list[int]) -> dict[int, str]:
+        """The states of entries ``entry_ids`` (those that exist)."""
+        if not entry_ids:
+            return {}
+        query = sa.select(batch_entries.c.id, batch_entries.c.state).where(
+            batch_entries.c.id.in_(entry_ids)
+        )
+        with self.store.transaction() as conn:
+            return {row.id: row.state for row in conn.execute(query).all()}
+
     def save(self, entry_id: int, expect_state: str, **changes: Any) -> None:
         """Writes an entry's new state and counters, if it is still in ``expect_state``
         (``UserError`` otherwise: someone moved it meanwhile)."""
