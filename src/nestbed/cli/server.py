@@ -128,7 +128,19 @@ def serve(
         hosts=hosts.absolute() if hosts else None,
     )
     err.print(f"nestbed serving on http://{host}:{port} (results in {config.results_root})")
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(config), host=host, port=port, log_config=_log_config())
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging, with the server's own log (``nestbed.server``: reconciliation,
+    admission, the policies' decisions, slow requests) through the same handler."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["nestbed"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
 
 
 @server.command("user-add")
