@@ -26,7 +26,7 @@ from nestbed.server.auth import Caller, Invalid, NotFound, Who
 from nestbed.server.operations import Busy, Operation
 from nestbed.server.policies import whole_run
 from nestbed.store import State
-from nestbed.store.accounts import stored_name
+from nestbed.store.accounts import stored_name, users_text
 from nestbed.store.records import AuditRecord, OwnedExperiment
 from nestbed.store.states import check_transition
 
@@ -64,15 +64,20 @@ def _reply(who: Caller, seen: tuple[Operation | None, OwnedExperiment],
     record = owned.experiment
     operation = None if op is None else schemas.Operation(
         kind=op.kind, actor=op.actor, status=op.status, started_at=op.started_at,  # type: ignore[arg-type]
-        ended_at=op.ended_at, error=op.error,
+        ended_at=op.ended_at, error=_said(op.error, owned),
     )  # fmt: skip
     return kind(
         project=owned.project, name=owned.name, stored_name=record.name, creator=owned.creator,
-        state=record.state, error=record.error, source_file=record.source_file,
+        state=record.state, error=_said(record.error, owned), source_file=record.source_file,
         source_format=record.source_format, source_sha256=record.source_sha256,
         created_at=record.created_at, updated_at=record.updated_at, operation=operation,
         **extra,
     )  # fmt: skip
+
+
+def _said(text: str | None, owned: OwnedExperiment) -> str | None:
+    """What the life cycle said of the experiment, in its users' name for it."""
+    return None if text is None else users_text(text, owned.project, owned.name)
 
 
 def _parse(who: Caller, project: str, body: schemas.ExperimentFile) -> definitions.Definition:
@@ -173,7 +178,7 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
             finally:
                 active.close()
         except (NestbedError, OSError) as exc:
-            live = {"error": str(exc)}
+            live = {"error": _said(str(exc), owned)}
     rows = who.server.accounts.audit_log(project, NOTICES, experiment=name, by_server=True)
     notices = [schemas.AuditRow.model_validate(r, from_attributes=True) for r in rows]
     return _reply(who, seen, schemas.Status, live=live, notices=notices,

@@ -67,6 +67,7 @@ from nestbed.server.idle import (
 )
 from nestbed.server.operations import Operation, Operations
 from nestbed.store import State, Store
+from nestbed.store.accounts import users_text
 from nestbed.store.policies import Policies
 from nestbed.store.queue import BatchQueue, seconds
 from nestbed.store.records import BatchRecord
@@ -223,6 +224,7 @@ class BatchRunner:
                 continue
             ok = op is not None and op.error is None
             reason = "" if ok else (op.error if op else "the server stopped during its run")
+            reason = users_text(reason, record.project, record.experiment)
             ended = batch.finish(_entry(record), time.time(), ok=ok, reason=reason or "",
                                  policy=self.policy)  # fmt: skip
             queue.save(record.id, "running", state=str(ended.state),

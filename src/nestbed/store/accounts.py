@@ -72,6 +72,14 @@ def stored_name(project: str, name: str) -> str:
     return f"{project}{SEPARATOR}{name}"
 
 
+def users_text(text: str, project: str | None, experiment: str | None) -> str:
+    """``text`` with the experiment's stored name (``PROJECT--NAME``, what the life cycle
+    and the store say) replaced by its name in the project, the one its users know."""
+    if project is None or experiment is None:
+        return text
+    return text.replace(stored_name(project, experiment), experiment)
+
+
 def check_account_name(kind: str, name: str) -> None:
     """``UserError`` unless ``name`` may name a user or project (``kind`` says which)."""
     if len(name) > ACCOUNT_NAME_MAX or not _ACCOUNT_NAME.fullmatch(name):
