@@ -127,6 +127,12 @@ def _settle(api: Api, path: str, seen: Seen) -> None:
         time.sleep(POLL_S)
 
 
+def _cpu_s(pid: int) -> float:
+    """The CPU time (user and system) a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -172,6 +178,7 @@ def main() -> int:
                 t.join()
             elapsed = time.monotonic() - started
             _, timings = admin.call("timings", "GET", "/v1/server/timings")
+            cpu_s = _cpu_s(served.process.pid) if served.process else float("nan")
         finally:
             served.stop()
     requests = sum(len(v) for v in seen.latency.values())
@@ -183,6 +190,8 @@ def main() -> int:
     for kind, values in rows:
         print(f"{kind:<10}{len(values):>8}{statistics.median(values) * 1e3:>10.1f}"
               f"{quantile(values, 0.99) * 1e3:>10.1f}{max(values) * 1e3:>10.1f}")  # fmt: skip
+    print(f"the server's CPU time: {cpu_s:.1f} s in all, {cpu_s / requests * 1e3:.1f} ms per "
+          "request (the machine's load aside)")  # fmt: skip
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average (1, 5, 15 min) at the end: {load}")
     if isinstance(timings, list):  # where the time went inside the server

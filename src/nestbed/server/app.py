@@ -39,6 +39,7 @@ from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut, capacit
 from nestbed.server.timing import Timing, Timings
 from nestbed.store import Store
 from nestbed.store.accounts import Accounts, users_text
+from nestbed.store.db import use_wal
 
 log = logging.getLogger("nestbed.server")
 
@@ -63,6 +64,7 @@ class Server:
         capacity = capacity_of(config.hosts)  # a bad --hosts stops the server at once
         store = Store.open(config.store)
         try:
+            use_wal(store.engine)  # reads go on while operations and the loop write
             accounts = Accounts(store)
             testbed = Testbed(store, get())
             found = reconcile(testbed, accounts)

@@ -29,6 +29,7 @@ from it instead of starting the idle time again; only its last sample is not kep
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -98,6 +99,7 @@ class Admission:
         self.capacity = capacity or machine_capacity(host_facts())
         self.policy = policy or AdmissionPolicy()
         self.lock = threading.Lock()
+        self._demands: dict[str, tuple[bytes, Demand]] = {}  # by stored name, with its IR's hash
         unknown = [what for what, have in (("the link emulator's packet rate",
                    self.capacity.linkd_pps), ("the loopback bandwidth",
                    self.capacity.loopback_bps)) if have is None]  # fmt: skip
@@ -112,9 +114,20 @@ class Admission:
         demands: dict[str, Demand] = {}
         for record in store.list():
             if record.name == stored or record.state in HOLDING or record.name in pending:
-                demands[record.name] = demand_of(Experiment.from_json(record.ir_json))
+                demands[record.name] = self._demand(record.name, record.ir_json)
         mine = demands.pop(stored)
         return admit(stored, mine, self.capacity, demands.values(), self.policy)
+
+    def _demand(self, stored: str, ir_json: str) -> Demand:
+        """The demand of an experiment's IR, computed once per IR: reading the IR and the
+        mapper's model of it costs milliseconds of the server's one interpreter, and every
+        decision looks at every experiment that holds the machine."""
+        key = hashlib.sha256(ir_json.encode()).digest()
+        found = self._demands.get(stored)
+        if found is None or found[0] != key:
+            found = key, demand_of(Experiment.from_json(ir_json))
+            self._demands[stored] = found
+        return found[1]
 
     @contextmanager
     def admitted(self, store: Store, stored: str) -> Iterator[None]:

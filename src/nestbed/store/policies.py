@@ -39,7 +39,7 @@ class Policies:
 
     def settings(self, project: str) -> ProjectSettingsRecord:
         """``project``'s settings (every one None when it never set any)."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 sa.select(project_settings)
                 .join(projects, projects.c.id == project_settings.c.project_id)
@@ -114,12 +114,12 @@ class Policies:
             query = query.where(idle_exemptions.c.project == project)
         if stored is not None:
             query = query.where(experiments.c.name == stored)
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             return [_exemption(r) for r in conn.execute(query).all()]
 
     def exemption(self, project: str, exemption_id: int) -> ExemptionRecord:
         """Exemption ``exemption_id`` of ``project``; ``UserError`` if it has none."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 _select().where(
                     idle_exemptions.c.id == exemption_id, idle_exemptions.c.project == project
@@ -160,7 +160,7 @@ class Policies:
             idle_exemptions.c.state == "granted",
             sa.or_(idle_exemptions.c.until.is_(None), idle_exemptions.c.until > now),
         )
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(query.order_by(idle_exemptions.c.id.desc())).first()
         return None if row is None else _exemption(row)
 
@@ -168,7 +168,7 @@ class Policies:
 
     def idle_state(self, stored: str) -> str | None:
         """The idle state last saved for experiment ``stored`` (JSON), if any."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 sa.select(idle_states.c.state_json)
                 .join(experiments, experiments.c.id == idle_states.c.experiment_id)
