@@ -193,16 +193,21 @@ def batch_submit(target: str, priority: int, as_json: bool) -> None:
                   f"{remote.client.url}")  # fmt: skip
 
 
-def batch_list(as_json: bool) -> None:
+def _listing(what: str, rows: str, row: Any, as_json: bool) -> None:
+    """Prints the project's ``rows`` (``/v1/projects/P/ROWS``), one line each by ``row``."""
     remote = Remote()
-    found = remote.client.request("GET", f"/v1/projects/{remote.project}/batch")
+    found = remote.client.request("GET", f"/v1/projects/{remote.project}/{rows}")
     if as_json:
         print_json(found)
         return
     if not found:
-        out.print(f"no batch entries in project {remote.project}")
+        out.print(f"no {what} in project {remote.project}")
     for e in found:
-        out.print(_entry_row(e))
+        out.print(row(e))
+
+
+def batch_list(as_json: bool) -> None:
+    _listing("batch entries", "batch", _entry_row, as_json)
 
 
 def batch_cancel(entry_id: int) -> None:
@@ -259,15 +264,7 @@ def exemption_ask(name: str, reason: str, until: str | None, as_json: bool) -> N
 
 
 def exemption_list(as_json: bool) -> None:
-    remote = Remote()
-    found = remote.client.request("GET", f"/v1/projects/{remote.project}/exemptions")
-    if as_json:
-        print_json(found)
-        return
-    if not found:
-        out.print(f"no exemptions in project {remote.project}")
-    for e in found:
-        out.print(_exemption_row(e))
+    _listing("exemptions", "exemptions", _exemption_row, as_json)
 
 
 def exemption_decide(exemption_id: int, verb: str, note: str) -> None:
