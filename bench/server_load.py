@@ -11,13 +11,18 @@ than the one the request should get (a refusal by admission control counts separ
 the server working). The server runs on the fake back end, which records swap-ins without
 namespaces (each swap-in still starts a real controller process), so the figures are the
 server's, not the machine's.
-Prints a table of latencies (p50, p99, max) per kind, reads and writes, and the errors.
+Prints a table of latencies (p50, p99, max) per kind, reads and writes, and the errors;
+then the server's own account of each route (``GET /v1/server/timings``): its time inside
+the server and the part of it spent waiting before the handler's work began, so a client's
+latency splits into the server's work, its internal waits, and the queue before it (the
+difference). The machine's load average is printed beside the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -122,6 +127,12 @@ def _settle(api: Api, path: str, seen: Seen) -> None:
         time.sleep(POLL_S)
 
 
+def _cpu_s(pid: int) -> float:
+    """The CPU time (user and system) a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -166,6 +177,8 @@ def main() -> int:
             for t in threads:
                 t.join()
             elapsed = time.monotonic() - started
+            _, timings = admin.call("timings", "GET", "/v1/server/timings")
+            cpu_s = _cpu_s(served.process.pid) if served.process else float("nan")
         finally:
             served.stop()
     requests = sum(len(v) for v in seen.latency.values())
@@ -177,6 +190,17 @@ def main() -> int:
     for kind, values in rows:
         print(f"{kind:<10}{len(values):>8}{statistics.median(values) * 1e3:>10.1f}"
               f"{quantile(values, 0.99) * 1e3:>10.1f}{max(values) * 1e3:>10.1f}")  # fmt: skip
+    print(f"the server's CPU time: {cpu_s:.1f} s in all, {cpu_s / requests * 1e3:.1f} ms per "
+          "request (the machine's load aside)")  # fmt: skip
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average (1, 5, 15 min) at the end: {load}")
+    if isinstance(timings, list):  # where the time went inside the server
+        print(f"\n{'inside the server':<48}{'n':>7}{'p50 ms':>9}{'p99 ms':>9}"
+              f"{'wait p50':>10}{'wait p99':>10}")  # fmt: skip
+        for row in timings:
+            print(f"{row['route'][:47]:<48}{row['requests']:>7}{row['p50_ms']:>9.1f}"
+                  f"{row['p99_ms']:>9.1f}{row['wait_p50_ms']:>10.1f}"
+                  f"{row['wait_p99_ms']:>10.1f}")  # fmt: skip
     for error in seen.errors[:10]:
         print("error:", error)
     return 1 if seen.errors else 0

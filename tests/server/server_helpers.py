@@ -126,13 +126,20 @@ class People:
         return self.tokens[name]
 
 
-def wait_for(client: Client, path: str, kind: str) -> dict:
-    """The experiment's status once its ``kind`` operation has ended."""
+def wait_for(client: Client, path: str, kind: str, *, failed: bool = False) -> dict:
+    """The experiment's status once its ``kind`` operation has ended; an AssertionError
+    carrying the operation's error when it did not end as ``failed`` says (done, by
+    default), so a failed operation shows why instead of a state that merely differs."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         found = client.request("GET", path + "/status")
         op = found.get("operation") or {}
         if op.get("kind") == kind and op.get("status") != "running":
+            wanted = "failed" if failed else "done"
+            assert op.get("status") == wanted, (
+                f"{kind} of {path} ended {op.get('status')}, not {wanted}: {op.get('error')}; "
+                f"state {found.get('state')}, error {found.get('error')}"
+            )
             return found
         time.sleep(0.1)
     raise AssertionError(f"{kind} did not end: {found}")

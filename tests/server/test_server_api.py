@@ -190,7 +190,7 @@ def test_swap_in_and_out_through_the_api_reach_the_back_end_and_are_audited(serv
         ("ada", "swapout.end", "line", "done"),
         ("ada", "delete", "line", "ok"),
     ]
-    assert rows[5][3].startswith("refused: experiment 'net--line' is active")
+    assert rows[5][3].startswith("refused: experiment 'line' is active")
     with pytest.raises(UserError, match="only a leader"):
         cy.request("GET", "/v1/projects/net/audit")
 
@@ -204,3 +204,32 @@ def test_a_second_operation_while_one_runs_is_refused(served, people):
     wait_for(ada, NET + "/line", "swapin")
     ada.request("POST", NET + "/line/swapout")
     assert wait_for(ada, NET + "/line", "swapout")["state"] == "swapped"
+
+
+def test_a_malformed_request_on_a_visible_experiment_is_audited_and_errors_say_its_name(
+    served, people
+):
+    ada = served.client(people["ada"])
+    ada.request("POST", NET, _line())
+    code, reply = _status(served.url + NET + "/line/swapin", people["ada"], "POST",
+                          json.dumps({"linktest": 9}).encode())  # fmt: skip
+    assert code == 422
+    assert reply["detail"].startswith("the request is malformed: linktest: ")
+    code, _ = _status(served.url + NET + "/line/swapin", people["bob"], "POST",
+                      json.dumps({"linktest": 9}).encode())  # fmt: skip
+    assert code == 422  # bob is not in net: refused alike, but net's log is not his to write
+    ada.request("POST", NET + "/line/swapin")
+    wait_for(ada, NET + "/line", "swapin")
+    with pytest.raises(UserError) as again:
+        ada.request("POST", NET + "/line/swapin")
+    assert "experiment 'line' is active" in str(again.value) and "net--" not in str(again.value)
+    rows = [(r["actor"], r["action"], r["experiment"], r["outcome"])
+            for r in ada.request("GET", "/v1/projects/net/audit")]  # fmt: skip
+    swapins = [r for r in rows if r[1] == "swapin"]
+    assert [r[:3] for r in swapins] == [("ada", "swapin", "line")] * 3
+    assert swapins[0][3].startswith("refused: the request is malformed: linktest: ")
+    assert swapins[1][3] == "accepted"
+    assert swapins[2][3].startswith("refused: ") and "net--" not in swapins[2][3]
+    assert not [r for r in rows if r[0] == "bob"]
+    ada.request("POST", NET + "/line/swapout")
+    wait_for(ada, NET + "/line", "swapout")

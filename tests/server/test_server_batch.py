@@ -4,8 +4,10 @@ one can be cancelled; every step is audited."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 from server_helpers import wait_for
@@ -108,3 +110,47 @@ def test_a_restart_keeps_the_queue_and_retries_the_run_it_cut_short(served, peop
     runs = ada.request("GET", NET + "/long")["runs"]
     assert [r["outcome"] for r in runs] == ["interrupted (SIGTERM)"]
     ada.request("DELETE", f"/v1/projects/net/batch/{entry['id']}")  # not retried for 900 s
+
+
+def test_a_running_entry_cancelled_is_swapped_out_with_its_results_kept(served, people):
+    ada = served.client(people["ada"])
+    ada.request("POST", NET, {"file_name": "long.yaml", "text": _quota(0.5, 3600)})
+    entry = ada.request("POST", NET + "/long/batch", {})
+    for _ in range(600):
+        if ada.request("GET", NET + "/long")["state"] == "active":
+            break
+        time.sleep(0.1)
+    assert _entries(ada)["long"]["state"] == "running"
+    env = {"NESTBED_SERVER": served.url, "NESTBED_TOKEN": people["ada"]}
+    cancelled = served.nestbed("batch", "cancel", str(entry["id"]), **env)
+    assert cancelled.returncode == 0 and "long cancelled" in cancelled.stdout, cancelled.stderr
+    found = wait_for(ada, NET + "/long", "run", failed=True)  # a cancelled run is no success
+    assert found["state"] == "swapped"
+    assert "ended cancelled" in found["operation"]["error"]
+    runs = ada.request("GET", NET + "/long")["runs"]
+    assert [r["outcome"] for r in runs] == ["cancelled"]
+    manifest = json.loads((Path(runs[0]["results_dir"]) / "manifest.json").read_text())
+    assert manifest["outcome"] == "cancelled"  # its results kept, saying how it ended
+    assert _entries(ada)["long"]["state"] == "cancelled"  # not retried
+    for _ in range(600):
+        ends = [r["outcome"] for r in ada.request("GET", "/v1/projects/net/audit")
+                if r["action"] == "batch.end"]  # fmt: skip
+        if ends:
+            break
+        time.sleep(0.1)
+    assert ends == [f"cancelled: entry {entry['id']}, its run ended and swapped out, its "
+                    "results kept"]  # fmt: skip
+    with pytest.raises(UserError, match="is cancelled already"):
+        ada.request("DELETE", f"/v1/projects/net/batch/{entry['id']}")
+
+
+def test_a_projects_priority_limits_bound_its_submissions(served, people):
+    ada = served.client(people["ada"])
+    ada.request("PATCH", "/v1/projects/net/settings", {"priority_min": -5, "priority_max": 5})
+    ada.request("POST", NET, {"file_name": "one.yaml", "text": _quota(0.5, 0.5)})
+    with pytest.raises(
+        UserError, match=r"batch priority 9 is outside project net's limits \(-5 to 5\)"
+    ):
+        ada.request("POST", NET + "/one/batch", {"priority": 9})
+    assert ada.request("GET", "/v1/projects/net/batch") == []
+    assert ada.request("POST", NET + "/one/batch", {"priority": 5})["priority"] == 5

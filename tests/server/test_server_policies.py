@@ -36,6 +36,8 @@ def test_admission_refuses_what_the_machine_cannot_hold_naming_the_resource(serv
     wait_for(ada, NET + "/most", "swapout")
     ada.request("POST", NET + "/one/run", {"duration_s": 0.5})  # room now
     assert wait_for(ada, NET + "/one", "run")["state"] == "swapped"
+    said = "admission: the link emulator's packet rate and the loopback bandwidth not known"
+    assert served.log.read_text().count(said) == 1  # without --hosts: not checked, said once
     audit = [(r["action"], r["experiment"], r["outcome"].split(":")[0])
              for r in ada.request("GET", "/v1/projects/net/audit")]  # fmt: skip
     assert ("swapin", "huge", "refused") in audit and ("run", "one", "refused") in audit

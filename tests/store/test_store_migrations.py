@@ -10,7 +10,8 @@ from nestbed.store import Store, migrate
 from nestbed.store.schema import metadata
 
 TABLES = {"experiments", "state_changes", "runs", migrate.VERSION_TABLE, "users", "projects",
-          "memberships", "api_tokens", "experiment_owners", "audit_log", "batch_entries"}  # fmt: skip
+          "memberships", "api_tokens", "experiment_owners", "audit_log", "batch_entries",
+          "project_settings", "idle_exemptions", "idle_states"}  # fmt: skip
 
 
 def test_open_creates_tables_and_records_the_schema_version(db_url: str) -> None:

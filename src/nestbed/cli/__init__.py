@@ -21,7 +21,7 @@ import sys
 from nestbed.cli.calibrate import calibrate
 from nestbed.cli.common import app, err, state
 from nestbed.cli.map import map_command
-from nestbed.cli.server import batch, server
+from nestbed.cli.server import batch, exemption, project, server
 from nestbed.cli.study import study
 from nestbed.errors import NestbedError
 from nestbed.lifecycle import signals
@@ -34,6 +34,8 @@ app.add_typer(study, name="study")
 app.add_typer(calibrate, name="calibrate")
 app.add_typer(server, name="server")
 app.add_typer(batch, name="batch")
+app.add_typer(project, name="project")
+app.add_typer(exemption, name="exemption")
 
 
 def main_entry() -> None:

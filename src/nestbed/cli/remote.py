@@ -1,6 +1,7 @@
 """The CLI's commands against a nestbed server (``--server URL`` or ``$NESTBED_SERVER``):
-list, show, create, swapin, swapout, run, status and delete, in the project of ``--project``
-(or ``$NESTBED_PROJECT``, or the user's only project).
+list, show, create, swapin, swapout, run, status and delete, the batch queue, the project's
+settings and idle-swap exemptions, in the project of ``--project`` (or ``$NESTBED_PROJECT``,
+or the user's only project).
 
 Each local command hands over to its namesake here when a server is given, so the local
 mode stays exactly as it was. Swap-ins and swap-outs run on the server; the command waits
@@ -62,7 +63,8 @@ def _file_body(file: Path, name: str | None, params: list[str] | None) -> dict[s
 
 
 def _row(e: dict[str, Any]) -> str:
-    return f"{e['name']}: {e['state']} (from {e['source_file']}, project {e['project']})"
+    warned = f"\n  warning: {e['warning']}" if e.get("warning") else ""
+    return f"{e['name']}: {e['state']} (from {e['source_file']}, project {e['project']}){warned}"
 
 
 def list_(as_json: bool) -> None:
@@ -191,19 +193,81 @@ def batch_submit(target: str, priority: int, as_json: bool) -> None:
                   f"{remote.client.url}")  # fmt: skip
 
 
-def batch_list(as_json: bool) -> None:
+def _listing(what: str, rows: str, row: Any, as_json: bool) -> None:
+    """Prints the project's ``rows`` (``/v1/projects/P/ROWS``), one line each by ``row``."""
     remote = Remote()
-    found = remote.client.request("GET", f"/v1/projects/{remote.project}/batch")
+    found = remote.client.request("GET", f"/v1/projects/{remote.project}/{rows}")
     if as_json:
         print_json(found)
         return
     if not found:
-        out.print(f"no batch entries in project {remote.project}")
+        out.print(f"no {what} in project {remote.project}")
     for e in found:
-        out.print(_entry_row(e))
+        out.print(row(e))
+
+
+def batch_list(as_json: bool) -> None:
+    _listing("batch entries", "batch", _entry_row, as_json)
 
 
 def batch_cancel(entry_id: int) -> None:
     remote = Remote()
     found = remote.client.request("DELETE", f"/v1/projects/{remote.project}/batch/{entry_id}")
     out.print(_entry_row(found))
+
+
+# -- the project's settings and exemptions --------------------------------------------------
+
+
+def project_settings(changes: dict[str, Any], as_json: bool) -> None:
+    remote = Remote()
+    path = f"/v1/projects/{remote.project}/settings"
+    found = remote.client.request("PATCH", path, changes) if changes else (
+        remote.client.request("GET", path))  # fmt: skip
+    if as_json:
+        print_json(found)
+        return
+    own = found["own"]
+
+    def shown(key: str, value: Any, unit: str = " s") -> str:
+        said = "none" if value is None else f"{value:g}{unit}"
+        return f"{said}{'' if own.get(key) is not None else ' (server default)'}"
+
+    out.print(f"project {found['project']} on {remote.client.url}:")
+    out.print(f"  idle swap-out after {shown('idle_s', found['idle_s'])}, warned "
+              f"{shown('warn_before_s', found['warn_before_s'])} before")  # fmt: skip
+    out.print(f"  maximum duration {shown('max_duration_s', found['max_duration_s'])}")
+    low, high = found["priority_min"], found["priority_max"]
+    limits = "any" if low is None and high is None else (
+        f"{'' if low is None else low} to {'' if high is None else high}".strip())  # fmt: skip
+    out.print(f"  batch priorities: {limits}")
+
+
+def _exemption_row(e: dict[str, Any]) -> str:
+    until = f" until {e['until'][:19]}" if e.get("until") else ""
+    decided = f" by {e['decided_by']}" if e.get("decided_by") else ""
+    note = f" ({e['note']})" if e.get("note") else ""
+    force = ", in force" if e.get("in_force") else ""
+    return (f"{e['id']}: {e['experiment']}{until}: {e['state']}{decided}{note}{force}; asked by "
+            f"{e['asked_by']}: {e['reason']}")  # fmt: skip
+
+
+def exemption_ask(name: str, reason: str, until: str | None, as_json: bool) -> None:
+    remote = Remote()
+    body: dict[str, Any] = {"reason": reason, "until": until}
+    found = remote.client.request("POST", remote.path(name, "exemption"), body)
+    if as_json:
+        print_json(found)
+    else:
+        out.print(f"asked for exemption {found['id']} of experiment {name}; a leader of "
+                  f"project {remote.project} grants or refuses it")  # fmt: skip
+
+
+def exemption_list(as_json: bool) -> None:
+    _listing("exemptions", "exemptions", _exemption_row, as_json)
+
+
+def exemption_decide(exemption_id: int, verb: str, note: str) -> None:
+    remote = Remote()
+    path = f"/v1/projects/{remote.project}/exemptions/{exemption_id}/{verb}"
+    out.print(_exemption_row(remote.client.request("POST", path, {"note": note})))

@@ -92,6 +92,15 @@ def serve(
     tick_s: Annotated[
         float, typer.Option(help="Seconds between the background loop's rounds.")
     ] = 5.0,
+    hosts: Annotated[
+        Path | None,
+        typer.Option(
+            "--hosts",
+            help="This machine as hosts.yaml (docs/mapper.md): its cores, memory, node slots "
+            "and link emulator packet rate (linkd_pps) for admission control (default: the "
+            "measured cores and memory; the packet rate is then not checked).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the shared testbed's HTTP API (JSON; OpenAPI at /openapi.json)."""
     if init_admin is not None:
@@ -102,7 +111,9 @@ def serve(
     from nestbed.server.app import create_app
     from nestbed.server.config import ServerConfig
     from nestbed.server.idle import IdleSettings
+    from nestbed.server.policies import capacity_of
 
+    capacity_of(hosts)  # a bad hosts.yaml is one sentence now, not a failed start later
     if not tick_s > 0:
         raise UserError(f"--tick-s {tick_s} is not a positive number of seconds")
     idle = IdleSettings(idle_s=idle_s, warn_before_s=idle_warn_s,
@@ -114,9 +125,22 @@ def serve(
         results_root=(results_root or _results_root(store)).absolute(),
         tick_s=tick_s,
         idle=idle,
+        hosts=hosts.absolute() if hosts else None,
     )
     err.print(f"nestbed serving on http://{host}:{port} (results in {config.results_root})")
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(config), host=host, port=port, log_config=_log_config())
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging, with the server's own log (``nestbed.server``: reconciliation,
+    admission, the policies' decisions, slow requests) through the same handler."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["nestbed"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
 
 
 @server.command("user-add")
@@ -193,9 +217,9 @@ batch = typer.Typer(
 )
 
 
-def _remote():  # type: ignore[no-untyped-def]
+def _remote(what: str = "the batch queue is"):  # type: ignore[no-untyped-def]
     if not state.server:
-        raise UserError("the batch queue is a server's; pass --server URL or set NESTBED_SERVER")
+        raise UserError(f"{what} a server's; pass --server URL or set NESTBED_SERVER")
     from nestbed.cli import remote
 
     return remote
@@ -219,5 +243,99 @@ def batch_list(as_json: JsonOption = False) -> None:
 
 @batch.command("cancel")
 def batch_cancel(entry: Annotated[int, typer.Argument(help="Batch entry id.")]) -> None:
-    """Cancel a queued batch entry."""
+    """Cancel a batch entry: a queued one never runs, a running one is swapped out (results
+    kept)."""
     _remote().batch_cancel(entry)
+
+
+project = typer.Typer(
+    help="Your project on a nestbed server (--server): its policy settings.",
+    no_args_is_help=True,
+)
+
+
+@project.command("settings")
+def project_settings(
+    idle_s: Annotated[
+        float | None, typer.Option(help="Swap out an experiment idle this long (s).")
+    ] = None,
+    idle_warn_s: Annotated[
+        float | None, typer.Option(help="Warn this long before an idle or duration swap-out.")
+    ] = None,
+    max_duration_s: Annotated[
+        float | None, typer.Option(help="Swap out an experiment swapped in this long (0: never).")
+    ] = None,
+    priority_min: Annotated[
+        int | None, typer.Option(help="Lowest batch priority members may ask for.")
+    ] = None,
+    priority_max: Annotated[
+        int | None, typer.Option(help="Highest batch priority members may ask for.")
+    ] = None,
+    unset: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Set back to the server's default: idle-s, idle-warn-s, "
+            "max-duration-s, priority-min or priority-max (repeatable)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show the project's settings; with options, change them (a project leader)."""
+    given = {"idle_s": idle_s, "warn_before_s": idle_warn_s, "max_duration_s": max_duration_s,
+             "priority_min": priority_min, "priority_max": priority_max}  # fmt: skip
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    names = {"idle-s": "idle_s", "idle-warn-s": "warn_before_s",
+             "max-duration-s": "max_duration_s", "priority-min": "priority_min",
+             "priority-max": "priority_max"}  # fmt: skip
+    for name in unset or []:
+        if name not in names:
+            raise UserError(f"--unset {name}: not a setting; use one of {', '.join(names)}")
+        changes[names[name]] = None
+    _remote("a project's settings are").project_settings(changes, as_json)
+
+
+exemption = typer.Typer(
+    help="Exemptions from idle swap-out on a nestbed server (--server): asked by a member, "
+    "granted or refused by a project leader.",
+    no_args_is_help=True,
+)
+
+
+@exemption.command("ask")
+def exemption_ask(
+    name: Annotated[str, typer.Argument(help="Experiment name (on the server).")],
+    reason: Annotated[str, typer.Option(help="Why it must stay swapped in.")],
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="Until when (ISO 8601, e.g. 2026-12-01T18:00Z; default: until it is swapped out)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Ask a project leader to exempt an experiment from idle swap-out."""
+    _remote("an exemption is").exemption_ask(name, reason, until, as_json)
+
+
+@exemption.command("list")
+def exemption_list(as_json: JsonOption = False) -> None:
+    """List the project's exemptions, decided ones included."""
+    _remote("an exemption is").exemption_list(as_json)
+
+
+@exemption.command("grant")
+def exemption_grant(
+    exemption_id: Annotated[int, typer.Argument(help="Exemption id.")],
+    note: Annotated[str, typer.Option(help="A word for the asker.")] = "",
+) -> None:
+    """Grant an exemption (a project leader)."""
+    _remote("an exemption is").exemption_decide(exemption_id, "grant", note)
+
+
+@exemption.command("refuse")
+def exemption_refuse(
+    exemption_id: Annotated[int, typer.Argument(help="Exemption id.")],
+    note: Annotated[str, typer.Option(help="Why, for the asker.")] = "",
+) -> None:
+    """Refuse an exemption (a project leader)."""
+    _remote("an exemption is").exemption_decide(exemption_id, "refuse", note)

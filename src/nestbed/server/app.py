@@ -23,18 +23,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from nestbed import __version__
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, SpecError
 from nestbed.lifecycle import Testbed
-from nestbed.server.auth import Forbidden, Invalid, NotFound
+from nestbed.server.auth import Forbidden, Invalid, NotFound, Who
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.loop import Loop, reconcile
 from nestbed.server.operations import Operation, Operations
-from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut
+from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut, capacity_of
+from nestbed.server.timing import Timing, Timings
 from nestbed.store import Store
-from nestbed.store.accounts import Accounts
+from nestbed.store.accounts import Accounts, users_text
+from nestbed.store.db import use_wal
 
 log = logging.getLogger("nestbed.server")
 
@@ -56,8 +61,10 @@ class Server:
         """Opens the store and the back end and reconciles them."""
         from nestbed.backend import get
 
+        capacity = capacity_of(config.hosts)  # a bad --hosts stops the server at once
         store = Store.open(config.store)
         try:
+            use_wal(store.engine)  # reads go on while operations and the loop write
             accounts = Accounts(store)
             testbed = Testbed(store, get())
             found = reconcile(testbed, accounts)
@@ -66,8 +73,9 @@ class Server:
             store.close()
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
-        admission = Admission(operations)
-        policies = (BatchRunner(admission, config.results_root), IdleSwapOut(config.idle))
+        admission = Admission(operations, capacity)
+        policies = (BatchRunner(admission, config.results_root, idle=config.idle),
+                    IdleSwapOut(config.idle))  # fmt: skip
         loop = Loop(testbed, accounts, operations, config.tick_s, policies=policies)
         return cls(config, store, accounts, testbed, operations, loop, admission)
 
@@ -79,7 +87,7 @@ class Server:
 def _audit_done(accounts: Accounts, op: Operation) -> None:
     owner = accounts.owner(op.experiment)
     project, name = (owner.project, owner.name) if owner else (None, op.experiment)
-    outcome = "done" if op.error is None else f"failed: {op.error}"
+    outcome = "done" if op.error is None else f"failed: {users_text(op.error, project, name)}"
     try:
         accounts.audit(op.actor, f"{op.kind}.end", outcome, project=project, experiment=name)
     except NestbedError:
@@ -89,7 +97,7 @@ def _audit_done(accounts: Accounts, op: Operation) -> None:
 def create_app(config: ServerConfig) -> FastAPI:
     """The API, serving the store and machine ``config`` names once started."""
     from nestbed.portal import mount
-    from nestbed.server import accounts, batches, experiments, live, runs
+    from nestbed.server import accounts, batches, exemptions, experiments, live, runs, settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -103,6 +111,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await ticking
             await asyncio.to_thread(server.close)
+            app.state.timings.log_summary()
 
     app = FastAPI(
         title="nestbed",
@@ -115,8 +124,22 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(batches.router)
     app.include_router(runs.router)
     app.include_router(live.router)
+    app.include_router(settings.router)
+    app.include_router(exemptions.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    timings = Timings()
+    app.state.timings = timings
+    app.add_middleware(Timing, timings=timings)  # the outermost: it times everything
     app.add_exception_handler(NestbedError, _error_reply)
+    app.add_exception_handler(RequestValidationError, _malformed_reply)
+
+    @app.get("/v1/server/timings", tags=["server"])
+    def server_timings(who: Who) -> list[dict[str, Any]]:
+        """Each route's requests and their time inside the server (``server.timing``),
+        since it started (admins only)."""
+        who.admin("read the server's timings")
+        return timings.summary()
+
     mount(app)  # the web portal, under /portal
 
     @app.get("/v1/health", tags=["server"])
@@ -147,6 +170,53 @@ async def _error_reply(_request: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         log.error("%s: %s", type(exc).__name__, exc)
     return JSONResponse(body, status_code=status)
+
+
+ACTIONS = {"submit": "batch.submit", "cancel": "batch.cancel", "ask": "exemption.ask",
+           "grant": "exemption.grant", "refuse": "exemption.refuse",
+           "change": "settings.set"}  # fmt: skip
+"""The audit action of a route whose handler's name is not its action."""
+
+
+async def _malformed_reply(request: Request, exc: Exception) -> JSONResponse:
+    """A request FastAPI's validation refused (422): one sentence naming each bad field,
+    the list as ``errors``; audited when it names a project the caller is in (and, if it
+    names one of its experiments, that experiment), as a request that reached its handler
+    and was refused would be."""
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    said = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: "
+                     f"{e.get('msg')}" for e in errors)  # fmt: skip
+    detail = f"the request is malformed: {said}"
+    await run_in_threadpool(_audit_malformed, request, detail)
+    return JSONResponse({"detail": detail, "errors": jsonable_encoder(errors)}, status_code=422)
+
+
+def _audit_malformed(request: Request, detail: str) -> None:
+    server: Server | None = getattr(request.app.state, "server", None)
+    route = request.scope.get("route")
+    params = request.path_params
+    project = params.get("project")
+    header = request.headers.get("authorization", "")
+    if (
+        server is None
+        or route is None
+        or project is None
+        or not header.lower().startswith("bearer ")
+    ):
+        return  # nothing to say of whom or of what
+    try:
+        user = server.accounts.user_for_token(header[7:].strip())
+        if user is None or not (user.is_admin or server.accounts.role(project, user.name)):
+            return  # a stranger's: the project's log is not theirs to write in
+        name = params.get("name")
+        if name is not None and server.accounts.experiment(project, name) is None:
+            name = None  # no such experiment: the row names the project only
+        action = getattr(route.endpoint, "__name__", "request")
+        server.accounts.audit(user.name, ACTIONS.get(action, action), f"refused: {detail}",
+                              project=project, experiment=name)  # fmt: skip
+    except NestbedError:
+        log.exception("could not audit a malformed request to %s", request.url.path)
 
 
 class TooLarge(HTTPException):

@@ -19,6 +19,8 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from nestbed.errors import NestbedError, UserError
+from nestbed.server.timing import work_started
+from nestbed.store.accounts import users_text
 from nestbed.store.records import UserRecord
 
 if TYPE_CHECKING:
@@ -86,9 +88,12 @@ class Caller:
         try:
             yield entry
         except NestbedError as exc:
+            named = in_users_names(exc, project, entry.experiment)
             kind = "denied" if isinstance(exc, NotFound | Forbidden) else "refused"
-            entry.outcome = f"{kind}: {exc}"
-            raise
+            entry.outcome = f"{kind}: {named}"
+            if named is exc:
+                raise
+            raise named from None
         except BaseException as exc:
             entry.outcome = f"internal error: {type(exc).__name__}"
             raise
@@ -105,6 +110,18 @@ class Caller:
             raise Forbidden("only an admin may manage another user's tokens")
 
 
+def in_users_names(exc: NestbedError, project: str | None, experiment: str | None) -> NestbedError:
+    """``exc``, or the same error saying the experiment's name instead of its stored name."""
+    text = str(exc)
+    said = users_text(text, project, experiment)
+    if said == text:
+        return exc
+    try:
+        return type(exc)(said)
+    except TypeError:  # an error that carries more than a sentence (a file's problems)
+        return exc
+
+
 def _no_project(project: str) -> NotFound:
     return NotFound(f"there is no project {project!r}; see yours with GET /v1/projects")
 
@@ -118,6 +135,7 @@ def caller(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
     """The request's user; 401 without a valid bearer token."""
+    work_started(request.scope)  # the first of a request's work in its worker thread
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise _unauthorized("this API needs a bearer token (Authorization: Bearer TOKEN)")
     server = server_of(request)

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from nestbed.errors import UserError
+from nestbed.store.records import ProjectSettingsRecord
 
 EMULAB_RETRY_WAIT_S = 900.0
 
@@ -191,3 +192,15 @@ def finish(
 def cancel(entry: BatchEntry) -> BatchEntry:
     """The entry as cancelled. A running one must also be swapped out by the caller."""
     return _move(entry, BatchState.CANCELLED)
+
+
+def check_priority(own: ProjectSettingsRecord, priority: int) -> None:
+    """``UserError`` unless a batch submission of ``priority`` is within the project's
+    limits."""
+    low, high = own.priority_min, own.priority_max
+    if (low is not None and priority < low) or (high is not None and priority > high):
+        allowed = f"{'' if low is None else low} to {'' if high is None else high}".strip()
+        raise UserError(
+            f"batch priority {priority} is outside project {own.project}'s limits "
+            f"({allowed}); ask for a priority within them"
+        )

@@ -28,3 +28,4 @@ class ServerConfig:
     tick_s: float = TICK_S
     max_file_bytes: int = MAX_FILE_BYTES
     idle: IdleSettings = field(default_factory=IdleSettings)
+    hosts: Path | None = None  # this machine's hosts.yaml: its capacity for admission

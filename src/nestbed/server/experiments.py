@@ -26,12 +26,14 @@ from nestbed.server.auth import Caller, Invalid, NotFound, Who
 from nestbed.server.operations import Busy, Operation
 from nestbed.server.policies import whole_run
 from nestbed.store import State
-from nestbed.store.records import OwnedExperiment
+from nestbed.store.accounts import stored_name, users_text
+from nestbed.store.records import AuditRecord, OwnedExperiment
 from nestbed.store.states import check_transition
 
 router = APIRouter(prefix="/v1/projects/{project}/experiments", tags=["experiments"])
 
 NOTICES = 5  # the server's own newest audit rows of an experiment that status shows
+WARNINGS = 200  # the newest idle warnings of a project that its list looks through
 
 ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
 
@@ -46,21 +48,36 @@ def owned_experiment(who: Caller, project: str, name: str) -> OwnedExperiment:
     return found
 
 
-def _reply(who: Caller, owned: OwnedExperiment, kind: type[Any] = schemas.Experiment,
-           **extra: Any) -> Any:  # fmt: skip
+def seen_experiment(who: Caller, project: str, name: str) -> tuple[Operation | None,
+                                                                   OwnedExperiment]:  # fmt: skip
+    """The experiment's last operation, then its record, in that order: an operation seen
+    ended has written its state already, so the two agree. (Read the other way round, a
+    swap-out that ended between the two reads showed as done beside a record still
+    ``swapping-out``, which a loaded CI machine made happen.)"""
+    op = who.server.operations.seen(stored_name(project, name))
+    return op, owned_experiment(who, project, name)
+
+
+def _reply(who: Caller, seen: tuple[Operation | None, OwnedExperiment],
+           kind: type[Any] = schemas.Experiment, **extra: Any) -> Any:  # fmt: skip
+    op, owned = seen
     record = owned.experiment
-    op = who.server.operations.last(record.name)
     operation = None if op is None else schemas.Operation(
         kind=op.kind, actor=op.actor, status=op.status, started_at=op.started_at,  # type: ignore[arg-type]
-        ended_at=op.ended_at, error=op.error,
+        ended_at=op.ended_at, error=_said(op.error, owned),
     )  # fmt: skip
     return kind(
         project=owned.project, name=owned.name, stored_name=record.name, creator=owned.creator,
-        state=record.state, error=record.error, source_file=record.source_file,
+        state=record.state, error=_said(record.error, owned), source_file=record.source_file,
         source_format=record.source_format, source_sha256=record.source_sha256,
         created_at=record.created_at, updated_at=record.updated_at, operation=operation,
         **extra,
     )  # fmt: skip
+
+
+def _said(text: str | None, owned: OwnedExperiment) -> str | None:
+    """What the life cycle said of the experiment, in its users' name for it."""
+    return None if text is None else users_text(text, owned.project, owned.name)
 
 
 def _parse(who: Caller, project: str, body: schemas.ExperimentFile) -> definitions.Definition:
@@ -76,7 +93,22 @@ def _parse(who: Caller, project: str, body: schemas.ExperimentFile) -> definitio
 def list_experiments(project: AccountName, who: Who) -> list[schemas.Experiment]:
     """The project's experiments, by name."""
     who.role(project)
-    return [_reply(who, o) for o in who.server.accounts.experiments(project)]
+    ops = who.server.operations.seen_all()  # before the records: see ``seen_experiment``
+    owned = who.server.accounts.experiments(project)
+    warned = who.server.accounts.audit_log(project, WARNINGS, by_server=True, action="idle.warn")
+    return [_reply(who, (ops.get(o.experiment.name), o), warning=_warning(o, warned))
+            for o in owned]  # fmt: skip
+
+
+def _warning(owned: OwnedExperiment, rows: list[AuditRecord]) -> str | None:
+    """The server's newest idle warning of the experiment since it was swapped in (while it
+    is active), from audit ``rows``."""
+    record = owned.experiment
+    if record.state != State.ACTIVE:
+        return None
+    found = [r for r in rows if r.action == "idle.warn" and r.experiment == owned.name
+             and r.at >= record.state_changed_at]  # fmt: skip
+    return found[-1].outcome if found else None
 
 
 @router.post("", status_code=201)
@@ -90,7 +122,7 @@ def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> sche
         owned = who.server.accounts.create_experiment(project, found.name, who.name,
                                                       **found.fields())  # fmt: skip
         entry.experiment = found.name
-    return _reply(who, owned)
+    return _reply(who, (None, owned))
 
 
 @router.put("/{name}")
@@ -111,9 +143,8 @@ def define(
         else:
             _idle(who, owned)
             who.server.store.update_ir(owned.experiment.name, **found.fields())
-            owned = owned_experiment(who, project, name)
             entry.outcome = "ok: replaced"
-    return _reply(who, owned)
+    return _reply(who, seen_experiment(who, project, name))
 
 
 @router.get("/{name}")
@@ -121,12 +152,13 @@ def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experi
     """The experiment with its IR, runs and the front end's warnings."""
     import json
 
-    owned = owned_experiment(who, project, name)
+    seen = seen_experiment(who, project, name)
+    owned = seen[1]
     ir = json.loads(owned.experiment.ir_json)
     runs = [schemas.Run_.model_validate(r, from_attributes=True)
             for r in who.server.store.runs(owned.experiment.name)]  # fmt: skip
     warnings = [w.get("message", "") for w in ir.get("warnings", [])]
-    return _reply(who, owned, schemas.ExperimentDetail, ir=ir, runs=runs, warnings=warnings)
+    return _reply(who, seen, schemas.ExperimentDetail, ir=ir, runs=runs, warnings=warnings)
 
 
 @router.get("/{name}/status")
@@ -134,7 +166,8 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
     """The experiment's state and last operation, what the server itself last did to it or
     warned of (idle warnings and swap-outs, reconciliation), and while it is active its
     controller's status (links with their counters, programs, traffic)."""
-    owned = owned_experiment(who, project, name)
+    seen = seen_experiment(who, project, name)
+    owned = seen[1]
     live = None
     if owned.experiment.state == State.ACTIVE:
         try:
@@ -145,10 +178,11 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
             finally:
                 active.close()
         except (NestbedError, OSError) as exc:
-            live = {"error": str(exc)}
+            live = {"error": _said(str(exc), owned)}
     rows = who.server.accounts.audit_log(project, NOTICES, experiment=name, by_server=True)
     notices = [schemas.AuditRow.model_validate(r, from_attributes=True) for r in rows]
-    return _reply(who, owned, schemas.Status, live=live, notices=notices)
+    return _reply(who, seen, schemas.Status, live=live, notices=notices,
+                  warning=_warning(owned, rows))  # fmt: skip
 
 
 @router.post("/{name}/swapin", status_code=202)
@@ -232,7 +266,7 @@ def _start(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results = who.server.config.results_root / project / f"{name}-{stamp}"
     who.server.operations.launch(op, lambda: work(op.experiment, results))
-    return _reply(who, owned_experiment(who, project, name))
+    return _reply(who, seen_experiment(who, project, name))
 
 
 def _idle(who: Caller, owned: OwnedExperiment) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from nestbed.backend.linkd import pipe_counters
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.lifecycle.active import Active
+from nestbed.store.records import ProjectSettingsRecord
 
 HOUR_S = 3600.0
 EXEC_TIMEOUT_S = 30.0
@@ -72,6 +73,19 @@ class IdleSettings:
             raise UserError(
                 "idle settings idle_packets_per_s and idle_cpu_cores must not be negative"
             )
+
+
+def idle_settings(default: IdleSettings, own: ProjectSettingsRecord) -> IdleSettings:
+    """The idle settings of a project: its own where set, else the server's ``default``
+    (a maximum duration of 0: none)."""
+    changes: dict[str, Any] = {}
+    if own.idle_s is not None:
+        changes["idle_s"] = own.idle_s
+    if own.warn_before_s is not None:
+        changes["warn_before_s"] = own.warn_before_s
+    if own.max_duration_s is not None:
+        changes["max_duration_s"] = own.max_duration_s or None
+    return replace(default, **changes)
 
 
 @dataclass(frozen=True, slots=True)

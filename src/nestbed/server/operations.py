@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from nestbed.errors import NestbedError, UserError
@@ -102,6 +102,18 @@ class Operations:
     def last(self, experiment: str) -> Operation | None:
         """The last operation on ``experiment`` (the stored name) since the server started."""
         return self._last.get(experiment)
+
+    def seen(self, experiment: str) -> Operation | None:
+        """A copy of the last operation on ``experiment`` as it is now, which its worker
+        will not change: read *before* the experiment's record, so that an operation seen
+        ended has already written the state the record then shows."""
+        found = self._last.get(experiment)
+        return None if found is None else replace(found)
+
+    def seen_all(self) -> dict[str, Operation]:
+        """``seen`` for every experiment at once (for a list)."""
+        with self._lock:
+            return {name: replace(op) for name, op in self._last.items()}
 
     def running(self, *kinds: str) -> set[str]:
         """The experiments with an operation of one of ``kinds`` under way."""

@@ -71,6 +71,33 @@ class BatchSubmit(Strict):
     priority: int = Field(default=0, ge=-100, le=100)
 
 
+DAY_S = 24 * 3600.0
+
+
+class SettingsChange(Strict):
+    """A project's settings to change; a field given as null goes back to the server's
+    default, a field left out stays as it is. Times in seconds; a maximum duration of 0
+    means none."""
+
+    idle_s: float | None = Field(default=None, gt=0, le=30 * DAY_S)
+    warn_before_s: float | None = Field(default=None, ge=0, le=DAY_S)
+    max_duration_s: float | None = Field(default=None, ge=0, le=365 * DAY_S)
+    priority_min: int | None = Field(default=None, ge=-100, le=100)
+    priority_max: int | None = Field(default=None, ge=-100, le=100)
+
+
+class ExemptionAsk(Strict):
+    """An owner's request that idle swap-out spare an experiment (and its maximum duration),
+    for a reason, until a time or (``until`` null) until it is swapped out."""
+
+    reason: str = Field(min_length=1, max_length=1000)
+    until: datetime | None = None
+
+
+class ExemptionDecision(Strict):
+    note: str = Field(default="", max_length=1000)
+
+
 # -- replies -----------------------------------------------------------------------------------
 
 
@@ -132,6 +159,7 @@ class Experiment(BaseModel):
     created_at: datetime
     updated_at: datetime
     operation: Operation | None = None
+    warning: str | None = None  # the server's last warning since it swapped in (idle.warn)
 
 
 class Run_(BaseModel):
@@ -186,3 +214,33 @@ class Problem(BaseModel):
 class ErrorReply(BaseModel):
     detail: str
     problems: list[Problem] = []
+
+
+class ProjectSettings(BaseModel):
+    """The settings in force (the project's own where set, else the server's) and ``own``:
+    those the project set itself."""
+
+    project: str
+    idle_s: float
+    warn_before_s: float
+    max_duration_s: float | None  # None: no maximum
+    priority_min: int | None  # None: no limit
+    priority_max: int | None
+    own: SettingsChange
+    updated_at: datetime | None
+    updated_by: str | None
+
+
+class Exemption(BaseModel):
+    id: int
+    project: str
+    experiment: str
+    asked_by: str | None
+    asked_at: datetime
+    reason: str
+    until: datetime | None
+    state: str  # asked, granted, refused
+    decided_by: str | None
+    decided_at: datetime | None
+    note: str
+    in_force: bool = False  # granted and not expired

@@ -72,6 +72,14 @@ def stored_name(project: str, name: str) -> str:
     return f"{project}{SEPARATOR}{name}"
 
 
+def users_text(text: str, project: str | None, experiment: str | None) -> str:
+    """``text`` with the experiment's stored name (``PROJECT--NAME``, what the life cycle
+    and the store say) replaced by its name in the project, the one its users know."""
+    if project is None or experiment is None:
+        return text
+    return text.replace(stored_name(project, experiment), experiment)
+
+
 def check_account_name(kind: str, name: str) -> None:
     """``UserError`` unless ``name`` may name a user or project (``kind`` says which)."""
     if len(name) > ACCOUNT_NAME_MAX or not _ACCOUNT_NAME.fullmatch(name):
@@ -100,12 +108,12 @@ class Accounts:
             raise UserError(f"a user named {name!r} already exists; choose another name") from exc
 
     def user(self, name: str) -> UserRecord | None:
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(users.select().where(users.c.name == name)).first()
         return None if row is None else _user(row)
 
     def users(self) -> builtins.list[UserRecord]:
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(users.select().order_by(users.c.name)).all()
         return [_user(r) for r in rows]
 
@@ -128,7 +136,7 @@ class Accounts:
         return _token(row), token
 
     def tokens(self, user: str) -> builtins.list[TokenRecord]:
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(_tokens().where(users.c.name == user)).all()
         return [_token(r) for r in rows]
 
@@ -146,7 +154,7 @@ class Accounts:
 
     def user_for_token(self, token: str) -> UserRecord | None:
         """The user whose token this is, or None for an unknown (or revoked) token."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 users.select()
                 .join(api_tokens, api_tokens.c.user_id == users.c.id)
@@ -177,12 +185,12 @@ class Accounts:
             ) from exc
 
     def project(self, name: str) -> ProjectRecord | None:
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(projects.select().where(projects.c.name == name)).first()
         return None if row is None else _project(row)
 
     def projects(self) -> builtins.list[ProjectRecord]:
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(projects.select().order_by(projects.c.name)).all()
         return [_project(r) for r in rows]
 
@@ -228,20 +236,20 @@ class Accounts:
             raise UserError(f"user {user!r} is not a member of project {project!r}")
 
     def members(self, project: str) -> builtins.list[Membership]:
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(_members().where(projects.c.name == project)).all()
         return [_membership(r) for r in rows]
 
     def memberships(self, user: str) -> builtins.list[Membership]:
         """The projects ``user`` belongs to, with their role in each."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(_members().where(users.c.name == user)).all()
         return [_membership(r) for r in rows]
 
     def role(self, project: str, user: str) -> str | None:
         """``user``'s role in ``project``, or None when they are not a member (or either
         does not exist)."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 _members().where(projects.c.name == project, users.c.name == user)
             ).first()
@@ -277,7 +285,7 @@ class Accounts:
 
     def experiment(self, project: str, name: str) -> OwnedExperiment | None:
         """Experiment ``name`` of ``project``, or None when the project has none by that name."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 _owned().where(projects.c.name == project, experiment_owners.c.name == name)
             ).first()
@@ -285,7 +293,7 @@ class Accounts:
 
     def owner(self, stored: str) -> OwnedExperiment | None:
         """The project's experiment stored as ``stored``, or None for one no project owns."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(_owned().where(experiments.c.name == stored)).first()
         return None if row is None else _owned_record(row)
 
@@ -294,7 +302,7 @@ class Accounts:
         query = _owned().order_by(projects.c.name, experiment_owners.c.name)
         if project is not None:
             query = query.where(projects.c.name == project)
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(query).all()
         return [_owned_record(r) for r in rows]
 
@@ -331,17 +339,21 @@ class Accounts:
         *,
         experiment: str | None = None,
         by_server: bool = False,
+        action: str | None = None,
     ) -> builtins.list[AuditRecord]:
         """The newest ``limit`` rows of the audit log, oldest first: of ``project`` only, of
-        its ``experiment`` only, of the server's own doing only (``by_server``), if asked."""
+        its ``experiment`` only, of the server's own doing only (``by_server``), of one
+        ``action`` only, if asked."""
         query = audit_log.select().order_by(audit_log.c.id.desc()).limit(limit)
+        if action is not None:
+            query = query.where(audit_log.c.action == action)
         if project is not None:
             query = query.where(audit_log.c.project == project)
         if experiment is not None:
             query = query.where(audit_log.c.experiment == experiment)
         if by_server:
             query = query.where(audit_log.c.actor.is_(None))
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             rows = conn.execute(query).all()
         return [AuditRecord(**dict(r._mapping)) for r in reversed(rows)]
 

@@ -21,6 +21,11 @@ from sqlalchemy.engine import URL, Engine, make_url
 from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.store.paths import ENV_VAR, default_db_path
 
+READ_ONLY = "nestbed_read_only"
+"""The execution option of a connection whose transactions only read (``Store.reading``)."""
+SQLITE_POOL = {"pool_size": 20, "max_overflow": 40}
+"""Connections kept for a SQLite store: a server's request threads (anyio's 40), its
+operations and its loop each hold one while they work; SQLite's are cheap."""
 SQLITE_BUSY_TIMEOUT_S = 30.0
 """How long a SQLite writer waits for another writer before giving up."""
 PG_CONNECT_TIMEOUT_S = 10
@@ -140,7 +145,7 @@ def _make_sqlite_parent(parsed: URL, url: str) -> None:
 
 def _engine_options(backend: str) -> dict[str, Any]:
     if backend == "sqlite":
-        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}, **SQLITE_POOL}
     return {
         "connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S},
         "pool_pre_ping": True,
@@ -155,8 +160,30 @@ def _make_sqlite_transactional(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys = ON")
+        # In WAL mode (a server's store, ``use_wal``) a commit need not wait for the disk
+        # twice: NORMAL keeps the database whole through a crash, losing at most the last
+        # commits before a power cut.
+        if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A transaction that only reads (``READ_ONLY``) takes no write lock: in WAL mode
+        # (the server's) it then neither waits for writers nor holds them up.
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def use_wal(engine: Engine) -> None:
+    """Puts a SQLite database in WAL mode (it stays so, in the file): readers and the one
+    writer then no longer wait for each other, which a server with many clients needs.
+    Connections opened before keep their synchronous setting; the server calls this first."""
+    if engine.dialect.name != "sqlite":
+        return
+    raw = engine.raw_connection()  # outside a transaction, where the mode can change
+    try:
+        raw.cursor().execute("PRAGMA journal_mode = WAL").fetchall()
+    finally:
+        raw.close()
+    engine.dispose()  # new connections see WAL and set synchronous = NORMAL (``_on_connect``)

@@ -9,10 +9,12 @@ transaction; state changes lock the experiment's row (``SELECT … FOR UPDATE`` 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,7 +26,7 @@ from sqlalchemy import Connection, Engine
 
 from nestbed.errors import EnvironmentProblem, InternalError, UserError
 from nestbed.store import migrate
-from nestbed.store.db import connect, redact, resolve_db_url, unreachable
+from nestbed.store.db import READ_ONLY, connect, redact, resolve_db_url, unreachable
 from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
 from nestbed.store.schema import (
     NAME_PATTERN,
@@ -61,6 +63,10 @@ class Store:
         """Wrap an engine whose database is already migrated; most callers want ``open``."""
         self._engine = engine
         self._url = url
+        sqlite = engine.dialect.name == "sqlite"
+        self._writers: contextlib.AbstractContextManager[Any] = (
+            threading.RLock() if sqlite else contextlib.nullcontext()
+        )
 
     @classmethod
     def open(cls, url_or_path: str | None = None) -> Self:
@@ -140,7 +146,7 @@ class Store:
 
     def find(self, name: str) -> ExperimentRecord | None:
         """The experiment called ``name``, or None if there is none."""
-        with self._transaction() as conn:
+        with self._transaction(read_only=True) as conn:
             row = conn.execute(experiments.select().where(experiments.c.name == name)).first()
         return None if row is None else experiment_record(row)
 
@@ -153,7 +159,7 @@ class Store:
 
     def list(self) -> builtins.list[ExperimentRecord]:
         """Every stored experiment, ordered by name."""
-        with self._transaction() as conn:
+        with self._transaction(read_only=True) as conn:
             rows = conn.execute(experiments.select()).all()
         return sorted((experiment_record(row) for row in rows), key=lambda r: r.name)
 
@@ -307,7 +313,7 @@ class Store:
 
     def runs(self, name: str) -> builtins.list[RunRecord]:
         """Every run of an experiment, oldest first."""
-        with self._transaction() as conn:
+        with self._transaction(read_only=True) as conn:
             row = _lock(conn, name)
             rows = _run(conn, runs.c.experiment_id == row.id).all()
         return [_run_record(r) for r in rows]
@@ -322,10 +328,23 @@ class Store:
             yield conn
 
     @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
+    def reading(self) -> Iterator[Connection]:
+        """A transaction that only reads: on SQLite it takes no write lock (``db``)."""
+        with self._transaction(read_only=True) as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, *, read_only: bool = False) -> Iterator[Connection]:
+        # This process's writers to a SQLite file queue here, where the lock passes at once
+        # to the next, rather than in SQLite's busy handler, which polls with sleeps of up
+        # to 100 ms; another process's writer is still waited for by SQLite.
+        writing = self._writers if not read_only else contextlib.nullcontext()
         try:
-            with self._engine.begin() as conn:
-                yield conn
+            with writing, self._engine.connect() as conn:
+                if read_only:
+                    conn.execution_options(**{READ_ONLY: True})
+                with conn.begin():
+                    yield conn
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             raise unreachable(self._url, exc) from exc
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"
 """The table in which alembic records the schema version of a database."""
-HEAD = "0003"
+HEAD = "0004"
 """The newest migration's revision (tests/store checks it is alembic's head)."""
 
 

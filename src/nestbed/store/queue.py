@@ -69,18 +69,28 @@ class BatchQueue:
             query = query.where(batch_entries.c.project == project)
         if states is not None:
             query = query.where(batch_entries.c.state.in_(states))
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             return [_record(r) for r in conn.execute(query).all()]
 
     def get(self, project: str, entry_id: int) -> BatchRecord:
         """Entry ``entry_id`` of ``project``; ``UserError`` if the project has none."""
-        with self.store.transaction() as conn:
+        with self.store.reading() as conn:
             row = conn.execute(
                 _select().where(batch_entries.c.id == entry_id, batch_entries.c.project == project)
             ).first()
         if row is None:
             raise UserError(f"project {project!r} has no batch entry {entry_id}")
         return _record(row)
+
+    def states(self, entry_ids: builtins.list[int]) -> dict[int, str]:
+        """The states of entries ``entry_ids`` (those that exist)."""
+        if not entry_ids:
+            return {}
+        query = sa.select(batch_entries.c.id, batch_entries.c.state).where(
+            batch_entries.c.id.in_(entry_ids)
+        )
+        with self.store.reading() as conn:
+            return {row.id: row.state for row in conn.execute(query).all()}
 
     def save(self, entry_id: int, expect_state: str, **changes: Any) -> None:
         """Writes an entry's new state and counters, if it is still in ``expect_state``

@@ -139,3 +139,35 @@ class BatchRecord:
     last_failure_at: datetime | None
     last_failure: str
     passed_over: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectSettingsRecord:
+    """A project's own policy settings; None: the server's default."""
+
+    project: str
+    idle_s: float | None = None
+    warn_before_s: float | None = None
+    max_duration_s: float | None = None  # 0: no maximum
+    priority_min: int | None = None
+    priority_max: int | None = None
+    updated_at: datetime | None = None
+    updated_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExemptionRecord:
+    """An idle-swap exemption asked for an experiment, and its leader's decision."""
+
+    id: int
+    project: str
+    experiment: str  # its name in the project
+    stored_name: str  # PROJECT--NAME
+    asked_by: str | None
+    asked_at: datetime
+    reason: str
+    until: datetime | None  # None: until it is swapped out
+    state: str  # asked, granted, refused
+    decided_by: str | None
+    decided_at: datetime | None
+    note: str

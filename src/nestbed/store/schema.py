@@ -242,3 +242,67 @@ batch_entries = sa.Table(
     sa.CheckConstraint(f"state IN ({_batch_states})", name="ck_batch_entries_state"),
 )
 """The batch queue: one row per submission of an experiment, kept after it ends."""
+
+project_settings = sa.Table(
+    "project_settings",
+    metadata,
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("idle_s", sa.Float, nullable=True),
+    sa.Column("warn_before_s", sa.Float, nullable=True),
+    sa.Column("max_duration_s", sa.Float, nullable=True),
+    sa.Column("priority_min", sa.Integer, nullable=True),
+    sa.Column("priority_max", sa.Integer, nullable=True),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("updated_by", sa.String(64), nullable=True),
+)
+"""A project's policy settings; a column left NULL takes the server's default."""
+
+EXEMPTION_STATES: tuple[str, ...] = ("asked", "granted", "refused")
+"""An idle-swap exemption's states: asked by a member, then granted or refused by a leader."""
+
+_exemption_states = ", ".join(f"'{s}'" for s in EXEMPTION_STATES)
+
+idle_exemptions = sa.Table(
+    "idle_exemptions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "experiment_id",
+        sa.Integer,
+        sa.ForeignKey("experiments.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("project", sa.String(64), nullable=False, index=True),
+    sa.Column("experiment", sa.String(255), nullable=False),
+    sa.Column("asked_by", sa.String(64), nullable=True),
+    sa.Column("asked_at", UTCDateTime, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("until", UTCDateTime, nullable=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("decided_by", sa.String(64), nullable=True),
+    sa.Column("decided_at", UTCDateTime, nullable=True),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.CheckConstraint(f"state IN ({_exemption_states})", name="ck_idle_exemptions_state"),
+)
+"""Idle-swap exemptions: one row per request, kept after it is decided or has expired."""
+
+idle_states = sa.Table(
+    "idle_states",
+    metadata,
+    sa.Column(
+        "experiment_id",
+        sa.Integer,
+        sa.ForeignKey("experiments.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("state_json", sa.Text, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+"""What idle swap-out remembers of an active experiment (``server.idle.IdleState``), so a
+restarted server does not start its idle time again."""
