@@ -13,9 +13,12 @@ import hashlib
 import os
 import pickle
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nestbed.backend.plan import Plan, plan
-from nestbed.model import Experiment
+
+if TYPE_CHECKING:
+    from nestbed.model import Experiment
 
 IR = "ir.json"  # the IR a swap-in used, kept so swap-out undoes exactly that
 PLAN = "plan.pickle"
@@ -48,9 +51,21 @@ def kept_plan(directory: Path, ir_json: str) -> Plan | None:
     return None
 
 
+def plan_of(directory: Path) -> Plan | None:
+    """The plan kept in ``directory`` for the IR kept there, or None: read without the IR's
+    models (what swap-out, exec and status need is the plan alone)."""
+    try:
+        ir_json = (directory / IR).read_text()
+    except FileNotFoundError:
+        return None
+    return kept_plan(directory, ir_json)
+
+
 def load(directory: Path, ir_json: str | None = None) -> tuple[Experiment, Plan] | None:
     """The experiment kept in ``directory`` (or given as ``ir_json``) and its plan, kept or
     computed now; None when nothing is kept there."""
+    from nestbed.model import Experiment
+
     if ir_json is None:
         try:
             ir_json = (directory / IR).read_text()

@@ -9,14 +9,16 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
 from nestbed.control.client import ControllerClient
 from nestbed.errors import UserError
 from nestbed.lifecycle import signals
-from nestbed.model import Experiment, Link
+
+if TYPE_CHECKING:
+    from nestbed.model import Experiment
 
 POLL_S = 0.05  # a status request costs well under a millisecond
 QUIET_S = 1.0  # how long linktest watches the counters for other traffic, before and after
@@ -132,6 +134,7 @@ class Active:
         from nestbed.linktest.expect import with_links
         from nestbed.linktest.levels import check_level
         from nestbed.linktest.run import linktest, set_aside, write
+        from nestbed.model import Link
 
         check_level(level)
         before = self.request("status")
