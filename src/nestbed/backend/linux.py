@@ -8,8 +8,10 @@ down is deleting its namespaces (their interfaces go with them) and stopping its
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import resource
@@ -474,23 +476,47 @@ def swap_out(plan: Plan) -> None:
     them) are removed: one of the same name made by someone else stays.
     """
     claimed = set(_claimed().get(plan.tag, ()))
-    _remove(plan, [n for n in plan.namespaces if n in claimed or _marked(n)])
+    unclaimed = [n for n in plan.namespaces if n not in claimed]
+    marked = dict(zip(unclaimed, _side_by_side([functools.partial(_marked, n)
+                                                for n in unclaimed]), strict=True))  # fmt: skip
+    _remove(plan, [n for n in plan.namespaces if n in claimed or marked[n]])
     _unclaim(plan.tag)
 
 
 def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     directory = run_dir(plan)
     _stop_daemons(directory)
+    namespaces = list(namespaces)
     _kill_processes_in(namespaces)
+    existing = set(_listnetns())
+    # Unmounting a namespace and removing a cgroup each wait for the kernel (an RCU grace
+    # period, a few ms) far more than they compute: done side by side, not one after another.
+    removals = [functools.partial(_remove_node_namespace, n, n in existing) for n in namespaces]
     hierarchy = _hierarchy(required=False)
     if hierarchy is not None:
-        hierarchy.remove_nodes(plan.tag, [node.name for node in plan.nodes])
-    existing = set(_listnetns())
-    for name in namespaces:
-        if name in existing:
-            _remove_namespace(name)
-        shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+        removals.append(functools.partial(hierarchy.remove_nodes, plan.tag,
+                                          [node.name for node in plan.nodes]))  # fmt: skip
+    _side_by_side(removals)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_node_namespace(name: str, mounted: bool) -> None:
+    if mounted:
+        _remove_namespace(name)
+    shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+
+
+TEARDOWN_THREADS = 8  # a swap-out of 100 nodes at load 17: 1.45 s on one, 0.8 s on 4 to 16
+
+
+def _side_by_side(calls: list[Callable[[], Any]]) -> list[Any]:
+    """The calls' results, the calls run on a few threads (each thread enters namespaces on
+    its own); the first error is raised once all have run."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    with concurrent.futures.ThreadPoolExecutor(min(TEARDOWN_THREADS, len(calls))) as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [future.result() for future in futures]
 
 
 def _marked(namespace: str) -> bool:

@@ -4,9 +4,11 @@ instruments all come through here."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,9 @@ class Active:
 
     name: str
     plan: Plan
-    experiment: Experiment  # as swapped in
+    # The experiment as swapped in, or how to read it (on first use: exec and status need
+    # the plan alone, not the IR's models).
+    source: Experiment | Callable[[], Experiment]
     backend: Backend
     results: Path | None = None  # the current run's folder (None: not known here)
     run_id: int | None = None
@@ -39,6 +43,10 @@ class Active:
 
     def __post_init__(self) -> None:
         self.controller = ControllerClient(self.backend, self.plan)
+
+    @functools.cached_property
+    def experiment(self) -> Experiment:
+        return self.source() if callable(self.source) else self.source
 
     @property
     def nodes(self) -> list[str]:

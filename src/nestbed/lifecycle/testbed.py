@@ -12,6 +12,7 @@ experiment on the machine is decided by locks (``lifecycle.locks``), never by th
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,11 +129,20 @@ class Testbed:
                 f"experiment '{name}' is {record.state}, not active; swap it in first with "
                 f"`nestbed swapin {name}`"
             )
-        exp, p = self._kept(name)
+        kept_plan = kept.plan_of(self.backend.state_root / name)
+        if kept_plan is not None:  # the experiment is read from beside it when asked for
+            p, exp = kept_plan, functools.partial(self._swapped_in, name)
+        else:
+            exp, p = self._kept(name)
         runs = [r for r in self.store.runs(name) if r.ended_at is None]
         results = Path(runs[-1].results_dir) if runs else None
         run_id = runs[-1].id if runs else None
         return Active(name, p, exp, self.backend, results, run_id)
+
+    def _swapped_in(self, name: str) -> Experiment:
+        from nestbed.model import Experiment
+
+        return Experiment.from_json((self.backend.state_root / name / kept.IR).read_text())
 
     # -- swap in ----------------------------------------------------------------------------
 
