@@ -270,3 +270,23 @@ def test_the_life_cycle_commands_load_neither_pydantic_nor_sqlalchemy():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_plan_is_computed_once_per_ir_and_again_for_a_changed_experiment(
+    testbed, fake, controllers, monkeypatch
+):
+    from nestbed.backend import kept
+
+    exp = _defined(testbed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r1"))
+    testbed.swap_out(exp.name)
+    computed = []
+    monkeypatch.setattr(kept, "plan", lambda e: computed.append(e.name) or plan(e))
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r2"))
+    assert computed == [] and testbed.active(exp.name).plan == plan(exp)
+    testbed.swap_out(exp.name)
+    changed = experiment(LINE.replace("delay: 10ms", "delay: 20ms"), "line")  # same name
+    testbed.define(changed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r3"))
+    assert computed == [exp.name] and testbed.active(exp.name).plan == plan(changed)
+    testbed.swap_out(exp.name)

@@ -176,7 +176,7 @@ class Testbed:
         with locks.machine(root, shared=True), locks.ExperimentLock(root, name) as lock:
             self.store.transition(name, State.SWAPPING_IN, expect_from=record.state,
                                   reason="swapin")  # fmt: skip
-            p = plan(exp)
+            p = kept.cached_plan(root, record.ir_json, exp)
             active = Active(name, p, exp, self.backend, folder)
             try:
                 assert lock.fd is not None
