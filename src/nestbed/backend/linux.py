@@ -453,14 +453,19 @@ def linkd(plan: Plan) -> SocketClient:
     return SocketClient(run_dir(plan) / "linkd.sock")
 
 
+def _pid_in(pidfile: Path) -> int | None:
+    try:
+        return int(pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _stop_pid(pidfile: Path) -> None:
     """Stops the process named in a pid file: SIGTERM, then SIGKILL after two seconds; waits
     on its exit (a pidfd), not by polling."""
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return
-    processes.stop(pid, grace_s=2.0)
+    pid = _pid_in(pidfile)
+    if pid is not None:
+        processes.stop(pid, grace_s=2.0)
 
 
 def _stop_daemons(directory: Path) -> None:
@@ -470,8 +475,9 @@ def _stop_daemons(directory: Path) -> None:
         _stop_pid(directory / name)
 
 
-def _kill_processes_in(namespaces: Iterable[str]) -> None:
-    """SIGKILLs every process whose network namespace is one of these (programs, traffic)."""
+def _kill_processes_in(namespaces: Iterable[str], spare: Iterable[int] = ()) -> None:
+    """SIGKILLs every process whose network namespace is one of these (programs, traffic),
+    but those of ``spare``."""
     inodes = set()
     for name in namespaces:
         with contextlib.suppress(OSError):
@@ -484,7 +490,7 @@ def _kill_processes_in(namespaces: Iterable[str]) -> None:
             with contextlib.suppress(OSError):
                 if os.stat(entry / "ns" / "net").st_ino in inodes:
                     victims.append(int(entry.name))
-    for pid in victims:
+    for pid in set(victims) - set(spare):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -505,9 +511,17 @@ def swap_out(plan: Plan) -> None:
 
 def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     directory = run_dir(plan)
-    _stop_daemons(directory)
+    _stop_pid(directory / "controller.pid")  # first: it still talks to linkd
+    # nestbed-sim and linkd have only their own files to finish after SIGTERM (linkd's loop
+    # sees it within 100 ms, then joins its workers): told now, spared the SIGKILL of the
+    # rest of the namespaces' processes, and waited for once the namespaces are gone.
+    stopping = [pid for pid in map(_pid_in, (directory / sim.PID, directory / "linkd.pid"))
+                if pid is not None]  # fmt: skip
+    for pid in stopping:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     namespaces = list(namespaces)
-    _kill_processes_in(namespaces)
+    _kill_processes_in(namespaces, spare=stopping)
     existing = set(_listnetns())
     # Unmounting a namespace and removing a cgroup each wait for the kernel (an RCU grace
     # period, a few ms) far more than they compute: done side by side, not one after another.
@@ -517,6 +531,8 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
         removals.append(functools.partial(hierarchy.remove_nodes, plan.tag,
                                           [node.name for node in plan.nodes]))  # fmt: skip
     _side_by_side(removals)
+    for pid in stopping:
+        processes.stop(pid, grace_s=2.0)
     shutil.rmtree(directory, ignore_errors=True)
 
 

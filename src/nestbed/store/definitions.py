@@ -5,8 +5,6 @@ no database library."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +28,8 @@ def utc_now() -> datetime:
 
 def sha256_hex(text: str) -> str:
     """The SHA-256 of ``text`` encoded as UTF-8, in hexadecimal."""
+    import hashlib  # here: the commands that only read the store do without OpenSSL's
+
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -50,6 +50,8 @@ def definition(
             f"source format {source_format!r} is not one of {', '.join(SOURCE_FORMATS)}; "
             "this is a bug in the caller"
         )
+    import json
+
     try:
         json.loads(ir_json)
     except ValueError as exc:
