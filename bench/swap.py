@@ -9,7 +9,10 @@ its process; the ratio is printed. Then `nestbed run` of a file whose events end
 the short commands (--help, list, show, status, exec). Last, the back end alone in this
 process (namespaces, veths, routes, linkd), as before. Needs root.
 
-    .venv/bin/python bench/swap.py [--runs N] [--quick]
+    .venv/bin/python bench/swap.py [--runs N] [--quick] [--before TREE]
+
+With ``--before TREE`` (another checkout, e.g. the main branch) every whole command is also
+run from TREE's sources, alternating with this one's, and both medians are printed.
 """
 
 from __future__ import annotations
@@ -109,21 +112,38 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def whole_process(cases: dict[str, str], runs: int, env: dict[str, str], tmp: Path) -> None:
+def before_env(env: dict[str, str], tree: Path | None, tmp: Path) -> dict[str, str] | None:
+    """The environment that runs ``nestbed`` from another checkout's sources, in a store of
+    its own; None without one."""
+    if tree is None:
+        return None
+    return dict(env, PYTHONPATH=str(tree.resolve() / "src"), NESTBED_DB=str(tmp / "before.db"))
+
+
+def whole_process(
+    cases: dict[str, str], runs: int, env: dict[str, str], tmp: Path, before: dict | None
+) -> None:
     print(f"\nwhole process (wall time of the command), median of {runs} runs, alternating")
     print(f"{'experiment':<40}{'in s':>8}{'out s':>8}{'Mininet plain in/out s':>24}"
-          f"{'ratio in/out':>14}{'Mininet htb in/out s':>22}")  # fmt: skip
+          f"{'ratio in/out':>14}{'Mininet htb in/out s':>22}"
+          f"{'  before in/out s' if before else ''}")  # fmt: skip
     for label, text in cases.items():
         source = tmp / f"{label.split(',')[0].replace(' ', '')}.ns"
         source.write_text(text)
         exp = load(source).experiment
         name = f"{NAME}-{len(exp.nodes)}-{source.stem}"
         nestbed("create", str(source), "--name", name, env=env)
-        ours, plain, htb = [], [], []
+        if before:
+            nestbed("create", str(source), "--name", f"{name}-b", env=before)
+        ours, plain, htb, theirs = [], [], [], []
         for i in range(runs):
             t_in = nestbed("swapin", name, "--results", str(tmp / f"{name}-{i}"), env=env)
             t_out = nestbed("swapout", name, env=env)
             ours.append((t_in, t_out))
+            if before:
+                b_in = nestbed("swapin", f"{name}-b", "--results", str(tmp / f"{name}-b{i}"),
+                               env=before)  # fmt: skip
+                theirs.append((b_in, nestbed("swapout", f"{name}-b", env=before)))
             if len(exp.nodes) <= 100:
                 plain.append(mininet(len(exp.nodes), edges(exp), "plain"))
                 htb.append(mininet(len(exp.nodes), edges(exp), "htb"))
@@ -135,10 +155,13 @@ def whole_process(cases: dict[str, str], runs: int, env: dict[str, str], tmp: Pa
             ratio = f"{m_in / t_in:.1f}× / {m_out / t_out:.1f}×"
             row += f"{f'{m_in:.2f} / {m_out:.2f}':>24}{ratio:>14}"
             row += f"{f'{h_in:.2f} / {h_out:.2f}':>22}"
+        if theirs:
+            b_in, b_out = median([a for a, _ in theirs]), median([b for _, b in theirs])
+            row += f"{f'{b_in:.2f} / {b_out:.2f}':>18}"
         print(row, flush=True)
 
 
-def short_commands(runs: int, env: dict[str, str], tmp: Path) -> None:
+def short_commands(runs: int, env: dict[str, str], tmp: Path, before: dict | None) -> None:
     source = tmp / "pair.ns"
     source.write_text(chain(2))
     name = f"{NAME}-pair"
@@ -147,22 +170,29 @@ def short_commands(runs: int, env: dict[str, str], tmp: Path) -> None:
     netns = plan(exp).node(node).netns
     nestbed("create", str(source), "--name", name, env=env)
     nestbed("swapin", name, "--results", str(tmp / "pair"), env=env)
-    commands: dict[str, Callable[[], float]] = {
-        "nestbed --help": lambda: nestbed("--help", env=env),
-        "nestbed list": lambda: nestbed("list", env=env),
-        "nestbed show": lambda: nestbed("show", name, env=env),
-        "nestbed status": lambda: nestbed("status", name, env=env),
-        "nestbed exec NAME NODE -- true": lambda: nestbed(
-            "exec", name, node, "--", "true", env=env
-        ),
-        "ip netns exec NS true (the command alone)": lambda: _timed(
-            ["ip", "netns", "exec", netns, "true"]
+    commands: dict[str, Callable[[dict[str, str]], float]] = {
+        "nestbed --help": lambda e: nestbed("--help", env=e),
+        "nestbed list": lambda e: nestbed("list", env=e),
+        "nestbed show": lambda e: nestbed("show", name, env=e),
+        "nestbed status": lambda e: nestbed("status", name, env=e),
+        "nestbed exec NAME NODE -- true": lambda e: nestbed(
+            "exec", name, node, "--", "true", env=e
         ),
     }
-    print(f"\nshort commands (wall time), median of {runs} runs")
+    print(f"\nshort commands (wall time), median of {runs} runs"
+          f"{', alternating with before' if before else ''}")  # fmt: skip
     try:
         for label, command in commands.items():
-            print(f"{label:<44}{median([command() for _ in range(runs)]):>8.3f} s", flush=True)
+            ours, theirs = [], []
+            for _ in range(runs):
+                ours.append(command(env))
+                if before:
+                    # The same store, read by the other tree (the experiment is this tree's).
+                    theirs.append(command(dict(before, NESTBED_DB=env["NESTBED_DB"])))
+            row = f"{label:<44}{median(ours):>8.3f} s"
+            print(row + (f"   before {median(theirs):.3f} s" if theirs else ""), flush=True)
+        alone = median([_timed(["ip", "netns", "exec", netns, "true"]) for _ in range(runs)])
+        print(f"{'ip netns exec NS true (the command alone)':<44}{alone:>8.3f} s", flush=True)
     finally:
         nestbed("swapout", name, env=env)
 
@@ -173,17 +203,24 @@ def _timed(argv: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def whole_run(runs: int, env: dict[str, str], tmp: Path, end_s: float = 3.0) -> None:
+def whole_run(
+    runs: int, env: dict[str, str], tmp: Path, before: dict | None, end_s: float = 3.0
+) -> None:
     source = tmp / f"{NAME}timed.ns"
     source.write_text(
         chain(2).replace("$ns run", "")
         + f'$ns at 1.0 "$ns log one"\n$ns at {end_s} "$ns log last"\n$ns run\n'
     )
-    took = [nestbed("run", str(source), "--results", str(tmp / f"run-{i}"), env=env)
-            for i in range(runs)]  # fmt: skip
+    took, theirs = [], []
+    for i in range(runs):
+        took.append(nestbed("run", str(source), "--results", str(tmp / f"run-{i}"), env=env))
+        if before:
+            theirs.append(nestbed("run", str(source), "--results", str(tmp / f"run-b{i}"),
+                                  env=before))  # fmt: skip
     t = median(took)
     print(f"\n`nestbed run` of a file whose events end at T = {end_s:g} s, median of {runs}: "
-          f"{t:.2f} s = T + {t - end_s:.2f} s")  # fmt: skip
+          f"{t:.2f} s = T + {t - end_s:.2f} s"
+          f"{f' (before: T + {median(theirs) - end_s:.2f} s)' if theirs else ''}")  # fmt: skip
 
 
 def linear(n: int):  # type: ignore[no-untyped-def]
@@ -224,20 +261,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="without the 1000-node chain")
+    parser.add_argument("--before", type=Path, help="another checkout to alternate with")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="nestbed-bench-") as name:
         tmp = Path(name)
-        env = dict(os.environ, NESTBED_DB=str(tmp / "store.db"), COLUMNS="200")
+        # Bytecode cached, as a user's install has it (this VM's shell turns caching off).
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env |= {"NESTBED_DB": str(tmp / "store.db"), "COLUMNS": "200"}
         cases = {
             "chain, 100 nodes, 99 shaped links": chain(100),
             "tree, 100 nodes, 99 shaped links": (EXAMPLES / "tree.ns").read_text(),
         }
         if not args.quick:
             cases["chain, 1000 nodes, 999 shaped links"] = chain(1000)
-        whole_process(cases, args.runs, env, tmp)
-        whole_run(args.runs, env, tmp)
-        short_commands(args.runs, env, tmp)
+        before = before_env(env, args.before, tmp)
+        whole_process(cases, args.runs, env, tmp, before)
+        whole_run(args.runs, env, tmp, before)
+        short_commands(args.runs, env, tmp, before)
     back_end(args.runs, args.quick)
 
 

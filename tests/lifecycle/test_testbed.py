@@ -233,3 +233,60 @@ def test_a_capture_path_on_the_fake_machine_is_never_run_as_a_command(fake, tmp_
     done = subprocess.run(["timeout", "0.5", *argv], cwd=tmp_path, check=False)
     assert done.returncode == 124  # ran until stopped, as a capture does
     assert hostile.exists() and not (tmp_path / "pwned").exists()
+
+
+def test_swap_out_and_the_commands_on_an_active_experiment_read_the_plan_alone(
+    testbed, fake, controllers, monkeypatch
+):
+    exp = _defined(testbed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
+    from nestbed.model import Experiment
+
+    real = Experiment.from_json
+
+    def read(_json):  # type: ignore[no-untyped-def]
+        raise AssertionError("the experiment was read")
+
+    monkeypatch.setattr(Experiment, "from_json", read)
+    active = testbed.active(exp.name)  # status, exec, events
+    assert active.plan == plan(exp)
+    monkeypatch.setattr(Experiment, "from_json", real)
+    assert active.experiment == exp  # read from beside the plan when asked
+    monkeypatch.setattr(Experiment, "from_json", read)
+    testbed.swap_out(exp.name)
+    assert testbed.store.get(exp.name).state == State.SWAPPED
+
+
+def test_the_life_cycle_commands_load_neither_pydantic_nor_sqlalchemy():
+    # What swapout, status and exec import (models and SQLAlchemy take a third of a second).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import nestbed.cli, nestbed.cli.render, nestbed.lifecycle.testbed\n"
+        "import nestbed.backend.linux, nestbed.store.writer, nestbed.backend.kept\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'sqlalchemy'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_plan_is_computed_once_per_ir_and_again_for_a_changed_experiment(
+    testbed, fake, controllers, monkeypatch
+):
+    from nestbed.backend import kept
+
+    exp = _defined(testbed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r1"))
+    testbed.swap_out(exp.name)
+    computed = []
+    monkeypatch.setattr(kept, "plan", lambda e: computed.append(e.name) or plan(e))
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r2"))
+    assert computed == [] and testbed.active(exp.name).plan == plan(exp)
+    testbed.swap_out(exp.name)
+    changed = experiment(LINE.replace("delay: 10ms", "delay: 20ms"), "line")  # same name
+    testbed.define(changed)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r3"))
+    assert computed == [exp.name] and testbed.active(exp.name).plan == plan(changed)
+    testbed.swap_out(exp.name)

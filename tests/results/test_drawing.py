@@ -3,7 +3,9 @@ went), or again on demand; a failed drawing keeps its traceback and the results.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,19 @@ def test_a_run_without_a_report_says_so(run):
     drawing.note_off(run)
     assert _manifest(run)["report"]["state"] == "off"
     assert drawing.wait_drawn(run)["state"] == "off"  # nobody drawing: no wait
+
+
+def test_a_drawing_of_a_folder_still_being_drawn_does_not_wait_for_it(run):
+    # An earlier drawing of the same folder (a results folder used again) holds the lock:
+    # the run's end starts the next drawing without waiting (before, it blocked here).
+    earlier = os.open(run / drawing.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(earlier, fcntl.LOCK_EX)
+    try:
+        process = drawing.draw_detached(run)
+        assert _manifest(run)["report"]["state"] == "drawing"
+    finally:
+        (run / drawing.LOCK).unlink()  # as a drawing lets go
+        os.close(earlier)
+    assert process.wait() == 0
+    assert _manifest(run)["report"] == {"state": "written", "drawn_by": drawing.DETACHED}
+    assert "## Events" in (run / "report.md").read_text()

@@ -3,7 +3,7 @@
 ``linux`` builds networks on this machine (root); ``fake`` records what it would build, for
 tests without root; ``cluster`` spreads them over the hosts whose agents serve the Dask
 scheduler named by $NESTBED_CLUSTER (the CLI's ``--cluster``). Importing this package imports
-none of them: each is loaded when asked for, since the Linux one pulls in pyroute2.
+none of them: each is loaded when asked for.
 """
 
 from __future__ import annotations

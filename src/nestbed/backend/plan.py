@@ -24,11 +24,17 @@ import ipaddress
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend import simplan
 from nestbed.backend.simplan import Simulation
-from nestbed.model import Experiment, Port, Shaping
+
+if TYPE_CHECKING:
+    from nestbed.model import (  # the IR's models load only where one is built
+        Experiment,
+        Port,
+        Shaping,
+    )
 
 NS_PREFIX = "nb-"
 TAG_LENGTH = 8

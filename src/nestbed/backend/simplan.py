@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nestbed.errors import UserError
-from nestbed.model import Experiment, Link, Shaping
+
+if TYPE_CHECKING:
+    # The IR's models load only where one is built, not where a kept plan is read.
+    from nestbed.model import Experiment, Link, Shaping
 
 # ns-2's default queue limit (Queue set limit_ 50): the files are ns-2's, so is the default.
 DEFAULT_QUEUE_PACKETS = 50

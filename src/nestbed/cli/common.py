@@ -141,10 +141,11 @@ def remote():  # type: ignore[no-untyped-def]
 
 
 def store():  # type: ignore[no-untyped-def]
-    """The store the command works on (--db, NESTBED_DB, or the user's default)."""
-    from nestbed.store import Store
+    """The store the command works on (--db, NESTBED_DB, or the user's default): without
+    SQLAlchemy where it is SQLite at the current schema (``store.writer``)."""
+    from nestbed.store.writer import open_for_writing
 
-    return Store.open(state.db)
+    return open_for_writing(state.db)
 
 
 def reader():  # type: ignore[no-untyped-def]

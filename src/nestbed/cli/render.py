@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from nestbed.model import Experiment, Shaping
 from nestbed.units import format_bandwidth, format_delay, format_time
+
+if TYPE_CHECKING:
+    from nestbed.model import Experiment, Shaping  # status and linktest tables need no IR
 
 
 def shaping_text(s: Shaping) -> str:

@@ -13,13 +13,15 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import SocketClient, spawn_daemon, wait_daemon
 from nestbed.errors import NestbedError, UserError
-from nestbed.model.options import ControllerStart
+
+if TYPE_CHECKING:
+    from nestbed.model.options import ControllerStart
 
 SOCKET = "control.sock"
 START = "controller.json"  # the ControllerStart it was launched with

@@ -4,19 +4,23 @@ instruments all come through here."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
 from nestbed.control.client import ControllerClient
 from nestbed.errors import UserError
 from nestbed.lifecycle import signals
-from nestbed.model import Experiment, Link
+
+if TYPE_CHECKING:
+    from nestbed.model import Experiment
 
 POLL_S = 0.05  # a status request costs well under a millisecond
 QUIET_S = 1.0  # how long linktest watches the counters for other traffic, before and after
@@ -29,7 +33,9 @@ class Active:
 
     name: str
     plan: Plan
-    experiment: Experiment  # as swapped in
+    # The experiment as swapped in, or how to read it (on first use: exec and status need
+    # the plan alone, not the IR's models).
+    source: Experiment | Callable[[], Experiment]
     backend: Backend
     results: Path | None = None  # the current run's folder (None: not known here)
     run_id: int | None = None
@@ -37,6 +43,10 @@ class Active:
 
     def __post_init__(self) -> None:
         self.controller = ControllerClient(self.backend, self.plan)
+
+    @functools.cached_property
+    def experiment(self) -> Experiment:
+        return self.source() if callable(self.source) else self.source
 
     @property
     def nodes(self) -> list[str]:
@@ -132,6 +142,7 @@ class Active:
         from nestbed.linktest.expect import with_links
         from nestbed.linktest.levels import check_level
         from nestbed.linktest.run import linktest, set_aside, write
+        from nestbed.model import Link
 
         check_level(level)
         before = self.request("status")

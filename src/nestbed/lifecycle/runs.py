@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,6 @@ from nestbed.lifecycle.testbed import Testbed
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
 from nestbed.results import manifest
-from nestbed.results.report import summary
 from nestbed.store import State
 
 FULL_BYTES = 64 * 1024  # less free than this: no table row or manifest can be written
@@ -55,6 +56,7 @@ def run(
         # In the try: an interrupt that comes after the swap-in made the experiment active,
         # but before it returned, must swap it out too.
         active = testbed.swap_in(name, options, progress.log if progress else None)
+        _load_in_background("nestbed.results.report")  # the summary's tables need pandas
         wait(active, options, progress)
     except KeyboardInterrupt as exc:
         outcome, stop = signals.outcome(exc), exc
@@ -78,12 +80,21 @@ def run(
                     testbed.swap_out(name, outcome=outcome)
     assert active is not None and active.results is not None
     _check_written(active.results)
+    from nestbed.results.report import summary
+
     found = {**summary(active.results), "results": str(active.results), "kept": options.keep}
     if active.linktest is not None:
         found["linktest"] = {k: v for k, v in active.linktest.to_json().items() if k != "checks"}
     if stop is not None:
         raise signals.Interrupted(signals.signum_of(stop), found) from None
     return found
+
+
+def _load_in_background(module: str) -> None:
+    """Imports ``module`` on a thread of its own: pandas takes a second or more to load, which
+    the run's time hides where the end of the run would wait for it (importing the module
+    later waits for this import to finish, never imports it twice)."""
+    threading.Thread(target=importlib.import_module, args=(module,), daemon=True).start()
 
 
 def _left_active(testbed: Testbed, name: str) -> bool:

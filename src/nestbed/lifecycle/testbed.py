@@ -12,6 +12,7 @@ experiment on the machine is decided by locks (``lifecycle.locks``), never by th
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,11 +21,10 @@ from nestbed.backend import kept
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan, experiment_tag, plan
 from nestbed.binaries import built_binary
+from nestbed.control.client import ControllerClient
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.lifecycle import locks, signals
 from nestbed.lifecycle.active import Active
-from nestbed.model import Experiment
-from nestbed.model.options import ControllerStart, RunOptions
 from nestbed.results import manifest
 from nestbed.results.drawing import draw_detached
 from nestbed.results.folder import RunFolder, default_results
@@ -33,6 +33,10 @@ from nestbed.store.states import check_transition
 
 _LIVE = (State.SWAPPING_IN, State.ACTIVE, State.SWAPPING_OUT, State.FAILED)
 if TYPE_CHECKING:
+    # The IR's models (pydantic) load where an experiment is read or a run's options made,
+    # not for a swap-out, which needs the plan swap-in kept.
+    from nestbed.model import Experiment
+    from nestbed.model.options import RunOptions
     from nestbed.store import Store
 
 Notify = Any  # a callable taking one line of progress, or None
@@ -93,17 +97,24 @@ class Testbed:
 
     def experiment(self, name: str) -> Experiment:
         """The experiment as it was swapped in (or as stored, when it is not)."""
+        from nestbed.model import Experiment
+
         swapped_in = self.backend.state_root / name / kept.IR
         if swapped_in.exists():
             return Experiment.from_json(swapped_in.read_text())
         return Experiment.from_json(self.store.get(name).ir_json)
 
     def plan(self, name: str) -> Plan:
-        return self._kept(name)[1]
+        """The plan swap-in carried out (kept, read without the IR's models), or as computed
+        from the stored experiment when it is not swapped in."""
+        found = kept.plan_of(self.backend.state_root / name)
+        return found if found is not None else self._kept(name)[1]
 
     def _kept(self, name: str) -> tuple[Experiment, Plan]:
         """The experiment as it was swapped in and the plan carried out (kept by swap-in, so
         not computed again), or as stored when it is not swapped in."""
+        from nestbed.model import Experiment
+
         found = kept.load(self.backend.state_root / name)
         if found is not None:
             return found
@@ -118,11 +129,20 @@ class Testbed:
                 f"experiment '{name}' is {record.state}, not active; swap it in first with "
                 f"`nestbed swapin {name}`"
             )
-        exp, p = self._kept(name)
+        kept_plan = kept.plan_of(self.backend.state_root / name)
+        if kept_plan is not None:  # the experiment is read from beside it when asked for
+            p, exp = kept_plan, functools.partial(self._swapped_in, name)
+        else:
+            exp, p = self._kept(name)
         runs = [r for r in self.store.runs(name) if r.ended_at is None]
         results = Path(runs[-1].results_dir) if runs else None
         run_id = runs[-1].id if runs else None
         return Active(name, p, exp, self.backend, results, run_id)
+
+    def _swapped_in(self, name: str) -> Experiment:
+        from nestbed.model import Experiment
+
+        return Experiment.from_json((self.backend.state_root / name / kept.IR).read_text())
 
     # -- swap in ----------------------------------------------------------------------------
 
@@ -138,6 +158,9 @@ class Testbed:
         or, arriving once the experiment is `active` (while the locks are let go), leaves it
         active for the caller to swap out: see `runs.run`.
         """
+        from nestbed.model import Experiment
+        from nestbed.model.options import ControllerStart, RunOptions
+
         self.backend.require_ready()
         record = self.store.get(name)
         exp = Experiment.from_json(record.ir_json)
@@ -153,7 +176,7 @@ class Testbed:
         with locks.machine(root, shared=True), locks.ExperimentLock(root, name) as lock:
             self.store.transition(name, State.SWAPPING_IN, expect_from=record.state,
                                   reason="swapin")  # fmt: skip
-            p = plan(exp)
+            p = kept.cached_plan(root, record.ir_json, exp)
             active = Active(name, p, exp, self.backend, folder)
             try:
                 assert lock.fd is not None
@@ -182,10 +205,8 @@ class Testbed:
         with signals.deferred():  # a second signal must not cut the rollback short
             if run_id is not None:
                 # The controller is up: it ends the run's manifest with what stopped it.
-                with contextlib.suppress(Exception):
-                    Active(name, p, Experiment.from_json(self.store.get(name).ir_json),
-                           self.backend).request("finish", timeout=60, outcome=outcome,
-                                                 reason=reason)  # fmt: skip
+                with contextlib.suppress(Exception), ControllerClient(self.backend, p) as client:
+                    client.request("finish", timeout=60, outcome=outcome, reason=reason)
                 self.store.end_run(run_id, outcome)
             self.store.transition(name, State.FAILED, reason=reason)
             # After the state: a teardown that fails too must not hide the first error
@@ -216,6 +237,7 @@ class Testbed:
         ``exp``'s shaping through linkd (a sweep's link-reuse mode: ``exp`` may differ from
         the swapped-in experiment in link shaping only). The new run keeps ``options``."""
         from nestbed.backend.linkd import set_changed_pipes
+        from nestbed.model.options import ControllerStart, RunOptions
 
         active = self.active(name)
         before = active.plan
@@ -252,7 +274,13 @@ class Testbed:
         return Active(name, p, exp, self.backend, folder, run_id)
 
     def end_run(
-        self, name: str, active: Active, outcome: str, reason: str | None, *, stop: bool = True
+        self,
+        name: str,
+        active: Active | ControllerClient,
+        outcome: str,
+        reason: str | None,
+        *,
+        stop: bool = True,
     ) -> str:
         """Asks the controller to end the run and (with ``stop``) to exit; the run's outcome.
 
@@ -298,9 +326,9 @@ class Testbed:
             self._tear_down(name, outcome, "swapped out")
 
     def _tear_down(self, name: str, outcome: str, reason: str) -> None:
-        exp, p = self._kept(name)
+        p = self.plan(name)
         try:
-            self.end_run(name, Active(name, p, exp, self.backend), outcome, reason)
+            self.end_run(name, ControllerClient(self.backend, p), outcome, reason)
             self.backend.swap_out(p)
         except BaseException as exc:
             self.store.transition(name, State.FAILED, reason=f"swap-out failed: {exc}")

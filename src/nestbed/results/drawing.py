@@ -64,27 +64,46 @@ def draw(folder: Path, drawn_by: str = ON_DEMAND) -> Path | None:
     return path
 
 
-def draw_detached(folder: Path) -> None:
-    """Starts drawing the report in a process of its own and returns at once; the process
-    holds the folder's report lock (taken here, before it starts) until it is done."""
+def draw_detached(folder: Path) -> subprocess.Popen:
+    """Starts drawing the report in a process of its own and returns at once (the process);
+    it holds the folder's report lock (taken here, before it starts) until it is done.
+
+    Where an earlier drawing of the same folder (a results folder used again) still holds
+    the lock, the new process waits for it itself: the run's end never waits for a report.
+    """
     _note(folder, state="drawing", drawn_by=DETACHED)
     handle = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock = ["--lock-fd", str(handle)]
+        except BlockingIOError:
+            lock = ["--take-lock"]
         # A process that dies before it can say so leaves its traceback in report.error
         # (which a drawing that gets going removes first).
         with (folder / ERROR).open("ab") as log:
-            subprocess.Popen(
-                [sys.executable, "-m", "nestbed.results.drawing", str(folder),
-                 "--lock-fd", str(handle)],
+            return subprocess.Popen(
+                [sys.executable, "-m", "nestbed.results.drawing", str(folder), *lock],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                start_new_session=True, pass_fds=(handle,),
+                start_new_session=True, pass_fds=(handle,) if "--lock-fd" in lock else (),
             )  # fmt: skip
     except BaseException:
         _note(folder, state="failed", drawn_by=DETACHED, error="the drawing process did not start")
         raise
     finally:
         os.close(handle)  # the lock stays with the drawing process's copy
+
+
+def _take_lock(folder: Path) -> int:
+    """The folder's report lock, waited for: the file locked is the one at its path (an
+    earlier drawing removes it before it lets go)."""
+    while True:
+        handle = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(folder / LOCK).st_ino == os.fstat(handle).st_ino:
+                return handle
+        os.close(handle)
 
 
 def wait_drawn(folder: Path) -> dict[str, Any]:
@@ -117,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nestbed.results.drawing")
     parser.add_argument("folder", type=Path)
     parser.add_argument("--lock-fd", type=int, help="the report lock, held until done")
+    parser.add_argument("--take-lock", action="store_true", help="wait for the report lock")
     args = parser.parse_args(argv)
     _lowest_priority()
     folder = RunFolder(args.folder).root
+    if args.take_lock:
+        args.lock_fd = _take_lock(folder)
     try:
         # One drawing at a time on the machine: a sweep's runs end faster than pandas and
         # matplotlib draw, and each waiting process stays small until its turn.

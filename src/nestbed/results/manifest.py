@@ -11,11 +11,13 @@ import socket
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed import __version__
-from nestbed.model import Experiment
 from nestbed.results.folder import RunFolder
+
+if TYPE_CHECKING:
+    from nestbed.model import Experiment  # the IR's models load only where one is built
 
 
 def _version(argv: list[str]) -> str | None:

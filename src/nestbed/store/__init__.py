@@ -11,6 +11,7 @@ versioned with alembic and brought up to date whenever a store is opened.
 
 from typing import TYPE_CHECKING, Any
 
+from nestbed.store.definitions import SOURCE_FORMATS
 from nestbed.store.paths import ENV_VAR, default_db_path
 from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
 from nestbed.store.states import DELETABLE, EDITABLE, TRANSITIONS, State
@@ -18,12 +19,10 @@ from nestbed.store.states import DELETABLE, EDITABLE, TRANSITIONS, State
 if TYPE_CHECKING:
     from nestbed.store.db import redact, resolve_db_url
     from nestbed.store.experiments import Store
-    from nestbed.store.schema import SOURCE_FORMATS
 
 # SQLAlchemy loads on first use of these: the commands that only read a SQLite store
 # (store.reader) do without it.
-_LAZY = {"Store": "experiments", "SOURCE_FORMATS": "schema", "redact": "db",
-         "resolve_db_url": "db"}  # fmt: skip
+_LAZY = {"Store": "experiments", "redact": "db", "resolve_db_url": "db"}
 
 __all__ = [
     "DELETABLE",

@@ -10,50 +10,27 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
-import json
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 
-from nestbed.errors import EnvironmentProblem, InternalError, UserError
+from nestbed.errors import EnvironmentProblem, InternalError
+from nestbed.store import definitions as rules
 from nestbed.store import migrate
 from nestbed.store.db import READ_ONLY, connect, redact, resolve_db_url, unreachable
+from nestbed.store.definitions import sha256_hex, utc_now
 from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
-from nestbed.store.schema import (
-    NAME_PATTERN,
-    SOURCE_FORMATS,
-    experiments,
-    runs,
-    state_changes,
-)
-from nestbed.store.states import (
-    DELETABLE,
-    EDITABLE,
-    State,
-    check_transition,
-    what_to_do,
-)
+from nestbed.store.schema import experiments, runs, state_changes
+from nestbed.store.states import DELETABLE, EDITABLE, State, check_transition
 
-_NAME = re.compile(NAME_PATTERN)
-
-
-def utc_now() -> datetime:
-    """The current time as a timezone-aware UTC datetime."""
-    return datetime.now(UTC)
-
-
-def sha256_hex(text: str) -> str:
-    """The SHA-256 of ``text`` encoded as UTF-8, in hexadecimal."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+__all__ = ["Store", "experiment_record", "insert_experiment", "sha256_hex", "utc_now"]
 
 
 class Store:
@@ -138,10 +115,7 @@ class Store:
                 return insert_experiment(conn, name, **fields)
         except sa.exc.IntegrityError as exc:
             if self.find(name) is not None:
-                raise UserError(
-                    f"an experiment named {name!r} already exists; delete it with "
-                    f"`nestbed delete {name}` or choose another name with --name"
-                ) from exc
+                raise rules.taken(name) from exc
             raise
 
     def find(self, name: str) -> ExperimentRecord | None:
@@ -154,7 +128,7 @@ class Store:
         """The experiment called ``name``; ``UserError`` if there is none."""
         record = self.find(name)
         if record is None:
-            raise _missing(name)
+            raise rules.missing(name)
         return record
 
     def list(self) -> builtins.list[ExperimentRecord]:
@@ -169,10 +143,7 @@ class Store:
             row = _lock(conn, name)
             state = State(row.state)
             if state not in DELETABLE:
-                raise UserError(
-                    f"experiment {name!r} is {state} and cannot be deleted; "
-                    f"{what_to_do(name, state)}"
-                )
+                raise rules.not_deletable(name, state)
             conn.execute(state_changes.delete().where(state_changes.c.experiment_id == row.id))
             conn.execute(runs.delete().where(runs.c.experiment_id == row.id))
             conn.execute(experiments.delete().where(experiments.c.id == row.id))
@@ -187,15 +158,12 @@ class Store:
         ir_json: str,
     ) -> ExperimentRecord:
         """Replace an experiment's source and IR; refused while it is (being) swapped in."""
-        definition = _definition(source_text, source_format, source_file, ir_json)
+        definition = rules.definition(source_text, source_format, source_file, ir_json)
         with self._transaction() as conn:
             row = _lock(conn, name)
             state = State(row.state)
             if state not in EDITABLE:
-                raise UserError(
-                    f"experiment {name!r} is {state}, so its definition cannot be changed; "
-                    f"{what_to_do(name, state)}"
-                )
+                raise rules.not_editable(name, state)
             conn.execute(
                 experiments.update()
                 .where(experiments.c.id == row.id)
@@ -217,8 +185,8 @@ class Store:
         With ``expect_from``, the move happens only if the experiment is in that state now.
         Becoming ``failed`` stores ``reason`` as the experiment's error; swapping in clears it.
         """
-        to = _state(to)
-        expect_from = None if expect_from is None else _state(expect_from)
+        to = rules.state(to)
+        expect_from = None if expect_from is None else rules.state(expect_from)
         now = utc_now()
         with self._transaction() as conn:
             row = _lock(conn, name)
@@ -239,10 +207,7 @@ class Store:
                 .values(**values)
             )
             if result.rowcount != 1:
-                raise UserError(
-                    f"experiment {name!r} changed state while it was being moved to {to}; "
-                    f"check it with `nestbed show {name}` and try again"
-                )
+                raise rules.changed_meanwhile(name, to)
             _record_change(conn, row.id, name, current, to, now, reason)
             return experiment_record(_lock(conn, name))
 
@@ -290,7 +255,7 @@ class Store:
     def end_run(self, run_id: int, outcome: str) -> RunRecord:
         """Record that run ``run_id`` ended with ``outcome``; a run ends only once."""
         if not outcome:
-            raise InternalError(f"run {run_id} was ended with an empty outcome; this is a bug")
+            raise rules.empty_outcome(run_id)
         with self._transaction() as conn:
             result = conn.execute(
                 runs.update()
@@ -299,16 +264,9 @@ class Store:
             )
             run = _run(conn, runs.c.id == run_id).first()
             if run is None:
-                raise UserError(
-                    f"there is no run with id {run_id}; see an experiment's runs with "
-                    "`nestbed show NAME`"
-                )
+                raise rules.not_a_run(run_id)
             if result.rowcount != 1:
-                raise UserError(
-                    f"run {run_id} of experiment {run.name!r} already ended at "
-                    f"{run.ended_at.isoformat()} with outcome {run.outcome!r}; "
-                    "start a new run instead"
-                )
+                raise rules.ended_twice(run_id, run.name, run.ended_at, run.outcome)
         return _run_record(run)
 
     def runs(self, name: str) -> builtins.list[RunRecord]:
@@ -360,8 +318,8 @@ def insert_experiment(
 ) -> ExperimentRecord:
     """Insert a new experiment in state ``defined`` within the transaction of ``conn``
     (``IntegrityError`` if its name is taken)."""
-    _check_name(name)
-    definition = _definition(source_text, source_format, source_file, ir_json)
+    rules.check_name(name)
+    definition = rules.definition(source_text, source_format, source_file, ir_json)
     now = utc_now()
     result = conn.execute(
         experiments.insert().values(
@@ -379,58 +337,13 @@ def insert_experiment(
     return experiment_record(_lock(conn, name))
 
 
-def _check_name(name: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise UserError(
-            f"experiment name {name!r} is not valid; use only letters, digits and '-' "
-            "(names become parts of host names)"
-        )
-
-
-def _definition(
-    source_text: str, source_format: str, source_file: str | None, ir_json: str
-) -> dict[str, Any]:
-    if source_format not in SOURCE_FORMATS:
-        raise InternalError(
-            f"source format {source_format!r} is not one of {', '.join(SOURCE_FORMATS)}; "
-            "this is a bug in the caller"
-        )
-    try:
-        json.loads(ir_json)
-    except ValueError as exc:
-        raise InternalError(f"the IR to store is not valid JSON ({exc}); this is a bug") from exc
-    return {
-        "source_text": source_text,
-        "source_format": source_format,
-        "source_file": source_file,
-        "source_sha256": sha256_hex(source_text),
-        "ir_json": ir_json,
-        "ir_sha256": sha256_hex(ir_json),
-    }
-
-
-def _state(value: State | str) -> State:
-    try:
-        return State(value)
-    except ValueError as exc:
-        raise InternalError(
-            f"{value!r} is not an experiment state (one of {', '.join(State)}); this is a bug"
-        ) from exc
-
-
-def _missing(name: str) -> UserError:
-    return UserError(
-        f"there is no experiment named {name!r}; see the experiments with `nestbed list`"
-    )
-
-
 def _lock(conn: Connection, name: str) -> sa.Row[Any]:
     """The experiment's row, locked until the transaction ends; ``UserError`` if there is none."""
     row = conn.execute(
         experiments.select().where(experiments.c.name == name).with_for_update()
     ).first()
     if row is None:
-        raise _missing(name)
+        raise rules.missing(name)
     return row
 
 

@@ -29,8 +29,10 @@ _EXPERIMENT = ("id, name, source_text, source_format, source_file, source_sha256
 class Reader:
     """A read-only view of a SQLite store at the current schema (what ``Store`` reads)."""
 
-    def __init__(self, connection: sqlite3.Connection):
-        self._conn = connection
+    _MODE = "ro"  # sqlite3's open mode (the writer's is "rw")
+
+    def __init__(self, connection: sqlite3.Connection, path: str = ""):
+        self._conn, self._path = connection, path
 
     @classmethod
     def open(cls, explicit: str | None = None) -> Self | None:
@@ -39,7 +41,7 @@ class Reader:
         path = sqlite_file(explicit)
         if path is None or not path.is_file():
             return None
-        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+        uri = f"file:{urllib.parse.quote(str(path))}?mode={cls._MODE}"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S)
             stamp = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
@@ -48,7 +50,7 @@ class Reader:
         if stamp != [(HEAD,)]:
             conn.close()
             return None
-        return cls(conn)
+        return cls(conn, str(path))
 
     def close(self) -> None:
         self._conn.close()

@@ -14,13 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from nestbed.errors import InternalError
+from nestbed.store.definitions import SOURCE_FORMATS
 from nestbed.store.states import State
-
-SOURCE_FORMATS: tuple[str, ...] = ("ns", "yaml", "python")
-"""The languages an experiment's source may be written in."""
-
-NAME_PATTERN = r"[-0-9A-Za-z]+"
-"""What an experiment name may contain (names become parts of host names)."""
 
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
