@@ -396,6 +396,12 @@ class ClusterBackend:
         sock = self._drainer.open_socket(h, (agent.node_only(plan, node), node, kind))
         return sock  # type: ignore[return-value]
 
+    @property
+    def socket_delay_s(self) -> float:
+        """How much later than on one host a datagram through ``open_socket`` may arrive
+        (linktest waits that much longer for its datagrams): from the drains' own times."""
+        return 0.0 if self._drainer is None else self._drainer.delay_s()
+
     def linkd(self, plan: Plan) -> Channel:
         parts = self.shares(plan)
 
