@@ -13,17 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from simulated import DUMBBELL, SRC, namespaces, processes, started
+from simulated import DUMBBELL, SRC, namespaces, processes
 
 from nestbed.backend.plan import experiment_tag
 
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with started(3, slots=2) as (machines, agents):
-        yield machines, agents
+@pytest.fixture
+def cluster(simulated_cluster):
+    return simulated_cluster
 
 
 class Cli:

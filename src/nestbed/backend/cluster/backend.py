@@ -29,12 +29,13 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, clocks, host, remote
+from nestbed.backend.cluster import agent, clocks, host, remote, timeservice
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
@@ -193,7 +194,7 @@ class ClusterBackend:
         parts = shares(plan, nodes, underlay)
         directory = self.run_dir(plan)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        offsets = self.clock_offsets(sorted(parts))
+        offsets = self.clock_offsets([f for f in facts if f.name in parts])
         tolerated = clocks.tolerance_s(_cut_delays_s(plan, nodes))
         said = clocks.warnings(offsets, tolerated)
         for warning in said:
@@ -242,7 +243,25 @@ class ClusterBackend:
             found[h] = {name[a]: s for a, s in answer.items()}
         return found
 
-    def clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
+    def clock_offsets(self, facts: list[HostFacts]) -> dict[str, clocks.Offset]:
+        """Each host's clock less this machine's (and its monotonic clock's), from
+        ``clocks.UDP_SAMPLES`` time requests over UDP to its agent (``timeservice``); from
+        ``clocks.SAMPLES`` through Dask for a host that does not answer them."""
+        found = {}
+        for f in facts:
+            measured = None
+            if f.clock_port:
+                ask, close = timeservice.asker(f.address, f.clock_port)
+                try:
+                    measured = clocks.measure(ask, clocks.UDP_SAMPLES)
+                finally:
+                    close()
+            if measured is not None:
+                found[f.name] = measured[0]
+        slow = sorted(f.name for f in facts if f.name not in found)
+        return found | (self._dask_clock_offsets(slow) if slow else {})
+
+    def _dask_clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
         """Each host's clock less this machine's, from ``clocks.SAMPLES`` time requests sent
         straight to its agent (not through the scheduler, whose hop would widen the round
         trip)."""
@@ -265,7 +284,7 @@ class ClusterBackend:
                 raise EnvironmentProblem(
                     f"host {h} did not answer a time request: {_reason(exc)}"
                 ) from exc
-            found[h] = clocks.estimate(samples)
+            found[h] = replace(clocks.estimate(samples), method="dask")
         return found
 
     def placement_facts(self, plan: Plan) -> dict[str, Any]:
