@@ -200,3 +200,22 @@ def test_an_agent_killed_while_building_its_part_has_its_successor_remove_that_p
     assert not processes(str(machines.run_dir(victim) / p.experiment))
     backend.swap_out(p)  # the controller's placement, kept for a swap-out, goes too
     assert not backend.run_dir(p).exists()
+
+
+def test_a_nodes_cpu_time_and_memory_on_another_host_are_read_through_its_agent(
+    swapped, cluster
+):
+    _, backend, _ = cluster
+    p = swapped(plan(experiment(DUMBBELL, "i21usage")))
+    cgroup = backend.node_cgroup(p, "h3")
+    assert cgroup is not None
+    before = cgroup.cpu_seconds()
+    busy = ["timeout", "0.5", "sh", "-c", "while :; do :; done"]
+    backend.exec_in(p, "h3", busy)
+    time.sleep(0.1)  # past the reading kept for a sweep over the nodes
+    after = cgroup.cpu_seconds()
+    print(f"h3 burnt {after - before:.3f} CPU s; memory {cgroup.memory_bytes()} bytes")
+    assert after > before  # its busy loop counted, on its host
+    assert cgroup.memory_bytes() > 0
+    other = backend.node_cgroup(p, "h1")  # another host's node, its own counters
+    assert other is not None and other.cpu_seconds() < after

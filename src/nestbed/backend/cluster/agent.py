@@ -144,6 +144,17 @@ def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:
     return linux.exec_in(p, node, argv, **run)
 
 
+def node_usage(p: Plan, nodes: list[str]) -> dict[str, tuple[float, int]]:
+    """CPU seconds and memory bytes of this host's nodes that have a cgroup (run on the
+    agent)."""
+    found = {}
+    for node in nodes:
+        cgroup = linux.node_cgroup(p, node)
+        if cgroup is not None:
+            found[node] = (cgroup.cpu_seconds(), cgroup.memory_bytes())
+    return found
+
+
 def leftovers() -> dict[str, list[str]]:
     return linux.leftovers_by_tag()
 

@@ -13,8 +13,8 @@ proxy whose output is streamed into the caller's files (``proxy``, ``remote``); 
 one channel over every host's link emulator (``channel``); ``exec_in`` and ``wait_listening``
 run on the node's host. Each is a Dask task to the hosts concerned, so the data plane never
 passes through Dask. ``open_socket`` gives a socket whose sends leave from the node and
-whose arrivals are drained here (``datagrams``). Not on a cluster: node cgroups seen from
-here (``node_cgroup`` is None).
+whose arrivals are drained here (``datagrams``). ``node_cgroup`` gives a node's CPU time
+and memory, read on its host (``usage``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from nestbed.backend.cluster.share import (
     cut_links,
     shares,
 )
+from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
@@ -81,6 +82,7 @@ class ClusterBackend:
         self._client: Any = None
         self._poller: Poller | None = None
         self._drainer: Drainer | None = None
+        self._usage: dict[str, UsageReader] = {}  # by experiment
 
     # -- connection ------------------------------------------------------------------------
 
@@ -432,7 +434,29 @@ class ClusterBackend:
         return ClusterChannel(parts, on_hosts)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
-        return None
+        """The node's cgroup on its host, as its CPU time and memory read through the
+        host's agent (``usage``); None if it has none there."""
+        h = self._host_of(plan, node)
+        reader = self._usage.get(plan.experiment)
+        if reader is None:
+            kept = self.placement(plan)
+            on = {} if kept is None else kept[0]
+
+            def read_host(host: str) -> dict[str, tuple[float, int]]:
+                here = sorted(n for n, at in on.items() if at == host)
+                (answer,) = self._on_hosts(
+                    agent.node_usage, {host: (agent.state_only(plan), here)}
+                ).values()
+                if isinstance(answer, BaseException):
+                    raise answer
+                return answer
+
+            reader = self._usage[plan.experiment] = UsageReader(read_host)
+        try:
+            found = reader.read(h, node)
+        except OSError:
+            return None
+        return None if found is None else RemoteCgroup(reader, h, node)
 
     def wait_listening(
         self, process: subprocess.Popen, port: int, proto: str, timeout: float = 5
