@@ -134,25 +134,27 @@ def linktests() -> None:
     print("\n| run | level 1 pass/all | level 2 pass/all | level 3 pass/all | queue drops "
           "| seconds (levels 1, 2, 3) | load average |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    with started(count, slots=-(-n // count)) as (machines, agents):
-        with ClusterBackend(agents.address, state_root=machines.run_dir("bench")) as cluster:
-            for run in range(1, RUNS + 1):
-                cluster.swap_in(p)
-                try:
-                    before = pipe_counters(cluster.linkd(p))
-                    report = linktest(p, exp, 3, backend=cluster)
-                    after = pipe_counters(cluster.linkd(p))
-                finally:
-                    cluster.swap_out(p)
-                drops = sum(drops_by_kind(c)["queue"] - drops_by_kind(before[k])["queue"]
-                            for k, c in after.items() if k in before)  # fmt: skip
-                cells = []
-                for level in (1, 2, 3):
-                    checks = [c for c in report.checks if c.level == level]
-                    cells.append(f"{sum(c.verdict == 'pass' for c in checks)}/{len(checks)}")
-                seconds = ", ".join(f"{report.level_seconds[k]:.0f}" for k in (1, 2, 3))
-                load = os.getloadavg()[0]
-                print(f"| {run} | {' | '.join(cells)} | {drops} | {seconds} | {load:.1f} |")
+    with (
+        started(count, slots=-(-n // count)) as (machines, agents),
+        ClusterBackend(agents.address, state_root=machines.run_dir("bench")) as cluster,
+    ):
+        for run in range(1, RUNS + 1):
+            cluster.swap_in(p)
+            try:
+                before = pipe_counters(cluster.linkd(p))
+                report = linktest(p, exp, 3, backend=cluster)
+                after = pipe_counters(cluster.linkd(p))
+            finally:
+                cluster.swap_out(p)
+            drops = sum(drops_by_kind(c)["queue"] - drops_by_kind(before[k])["queue"]
+                        for k, c in after.items() if k in before)  # fmt: skip
+            cells = []
+            for level in (1, 2, 3):
+                checks = [c for c in report.checks if c.level == level]
+                cells.append(f"{sum(c.verdict == 'pass' for c in checks)}/{len(checks)}")
+            seconds = ", ".join(f"{report.level_seconds[k]:.0f}" for k in (1, 2, 3))
+            load = os.getloadavg()[0]
+            print(f"| {run} | {' | '.join(cells)} | {drops} | {seconds} | {load:.1f} |")
 
 
 def main() -> None:
