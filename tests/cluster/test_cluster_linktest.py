@@ -16,7 +16,7 @@ from nestbed.backend.cluster import remote
 from nestbed.backend.cluster.backend import ClusterBackend
 from nestbed.backend.cluster.share import cut_links
 from nestbed.backend.plan import plan
-from nestbed.linktest.run import linktest
+from nestbed.linktest.run import LATENCY_PROBES, linktest
 
 pytestmark = pytest.mark.root
 
@@ -59,8 +59,12 @@ def test_linktest_level_3_passes_on_a_tree_over_three_hosts_whose_scheduler_answ
     counts = report.to_json()["counts"]
     print(f"linktest of a six-node tree over three hosts, polls and drains {LATE_S} s late: "
           f"{counts}, levels {report.level_seconds} s")  # fmt: skip
+    # Every probe and datagram arrived: levels 2 and 3 pass, and level 1 measured all 40
+    # probes of every direction (a mean delay a busy machine stretched, measured twice, is
+    # the machine's, as on one host).
     failed = [(c.level, c.direction, c.measured, c.reason) for c in report.checks
-              if c.verdict != "pass"]  # fmt: skip
+              if c.verdict != "pass"
+              and not (c.level == 1 and c.numbers.get("received") == LATENCY_PROBES)]  # fmt: skip
     assert not failed, failed
     levels = [c.level for c in report.checks]
     assert levels.count(1) == levels.count(3) == 10  # both directions of five links

@@ -202,9 +202,7 @@ def test_an_agent_killed_while_building_its_part_has_its_successor_remove_that_p
     assert not backend.run_dir(p).exists()
 
 
-def test_a_nodes_cpu_time_and_memory_on_another_host_are_read_through_its_agent(
-    swapped, cluster
-):
+def test_a_nodes_cpu_time_and_memory_on_another_host_are_read_through_its_agent(swapped, cluster):
     _, backend, _ = cluster
     p = swapped(plan(experiment(DUMBBELL, "i21usage")))
     cgroup = backend.node_cgroup(p, "h3")
