@@ -9,9 +9,14 @@
    an underlay shaped by nestbed-linkd, a `nestbed agent` inside each); the plan is computed
    before the clock starts. All the simulated hosts share this machine's cores.
 
+3. As root, with --linktest: linktest level 3 of the 100-node tree on three simulated hosts
+   through ClusterBackend, each level's checks passed and failed, and the queue drops the
+   link emulators counted meanwhile (a busy machine leaves them unscheduled).
+
 Medians of RUNS runs.
 
-    PYTHONPATH=src python bench/cluster.py          # part 2 needs root
+    PYTHONPATH=src python bench/cluster.py              # part 2 needs root
+    PYTHONPATH=src python bench/cluster.py --linktest   # part 3 only, root
 """
 
 from __future__ import annotations
@@ -111,7 +116,51 @@ def swaps() -> None:
               f"| {statistics.median(outs):.2f} | {GOAL_OUT_S:g} |")  # fmt: skip
 
 
+LINKTEST = (100, 3)  # (nodes, simulated hosts)
+
+
+def linktests() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cluster"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from simulated import started  # the cluster tests' simulated hosts
+
+    from nestbed.backend.cluster.backend import ClusterBackend
+    from nestbed.backend.linkd import drops_by_kind, pipe_counters
+    from nestbed.linktest.run import linktest
+
+    n, count = LINKTEST
+    exp = tree(n)
+    p = plan(exp)
+    print("\n| run | level 1 pass/all | level 2 pass/all | level 3 pass/all | queue drops "
+          "| seconds (levels 1, 2, 3) | load average |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    with (
+        started(count, slots=-(-n // count)) as (machines, agents),
+        ClusterBackend(agents.address, state_root=machines.run_dir("bench")) as cluster,
+    ):
+        for run in range(1, RUNS + 1):
+            cluster.swap_in(p)
+            try:
+                before = pipe_counters(cluster.linkd(p))
+                report = linktest(p, exp, 3, backend=cluster)
+                after = pipe_counters(cluster.linkd(p))
+            finally:
+                cluster.swap_out(p)
+            drops = sum(drops_by_kind(c)["queue"] - drops_by_kind(before[k])["queue"]
+                        for k, c in after.items() if k in before)  # fmt: skip
+            cells = []
+            for level in (1, 2, 3):
+                checks = [c for c in report.checks if c.level == level]
+                cells.append(f"{sum(c.verdict == 'pass' for c in checks)}/{len(checks)}")
+            seconds = ", ".join(f"{report.level_seconds[k]:.0f}" for k in (1, 2, 3))
+            load = os.getloadavg()[0]
+            print(f"| {run} | {' | '.join(cells)} | {drops} | {seconds} | {load:.1f} |")
+
+
 def main() -> None:
+    if "--linktest" in sys.argv:
+        linktests()
+        return
     control_traffic()
     if os.geteuid() == 0:
         swaps()

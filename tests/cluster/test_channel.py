@@ -140,6 +140,7 @@ def test_a_remote_socket_keeps_every_datagram_a_round_brings_and_is_readable_whi
     assert got == [b"%d" % i for i in range(500)]
     assert select.select([sock], [], [], 0)[0] == []
     assert sock.sendto(b"hello", ("10.1.1.2", 7)) == 5
-    assert sock.take_pending() == [(b"hello", ("10.1.1.2", 7))] and sock.take_pending() == []
+    (taken,) = sock.take_pending()
+    assert taken[:2] == (b"hello", ("10.1.1.2", 7)) and sock.take_pending() == []
     sock.close()
     sock.deliver([b"late"])  # a round that was under way when it closed

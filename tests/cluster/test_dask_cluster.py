@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
+import time
 
 import pytest
-from simulated import DUMBBELL, namespaces, processes, started
+from simulated import DUMBBELL, namespaces, processes
 
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster.backend import ClusterBackend
+from nestbed.backend.cluster.host import BUILDING
 from nestbed.backend.cluster.placement import place
 from nestbed.backend.cluster.share import cut_links
 from nestbed.backend.plan import plan
@@ -22,13 +25,13 @@ pytestmark = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """Three simulated hosts, each with an agent holding at most two nodes, and the back end
-    reaching them through a scheduler on the underlay; all stopped and removed at the end."""
-    with started(3, slots=2) as (machines, agents):
-        backend = ClusterBackend(agents.address, state_root=machines.run_dir("controller"))
-        yield machines, backend, agents
-        backend.close()
+def cluster(simulated_cluster):
+    """The session's three simulated hosts (each agent holding at most two nodes), and the
+    back end reaching them through the scheduler on the underlay."""
+    machines, agents = simulated_cluster
+    backend = ClusterBackend(agents.address, state_root=machines.run_dir("controller"))
+    yield machines, backend, agents
+    backend.close()
 
 
 @pytest.fixture
@@ -157,3 +160,60 @@ def test_a_host_that_does_not_answer_fails_the_swap_in_at_the_deadline_before_an
     assert not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
     assert not backend.run_dir(p).exists()
     assert backend.facts()  # the host answers again
+
+
+def test_an_agent_killed_while_building_its_part_has_its_successor_remove_that_part(cluster):
+    """The swap-in fails (the dead host's part could not be removed); the host's next agent
+    finds the part its predecessor never finished and removes it before it serves."""
+    machines, backend, agents = cluster
+    p = plan(experiment(DUMBBELL, "i21half"))
+    victim = place(p, backend.facts())["h3"]
+    note = machines.run_dir(victim) / BUILDING / p.experiment
+    building = p.node("h3").netns
+    impatient = ClusterBackend(backend.scheduler, state_root=backend.state_root, timeout_s=20)
+    failed: list[EnvironmentProblem] = []
+
+    def swap_in():
+        try:
+            impatient.swap_in(p)
+        except EnvironmentProblem as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=swap_in)
+    thread.start()
+    try:
+        while building not in namespaces() and thread.is_alive():
+            time.sleep(0.005)
+        assert note.exists(), "the host finished its part before its agent could be killed"
+        agents.kill(victim)  # mid-build
+    finally:
+        thread.join()
+        impatient.close()
+    (exc,) = failed
+    assert f"failed on host {victim}" in str(exc) and "could not remove its part" in str(exc)
+    assert building in namespaces()  # no one could remove it
+    agents.start(victim)
+    until(lambda: backend.hosts() == machines.hosts, f"a new agent on {victim} to join")
+    until(lambda: not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")],
+          f"the new agent of {victim} to remove the unfinished part")  # fmt: skip
+    assert not note.exists()
+    assert not processes(str(machines.run_dir(victim) / p.experiment))
+    backend.swap_out(p)  # the controller's placement, kept for a swap-out, goes too
+    assert not backend.run_dir(p).exists()
+
+
+def test_a_nodes_cpu_time_and_memory_on_another_host_are_read_through_its_agent(swapped, cluster):
+    _, backend, _ = cluster
+    p = swapped(plan(experiment(DUMBBELL, "i21usage")))
+    cgroup = backend.node_cgroup(p, "h3")
+    assert cgroup is not None
+    before = cgroup.cpu_seconds()
+    busy = ["timeout", "0.5", "sh", "-c", "while :; do :; done"]
+    backend.exec_in(p, "h3", busy)
+    time.sleep(0.1)  # past the reading kept for a sweep over the nodes
+    after = cgroup.cpu_seconds()
+    print(f"h3 burnt {after - before:.3f} CPU s; memory {cgroup.memory_bytes()} bytes")
+    assert after > before  # its busy loop counted, on its host
+    assert cgroup.memory_bytes() > 0
+    other = backend.node_cgroup(p, "h1")  # another host's node, its own counters
+    assert other is not None and other.cpu_seconds() < after

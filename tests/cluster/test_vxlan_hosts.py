@@ -9,7 +9,7 @@ import json
 import subprocess
 
 import pytest
-from simulated import UNDERLAY_DELAY_S, Machines, interfaces, namespaces, processes
+from simulated import UNDERLAY_DELAY_S, interfaces, namespaces, processes
 
 from nbtest import experiment, until
 from nestbed.backend import linux
@@ -35,12 +35,12 @@ ONE_WAY_S = 0.021  # access1 1 ms + bottleneck 20 ms; access3 unshaped
 
 
 @pytest.fixture
-def cluster():
-    """Three simulated hosts, and a function that swaps an experiment in on those its
-    placement names; everything is swapped out and removed at the end however the test
-    ended, and checked gone."""
+def cluster(simulated_cluster):
+    """The session's three simulated hosts, and a function that swaps an experiment in on
+    those its placement names (each host building its share itself, without its agent);
+    everything is swapped out at the end however the test ended, and checked gone."""
     before_if = interfaces()
-    machines = Machines(3)
+    machines, _ = simulated_cluster
     made = []
 
     def swap_in(exp, placement=PLACEMENT):
@@ -53,7 +53,6 @@ def cluster():
         return p, parts
 
     try:
-        machines.start()
         yield machines, swap_in
         for parts in made:
             for host, part in parts.items():
@@ -70,9 +69,7 @@ def cluster():
         for parts in made:
             for host, part in parts.items():
                 machines.call(host, "swap_out", part)
-        machines.stop()
-    mine = set(machines.namespaces.values())
-    mine |= {n for parts in made for part in parts.values() for n in part.plan.namespaces}
+    mine = {n for parts in made for part in parts.values() for n in part.plan.namespaces}
     assert mine & namespaces() == set()
     assert {i for i in interfaces() - before_if if "i21" in i} == set()
 

@@ -34,6 +34,11 @@ def agent(
         typer.Option(help="Address to serve on, where the others' VXLAN reaches this host "
                      "(default: the one that reaches the scheduler)."),
     ] = None,
+    clock_port: Annotated[
+        int,
+        typer.Option(min=0, max=65535, help="UDP port to answer the controlling machine's "
+                     "time requests on (0: none; its clock is then asked through Dask)."),
+    ] = 14790,
 ) -> None:  # fmt: skip
     """Serve this host to a cluster until stopped: build its share of experiments."""
     from nestbed.backend.cluster.agent import AgentConfig, serve
@@ -50,4 +55,4 @@ def agent(
         raise UserError(
             f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
         )
-    serve(scheduler, AgentConfig(name, slots, nic_bps, linkd_pps), listen)
+    serve(scheduler, AgentConfig(name, slots, nic_bps, linkd_pps, clock_port or None), listen)

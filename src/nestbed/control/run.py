@@ -58,8 +58,14 @@ class Run:
             self.folder.root, self.exp, run_id=start.run_id,
             seeds={e.link: e.seed for e in self.plan.emulated},
             binaries=self._binaries(), options=self._manifest_options(),
-            placement=backend.placement_facts(self.plan),
+            placement=(placement := backend.placement_facts(self.plan)),
         )  # fmt: skip
+        # Each node's host's monotonic clock less this machine's (a cluster's, measured at
+        # swap-in; on one host there is one clock): what the probes' stamps are corrected by.
+        self.clock_offsets_ns = {
+            node: (facts.get("monotonic_offset_s") or 0.0) * 1e9
+            for facts in placement.get("hosts", {}).values() for node in facts.get("nodes", [])
+        }  # fmt: skip
         self.scheduler = Scheduler(self._perform)
         self.events = Table(self.folder.events, EVENT_COLUMNS)
         self.program_rows = Table(self.folder.programs_table, PROGRAM_COLUMNS)
@@ -134,6 +140,9 @@ class Run:
 
     def now_s(self) -> float:
         return self.scheduler.now_s()
+
+    def clock_offset_ns(self, node: str) -> float:
+        return self.clock_offsets_ns.get(node, 0.0)
 
     def _flows(self) -> dict[str, Flow]:
         agents = {a.name: a for a in self.exp.agents}

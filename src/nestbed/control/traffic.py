@@ -42,6 +42,10 @@ class Node(Protocol):
 
     def now_s(self) -> float: ...
 
+    def clock_offset_ns(self, node: str) -> float:
+        """The monotonic clock of the node's host less the controller's (0 on one host)."""
+        ...
+
 
 @dataclass
 class Session:
@@ -272,9 +276,14 @@ class CbrFlow(Flow):
         )
         log = np.concatenate(logs) if logs else np.empty((0, 3))
         if len(log):
-            delay_ms = log[:, 2] / 1e6
-            # Arrival time on CLOCK_MONOTONIC (mod 2^48, as in the probe header) since t0.
-            arrival = (log[:, 0] + log[:, 2] - t0_ns) % (1 << 48) / 1e9
+            # The stamps are the sender's host's clock when sent and the receiver's when
+            # received: on a cluster each is corrected by its host's offset.
+            sender_ns = self.ctl.clock_offset_ns(self.source)
+            receiver_ns = self.ctl.clock_offset_ns(self.destination)
+            delay_ms = (log[:, 2] - (receiver_ns - sender_ns)) / 1e6
+            # Arrival time on this machine's CLOCK_MONOTONIC (mod 2^48, as in the probe
+            # header) since t0.
+            arrival = (log[:, 0] + log[:, 2] - receiver_ns - t0_ns) % (1 << 48) / 1e9
             span = arrival.max() - arrival.min()
             row.update(
                 throughput_bps=log[:, 1].sum() * 8 / span if span > 0 else None,

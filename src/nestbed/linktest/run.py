@@ -50,9 +50,20 @@ BANDWIDTH_ROUND_LOAD_BPS = 400e6
 BLOCK_SECONDS = 0.02  # goodput is taken per block of arrivals at least this long
 BLOCK_MIN_FRAMES = 20  # summed offered load of a round, so linkd keeps up
 ROUTING_PORT = 39_999
+# Datagrams a second of a routing pass, all pairs together: thousands sent at once overflow
+# the queues of the links most paths share (a 100-node tree's root link carries a quarter
+# of them; 50 frames of queue at 100 Mb/s last 0.3 ms), as soon as a busy host leaves its
+# link emulator unscheduled for a few milliseconds. 9 702 pairs take a second.
+ROUTING_PPS = 10_000
 WARM_UP_ATTEMPTS = 6
 ARP_RETRY_S = 1.1  # the kernel asks again after net.ipv4.neigh.*.retrans_time_ms (1 s)
 FIRST_PORT = 40_000
+# A receiver's own idle timer counts from its start until a first datagram arrives; the
+# senders of its round start after every receiver of the round was heard listening, which on
+# a cluster (commands started and heard through the scheduler) has taken over a second. So a
+# receiver's own timer is only a safety net this much longer than its linger, and linktest
+# ends it itself once its round's senders are done and the linger has passed.
+RECEIVER_START_S = 30.0
 _MEASURES = ("measured", "mean", "median", "lost", "sent")  # what a second measurement keeps
 
 
@@ -212,6 +223,7 @@ class _Probe:
     received: dict[str, Any] | None = None
     link: str | None = None  # given: count the drops of its queues (src egress, dst ingress)
     queue_drops: int = 0
+    linger_s: float | None = None  # given: the receiver waits this long after its sender ends
 
 
 class _Tester:
@@ -253,6 +265,7 @@ class _Tester:
                 senders.append(self._start(p.src, probe_send(to, "--bind", p.src_ip, *p.send)))
             for p, s in zip(probes, senders, strict=True):
                 p.sent = _summary(s)
+            _linger(probes, receivers)
             for p, r in zip(probes, receivers, strict=True):
                 p.received = _summary(r)
             after = self._queue_drops() if queues else {}
@@ -326,9 +339,9 @@ class _Tester:
         idle = 0.5 + 2 * (d.delay_s(LATENCY_PAYLOAD) + d.jitter_s) + 4 * interval
         send = ["--size", str(LATENCY_PAYLOAD), "--count", str(LATENCY_PROBES),
                 "--interval", f"{interval:.6f}"]  # fmt: skip
-        recv = ["--count", str(LATENCY_PROBES), "--idle", f"{idle:.3f}",
+        recv = ["--count", str(LATENCY_PROBES), "--idle", f"{idle + RECEIVER_START_S:.3f}",
                 "--expect", str(LATENCY_PROBES)]  # fmt: skip
-        return _Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv)
+        return _Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv, linger_s=idle)
 
     def _confirmed(self, checks: list[Check], alone: Callable[[int], Check],
                    measured: Callable[[Check], bool]) -> list[Check]:  # fmt: skip
@@ -401,7 +414,10 @@ class _Tester:
                        if copies[i] > 0 and not (r.reaches and arrived.got[i])]  # fmt: skip
                 if not due:
                     break
-                for i in due:
+                began = time.monotonic()
+                for k, i in enumerate(due):
+                    if (ahead := began + k / ROUTING_PPS - time.monotonic()) > 0.001:
+                        time.sleep(ahead)
                     arrived.send(found[i].src, found[i].dst_ip, i)
                     copies[i] -= 1
                 arrived.collect(wait=0.2 + max(_path_delay(found[i]) for i in due))
@@ -455,9 +471,10 @@ class _Tester:
     @staticmethod
     def _loss_probe(d: Direction, n: int, pps: float) -> _Probe:
         send = ["--size", str(LOSS_PAYLOAD), "--count", str(n), "--pps", f"{pps:.3f}"]
+        idle = 0.5 + 2 * d.delay_s(LOSS_PAYLOAD) + 4 / pps
         recv = ["--count", str(n), "--expect", str(n),
-                "--idle", f"{0.5 + 2 * d.delay_s(LOSS_PAYLOAD) + 4 / pps:.3f}"]  # fmt: skip
-        return _Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv, link=d.link)
+                "--idle", f"{idle + RECEIVER_START_S:.3f}"]  # fmt: skip
+        return _Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv, link=d.link, linger_s=idle)
 
     def _loss_check(self, d: Direction, n: int, pps: float, rho: float, p: _Probe,
                     alpha: float) -> Check:  # fmt: skip
@@ -610,6 +627,19 @@ def _path_delay(r: Route) -> float:
     return sum(h.delay_s(16) + h.jitter_s for h in r.hops)
 
 
+def _linger(probes: Sequence[_Probe], receivers: Sequence[subprocess.Popen]) -> None:
+    """Once the round's senders are done: each receiver still running ends (SIGTERM, after
+    which it reports what it received) when its linger has passed."""
+    start = time.monotonic()
+    for p, r in zip(probes, receivers, strict=True):
+        if p.linger_s is None:
+            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            r.wait(timeout=max(0.0, start + p.linger_s - time.monotonic()))
+        if r.poll() is None:
+            r.terminate()
+
+
 def _summary(process: subprocess.Popen) -> dict[str, Any] | None:
     out, _ = process.communicate(timeout=120)
     with contextlib.suppress(ValueError):
@@ -635,6 +665,7 @@ class _Datagrams:
     _FORMAT = struct.Struct("!I")
 
     def __init__(self, backend: Backend, plan: Plan, nodes: Iterable[str]):
+        self.backend = backend
         self.sockets: dict[str, socket.socket] = {}
         for name in sorted(nodes):
             sock = backend.open_socket(plan, name, socket.SOCK_DGRAM)
@@ -656,9 +687,18 @@ class _Datagrams:
             self.sockets[node].sendto(self._FORMAT.pack(test), (ip, ROUTING_PORT))
 
     def collect(self, wait: float) -> None:
-        deadline = time.monotonic() + wait
-        while (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select(list(self.sockets.values()), [], [], left)
+        """Receives for ``wait`` seconds, and as much longer as the back end's sockets may
+        deliver later than the network: a cluster's, whose datagrams are sent and drained
+        through the scheduler, says how much in ``socket_delay_s``, which grows while a
+        drain is slow (a local socket has none), so it is asked again as the wait goes."""
+        start = time.monotonic()
+
+        def left() -> float:
+            late = getattr(self.backend, "socket_delay_s", 0.0)
+            return start + wait + late - time.monotonic()
+
+        while (remaining := left()) > 0:
+            ready, _, _ = select.select(list(self.sockets.values()), [], [], remaining)
             for sock in ready:
                 with contextlib.suppress(BlockingIOError, OSError):
                     while True:

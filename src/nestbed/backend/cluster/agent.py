@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nestbed.backend import linux
+from nestbed.backend.cluster import timeservice
 from nestbed.backend.cluster.placement import HostFacts
 from nestbed.backend.plan import Plan
 from nestbed.errors import EnvironmentProblem
@@ -37,6 +38,7 @@ class AgentConfig:
     slots: int = DEFAULT_SLOTS
     nic_bps: int = DEFAULT_NIC_BPS
     linkd_pps: int | None = None  # as the operator measured it (not measured by the agent)
+    clock_port: int | None = timeservice.DEFAULT_PORT  # UDP, for time requests (None: none)
 
 
 _serving: list[AgentConfig] = []  # the agent this process runs, once ``serve`` started it
@@ -49,6 +51,18 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
     which is also the address other hosts' VXLAN devices send to.
     """
     _serving[:] = [config]
+    from nestbed.backend.cluster import host
+
+    for experiment in host.remove_unfinished():
+        print(f"removed the unfinished part of experiment {experiment} a previous agent of "
+              f"host {config.host} was building", flush=True)  # fmt: skip
+    try:
+        clock = timeservice.TimeServer(config.clock_port) if config.clock_port else None
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"the agent of host {config.host} cannot answer time requests on UDP port "
+            f"{config.clock_port} ({exc}); give another --clock-port"
+        ) from exc
     try:
         asyncio.run(_serve(scheduler, config, listen))
     except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "failed to start"
@@ -56,6 +70,9 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
             f"the agent of host {config.host} cannot reach the scheduler at {scheduler} "
             f"({exc}); check the address and that `dask scheduler` runs there"
         ) from exc
+    finally:
+        if clock is not None:
+            clock.close()
 
 
 async def _serve(scheduler: str, config: AgentConfig, listen: str | None) -> None:
@@ -89,6 +106,7 @@ def facts() -> HostFacts:
         slots=config.slots,
         nic_bps=config.nic_bps,
         linkd_pps=config.linkd_pps,
+        clock_port=config.clock_port,
     )
 
 
@@ -124,6 +142,17 @@ def linkd_request(p: Plan, op: str, fields: dict[str, Any]) -> dict[str, Any]:
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:
     """Runs a command in one of this host's nodes (run on the agent)."""
     return linux.exec_in(p, node, argv, **run)
+
+
+def node_usage(p: Plan, nodes: list[str]) -> dict[str, tuple[float, int]]:
+    """CPU seconds and memory bytes of this host's nodes that have a cgroup (run on the
+    agent)."""
+    found = {}
+    for node in nodes:
+        cgroup = linux.node_cgroup(p, node)
+        if cgroup is not None:
+            found[node] = (cgroup.cpu_seconds(), cgroup.memory_bytes())
+    return found
 
 
 def leftovers() -> dict[str, list[str]]:

@@ -13,8 +13,8 @@ proxy whose output is streamed into the caller's files (``proxy``, ``remote``); 
 one channel over every host's link emulator (``channel``); ``exec_in`` and ``wait_listening``
 run on the node's host. Each is a Dask task to the hosts concerned, so the data plane never
 passes through Dask. ``open_socket`` gives a socket whose sends leave from the node and
-whose arrivals are drained here (``datagrams``). Not on a cluster: node cgroups seen from
-here (``node_cgroup`` is None).
+whose arrivals are drained here (``datagrams``). ``node_cgroup`` gives a node's CPU time
+and memory, read on its host (``usage``).
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, clocks, host, remote
+from nestbed.backend.cluster import agent, clocks, host, remote, timeservice
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
@@ -47,6 +48,7 @@ from nestbed.backend.cluster.share import (
     cut_links,
     shares,
 )
+from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
@@ -80,6 +82,7 @@ class ClusterBackend:
         self._client: Any = None
         self._poller: Poller | None = None
         self._drainer: Drainer | None = None
+        self._usage: dict[str, UsageReader] = {}  # by experiment
 
     # -- connection ------------------------------------------------------------------------
 
@@ -193,7 +196,7 @@ class ClusterBackend:
         parts = shares(plan, nodes, underlay)
         directory = self.run_dir(plan)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        offsets = self.clock_offsets(sorted(parts))
+        offsets = self.clock_offsets([f for f in facts if f.name in parts])
         tolerated = clocks.tolerance_s(_cut_delays_s(plan, nodes))
         said = clocks.warnings(offsets, tolerated)
         for warning in said:
@@ -242,7 +245,25 @@ class ClusterBackend:
             found[h] = {name[a]: s for a, s in answer.items()}
         return found
 
-    def clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
+    def clock_offsets(self, facts: list[HostFacts]) -> dict[str, clocks.Offset]:
+        """Each host's clock less this machine's (and its monotonic clock's), from
+        ``clocks.UDP_SAMPLES`` time requests over UDP to its agent (``timeservice``); from
+        ``clocks.SAMPLES`` through Dask for a host that does not answer them."""
+        found = {}
+        for f in facts:
+            measured = None
+            if f.clock_port:
+                ask, close = timeservice.asker(f.address, f.clock_port)
+                try:
+                    measured = clocks.measure(ask, clocks.UDP_SAMPLES)
+                finally:
+                    close()
+            if measured is not None:
+                found[f.name] = measured[0]
+        slow = sorted(f.name for f in facts if f.name not in found)
+        return found | (self._dask_clock_offsets(slow) if slow else {})
+
+    def _dask_clock_offsets(self, hosts: list[str]) -> dict[str, clocks.Offset]:
         """Each host's clock less this machine's, from ``clocks.SAMPLES`` time requests sent
         straight to its agent (not through the scheduler, whose hop would widen the round
         trip)."""
@@ -265,7 +286,7 @@ class ClusterBackend:
                 raise EnvironmentProblem(
                     f"host {h} did not answer a time request: {_reason(exc)}"
                 ) from exc
-            found[h] = clocks.estimate(samples)
+            found[h] = replace(clocks.estimate(samples), method="dask")
         return found
 
     def placement_facts(self, plan: Plan) -> dict[str, Any]:
@@ -396,6 +417,12 @@ class ClusterBackend:
         sock = self._drainer.open_socket(h, (agent.node_only(plan, node), node, kind))
         return sock  # type: ignore[return-value]
 
+    @property
+    def socket_delay_s(self) -> float:
+        """How much later than on one host a datagram through ``open_socket`` may arrive
+        (linktest waits that much longer for its datagrams): from the drains' own times."""
+        return 0.0 if self._drainer is None else self._drainer.delay_s()
+
     def linkd(self, plan: Plan) -> Channel:
         parts = self.shares(plan)
 
@@ -407,7 +434,29 @@ class ClusterBackend:
         return ClusterChannel(parts, on_hosts)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
-        return None
+        """The node's cgroup on its host, as its CPU time and memory read through the
+        host's agent (``usage``); None if it has none there."""
+        h = self._host_of(plan, node)
+        reader = self._usage.get(plan.experiment)
+        if reader is None:
+            kept = self.placement(plan)
+            on = {} if kept is None else kept[0]
+
+            def read_host(host: str) -> dict[str, tuple[float, int]]:
+                here = sorted(n for n, at in on.items() if at == host)
+                (answer,) = self._on_hosts(
+                    agent.node_usage, {host: (agent.state_only(plan), here)}
+                ).values()
+                if isinstance(answer, BaseException):
+                    raise answer
+                return answer
+
+            reader = self._usage[plan.experiment] = UsageReader(read_host)
+        try:
+            found = reader.read(h, node)
+        except OSError:
+            return None
+        return None if found is None else RemoteCgroup(reader, h, node)
 
     def wait_listening(
         self, process: subprocess.Popen, port: int, proto: str, timeout: float = 5

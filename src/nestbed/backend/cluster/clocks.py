@@ -7,15 +7,21 @@ t - (t1 + t4) / 2, give or take half the round trip.
 One-way delays measured across hosts carry the offset between their clocks as an error, so
 a cut link tolerates an offset up to a part of its delay (``tolerance_s``).
 
-Pure: the samples are handed in (the agents answer with ``time.time_ns``).
+The same estimate gives the offset between the hosts' monotonic clocks, which is what
+nestbed-probe stamps its datagrams with: a one-way delay from host A to host B measured by
+those stamps is off by B's offset less A's (``one_way_correction_ns``).
+
+Pure: the samples are handed in, or asked for through a function (``measure``; the agents
+answer over UDP, ``timeservice``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
-SAMPLES = 8  # time requests per host at swap-in
+SAMPLES = 8  # time requests per host at swap-in, through Dask (where UDP is not answered)
+UDP_SAMPLES = 200  # time requests per host at swap-in, over UDP (a few hundred µs each)
 TOLERATED_PART = 0.1  # of the smallest delay of a cut link
 TOLERANCE_FLOOR_S = 60e-6  # the delay accuracy nestbed promises on one host
 
@@ -45,17 +51,22 @@ class Offset:
     offset_s: float
     rtt_s: float
     samples: int
+    method: str = "udp"  # how the requests went: "udp" (timeservice) or "dask"
+    monotonic_offset_s: float | None = None  # the same for the monotonic clocks, if asked
 
     @property
     def error_s(self) -> float:
         return self.rtt_s / 2
 
-    def to_json(self) -> dict[str, float | int]:
+    def to_json(self) -> dict[str, float | int | str | None]:
+        mono = self.monotonic_offset_s
         return {
             "clock_offset_s": round(self.offset_s, 9),
             "clock_error_s": round(self.error_s, 9),
             "clock_rtt_s": round(self.rtt_s, 9),
             "clock_samples": self.samples,
+            "clock_method": self.method,
+            "monotonic_offset_s": None if mono is None else round(mono, 9),
         }
 
 
@@ -66,6 +77,25 @@ def estimate(samples: Iterable[Sample]) -> Offset:
         raise ValueError("no time sample to estimate a clock offset from")
     best = min(found, key=lambda s: s.rtt_ns)
     return Offset(best.offset_ns / 1e9, best.rtt_ns / 1e9, len(found))
+
+
+def measure(
+    ask: Callable[[], tuple[Sample, Sample] | None], count: int
+) -> tuple[Offset, Offset] | None:
+    """The offsets of the wall and the monotonic clocks from ``count`` requests (``ask``
+    gives each one's samples of both clocks, or None when it was lost); None if all were."""
+    answers = [a for a in (ask() for _ in range(count)) if a is not None]
+    if not answers:
+        return None
+    wall = estimate(a[0] for a in answers)
+    mono = estimate(a[1] for a in answers)
+    return replace(wall, monotonic_offset_s=mono.offset_s), mono
+
+
+def one_way_correction_ns(sender_offset_ns: float, receiver_offset_ns: float) -> float:
+    """What to take off a one-way delay stamped by the sender's clock at one end and the
+    receiver's at the other, each offset being the host's clock less this machine's."""
+    return receiver_offset_ns - sender_offset_ns
 
 
 def tolerance_s(cut_delays_s: Iterable[float]) -> float:

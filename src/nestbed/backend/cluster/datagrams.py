@@ -3,8 +3,11 @@
 receives is drained from the host into one end of a local datagram pair, whose other end the
 caller selects on and reads, as on a socket of its own. Sends wait for the next drain
 (``remote.socket_drain``, one Dask task per host every ``DRAIN_S``), which carries all of
-them: linktest's thousands of datagrams cost a task per host per round, not one each. Only
-the requests and what arrived cross Dask; the datagrams themselves cross the network.
+them: linktest's thousands of datagrams cost a task per host per round, not one each. Each
+send carries the time it was asked for, and the host sends a drain's datagrams as far apart
+as they were asked for: a round's worth at once would be a burst the links' queues drop,
+which the caller, sending one by one, never made. Only the requests and what arrived cross
+Dask; the datagrams themselves cross the network.
 """
 
 from __future__ import annotations
@@ -14,12 +17,18 @@ import contextlib
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from nestbed.backend.cluster.rounds import Rounds
 
 DRAIN_S = 0.02
+UNMEASURED_ROUND_S = 1.0  # what a drain is taken to last before one was timed
+
+# A datagram to send: its bytes, where to, and when it was asked for (this machine's
+# monotonic clock: only the gaps between sends count on the host).
+Send = tuple[bytes, tuple[str, int], float]
 
 # Runs a function of ``remote`` on hosts: {host: args} -> {host: answer or exception}.
 OnHosts = Callable[[Callable[..., Any], dict[str, tuple[Any, ...]]], dict[str, Any]]
@@ -38,7 +47,7 @@ class RemoteSocket:
         self.feed.setblocking(False)
         self.lock = threading.Lock()
         self.arrived: collections.deque[bytes] = collections.deque()
-        self.pending: list[tuple[bytes, tuple[str, int]]] = []
+        self.pending: list[Send] = []
         self.blocking = True
         self.closed = False
 
@@ -55,10 +64,10 @@ class RemoteSocket:
         """Sent with the next drain (as UDP, unacknowledged: an unreachable address is no
         error here)."""
         with self.lock:
-            self.pending.append((bytes(data), address))
+            self.pending.append((bytes(data), address, time.monotonic()))
         return len(data)
 
-    def take_pending(self) -> list[tuple[bytes, tuple[str, int]]]:
+    def take_pending(self) -> list[Send]:
         with self.lock:
             taken, self.pending = self.pending, []
         return taken
@@ -119,7 +128,12 @@ class Drainer(Rounds):
     def _drain(self, asked: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return self.on_hosts(self.remote.socket_drain, {h: (k,) for h, k in asked.items()})
 
-    def question(self, thing: Any) -> list[tuple[bytes, tuple[str, int]]]:
+    def delay_s(self) -> float:
+        """How much later than the network alone a datagram may arrive: it waits for a drain
+        to be sent, and its arrival for another to be seen, each a pause and a round."""
+        return 2 * (self.pause_s + self.slowest_s(UNMEASURED_ROUND_S))
+
+    def question(self, thing: Any) -> list[Send]:
         return thing.take_pending()
 
     def open_socket(self, h: str, args: tuple[Any, ...]) -> RemoteSocket:

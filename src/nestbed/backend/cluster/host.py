@@ -5,12 +5,19 @@ is), and every interface of a cut link gets the inner MTU, read back to check it
 
 The VXLAN device lives in the fabric namespace, so swapping out (deleting the experiment's
 namespaces) removes it and closes its socket; nothing of the experiment stays on the host.
+
+A share being built is written down first (``BUILDING``), and crossed out once built or
+removed: an agent that dies while building leaves the note, and the host's next agent
+removes what the note names before it serves (``remove_unfinished``), since no one else can
+(the controller's swap-in has failed, or given up on this host).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
+from pathlib import Path
 
 from nestbed.backend import linux, offloads
 from nestbed.backend.cluster import remote as commands
@@ -19,6 +26,7 @@ from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
 
 _ZERO_MAC = "00:00:00:00:00:00"  # the FDB entry every unknown or broadcast frame floods to
+BUILDING = ".cluster-building"  # in the host's state folder: one note per share being built
 
 
 def _ip(argv: list[str], what: str) -> str:
@@ -38,13 +46,41 @@ def _ip(argv: list[str], what: str) -> str:
 def swap_in(part: HostShare) -> None:
     """Builds the share on this host; on failure removes what it made and re-raises."""
     check_underlay(part)
-    linux.swap_in(part.plan, attach=lambda step: _attach(part, step))
+    note = _note(part)
+    note.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    note.write_bytes(pickle.dumps(part))
+    try:
+        linux.swap_in(part.plan, attach=lambda step: _attach(part, step))
+    finally:
+        note.unlink(missing_ok=True)
 
 
 def swap_out(part: HostShare) -> None:
     """Removes everything of the share from this host (safe on a partial or absent one)."""
     commands.forget(linux.run_dir(part.plan))
     linux.swap_out(part.plan)
+    _note(part).unlink(missing_ok=True)
+
+
+def _note(part: HostShare) -> Path:
+    return linux.RUN_DIR / BUILDING / part.plan.experiment
+
+
+def remove_unfinished() -> list[str]:
+    """Removes every share whose build an agent of this host began and never finished (it
+    died meanwhile); the experiments removed. Only for a starting agent: a live one's
+    builds in progress look the same."""
+    removed = []
+    notes = linux.RUN_DIR / BUILDING
+    for note in sorted(notes.iterdir()) if notes.is_dir() else []:
+        try:
+            part = pickle.loads(note.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            note.unlink(missing_ok=True)  # half written: its build never began
+            continue
+        swap_out(part)
+        removed.append(part.plan.experiment)
+    return removed
 
 
 PINGS = 20  # per other host, 10 ms apart, when the underlay's time is measured

@@ -35,6 +35,7 @@ class HostFacts:
     slots: int  # how many nodes it may hold
     nic_bps: int  # its interface to the underlay
     linkd_pps: int | None = None  # packets/s its link emulator carries (None: not said)
+    clock_port: int | None = None  # UDP port its agent answers time requests on
 
 
 def topology_of_plan(p: Plan) -> Topology:

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import bound_ports
 
 CHUNK_BYTES = 1 << 20  # at most this much of each stream per poll, so replies stay small
+PACE_SLEEP_S = 0.0005  # a drain's sends closer than this to their time go at once
 
 
 @dataclass
@@ -156,20 +158,29 @@ def socket_call(key: str, method: str, args: tuple[Any, ...]) -> Any:
     return getattr(sock, method)(*args)
 
 
-def socket_drain(sends: dict[str, list[tuple[bytes, tuple[str, int]]]]) -> dict[str, list[bytes]]:
-    """Sends what each socket was given to send since the last drain (key -> datagrams and
-    their addresses; unreachable is an answer, not an error), then hands back the datagrams
+def socket_drain(
+    sends: dict[str, list[tuple[bytes, tuple[str, int], float]]],
+) -> dict[str, list[bytes]]:
+    """Sends what each socket was given to send since the last drain (key -> datagrams, their
+    addresses and when the controller asked for each; unreachable is an answer, not an
+    error), all sockets' in the order asked and as far apart, then hands back the datagrams
     each has received."""
+    with _lock:
+        sockets = {key: _sockets.get(key) for key in sends}
+    asked = sorted((at, key, data, address) for key, datagrams in sends.items()
+                   for data, address, at in datagrams if sockets[key] is not None)  # fmt: skip
+    began = time.monotonic()
+    for at, key, data, address in asked:
+        ahead = at - asked[0][0] - (time.monotonic() - began)
+        if ahead > PACE_SLEEP_S:  # a shorter sleep would take longer than asked
+            time.sleep(ahead)
+        with contextlib.suppress(OSError):
+            sockets[key].sendto(data, address)  # type: ignore[union-attr]
     found: dict[str, list[bytes]] = {}
-    for key, datagrams in sends.items():
-        with _lock:
-            sock = _sockets.get(key)
+    for key, sock in sockets.items():
         got = found[key] = []
         if sock is None:
             continue
-        for data, address in datagrams:
-            with contextlib.suppress(OSError):
-                sock.sendto(data, address)
         while True:
             try:
                 got.append(sock.recv(65536))

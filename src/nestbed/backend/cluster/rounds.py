@@ -4,7 +4,9 @@ while there are any. So the traffic grows with the hosts, not with the things.""
 
 from __future__ import annotations
 
+import collections
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -13,6 +15,8 @@ class Kept(Protocol):
     host: str
     key: str
 
+
+ROUNDS_KEPT = 50  # the rounds whose time is remembered
 
 # Runs one round: {host: {key: question}} -> {host: its answer, or the exception it raised}.
 AskHosts = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
@@ -27,6 +31,16 @@ class Rounds:
         self.lock = threading.RLock()  # ``ready`` may end a thing, which forgets it
         self.kept: dict[str, Kept] = {}
         self.thread: threading.Thread | None = None
+        # How long the last rounds took (the hosts' answers through the scheduler).
+        self.took_s: collections.deque[float] = collections.deque(maxlen=ROUNDS_KEPT)
+        self.began: float | None = None  # when the round going on began
+
+    def slowest_s(self, otherwise: float) -> float:
+        """The longest of the last rounds and of the one going on, or ``otherwise`` before
+        any."""
+        began = self.began
+        going = time.monotonic() - began if began is not None else 0.0
+        return max(going, max(self.took_s, default=otherwise))
 
     def question(self, thing: Any) -> Any:
         return None
@@ -61,10 +75,13 @@ class Rounds:
                     if self.ready(thing):
                         asked.setdefault(thing.host, {})[key] = self.question(thing)
                 things = dict(self.kept)
+            self.began = began = time.monotonic()
             try:
                 answers = self.ask_hosts(asked)
             except Exception as exc:  # the scheduler itself did not answer: every host failed
                 answers = dict.fromkeys(asked, exc)
+            self.took_s.append(time.monotonic() - began)
+            self.began = None
             for host, answer in answers.items():
                 self.answered(host, answer, {k: things[k] for k in asked[host]})
             pause.wait(self.pause_s)
