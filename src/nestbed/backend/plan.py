@@ -284,7 +284,7 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         return Interface(ns[port.node], node_iface(port.node, link), cidr, no_offloads)
 
     evented = evented_links(exp)
-    simplan.check(exp, evented)
+    simplan.check(exp)
     for index, link in enumerate(exp.all_links):
         if simplan.is_simulated(link, simulated):
             continue
