@@ -3,7 +3,9 @@
 #include "links.h"
 
 #include "ns3/csma-module.h"
+#include "ns3/internet-module.h"
 #include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
 
 #include <sstream>
 #include <stdexcept>
@@ -15,6 +17,40 @@ namespace nestbed
 
 namespace
 {
+
+// The members by device, for the drops WatchNode sees.
+std::map<const NetDevice*, Member*> g_members;
+
+// What a node's IP layer last handed to a device: the traffic-control layer's drop that
+// follows at once is of that packet, on that device.
+struct LastSent
+{
+    Ptr<NetDevice> device;
+    uint32_t bytes = 0;
+};
+
+std::vector<std::unique_ptr<LastSent>> g_watched;
+
+void
+IpSent(LastSent* last, Ptr<const Packet> packet, Ptr<Ipv4> ipv4, uint32_t interface)
+{
+    last->device = ipv4->GetNetDevice(interface);
+    last->bytes = packet->GetSize();
+}
+
+void
+TurnedAway(LastSent* last, Ptr<const Packet>)
+{
+    auto it = g_members.find(PeekPointer(last->device));
+    if (it == g_members.end())
+    {
+        return;
+    }
+    Member* m = it->second;
+    ++m->egress.packetsIn;
+    m->egress.bytesIn += last->bytes + m->header;
+    ++m->egress.dropsQueue;
+}
 
 void
 QueueIn(Member* m, Ptr<const Packet> p)
@@ -66,6 +102,19 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
 
 } // namespace
 
+void
+WatchNode(Ptr<Node> node)
+{
+    auto last = std::make_unique<LastSent>();
+    node->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+        "Tx",
+        MakeBoundCallback(&IpSent, last.get()));
+    node->GetObject<TrafficControlLayer>()->TraceConnectWithoutContext(
+        "TcDrop",
+        MakeBoundCallback(&TurnedAway, last.get()));
+    g_watched.push_back(std::move(last));
+}
+
 std::string
 Rate(double bps)
 {
@@ -100,12 +149,15 @@ SimLink::Add(const std::string& node, Ptr<NetDevice> device, double loss)
     if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
     {
         m->queue = p2p->GetQueue();
+        m->header = 2; // PPP
     }
     else
     {
         m->queue = DynamicCast<CsmaNetDevice>(device)->GetQueue();
+        m->header = 18; // Ethernet header and FCS
     }
     Member* raw = m.get();
+    g_members[PeekPointer(device)] = raw;
     m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
     m->queue->TraceConnectWithoutContext("DropBeforeEnqueue", MakeBoundCallback(&QueueDrop, raw));
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));

@@ -7,7 +7,12 @@
 // counters of each member mirror linkd's pipes: "egress" is what the member's device sends
 // (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
 // what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
-// are as the link carries them: the IP packet and the link's own header.
+// are as the link carries them: the IP packet and the link's own header (without a LAN's
+// padding of short frames, for packets its full queue turned away).
+//
+// A full device queue stops its transmit queue, and ns-3's traffic-control layer then drops
+// what the node sends on it before the device sees it; WatchNode counts those drops, which
+// only the IP layer's last transmission attributes to a device.
 
 #pragma once
 
@@ -38,6 +43,7 @@ struct Counters
 struct Member
 {
     std::string node;
+    uint32_t header = 0; // bytes the link adds to an IP packet
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
     ns3::Ptr<ns3::RateErrorModel> error;
@@ -75,6 +81,10 @@ class SimLink
     bool m_down = false;
     std::vector<std::unique_ptr<Member>> m_members;
 };
+
+// Counts the packets NODE's traffic-control layer drops for a full queue of its member
+// devices; once per node, when all links are built.
+void WatchNode(ns3::Ptr<ns3::Node> node);
 
 // ns-3 needs a rate; an unshaped link (0) gets one far above any emulated traffic.
 std::string Rate(double bps);

@@ -688,6 +688,10 @@ Simulation::Run()
             tch.Uninstall(device);
         }
     }
+    for (auto& [name, node] : m_nodes)
+    {
+        WatchNode(node);
+    }
     Simulator::Schedule(Seconds(0), &Simulation::Tick, this);
     if (m_control >= 0)
     {
@@ -715,6 +719,8 @@ main()
     GlobalValue::Bind("ChecksumEnabled", BooleanValue(true));
     // Full-sized segments, as a 1500-byte MTU with timestamps gives the emulated nodes.
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
+    // ns-2's minrto_ (0.2 s), as the experiment files are ns-2's, rather than ns-3's 1 s.
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
     struct sigaction action = {};
     action.sa_handler = OnSignal;
     sigaction(SIGTERM, &action, nullptr);

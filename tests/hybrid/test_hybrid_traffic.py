@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from nbtest import EXAMPLES
 from nestbed.backend import linux
 from nestbed.backend.plan import plan
 
@@ -107,12 +108,13 @@ def test_agents_of_simulated_nodes_carry_traffic_both_ways(run_file):
         assert float(row["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
     assert flows["inside"]["outcome"] == "ok; simulated: r1 and r2 in nestbed-sim"
     # FTP: each TCP flow has the core's r2-to-r1 direction to itself for 3 s: ns-3's TCP
-    # sending to Linux's, then Linux's to ns-3's, each near the core's rate, never above.
+    # sending to Linux's, then Linux's to ns-3's, each most of the core's rate (9.5 and 8.9
+    # Mb/s here; less when other work delays the simulator), never above it.
     for flow in names["ftp"]:
         row = flows[flow]
         rate = float(row["throughput_bps"])
         print(f"{flow}: {rate / 1e6:.2f} Mb/s across the {CORE_BPS / 1e6:g} Mb/s core")
-        assert 0.7 * CORE_BPS < rate <= 1.02 * CORE_BPS
+        assert 0.6 * CORE_BPS < rate <= 1.02 * CORE_BPS
         assert 0 < int(row["bytes_received"]) <= int(row["bytes_sent"])
     # The core's counters are in the links table like any link's: what left r2 towards r1
     # is at least what the two TCP flows delivered.
@@ -127,3 +129,29 @@ def test_agents_of_simulated_nodes_carry_traffic_both_ways(run_file):
     sent_out = int(last[("r2", "egress")]["packets_out"])
     assert 0 <= sent_out - int(last[("r1", "ingress")]["packets_in"]) <= 2
     assert not linux.leftovers_by_tag().get(plan(ran.exp).tag)
+
+
+def test_events_take_a_simulated_link_down_up_and_slow_it(run_file):
+    """The example's CBR (1 Mb/s of 500-byte datagrams, 1 to 6 s) across its simulated core,
+    which goes down at 2 s, up at 3 s and to 500 kb/s at 4 s, all in nestbed-sim."""
+    text = (EXAMPLES / "hybrid.ns").read_text()
+    text = text.replace('$ns at 6.0 "$cbr0 stop"', '$ns at 6.0 "$cbr0 stop"\n'
+                        '$ns at 2.0 "$core down"\n$ns at 3.0 "$core up"\n'
+                        '$ns at 4.0 "$core bandwidth 500kb"')  # fmt: skip
+    ran = run_file("i25events", text)
+    done = {(e["object"], e["verb"]): e for e in ran.table("events.csv")}
+    for verb in ("down", "up", "bandwidth"):
+        assert done[("core", verb)]["outcome"] == "ok", done[("core", verb)]
+    per_second = {round(float(r["t_s"])): int(r["packets"]) for r in ran.table("traffic/cbr0.csv")}
+    # A 530-byte packet on the core (with its 2-byte PPP header) every 8.48 ms at 500 kb/s.
+    slow = 500_000 / (530 * 8)
+    print(f"cbr0 packets per second {per_second}; at 500 kb/s {slow:.1f} a second")
+    # 250 offered a second; the start, and the link's coming up, fall a little into their
+    # second (events run on the controller's clock, packets take the core's 22 ms)
+    assert per_second[1] >= 200 and per_second[3] >= 200
+    assert per_second.get(2, 0) <= 10  # down: only what was already on the wire
+    assert abs(per_second[5] - slow) <= 0.1 * slow
+    counters = [r for r in ran.table("links/counters.csv") if r["link"] == "core"]
+    last = {(r["port"], r["direction"]): r for r in counters}
+    assert int(last[("r2", "ingress")]["drops_other"]) >= 200  # 1 s down at 250 a second
+    assert int(last[("r1", "egress")]["drops_queue"]) > 0  # 1 Mb/s into 500 kb/s
