@@ -193,14 +193,67 @@ _VALIDATE_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
 }
 
 
+_VALIDATE_SIMULATED_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
+    "delay": (
+        "Table 1: delay of a simulated link (RTT of echoed UDP at 4000 packets/s each way)",
+        {
+            "delay ms": lambda r: f"{r['delay_ms']:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "RTT ms": lambda r: f"{r['rtt_ms']:.3f}",
+            "stdev ms": lambda r: f"{r['rtt_stdev_ms']:.3f}",
+            "% err": lambda r: _num(r["rtt_error_pct"], ".2f"),
+            "adjusted ms": lambda r: _num(r["adjusted_rtt_ms"], ".3f"),
+            "adj. % err": lambda r: _num(r["adjusted_error_pct"], ".2f"),
+            "nse RTT ms": lambda r: _num(r["nse_rtt_ms"], ".3f"),
+            "nse % err": lambda r: _num(r["nse_error_pct"], ".2f"),
+            "nse adj. % err": lambda r: _num(r["nse_adjusted_error_pct"], ".2f"),
+            "nse/ours": lambda r: _num(r["nse_over_ours"], ".1f"),
+        },
+    ),
+    "bandwidth": (
+        "Table 2: bandwidth of a simulated link (IP and PPP header, offered +5 %)",
+        {
+            "configured kb/s": lambda r: f"{r['bandwidth_bps'] / 1000:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "measured kb/s": lambda r: f"{r['measured_bps'] / 1000:.2f}",
+            "% err": lambda r: _num(r["error_pct"], ".3f"),
+            "nse % err": lambda r: _num(r["nse_error_pct"], ".2f"),
+            "nse/ours": lambda r: _num(r["nse_over_ours"], ".1f"),
+        },
+    ),
+    "loss": (
+        "Table 3: loss of a simulated link (99 % Wilson interval of the measured rate)",
+        {
+            "configured %": lambda r: f"{r['loss'] * 100:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "packets": lambda r: str(r["packets"]),
+            "measured %": lambda r: f"{r['measured_loss'] * 100:.3f}",
+            "99 % interval": lambda r: "{:.3f}-{:.3f}".format(*(x * 100 for x in r["interval_99"])),
+            "inside": lambda r: "yes" if r["inside"] else "NO",
+            "% err": lambda r: _num(r["error_pct"], ".2f"),
+            "nse % err": lambda r: _num(r["nse_error_pct"], ".2f"),
+            "nse/ours": lambda r: _num(r["nse_over_ours"], ".1f"),
+        },
+    ),
+}
+
+
 def validate_tables(tables: dict) -> Group:
-    """The accuracy tables of `nestbed validate`, laid out like the Netbed paper's."""
-    return Group(
-        *(
-            _table(title, columns, tables.get(name, []))
-            for name, (title, columns) in _VALIDATE_TABLES.items()
+    """The accuracy tables of `nestbed validate`, laid out like the Netbed paper's (with
+    ``--simulated``, its nse columns)."""
+    layout = _VALIDATE_SIMULATED_TABLES if tables.get("simulated") else _VALIDATE_TABLES
+    parts: list = [
+        _table(title, columns, tables.get(name, [])) for name, (title, columns) in layout.items()
+    ]
+    if "lag" in tables:
+        lag = tables["lag"]
+        parts.append(
+            Text(
+                f"nestbed-sim's worst lag behind real time {lag['worst_s'] * 1e3:.1f} ms; "
+                f"{lag['seconds_over_5ms']} of {lag['seconds']} seconds over 5 ms"
+            )
         )
-    )
+    return Group(*parts)
 
 
 def _rate(bps: float | None) -> str:
