@@ -131,7 +131,8 @@ def _run(run_file, name: str, text: str):  # type: ignore[no-untyped-def]
 
 
 def test_the_example_runs_end_to_end_into_a_results_folder(run_file):
-    exp, results, cbr = _run(run_file, "hybrun", (EXAMPLES / "hybrid.ns").read_text())
+    ran = run_file("hybrun", (EXAMPLES / "hybrid.ns").read_text())
+    exp, results, cbr = ran.exp, ran.results, ran.flows["cbr0"]
     sent, received = int(cbr["packets_sent"]), int(cbr["packets_received"])
     # 1 Mb/s of 500-byte datagrams for 5 s, half the simulated link: it arrives (a stall of
     # the machine can bunch enough of it to overflow the 20-packet queue now and then), no
@@ -139,6 +140,11 @@ def test_the_example_runs_end_to_end_into_a_results_folder(run_file):
     print(f"cbr0: {received} of {sent}, mean delay {cbr['delay_mean_ms']} ms")
     assert 1200 <= sent <= 1260 and received >= 0.97 * sent
     assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+    # The simulated router's TCP transfer to h1 fills most of the core's other direction.
+    ftp = ran.flows["ftp1"]
+    print(f"ftp1 from simulated r2: {float(ftp['throughput_bps']) / 1e6:.3f} Mb/s")
+    assert ftp["outcome"] == "ok; simulated: r2 in nestbed-sim"
+    assert 0.5 * CORE_BPS < float(ftp["throughput_bps"]) <= CORE_BPS
     with (results / "simulation" / "lag.csv").open() as f:
         lag = list(csv.DictReader(f))
     assert len(lag) >= 5 and all(float(r["lag_max_s"]) >= 0 for r in lag)

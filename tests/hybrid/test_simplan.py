@@ -231,3 +231,14 @@ def test_a_simulated_lan_has_one_rate_delay_and_loss():
     assert words[:4] == ["lan", "ether", "10000000", "0.004"]
     assert float(words[5]) == pytest.approx(0.02)  # between any two members
     assert simplan.settings(lan).startswith("lan-set ether 10000000 0.004 50 ")
+
+
+def test_emulated_nodes_of_a_hybrid_experiment_send_no_duplicate_sacks():
+    p = plan(build(HYBRID))
+    assert all(n.sysctls["net.ipv4.tcp_dsack"] == "0" for n in p.nodes)
+    mine = HYBRID.replace("{name: h1}", "{name: h1, sysctls: {net.ipv4.tcp_dsack: '1'}}")
+    assert plan(build(mine)).node("h1").sysctls["net.ipv4.tcp_dsack"] == "1"
+    assert "net.ipv4.tcp_dsack" not in plan(build(TWO_EMULATED)).node("a").sysctls
+
+
+TWO_EMULATED = "nodes: [{name: a}, {name: b}]\nlinks: [{name: l, members: [a, b]}]\n"

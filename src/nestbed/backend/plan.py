@@ -352,6 +352,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         sysctls = dict(QUIET)
         if len(node_ifaces[n.name]) > 1:
             sysctls["net.ipv4.ip_forward"] = "1"
+        if simulation is not None:
+            sysctls.update(simplan.EMULATED_SYSCTLS)
         sysctls.update(n.sysctls)
         nodes.append(
             NodePlan(

@@ -24,6 +24,10 @@ from nestbed.model import Experiment, Link, Shaping
 DEFAULT_QUEUE_PACKETS = 50
 # The lag behind real time a run may have before it is marked (nse's HardLimit, 5 ms).
 DEFAULT_HARD_LIMIT_S = 0.005
+# Sysctls of the emulated nodes of an experiment with simulated ones (a node's own win): no
+# duplicate SACKs from Linux, whose blocks make ns-3 3.44's SACK scoreboard fail one of its
+# own assertions (tcp-tx-buffer.cc:857) and end nestbed-sim.
+EMULATED_SYSCTLS = {"net.ipv4.tcp_dsack": "0"}
 
 
 @dataclass(frozen=True)
