@@ -348,6 +348,12 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto addr = Word<std::string>(words, "address");
         auto fd = Word<int>(words, "file descriptor");
         Ptr<FdNetDevice> device = CreateObject<FdNetDevice>();
+        // Frames read but not yet simulated wait here while the simulator is behind (1000
+        // by default: a 250 ms stall at 4000 packets/s would drop them).
+        if (!device->SetAttributeFailSafe("RxQueueSize", UintegerValue(1 << 16)))
+        {
+            throw BadLine("this ns-3 has no FdNetDevice::RxQueueSize");
+        }
         device->SetAddress(Mac48Address::Allocate());
         node->AddDevice(device);
         device->SetFileDescriptor(fd);
