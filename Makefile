@@ -11,9 +11,10 @@ STAMPS := .stamps
 # iperf3 for the back end and measurements, tcptrace and tshark as the trace analyzer's peers
 # (tests/analysis/test_tcptrace.py, bench/analyze.py; time for its peak-memory figures),
 # liblzo2-dev, which python-lzo builds against (the pub/sub study's LZO), and g++ for
-# nestbed-sim (simulated nodes, below).
+# nestbed-sim (simulated nodes, below), and chromium, the browser the portal's tests drive
+# (tests/portal, Playwright with executable_path=/usr/bin/chromium).
 APT_PACKAGES := tcl ns2 postgresql iperf3 tcpdump ethtool iproute2 iputils-ping python3-venv \
-	tcptrace tshark time liblzo2-dev g++
+	tcptrace tshark time liblzo2-dev g++ chromium
 # Only the benchmarks' anchors: Mininet beside swap-in and swap-out (bench/swap.py), trafgen as
 # the fast frame generator of bench/linkd.py. Installed by `make bench`, without recommends.
 BENCH_PACKAGES := mininet netsniff-ng

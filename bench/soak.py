@@ -7,7 +7,8 @@
     python bench/soak.py many --n 8        experiments swapped in at once, linktest level 3 on
                                            each, `nestbed cleanup NAME` of each: all alive after
     python bench/soak.py signals --n 3     SIGTERM, SIGHUP and SIGINT at random moments to
-                                           `run`, `sweep`, `simulate` and `linktest`
+                                           `run`, `sweep`, `simulate`, `linktest`,
+                                           `calibrate`, `validate` and `study`
 
 Every experiment, namespace and interface it makes carries the prefix ``soak`` (or the foreign
 objects' ``s17f``), and only those are judged: other experiments on the machine come and go.
@@ -42,6 +43,7 @@ from nestbed.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 DEADLINE_S = 300
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # -- what is on the machine ---------------------------------------------------------------
@@ -84,6 +86,7 @@ def counts() -> dict[str, int]:
     """Totals that include other users of the machine: figures, not verdicts."""
     return {
         "own fds": len(os.listdir("/proc/self/fd")),
+        "own rss KiB": int(Path("/proc/self/statm").read_text().split()[1]) * _PAGE_KIB,
         "machine fds": int(Path("/proc/sys/fs/file-nr").read_text().split()[0]),
         "processes": sum(1 for e in Path("/proc").iterdir() if e.name.isdigit()),
         "own children": sum(1 for pid, _ in _children()),
@@ -137,7 +140,7 @@ def table(header: list[str], rows: list[list[Any]]) -> None:
 # -- cycles ---------------------------------------------------------------------------------
 
 
-def cycles(n: int) -> int:
+def cycles(n: int, report: bool = True) -> int:
     exp = load(EXAMPLES / "dumbbell.ns").experiment.model_copy(update={"name": "soakcycle"})
     with tempfile.TemporaryDirectory() as tmp, Store.open(str(Path(tmp) / "s.db")) as store:
         testbed = Testbed(store, LinuxBackend())
@@ -145,29 +148,34 @@ def cycles(n: int) -> int:
 
         failed: list[str] = []
 
-        def cycle(i: int) -> float:
+        def cycle(i: int) -> tuple[float, float]:
+            """Wall and CPU seconds of one cycle. The CPU time is this process's (swap-in and
+            swap-out run in it), so a drift in it is nestbed's, not the shared machine's load."""
             results = Path(tmp) / f"r{i}"
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
-                testbed.swap_in(exp.name, RunOptions(results=results))
+                testbed.swap_in(exp.name, RunOptions(results=results, report=report))
                 testbed.swap_out(exp.name)
             except NestbedError as exc:  # counted and shown: the soak goes on
                 failed.append(f"cycle {i}: {exc}")
-            took = time.perf_counter() - start
+            took, took_cpu = time.perf_counter() - start, time.process_time() - cpu
             shutil.rmtree(results, ignore_errors=True)
             if i % 25 == 0:
-                print(f"cycle {i}: {took:.2f} s", file=sys.stderr, flush=True)
-            return took
+                print(f"cycle {i}: {took:.2f} s, cpu {took_cpu:.3f} s, "
+                      f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)  # fmt: skip
+            return took, took_cpu
 
         totals = counts()
         first = cycle(0)  # one-time costs (imports, the store's connection) before counting
         after_first, totals_first = machine(), counts()
-        times = [first] + [cycle(i) for i in range(1, n)]
+        measured = [first] + [cycle(i) for i in range(1, n)]
         after, totals_end = machine(), counts()
     leaked = {k: sorted(v) for k, v in ours(after, [exp.name]).items() if v}
     new_since_first = {k: sorted(after[k] - after_first[k]) for k in ("namespaces", "interfaces",
                                                                       "mounts")}  # fmt: skip
-    print(f"{n} swap-in/swap-out cycles of the dumbbell (6 nodes, 5 shaped links, controller)")
+    drawn = "each run's report drawn after it" if report else "no report drawn"
+    print(f"{n} swap-in/swap-out cycles of the dumbbell (6 nodes, 5 shaped links, controller; "
+          f"{drawn})")  # fmt: skip
     table(["figure", "before", "after cycle 1", f"after cycle {n}"],
           [[k, totals[k], totals_first[k], totals_end[k]] for k in totals])  # fmt: skip
     print(f"left by the experiment: {leaked or 'nothing'}")
@@ -175,15 +183,26 @@ def cycles(n: int) -> int:
     print(f"new since cycle 1 (the machine's, any owner): "
           f"{ {k: len(v) for k, v in new_since_first.items()} }")  # fmt: skip
     window = min(100, n // 2)
-    early, late = times[:window], times[-window:]
-    ratio = statistics.median(late) / statistics.median(early)
-    table(["cycles", "median s", "mean s", "p90 s"], [
-        [f"first {window}", f"{statistics.median(early):.3f}", f"{statistics.mean(early):.3f}",
-         f"{sorted(early)[int(0.9 * window)]:.3f}"],
-        [f"last {window}", f"{statistics.median(late):.3f}", f"{statistics.mean(late):.3f}",
-         f"{sorted(late)[int(0.9 * window)]:.3f}"],
-    ])  # fmt: skip
-    print(f"last/first median ratio {ratio:.3f} (target within 0.90-1.10)")
+    rows, ratios = [], {}
+    for column, label in ((0, "wall"), (1, "cpu")):
+        series = [m[column] for m in measured]
+        early, late = series[:window], series[-window:]
+        ratios[label] = statistics.median(late) / statistics.median(early)
+        for name, part in ((f"first {window}", early), (f"last {window}", late)):
+            rows.append(
+                [
+                    name,
+                    label,
+                    f"{statistics.median(part):.3f}",
+                    f"{statistics.mean(part):.3f}",
+                    f"{sorted(part)[int(0.9 * window)]:.3f}",
+                ]
+            )
+    table(["cycles", "time", "median s", "mean s", "p90 s"], rows)
+    print(
+        f"last/first median ratio: wall {ratios['wall']:.3f}, cpu {ratios['cpu']:.3f} "
+        f"(target within 0.90-1.10; the wall ratio also carries the shared machine's load)"
+    )
     clean = not leaked and not failed and totals_end["own fds"] <= totals_first["own fds"]
     return 0 if clean else 1
 
@@ -341,11 +360,11 @@ def _linktest(db: Path, name: str) -> str:
 # -- signals ------------------------------------------------------------------------------------
 
 
-def signals(n: int, seed: int) -> int:
+def signals(n: int, seed: int, commands: list[str] | None = None) -> int:
     rng = random.Random(seed)
     rows, bad = [], 0
     kinds = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    for command in ("run", "sweep", "simulate", "linktest"):
+    for command in commands or ("run", "sweep", "simulate", "linktest", *INSTRUMENTS):
         for i in range(n):
             signum = kinds[i % 3]
             at = rng.uniform(0.5, 6.0)
@@ -358,7 +377,18 @@ def signals(n: int, seed: int) -> int:
     return 1 if bad else 0
 
 
+# The instruments, each in its shortest form: they name their own experiments, which the
+# bench finds in the command's (temporary) store.
+INSTRUMENTS = {
+    "calibrate": ["calibrate", "--quick", "--topologies", "link", "--profiles", "untuned"],
+    "validate": ["validate", "--quick"],
+    "study": ["study", "onedrop"],
+}
+
+
 def _signalled(command: str, signum: int, at: float, tmp: Path, i: int) -> list[Any]:
+    if command in INSTRUMENTS:
+        return _instrument_signalled(INSTRUMENTS[command], signum, at, tmp)
     name = f"soaksig{command}{i}"
     source = tmp / f"{name}.ns"
     # The dumbbell runs 15 s; the sweep sweeps armada's transfer (2 MB at 1 or 2 Mb/s).
@@ -401,6 +431,32 @@ def _signalled(command: str, signum: int, at: float, tmp: Path, i: int) -> list[
     return [code, ",".join(str(o) for o in outcomes) or "-", left, "ok" if ok else "FAIL"]
 
 
+def _instrument_signalled(argv: list[str], signum: int, at: float, tmp: Path) -> list[Any]:
+    """An instrument signalled: exit code, every run's manifest under its results, and what
+    its experiments left."""
+    db, results = tmp / "s.db", tmp / "results"
+    process = nestbed(db, *argv, "--results", str(results))
+    time.sleep(at)
+    process.send_signal(signum)
+    code, _, _ = done(process)
+    names, states = [], []
+    if db.exists():
+        with Store.open(str(db)) as store:
+            for record in store.list():
+                names.append(record.name)
+                states.append(str(record.state))
+    outcomes = [_outcome(f.parent) for f in sorted(results.rglob("manifest.json"))]
+    left = sum(len(v) for v in ours(machine(), names).values())
+    expected = f"interrupted ({signal.Signals(signum).name})"
+    # Runs the instrument finished before the signal are complete (or halted by their own
+    # `$ns halt`); the one it stopped says so;
+    # none may look complete without being so, or be left running.
+    ok = code in (128 + signum, -signum) and left == 0 and "active" not in states
+    ok = ok and all(o in ("completed", "halted", expected) for o in outcomes)
+    shown = ",".join(sorted({str(o) for o in outcomes})) or "-"
+    return [code, shown, left, "ok" if ok else "FAIL"]
+
+
 def _outcome(folder: Path) -> str | None:
     try:
         return json.loads((folder / "manifest.json").read_text()).get("outcome")
@@ -416,14 +472,24 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--n", type=int, help="cycles, kills, experiments or signals per command")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--no-report",
+        action="store_true",
+        help="cycles: no report drawn after each run (in a tight loop the detached drawings "
+        "pile up faster than they finish, and every process on the machine costs swap-out a "
+        "look in /proc)",
+    )
+    parser.add_argument("--commands", help="signals: only these commands, comma-separated")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the soak suite builds namespaces: run it as root")
     suites = {
-        "cycles": lambda: cycles(args.n or 1000),
+        "cycles": lambda: cycles(args.n or 1000, not args.no_report),
         "kill": lambda: kill(args.n or 50, args.seed),
         "many": lambda: many(args.n or 8),
-        "signals": lambda: signals(args.n or 3, args.seed),
+        "signals": lambda: signals(
+            args.n or 3, args.seed, args.commands.split(",") if args.commands else None
+        ),
     }
     chosen = [args.suite] if args.suite else list(suites)
     sys.exit(max(suites[name]() or 0 for name in chosen))

@@ -224,8 +224,11 @@ events:
     os.kill(pid, signum)
     wait_for(lambda: client.request("status")["finished"], "the run's end")
     ended = manifest.read(start.results)
+    name = signal.Signals(signum).name
     assert (ended["outcome"], ended["reason"]) == (
-        "interrupted", f"the controller got {signal.Signals(signum).name}")  # fmt: skip
+        f"interrupted ({name})",
+        f"the controller got {name}",
+    )
     assert [r["outcome"] for r in rows(RunFolder(start.results).programs_table)] == ["killed"]
     assert client.alive()  # it still answers, until swap-out shuts it down
 

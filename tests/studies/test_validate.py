@@ -6,8 +6,12 @@ benchmarks (docs/benchmarks.md), not assertions.
 
 from __future__ import annotations
 
+import json
+import signal
+
 import pytest
 
+from nestbed.lifecycle import signals
 from nestbed.studies import validate
 
 pytestmark = pytest.mark.root
@@ -69,3 +73,10 @@ def test_loss_bursts_from_a_receiver_log(tmp_path):
         "seq,burst,send_ns,recv_ns,size,delay_ns\n" + "".join(f"{s},0,0,0,18,0\n" for s in received)
     )
     assert validate.loss_bursts(log, 10) == (0.4, 2.0)
+
+
+def test_a_bench_stopped_by_a_signal_says_so_in_its_run(tmp_path):
+    with pytest.raises(signals.Interrupted), validate.Bench(tmp_path):
+        raise signals.Interrupted(signal.SIGTERM)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["outcome"] == "interrupted (SIGTERM)"

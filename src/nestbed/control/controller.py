@@ -77,7 +77,9 @@ class Controller:
         return {"run_id": following.run_id, "results": str(following.folder.root)}
 
     def interrupted(self, signum: int) -> None:
-        self.run.finish("interrupted", f"the controller got {signal.Signals(signum).name}")
+        # The outcome names the signal, as a command's own interrupt does.
+        name = signal.Signals(signum).name
+        self.run.finish(f"interrupted ({name})", f"the controller got {name}")
 
     def serve(self) -> None:
         """Answers on the experiment's control socket until a `shutdown` request; the pid

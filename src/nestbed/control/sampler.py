@@ -105,12 +105,13 @@ class Sampler:
                 )
 
     def live(self) -> list[dict[str, Any]]:
-        """Status rows: every pipe's state, packets out, drops and queue now."""
+        """Status rows: every pipe's state, packets and bytes out, drops and queue now."""
         return [
             {
                 "link": link, "state": self.link_state(link), "port": port,
                 "direction": direction, "packets_out": c["packets_out"],
-                "drops": sum(c["drops"].values()), "queue_packets": c["queue_packets"],
+                "bytes_out": c["bytes_out"], "drops": sum(c["drops"].values()),
+                "queue_packets": c["queue_packets"],
             }
             for (link, port, direction), c in self.counters().items()
         ]  # fmt: skip

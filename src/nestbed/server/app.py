@@ -88,7 +88,8 @@ def _audit_done(accounts: Accounts, op: Operation) -> None:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """The API, serving the store and machine ``config`` names once started."""
-    from nestbed.server import accounts, batches, experiments
+    from nestbed.portal import mount
+    from nestbed.server import accounts, batches, experiments, live, runs
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -112,8 +113,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(accounts.router)
     app.include_router(experiments.router)
     app.include_router(batches.router)
+    app.include_router(runs.router)
+    app.include_router(live.router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_exception_handler(NestbedError, _error_reply)
+    mount(app)  # the web portal, under /portal
 
     @app.get("/v1/health", tags=["server"])
     def health() -> dict[str, Any]:

@@ -16,6 +16,7 @@ import json
 import math
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -28,7 +29,7 @@ from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, plan
 from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import InternalError
-from nestbed.lifecycle import Active, Testbed
+from nestbed.lifecycle import Active, Testbed, signals
 from nestbed.model.options import RunOptions
 from nestbed.store import Store
 
@@ -123,17 +124,26 @@ class Bench:
             for src, dst in (("s", "r"), ("r", "s")):
                 self.active.exec(src, ["ping", "-c", "1", "-W", "2", dst], capture_output=True)
         except BaseException:
-            self.__exit__()
+            self.__exit__(*sys.exc_info())
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None = None, exc: object = None, *_: object
+    ) -> None:
         if self.client:
             self.client.close()
+        # A bench stopped by Ctrl-C, SIGTERM or SIGHUP says so in its run's manifest, as a run
+        # does; one that failed says failed.
+        outcome = "completed"
+        if isinstance(exc, KeyboardInterrupt):
+            outcome = signals.outcome(exc)
+        elif exc is not None:
+            outcome = "failed"
         if self.store is not None:
             try:
                 if self.active is not None:
-                    Testbed(self.store, self.active.backend).swap_out(self.ir.name)
+                    Testbed(self.store, self.active.backend).swap_out(self.ir.name, outcome=outcome)
             finally:
                 self.store.close()
 

@@ -1,0 +1,78 @@
+"""A run's results as its page shows them: manifest, tables (sorted as asked), plots, the
+report as HTML, linktest reports failures first, captures. Reads the run's folder through
+``RunFolder`` and the server's ``runs`` helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from nestbed.server import runs
+from nestbed.store.records import RunRecord
+
+ROWS_SHOWN = 200  # rows of a table on the page (the file, downloadable, has them all)
+
+
+def _key(value: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def _stamp(path: Path) -> tuple[str, int, int]:
+    info = path.stat()
+    return str(path), info.st_mtime_ns, info.st_size
+
+
+@functools.lru_cache(maxsize=64)
+def _table(stamp: tuple[str, int, int]) -> dict[str, Any]:
+    return runs.read_table(Path(stamp[0]), limit=runs.TABLE_ROWS)
+
+
+def sorted_table(path: Path, column: str, descending: bool) -> dict[str, Any]:
+    """The table's first rows (read once per version of the file), sorted as asked."""
+    cached = _table(_stamp(path))
+    found = {**cached, "rows": list(cached["rows"])}
+    if column in found["columns"]:
+        i = found["columns"].index(column)
+        found["rows"].sort(key=lambda r: _key(r[i] if i < len(r) else ""), reverse=descending)
+    found["rows"] = found["rows"][:ROWS_SHOWN]
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _markdown(text: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def report_html(text: str, files_url: str) -> str:
+    """The report's Markdown as HTML (raw HTML in it is not passed through; rendered once
+    per text), its relative images pointing at the run's files."""
+    return _markdown(text).replace('src="plots/', f'src="{files_url}/plots/')
+
+
+def view(run: RunRecord, table: str, sort: str, descending: bool) -> dict[str, Any]:
+    folder = runs.folder_of(run)
+    shown = runs.summary(run)
+    shown["linktest"] = runs.linktest_reports(folder)
+    shown["manifest_text"] = json.dumps(shown["manifest"], indent=2) if shown["manifest"] else ""
+    shown["sorted"] = {"table": table, "sort": sort, "desc": descending}
+    shown["table_data"] = {}
+    for name in shown["tables"]:
+        try:
+            path = runs.inside(folder.root, name)
+            by = sort if name == table else ""
+            shown["table_data"][name] = sorted_table(path, by, descending and bool(by))
+        except (OSError, runs.NotFound):
+            continue
+    shown["report_text"] = ""
+    if shown["has_report"]:
+        with contextlib.suppress(OSError):
+            shown["report_text"] = folder.report.read_text()
+    return shown

@@ -1,0 +1,220 @@
+"""The portal's pages and the API's results and live routes against a real server process
+on the fake back end, read as a browser without JavaScript reads them: create with problems
+marked, the experiment pages, projects' isolation (404 exactly as in the API), CSRF, the
+login cookie, saved positions, downloads kept inside the run's folder."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import urllib.request
+from pathlib import Path
+
+from portal_helpers import Session
+from server_helpers import LINE, People, Served, wait_for
+
+BAD = """\
+nodes: [{name: a}, {name: b}]
+links:
+  - {name: link0, members: [a, zz], delay: 10ms}
+"""
+EXP = "/v1/projects/net/experiments/line"
+PAGE = "/portal/p/net/e/line"
+
+
+def ran(served: Served, people: People) -> Path:
+    """``line`` created, swapped in and out by ada; its run's folder."""
+    ada = served.client(people["ada"])
+    ada.request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
+    ada.request("POST", EXP + "/swapin")
+    wait_for(ada, EXP, "swapin")
+    ada.request("POST", EXP + "/swapout")
+    wait_for(ada, EXP, "swapout")
+    runs = ada.request("GET", EXP + "/runs")
+    assert len(runs) == 1 and runs[0]["manifest"] is not None, runs
+    return Path(runs[0]["results_dir"])
+
+
+def members(tar: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as opened:
+        return opened.getmembers()
+
+
+def test_a_bad_file_is_marked_at_its_line_and_nothing_is_stored(
+    served: Served, people: People, ada: Session
+) -> None:
+    reply = ada.post("/portal/new", {"project": "net", "file_name": "line.yaml", "text": BAD})
+    assert reply.status == 200 and reply.url.endswith("/portal/new")
+    marked = re.findall(r'<li id="line-(\d+)" class="marked">', reply.text)
+    assert marked == ["3"]
+    assert "line.yaml:3</a>: link link0: member &#39;zz&#39; does not exist" in reply.text
+    assert "a, zz" in reply.text  # the text comes back to be fixed
+    assert served.client(people["ada"]).request("GET", "/v1/projects/net/experiments") == []
+    fixed = ada.post("/portal/new", {"project": "net", "file_name": "line.yaml", "text": LINE})
+    assert fixed.status == 200 and fixed.url.endswith(PAGE)
+    assert '<span class="state state-defined" id="state">defined</span>' in fixed.text
+    listed = ada.get("/portal/")
+    assert f'<a href="{PAGE}">line</a>' in listed.text and "ada" in listed.text
+
+
+def test_an_uploaded_file_is_read_as_a_form_upload(served: Served, ada: Session) -> None:
+    boundary = "i23boundary"
+    parts = [("csrf", None, ada.csrf()), ("project", None, "net"), ("text", None, ""),
+             ("file_name", None, "x.ns"), ("file", "line.yaml", LINE)]  # fmt: skip
+    body = b""
+    for name, filename, value in parts:
+        extra = f'; filename="{filename}"' if filename else ""
+        body += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{extra}\r\n\r\n'
+                 f"{value}\r\n").encode()  # fmt: skip
+    body += f"--{boundary}--\r\n".encode()
+    request = urllib.request.Request(served.url + "/portal/new", data=body, method="POST",
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})  # fmt: skip
+    reply = ada.open(request)
+    assert reply.status == 200 and reply.url.endswith(PAGE), reply.text[:400]
+
+
+def test_the_pages_of_a_run(served: Served, people: People, ada: Session) -> None:
+    folder = ran(served, people)
+    page = ada.get(PAGE)
+    assert '<a href="/portal/p/net/e/line/runs/1">run 1</a>' in page.text
+    for path in (
+        "",
+        "/topology",
+        "/live",
+        "/runs/1",
+        "/runs/1?table=links/counters.csv&sort=t_s&desc=1",
+    ):
+        reply = ada.get(PAGE + path)
+        assert reply.status == 200, (path, reply.text[:300])
+    run = ada.get(PAGE + "/runs/1").text
+    assert "manifest.json" in run and 'href="/portal/p/net/e/line/runs/1/download"' in run
+    topology = ada.get(PAGE + "/topology").text
+    assert "a→b" in topology and '"id": "e:link0"' in topology
+    names = [m.name for m in members(ada.get(PAGE + "/runs/1/download").body)]
+    assert "line-run1/manifest.json" in names
+    assert len([n for n in names if not n.endswith("/")]) == len(
+        [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+    )
+
+
+def test_downloads_stay_inside_the_run_folder(served: Served, people: People, ada: Session) -> None:
+    folder = ran(served, people)
+    secret = served.root / "secret.txt"
+    secret.write_text("not for the web")
+    (folder / "escape.txt").symlink_to(secret)
+    (folder / "escape-dir").symlink_to(served.root)
+    api = served.client(people["ada"])
+    for path in ("../secret.txt", "..%2Fsecret.txt", "escape.txt", "escape-dir/secret.txt",
+                 "plots/../../secret.txt", "%2Fetc%2Fpasswd"):  # fmt: skip
+        assert ada.get(f"{PAGE}/runs/1/files/{path}").status == 404, path
+        status, _ = _api_get(served, people["ada"], f"{EXP}/runs/1/files/{path}")
+        assert status == 404, path
+    assert api.request("GET", EXP + "/runs/1/files/manifest.json")["experiment"]
+    sent = members(ada.get(PAGE + "/runs/1/download").body)
+    assert not [m for m in sent if "escape" in m.name]
+    assert all(m.isfile() for m in sent)
+
+
+def _api_get(served: Served, token: str, path: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(served.url + path,
+                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_another_projects_pages_and_files_are_404_as_in_the_api(
+    served: Served, people: People, bob: Session
+) -> None:
+    ran(served, people)
+    for path in ("", "/topology", "/live", "/live/stream", "/runs/1", "/runs/1/download",
+                 "/runs/1/pcaps", "/runs/1/files/manifest.json"):  # fmt: skip
+        assert bob.get(PAGE + path).status == 404, path
+    for path in ("", "/runs", "/runs/1", "/runs/1/download", "/runs/1/files/manifest.json",
+                 "/counters", "/counters/stream"):  # fmt: skip
+        assert _api_get(served, people["bob"], EXP + path)[0] == 404, path
+    assert bob.post(PAGE + "/swapin", {}).status == 404
+    assert bob.post(PAGE + "/delete", {}).status == 404
+    assert "/portal/p/net/" not in bob.get("/portal/").text
+    assert served.client(people["ada"]).request("GET", EXP)["state"] == "swapped"
+
+
+def test_forms_without_the_csrf_token_change_nothing(
+    served: Served, people: People, ada: Session
+) -> None:
+    served.client(people["ada"]).request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
+    for token in ("", "0" * 64):
+        reply = ada.post(PAGE + "/delete", {"csrf": token}, csrf=False)
+        assert reply.status == 403 and "CSRF" in reply.text
+    assert served.client(people["ada"]).request("GET", EXP)["state"] == "defined"
+
+
+def test_the_login_cookie_is_httponly_and_samesite_strict(served: Served, people: People) -> None:
+    session = Session(served.url)
+    login = urllib.request.Request(served.url + "/portal/login", method="POST",
+                                   data=f"token={people['cy']}".encode())  # fmt: skip
+
+    class Keep(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return None
+
+    try:
+        urllib.request.build_opener(Keep).open(login, timeout=60)
+        raise AssertionError("the login did not redirect")
+    except urllib.error.HTTPError as e:
+        cookie = e.headers["set-cookie"]
+        assert e.code == 303
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/portal" in cookie
+    assert session.get("/portal/").url.endswith("/portal/login")
+    assert session.post("/portal/login", {"token": "wrong"}, csrf=False).status == 401
+
+
+def test_dragged_positions_are_kept_for_the_experiments_own_nodes(
+    served: Served, people: People, ada: Session
+) -> None:
+    served.client(people["ada"]).request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
+    sent = {"a": {"x": 10, "y": 20}, "zz": {"x": 1, "y": 1}, "../../x": {"x": 1, "y": 1},
+            "b": {"x": "nan", "y": 0}}  # fmt: skip
+    assert ada.post(PAGE + "/positions", {"positions": json.dumps(sent)}).status == 204
+    kept = served.root / "results" / ".portal" / "positions" / "net--line.json"
+    assert json.loads(kept.read_text()) == {"a": {"x": 10.0, "y": 20.0}}
+    assert '"position": {"x": 10.0, "y": 20.0}' in ada.get(PAGE + "/topology").text
+    assert sorted(os.listdir(kept.parent)) == ["net--line.json"]
+
+
+def test_events_and_counters_through_the_api(served: Served, people: People) -> None:
+    ada = served.client(people["ada"])
+    ada.request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
+    status, body = _api_post(served, people["ada"], EXP + "/events", {"text": "link0 down"})
+    assert status == 409 and b"not swapped in" in body
+    ada.request("POST", EXP + "/swapin")
+    wait_for(ada, EXP, "swapin")
+    try:
+        reply = ada.request("POST", EXP + "/events", {"text": "link0 down"})
+        assert reply["event"]["outcome"] == "ok" and reply["event"]["verb"] == "down"
+        now = ada.request("GET", EXP + "/counters")
+        assert now["state"] == "active" and now["links"]["link0"] == "down"
+        assert now["events"][0]["verb"] == "down"
+        status, body = _api_post(served, people["ada"], EXP + "/events", {"text": "nosuch up"})
+        assert status == 409 and b"nosuch" in body
+        later = ada.request("POST", EXP + "/events", {"text": "+30 link0 up"})
+        assert later["scheduled_s"] > 0
+    finally:
+        ada.request("POST", EXP + "/swapout")
+        wait_for(ada, EXP, "swapout")
+
+
+def _api_post(served: Served, token: str, path: str, body: dict) -> tuple[int, bytes]:
+    request = urllib.request.Request(served.url + path, data=json.dumps(body).encode(),
+                                     method="POST", headers={"Authorization": f"Bearer {token}",
+                                                             "Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
