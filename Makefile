@@ -63,10 +63,12 @@ $(STAMPS)/ns3: pyproject.toml $(STAMPS)/venv
 	$(PY) -m pip install -q --no-deps '$(NS3)'
 	@touch $@
 
-$(SIM): csrc/nestbed-sim/main.cc $(STAMPS)/ns3
+SIM_SOURCES := $(wildcard csrc/nestbed-sim/*.cc)
+
+$(SIM): $(SIM_SOURCES) $(wildcard csrc/nestbed-sim/*.h) $(STAMPS)/ns3
 	@mkdir -p $(dir $@)
 	root=$$($(PY) -c "import importlib.metadata as m; print(m.distribution('ns3').locate_file('ns3'))"); \
-	g++ -std=c++20 -O2 -o $@ $< -I$$root/include -L$$root/lib64 -Wl,-rpath,$$root/lib64 \
+	g++ -std=c++20 -O2 -o $@ $(SIM_SOURCES) -I$$root/include -L$$root/lib64 -Wl,-rpath,$$root/lib64 \
 	  $(addprefix -lns3.44-,$(NS3_LIBS))
 
 NESTBED := $(VENV)/bin/nestbed

@@ -10,6 +10,13 @@
    50 ms link filled by simulated CBR (UDP), in the same nestbed-sim as a 2 Mb/s, 50 ms link
    that carries a live TCP flow (iperf3, 8 s) between two emulated hosts; N grows until the
    live flow falls below 95 % of its rate with no simulated traffic.
+4. Packet rate (needs root): 64-byte frames at a growing rate for 5 s each, (a) live, from
+   one emulated host to another through two simulated routers and their unshaped link, as
+   Netbed measured nse's maximum stable rate (4000 packets/s), and (b) inside the simulation,
+   from one simulated router to the other (nestbed-sim's own traffic tools); per rate the
+   share received, the worst per-second lag behind real time, the seconds over the 5 ms
+   limit, and the machine's steal time and load over the same seconds. The sustained rate is
+   the highest with at least 99.9 % received and no second over the limit.
 
 Printed as tables; the figures go into docs/benchmarks.md. The cppyy route (importing the
 ns3 wheel's Python bindings) is not measured here: it needs cppyy built from source; issue 25
@@ -19,11 +26,13 @@ measured ~19 s and ~640 MB per process.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -188,8 +197,6 @@ def live_tcp_bps(pairs: int) -> tuple[float, float, int]:
             capture_output=True, text=True,
         )  # fmt: skip
         receiver.wait(timeout=30)
-        import json
-
         rate = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]
         lag = sim.lag((linux.run_dir(p) / sim.LOG).read_text())
     finally:
@@ -212,13 +219,150 @@ def scale_table() -> None:
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
-def main() -> None:
-    startup_table()
-    if os.geteuid() == 0:
-        across_example()
-        scale_table()
+RATE_SECONDS = 5
+RATES_PPS = (2000, 4000, 8000, 12_000, 16_000, 20_000, 30_000)
+RATE_PAYLOAD = 18  # a 64-byte Ethernet frame
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU times (/proc/stat): user nice system idle iowait irq softirq steal."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+
+
+def steal_share(before: list[int], after: list[int]) -> float:
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    return spent[7] / sum(spent) if sum(spent) else 0.0
+
+
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds a process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def lag_since(log: Path, offset: int) -> list[float]:
+    """The per-second lag lines nestbed-sim logged after byte OFFSET of its log."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return [lag_s for _, lag_s in sim.lag(f.read().decode()).per_second_s]
+
+
+def rate_experiment():  # type: ignore[no-untyped-def]
+    text = """
+routing: static
+nodes: [{name: h1}, {name: h2}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+links:
+  - {name: a1, members: [h1, r1], simulated: true}
+  - {name: core, members: [r1, r2], simulated: true}
+  - {name: a2, members: [r2, h2], simulated: true}
+"""
+    document, locations = yaml_front_end.read(text, "rate.yaml")
+    exp = resolve(document, file="rate.yaml", locations=locations)
+    return exp.model_copy(update={"name": f"benchrate{os.getpid()}"})
+
+
+def rate_once(p, exp, path: str, pps: int, tmp: Path) -> dict:  # type: ignore[no-untyped-def]
+    """PPS packets a second for RATE_SECONDS along PATH ("live" or "inside")."""
+    from nestbed.backend import linux
+
+    directory = linux.run_dir(p)
+    log = directory / sim.LOG
+    offset = log.stat().st_size
+    count = pps * RATE_SECONDS
+    pid = int((directory / sim.PID).read_text())
+    before, load, cpu_before = cpu_times(), os.getloadavg()[0], process_cpu_s(pid)
+    if path == "live":
+        address = exp.links[2].port("h2").ip
+        receiver = linux.start_in(
+            p, "h2", probe_recv(f"{address}:9000", "--idle", "2", "--expect", str(count)),
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        linux.wait_listening(receiver, 9000, "udp")
+        linux.exec_in(
+            p, "h1", probe_send(f"{address}:9000", "--size", str(RATE_PAYLOAD), "--pps",
+                                str(pps), "--count", str(count)),
+            capture_output=True,
+        )  # fmt: skip
+        out, _ = receiver.communicate(timeout=60)
+        received = json.loads(out)["unique"]
     else:
-        print("\n(across the example: needs root)")
+        address = exp.links[1].port("r2").ip
+        channel = sim.SimChannel(directory)
+        try:
+            tag = f"{pps}-{time.monotonic_ns()}"
+            recv_out, send_out = tmp / f"recv{tag}.json", tmp / f"send{tag}.json"
+            channel.request("udp-recv", f"r{tag}", "r2", 9001, sim.word(tmp / "log.csv"),
+                            sim.word(recv_out))  # fmt: skip
+            channel.request("udp-send", f"s{tag}", "r1", address, 9001, RATE_PAYLOAD,
+                            repr(1 / pps), count, sim.word(send_out))  # fmt: skip
+            while not channel.request("state", f"s{tag}")["done"]:
+                time.sleep(0.2)
+            time.sleep(0.5)
+            channel.request("stop", f"r{tag}")
+        finally:
+            channel.close()
+        received = json.loads(recv_out.read_text())["unique"]
+    lags = lag_since(log, offset)
+    return {
+        "received": received / count,
+        "cpu_us_per_packet": (process_cpu_s(pid) - cpu_before) / count * 1e6,
+        "worst_lag_s": max(lags, default=0.0),
+        "late_seconds": sum(1 for lag_s in lags if lag_s > simplan.DEFAULT_HARD_LIMIT_S),
+        "seconds": len(lags),
+        "steal": steal_share(before, cpu_times()),
+        "load": load,
+    }
+
+
+def rate_table() -> None:
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    exp = rate_experiment()
+    p = plan(exp)
+    linux.swap_in(p)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in ("live", "inside"):
+                what = ("h1 to h2 through r1 and r2" if path == "live"
+                        else "r1 to r2, inside the simulation")  # fmt: skip
+                print(f"\npacket rate, {what}: 64-byte frames, {RATE_SECONDS} s each, "
+                      f"median of 3 runs")  # fmt: skip
+                print(f"{'pps':>7}{'received %':>12}{'sim CPU µs/pkt':>16}{'worst lag ms':>14}"
+                      f"{'s over 5 ms':>13}{'steal %':>9}{'load':>6}")  # fmt: skip
+                sustained = 0
+                for pps in RATES_PPS:
+                    runs = [rate_once(p, exp, path, pps, Path(tmp)) for _ in range(3)]
+                    row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                    print(f"{pps:>7}{row['received'] * 100:>12.3f}"
+                          f"{row['cpu_us_per_packet']:>16.1f}{row['worst_lag_s'] * 1e3:>14.1f}"
+                          f"{row['late_seconds']:>7g} of {row['seconds']:<3g}"
+                          f"{row['steal'] * 100:>9.2f}{row['load']:>6.1f}")  # fmt: skip
+                    if row["received"] >= 0.999 and row["late_seconds"] == 0:
+                        sustained = pps
+                    if row["received"] < 0.9:
+                        break
+                print(f"sustained (>= 99.9 % received, no second over 5 ms): {sustained} pps")
+    finally:
+        linux.swap_out(p)
+
+
+SECTIONS = {"startup": False, "example": True, "scale": True, "rate": True}  # needs root?
+
+
+def main() -> None:
+    """Every section, or those named on the command line (startup, example, scale, rate)."""
+    chosen = sys.argv[1:] or list(SECTIONS)
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        sys.exit(f"no section {', '.join(sorted(unknown))}; sections: {', '.join(SECTIONS)}")
+    run = {"startup": startup_table, "example": across_example, "scale": scale_table,
+           "rate": rate_table}  # fmt: skip
+    for name in chosen:
+        if SECTIONS[name] and os.geteuid() != 0:
+            print(f"\n({name}: needs root)")
+            continue
+        run[name]()
 
 
 if __name__ == "__main__":

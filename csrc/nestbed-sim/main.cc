@@ -9,10 +9,12 @@
 // Lines, words separated by blanks (addresses are "A.B.C.D/LEN"):
 //   hard_limit_s SECONDS              the lag behind real time the experiment allows
 //   tick_s SECONDS                    how often the lag is sampled
+//   control FD                        a listening Unix socket for commands (below)
 //   node NAME
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_PACKETS LOSS_A LOSS_B
 //       (RATE_A and LOSS_A act on packets from A to B)
-//   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS NODE ADDR [NODE ADDR ...]
+//   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
+//       (LOSS: of every packet between two members)
 //   attach LINK NODE ADDR FD
 //   route NODE PREFIX NEXT_HOP        PREFIX "0.0.0.0/0" is the default route
 //   cbr NAME FROM_NODE TO_ADDR PORT PACKET_BYTES RATE_BPS START_S STOP_S
@@ -20,11 +22,30 @@
 //       that owns TO_ADDR gets a sink on PORT, so nothing answers with ICMP)
 //   end
 //
+// Commands on the control socket, one a line, each answered by one JSON line ({"ok": true,
+// ...} or {"ok": false, "error": "..."}); they run in the simulator's thread, at the real
+// time they arrive. Paths are percent-encoded (%20 for a blank, %25 for %). The traffic tools
+// are those of tools.h, named by an ID of the caller's:
+//   udp-recv ID NODE PORT LOG OUT
+//   udp-send ID NODE TO_ADDR PORT SIZE INTERVAL_S COUNT OUT       (COUNT 0: until stopped)
+//   tcp-recv ID NODE PORT WINDOW OUT                              (WINDOW 0: ns-3's default)
+//   tcp-send ID NODE TO_ADDR PORT BYTES WINDOW CONGESTION OUT     (BYTES 0: until stopped,
+//                                                                  CONGESTION - : default)
+//   stop ID                           stops a tool; it writes its summary to OUT
+//   state ID                          {"done": true|false}
+//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_PACKETS LOSS_A LOSS_B
+//   lan-set LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS
+//   link LINK up|down                 down drops every packet on the link until up
+//   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
+//
 // Output on stdout, one line each: "ready", then every second "lag SECOND MAX_S WORST_S LATE"
 // (MAX_S the largest lag sampled in simulated second SECOND, counted from the start; WORST_S
 // the largest so far; LATE how many samples passed the hard limit so far), and on exit
 // "worst_lag_s WORST_S late LATE".
 // Errors in the description: one line "error: ..." on stderr and exit status 2.
+
+#include "links.h"
+#include "tools.h"
 
 #include "ns3/applications-module.h"
 #include "ns3/core-module.h"
@@ -35,17 +56,25 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace ns3;
+using namespace nestbed;
 
 namespace
 {
@@ -84,6 +113,66 @@ ParseInterface(const std::string& text)
     return result;
 }
 
+template <typename T>
+T
+Word(std::istringstream& words, const char* what)
+{
+    T value;
+    if (!(words >> value))
+    {
+        throw BadLine(std::string("missing or bad ") + what);
+    }
+    return value;
+}
+
+// A path of a command, percent-encoded so that it is one word.
+std::string
+PathWord(std::istringstream& words, const char* what)
+{
+    auto text = Word<std::string>(words, what);
+    std::string path;
+    for (size_t i = 0; i < text.size(); ++i)
+    {
+        if (text[i] == '%' && i + 2 < text.size())
+        {
+            path += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+            i += 2;
+        }
+        else
+        {
+            path += text[i];
+        }
+    }
+    return path;
+}
+
+std::string
+QueueSize(uint32_t packets)
+{
+    return std::to_string(packets) + "p";
+}
+
+std::string
+Reply(const std::string& fields)
+{
+    return "{\"ok\":true" + (fields.empty() ? "" : "," + fields) + "}";
+}
+
+std::string
+Refusal(const std::string& error)
+{
+    std::string quoted;
+    for (char c : error)
+    {
+        if (c == '"' || c == '\\')
+        {
+            quoted += '\\';
+        }
+        quoted += c;
+    }
+    return "{\"ok\":false,\"error\":\"" + quoted + "\"}";
+}
+
 class Simulation
 {
   public:
@@ -93,18 +182,27 @@ class Simulation
   private:
     Ptr<Node> Find(const std::string& name) const;
     Ptr<Node> Owner(Ipv4Address address) const;
+    SimLink& FindLink(const std::string& name);
     void Address(Ptr<Node> node, Ptr<NetDevice> device, const std::string& text);
     void Statement(const std::string& verb, std::istringstream& words);
+    std::string Command(const std::string& line);
+    std::string Tool(const std::string& verb, std::istringstream& words);
+    void Serve();
+    void Converse(int fd);
     void Tick();
 
     std::map<std::string, Ptr<Node>> m_nodes;
+    std::map<std::string, std::unique_ptr<SimLink>> m_links;
+    std::map<std::string, std::unique_ptr<nestbed::Tool>> m_tools;
     std::vector<Ptr<NetDevice>> m_devices;
+    int m_control = -1;
     double m_hardLimitS = 0.005;
     double m_tickS = 0.01;
     double m_maxInSecondS = 0;
     double m_worstS = 0;
     uint64_t m_late = 0;
     int64_t m_second = 0;
+    bool m_clockSet = false;
     Ptr<RealtimeSimulatorImpl> m_impl;
 };
 
@@ -117,6 +215,17 @@ Simulation::Find(const std::string& name) const
         throw BadLine("unknown simulated node " + name);
     }
     return it->second;
+}
+
+SimLink&
+Simulation::FindLink(const std::string& name)
+{
+    auto it = m_links.find(name);
+    if (it == m_links.end())
+    {
+        throw BadLine("unknown simulated link " + name);
+    }
+    return *it->second;
 }
 
 Ptr<Node>
@@ -151,46 +260,6 @@ Simulation::Address(Ptr<Node> node, Ptr<NetDevice> device, const std::string& te
     m_devices.push_back(device);
 }
 
-template <typename T>
-T
-Word(std::istringstream& words, const char* what)
-{
-    T value;
-    if (!(words >> value))
-    {
-        throw BadLine(std::string("missing or bad ") + what);
-    }
-    return value;
-}
-
-std::string
-Rate(double bps)
-{
-    // ns-3 needs a rate; an unshaped link (0) gets one far above any emulated traffic.
-    std::ostringstream out;
-    out << static_cast<uint64_t>(bps > 0 ? bps : 100e9) << "bps";
-    return out.str();
-}
-
-void
-SetLoss(Ptr<NetDevice> device, double loss)
-{
-    if (loss <= 0)
-    {
-        return;
-    }
-    Ptr<RateErrorModel> model = CreateObject<RateErrorModel>();
-    model->SetAttribute("ErrorUnit", EnumValue(RateErrorModel::ERROR_UNIT_PACKET));
-    model->SetAttribute("ErrorRate", DoubleValue(loss));
-    device->SetAttribute("ReceiveErrorModel", PointerValue(model));
-}
-
-std::string
-QueueSize(uint32_t packets)
-{
-    return std::to_string(packets) + "p";
-}
-
 void
 Simulation::Statement(const std::string& verb, std::istringstream& words)
 {
@@ -202,6 +271,10 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
     {
         m_tickS = Word<double>(words, "tick");
     }
+    else if (verb == "control")
+    {
+        m_control = Word<int>(words, "file descriptor");
+    }
     else if (verb == "node")
     {
         auto name = Word<std::string>(words, "node name");
@@ -211,10 +284,12 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
     }
     else if (verb == "p2p")
     {
-        auto link = Word<std::string>(words, "link name");
-        Ptr<Node> a = Find(Word<std::string>(words, "node"));
+        auto name = Word<std::string>(words, "link name");
+        auto nodeA = Word<std::string>(words, "node");
+        Ptr<Node> a = Find(nodeA);
         auto addrA = Word<std::string>(words, "address");
-        Ptr<Node> b = Find(Word<std::string>(words, "node"));
+        auto nodeB = Word<std::string>(words, "node");
+        Ptr<Node> b = Find(nodeB);
         auto addrB = Word<std::string>(words, "address");
         auto rateA = Word<double>(words, "rate");
         auto rateB = Word<double>(words, "rate");
@@ -228,37 +303,43 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         NetDeviceContainer devices = p2p.Install(a, b);
         devices.Get(0)->SetAttribute("DataRate", StringValue(Rate(rateA)));
         devices.Get(1)->SetAttribute("DataRate", StringValue(Rate(rateB)));
-        SetLoss(devices.Get(1), lossA); // lost on the way from A to B
-        SetLoss(devices.Get(0), lossB);
+        auto link = std::make_unique<SimLink>(name, false);
+        link->Add(nodeA, devices.Get(0), lossB); // A receives what B sends
+        link->Add(nodeB, devices.Get(1), lossA);
+        m_links[name] = std::move(link);
         Address(a, devices.Get(0), addrA);
         Address(b, devices.Get(1), addrB);
     }
     else if (verb == "lan")
     {
-        auto lan = Word<std::string>(words, "LAN name");
+        auto name = Word<std::string>(words, "LAN name");
         auto rate = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
         auto queue = Word<uint32_t>(words, "queue limit");
+        auto loss = Word<double>(words, "loss");
         CsmaHelper csma;
         csma.SetChannelAttribute("DataRate", StringValue(Rate(rate)));
         csma.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
         csma.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(QueueSize(queue)));
-        std::vector<std::pair<Ptr<Node>, std::string>> members;
-        std::string name;
-        while (words >> name)
+        std::vector<std::pair<std::string, std::string>> members;
+        std::string node;
+        while (words >> node)
         {
-            members.emplace_back(Find(name), Word<std::string>(words, "address"));
+            members.emplace_back(node, Word<std::string>(words, "address"));
         }
         NodeContainer nodes;
-        for (auto& [node, addr] : members)
+        for (auto& [member, addr] : members)
         {
-            nodes.Add(node);
+            nodes.Add(Find(member));
         }
         NetDeviceContainer devices = csma.Install(nodes);
+        auto lan = std::make_unique<SimLink>(name, true);
         for (uint32_t i = 0; i < members.size(); ++i)
         {
-            Address(members[i].first, devices.Get(i), members[i].second);
+            lan->Add(members[i].first, devices.Get(i), loss);
+            Address(nodes.Get(i), devices.Get(i), members[i].second);
         }
+        m_links[name] = std::move(lan);
     }
     else if (verb == "attach")
     {
@@ -267,6 +348,12 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto addr = Word<std::string>(words, "address");
         auto fd = Word<int>(words, "file descriptor");
         Ptr<FdNetDevice> device = CreateObject<FdNetDevice>();
+        // Frames read but not yet simulated wait here while the simulator is behind (1000
+        // by default: a 250 ms stall at 4000 packets/s would drop them).
+        if (!device->SetAttributeFailSafe("RxQueueSize", UintegerValue(1 << 16)))
+        {
+            throw BadLine("this ns-3 has no FdNetDevice::RxQueueSize");
+        }
         device->SetAddress(Mac48Address::Allocate());
         node->AddDevice(device);
         device->SetFileDescriptor(fd);
@@ -366,9 +453,203 @@ Simulation::Read(std::istream& in)
     }
 }
 
+// A traffic tool started by a command; its ID must be new.
+std::string
+Simulation::Tool(const std::string& verb, std::istringstream& words)
+{
+    auto id = Word<std::string>(words, "tool id");
+    if (m_tools.count(id))
+    {
+        throw BadLine("tool " + id + " already exists");
+    }
+    Ptr<Node> node = Find(Word<std::string>(words, "node"));
+    std::unique_ptr<nestbed::Tool> tool;
+    if (verb == "udp-recv")
+    {
+        auto port = Word<uint16_t>(words, "port");
+        auto log = PathWord(words, "log path");
+        tool = UdpReceiver(node, port, log, PathWord(words, "output path"));
+    }
+    else if (verb == "udp-send")
+    {
+        Ipv4Address to(Word<std::string>(words, "address").c_str());
+        auto port = Word<uint16_t>(words, "port");
+        auto size = Word<uint32_t>(words, "size");
+        auto interval = Word<double>(words, "interval");
+        auto count = Word<uint64_t>(words, "count");
+        if (!(interval > 0))
+        {
+            throw BadLine("the interval must be above 0");
+        }
+        tool = UdpSender(node, to, port, size, interval, count, PathWord(words, "output path"));
+    }
+    else if (verb == "tcp-recv")
+    {
+        auto port = Word<uint16_t>(words, "port");
+        auto window = Word<uint32_t>(words, "window");
+        tool = TcpReceiver(node, port, window, PathWord(words, "output path"));
+    }
+    else
+    {
+        Ipv4Address to(Word<std::string>(words, "address").c_str());
+        auto port = Word<uint16_t>(words, "port");
+        auto bytes = Word<uint64_t>(words, "bytes");
+        auto window = Word<uint32_t>(words, "window");
+        auto congestion = Word<std::string>(words, "congestion control");
+        auto out = PathWord(words, "output path");
+        tool = TcpSender(node, to, port, bytes, window, congestion == "-" ? "" : congestion, out);
+    }
+    m_tools[id] = std::move(tool);
+    return Reply("");
+}
+
+std::string
+Simulation::Command(const std::string& line)
+{
+    std::istringstream words(line);
+    std::string verb;
+    words >> verb;
+    try
+    {
+        if (verb == "udp-recv" || verb == "udp-send" || verb == "tcp-recv" || verb == "tcp-send")
+        {
+            return Tool(verb, words);
+        }
+        if (verb == "stop" || verb == "state")
+        {
+            auto id = Word<std::string>(words, "tool id");
+            auto it = m_tools.find(id);
+            if (it == m_tools.end())
+            {
+                throw BadLine("no tool " + id);
+            }
+            if (verb == "stop")
+            {
+                it->second->Stop();
+            }
+            return Reply(std::string("\"done\":") + (it->second->Done() ? "true" : "false"));
+        }
+        if (verb == "p2p-set" || verb == "lan-set")
+        {
+            SimLink& link = FindLink(Word<std::string>(words, "link name"));
+            if (link.Lan() != (verb == "lan-set"))
+            {
+                throw BadLine("the link is not a " + std::string(link.Lan() ? "p2p" : "LAN"));
+            }
+            std::vector<double> rates{Word<double>(words, "rate")};
+            if (!link.Lan())
+            {
+                rates.push_back(Word<double>(words, "rate"));
+            }
+            auto delay = Word<double>(words, "delay");
+            auto queue = Word<uint32_t>(words, "queue limit");
+            std::vector<double> losses{Word<double>(words, "loss")};
+            if (!link.Lan())
+            {
+                losses.push_back(Word<double>(words, "loss"));
+            }
+            link.Set(rates, delay, queue, losses);
+            return Reply("");
+        }
+        if (verb == "link")
+        {
+            SimLink& link = FindLink(Word<std::string>(words, "link name"));
+            auto state = Word<std::string>(words, "state");
+            if (state != "up" && state != "down")
+            {
+                throw BadLine("a link is up or down, not " + state);
+            }
+            link.SetDown(state == "down");
+            return Reply("");
+        }
+        if (verb == "counters")
+        {
+            std::string links;
+            for (const auto& [name, link] : m_links)
+            {
+                links += (links.empty() ? "" : ",") + link->CountersJson();
+            }
+            return Reply("\"links\":{" + links + "}");
+        }
+        throw BadLine("unknown command " + verb);
+    }
+    catch (const std::exception& e)
+    {
+        return Refusal(verb + ": " + e.what());
+    }
+}
+
+// Answers on the control socket, a thread per connection; each command runs in the
+// simulator's thread at the real time it arrives, and its reply waits for it.
+void
+Simulation::Serve()
+{
+    while (true)
+    {
+        int fd = accept(m_control, nullptr, nullptr);
+        if (fd < 0)
+        {
+            if (errno == EINTR)
+            {
+                continue;
+            }
+            return;
+        }
+        std::thread(&Simulation::Converse, this, fd).detach();
+    }
+}
+
+void
+Simulation::Converse(int fd)
+{
+    std::string pending;
+    char buffer[4096];
+    while (true)
+    {
+        ssize_t n = read(fd, buffer, sizeof(buffer));
+        if (n <= 0)
+        {
+            if (n < 0 && errno == EINTR)
+            {
+                continue;
+            }
+            close(fd);
+            return;
+        }
+        pending.append(buffer, n);
+        size_t end;
+        while ((end = pending.find('\n')) != std::string::npos)
+        {
+            std::string line = pending.substr(0, end);
+            pending.erase(0, end + 1);
+            std::promise<std::string> reply;
+            std::future<std::string> answer = reply.get_future();
+            m_impl->ScheduleRealtimeNowWithContext(
+                Simulator::NO_CONTEXT,
+                MakeEvent([this, line, &reply]() { reply.set_value(Command(line)); }));
+            std::string text = answer.get() + "\n";
+            for (size_t done = 0; done < text.size();)
+            {
+                ssize_t w = write(fd, text.data() + done, text.size() - done);
+                if (w <= 0 && errno != EINTR)
+                {
+                    close(fd);
+                    return;
+                }
+                done += w > 0 ? w : 0;
+            }
+        }
+    }
+}
+
 void
 Simulation::Tick()
 {
+    if (!m_clockSet)
+    {
+        SetClockOrigin(MonoNs() - m_impl->RealtimeNow().GetNanoSeconds());
+        m_clockSet = true;
+    }
     double lag = (m_impl->RealtimeNow() - Simulator::Now()).GetSeconds();
     m_maxInSecondS = std::max(m_maxInSecondS, lag);
     m_worstS = std::max(m_worstS, lag);
@@ -413,13 +694,26 @@ Simulation::Run()
             tch.Uninstall(device);
         }
     }
+    for (auto& [name, node] : m_nodes)
+    {
+        WatchNode(node);
+    }
     Simulator::Schedule(Seconds(0), &Simulation::Tick, this);
+    if (m_control >= 0)
+    {
+        std::thread(&Simulation::Serve, this).detach();
+    }
     std::printf("ready\n");
     std::fflush(stdout);
     Simulator::Run();
+    // Tools still running write their summaries (a run's end stops them first; this is for
+    // a simulator stopped under them).
+    for (auto& [id, tool] : m_tools)
+    {
+        tool->Stop();
+    }
     std::printf("worst_lag_s %.6f late %llu\n", m_worstS, static_cast<unsigned long long>(m_late));
     std::fflush(stdout);
-    Simulator::Destroy();
 }
 
 } // namespace
@@ -429,6 +723,10 @@ main()
 {
     GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::RealtimeSimulatorImpl"));
     GlobalValue::Bind("ChecksumEnabled", BooleanValue(true));
+    // Full-sized segments, as a 1500-byte MTU with timestamps gives the emulated nodes.
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
+    // ns-2's minrto_ (0.2 s), as the experiment files are ns-2's, rather than ns-3's 1 s.
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
     struct sigaction action = {};
     action.sa_handler = OnSignal;
     sigaction(SIGTERM, &action, nullptr);
@@ -444,5 +742,7 @@ main()
         return 2;
     }
     simulation.Run();
-    return 0;
+    // Connection threads may still wait on the socket: end without tearing down under them.
+    std::fflush(nullptr);
+    _exit(0);
 }

@@ -16,24 +16,10 @@ import pytest
 from nbtest import EXAMPLES, build, swapping
 from nestbed.backend import linux, sim
 from nestbed.backend.plan import plan
-from nestbed.binaries import built_binary, probe_recv, probe_send
-from nestbed.errors import EnvironmentProblem
+from nestbed.binaries import probe_recv, probe_send
 from nestbed.spec import load
 
-
-def _no_simulator() -> str | None:
-    if os.geteuid() != 0:
-        return "builds network namespaces (root)"
-    try:
-        built_binary("nestbed-sim")
-        built_binary("nestbed-probe")
-    except EnvironmentProblem:
-        return "nestbed-sim is not built (the hybrid extra): run `make setup`"
-    return None
-
-
-pytestmark = [pytest.mark.root, pytest.mark.skipif(_no_simulator() is not None,
-                                                   reason=_no_simulator() or "")]  # fmt: skip
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("simulator")]
 
 CORE_BPS, CORE_DELAY_S = 2_000_000, 0.020
 PPP_BYTES = 2  # ns-3's point-to-point header on every packet of the simulated link
@@ -137,47 +123,16 @@ def test_unshaped_attachments_and_a_simulated_chain(swapped):
     assert statistics.median(rtts) <= expected * 1.10 + 1.0
 
 
-@pytest.fixture
-def testbed(tmp_path):
-    """The life cycle of a store of the test's own on this machine; its experiments are
-    swapped out at the end however the test ended."""
-    from nestbed.backend.linux import LinuxBackend
-    from nestbed.lifecycle import Testbed
-    from nestbed.store import State, Store
-
-    store = Store.open(str(tmp_path / "store.db"))
-    bed = Testbed(store, LinuxBackend())
-    yield bed
-    for record in store.list():
-        if record.state not in (State.DEFINED, State.SWAPPED):
-            bed.swap_out(record.name)
-    store.close()
+def _run(run_file, name: str, text: str):  # type: ignore[no-untyped-def]
+    """Runs the ns file TEXT as NAME-PID; the experiment, its results folder and the cbr0
+    row of its flows table."""
+    ran = run_file(name, text)
+    return ran.exp, ran.results, ran.flows["cbr0"]
 
 
-def _run(testbed, tmp_path, name: str, text: str):  # type: ignore[no-untyped-def]
-    """Defines the ns file TEXT as NAME-PID, runs it; the experiment, its results folder and
-    the cbr0 row of its flows table."""
-    from nestbed.lifecycle.runs import run
-    from nestbed.model.options import RunOptions
-
-    path = tmp_path / f"{name}{os.getpid()}.ns"
-    path.write_text(text)
-    loaded = load(path)
-    exp = loaded.experiment
-    testbed.store.create_experiment(
-        exp.name, source_text=loaded.text, source_format="ns", source_file=str(path),
-        ir_json=exp.to_json(),
-    )  # fmt: skip
-    results = tmp_path / "results"
-    summary = run(testbed, exp.name, RunOptions(results=results, report=False))
-    assert summary["outcome"] == "halted"
-    with (results / "traffic" / "flows.csv").open() as f:
-        cbr = next(r for r in csv.DictReader(f) if r["flow"] == "cbr0")
-    return exp, results, cbr
-
-
-def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
-    exp, results, cbr = _run(testbed, tmp_path, "hybrun", (EXAMPLES / "hybrid.ns").read_text())
+def test_the_example_runs_end_to_end_into_a_results_folder(run_file):
+    ran = run_file("hybrun", (EXAMPLES / "hybrid.ns").read_text())
+    exp, results, cbr = ran.exp, ran.results, ran.flows["cbr0"]
     sent, received = int(cbr["packets_sent"]), int(cbr["packets_received"])
     # 1 Mb/s of 500-byte datagrams for 5 s, half the simulated link: it arrives (a stall of
     # the machine can bunch enough of it to overflow the 20-packet queue now and then), no
@@ -185,17 +140,22 @@ def test_the_example_runs_end_to_end_into_a_results_folder(testbed, tmp_path):
     print(f"cbr0: {received} of {sent}, mean delay {cbr['delay_mean_ms']} ms")
     assert 1200 <= sent <= 1260 and received >= 0.97 * sent
     assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+    # The simulated router's TCP transfer to h1 fills most of the core's other direction.
+    ftp = ran.flows["ftp1"]
+    print(f"ftp1 from simulated r2: {float(ftp['throughput_bps']) / 1e6:.3f} Mb/s")
+    assert ftp["outcome"] == "ok; simulated: r2 in nestbed-sim"
+    assert 0.5 * CORE_BPS < float(ftp["throughput_bps"]) <= CORE_BPS
     with (results / "simulation" / "lag.csv").open() as f:
         lag = list(csv.DictReader(f))
     assert len(lag) >= 5 and all(float(r["lag_max_s"]) >= 0 for r in lag)
     assert not linux.leftovers_by_tag().get(plan(exp).tag)
 
 
-def test_events_take_an_attachment_down_and_up(testbed, tmp_path):
+def test_events_take_an_attachment_down_and_up(run_file):
     text = (EXAMPLES / "hybrid.ns").read_text()
     text = text.replace('$ns at 6.0 "$cbr0 stop"', '$ns at 6.0 "$cbr0 stop"\n'
                         '$ns at 2.0 "$attach1 down"\n$ns at 3.0 "$attach1 up"')  # fmt: skip
-    _, results, cbr = _run(testbed, tmp_path, "hybdown", text)
+    _, results, cbr = _run(run_file, "hybdown", text)
     with (results / "events.csv").open() as f:
         done = {(e["object"], e["verb"]): e["outcome"] for e in csv.DictReader(f)}
     assert done[("attach1", "down")] == done[("attach1", "up")] == "ok"

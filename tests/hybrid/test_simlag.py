@@ -52,5 +52,8 @@ def test_a_simulator_that_died_during_the_run_is_said(tmp_path):
         log.write('lag 1 0.001000 0.001000 0\nmsg="FdNetDevice read error"\n')
     problems = record.record(RunFolder(tmp_path / "results"))
     assert problems == [
-        'nestbed-sim, the simulated part, ended during the run: msg="FdNetDevice read error"'
+        'nestbed-sim, the simulated part, ended during the run: msg="FdNetDevice read error" '
+        "(see simulation/nestbed-sim.log)"
     ]
+    kept = tmp_path / "results" / "simulation" / "nestbed-sim.log"
+    assert kept.read_text().endswith('msg="FdNetDevice read error"\n')

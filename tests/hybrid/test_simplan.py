@@ -78,12 +78,8 @@ def test_the_example_plans_two_hosts_and_a_simulated_core():
             "LAN mixed mixes emulated and simulated nodes; join an emulated node to a simulated one with a duplex-link",
         ),
         (
-            "agents: [{name: u, type: udp, node: r1}]\n",
-            "agent u is on simulated node r1; traffic of simulated nodes does not run yet: put it on an emulated node",
-        ),
-        (
-            "events: [{at: 1, object: core, verb: down}]\n",
-            "events act on simulated link core; events reach only emulated links and attachments so far",
+            "programs: [{name: p, node: r1, command: sleep 1}]\n",
+            "program p is on simulated node r1, which has no operating system to run it; put it on an emulated node",
         ),
     ],
 )
@@ -183,3 +179,66 @@ def test_the_cluster_back_end_refuses_simulated_nodes_in_one_sentence():
         "experiment t has simulated nodes (make-simulated), which run on one machine so far; "
         "swap it in with the linux back end"
     )
+
+
+def test_a_simulated_node_runs_its_agents_but_no_startcmd():
+    with_agents = HYBRID + (
+        "agents:\n  - {name: u, type: udp, node: r1}\n  - {name: n, type: null, node: h1}\n"
+    )
+    assert plan(build(with_agents)).simulation.nodes == ("r1", "r2")
+    with pytest.raises(UserError) as caught:
+        plan(build(HYBRID.replace("{name: r2, simulated: true}",
+                                  "{name: r2, simulated: true, startcmd: ./run.sh}")))  # fmt: skip
+    assert str(caught.value) == (
+        "the startcmd of r2 is on simulated node r2, which has no operating system to run it; "
+        "put it on an emulated node"
+    )
+
+
+def test_events_on_a_simulated_link_become_nestbed_sim_settings():
+    from nestbed.backend import simplan
+    from nestbed.model.events import link_after_event
+
+    exp = build(HYBRID + "events: [{at: 1, object: core, verb: down}]\n")
+    core = exp.links[0]
+    assert "core" in plan(exp).simulation.link_names
+    slower = link_after_event(core, core, "bandwidth", ("1Mb",))
+    assert simplan.settings(slower) == "p2p-set core 1000000 1000000 0.02 50 0.01 0.01"
+    lossless = link_after_event(slower, core, "plr", ("0",))
+    longer = link_after_event(lossless, core, "delay", ("40ms",))
+    assert simplan.settings(longer) == "p2p-set core 1000000 1000000 0.04 50 0.0 0.0"
+    in_bytes = link_after_event(core, core, "queue-set", ("r1", "queue-in-bytes_", "1"))
+    with pytest.raises(UserError) as caught:
+        simplan.settings(in_bytes)
+    assert str(caught.value) == (
+        "simulated link core asks for queue limits in bytes, which simulated links do not have yet"
+    )
+    assert simplan.settings(link_after_event(in_bytes, core, "reset", ())).endswith(" 50 0.01 0.01")
+
+
+def test_a_simulated_lan_has_one_rate_delay_and_loss():
+    from nestbed.backend import simplan
+
+    text = HYBRID.replace(
+        "links:\n",
+        "lans:\n  - {name: ether, members: [r1, r2], bandwidth: 10Mb, delay: 4ms, loss: 0.02, "
+        "simulated: true}\nlinks:\n",
+    )
+    exp = build(text)
+    lan = exp.lans[0]
+    statement = next(s for s in plan(exp).simulation.links if s.startswith("lan "))
+    words = statement.split()
+    assert words[:4] == ["lan", "ether", "10000000", "0.004"]
+    assert float(words[5]) == pytest.approx(0.02)  # between any two members
+    assert simplan.settings(lan).startswith("lan-set ether 10000000 0.004 50 ")
+
+
+def test_emulated_nodes_of_a_hybrid_experiment_send_no_duplicate_sacks():
+    p = plan(build(HYBRID))
+    assert all(n.sysctls["net.ipv4.tcp_dsack"] == "0" for n in p.nodes)
+    mine = HYBRID.replace("{name: h1}", "{name: h1, sysctls: {net.ipv4.tcp_dsack: '1'}}")
+    assert plan(build(mine)).node("h1").sysctls["net.ipv4.tcp_dsack"] == "1"
+    assert "net.ipv4.tcp_dsack" not in plan(build(TWO_EMULATED)).node("a").sysctls
+
+
+TWO_EMULATED = "nodes: [{name: a}, {name: b}]\nlinks: [{name: l, members: [a, b]}]\n"

@@ -290,7 +290,7 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         return Interface(ns[port.node], node_iface(port.node, link), cidr, no_offloads)
 
     evented = evented_links(exp)
-    simplan.check(exp, evented)
+    simplan.check(exp)
     for index, link in enumerate(exp.all_links):
         if simplan.is_simulated(link, simulated):
             continue
@@ -358,6 +358,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
         sysctls = dict(QUIET)
         if len(node_ifaces[n.name]) > 1:
             sysctls["net.ipv4.ip_forward"] = "1"
+        if simulation is not None:
+            sysctls.update(simplan.EMULATED_SYSCTLS)
         sysctls.update(n.sysctls)
         nodes.append(
             NodePlan(

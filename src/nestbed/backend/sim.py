@@ -3,25 +3,35 @@ fabric namespace with one AF_PACKET socket per attachment, stopped at swap-out l
 (its pid file is in the experiment's run directory, where swap-out and cleanup look).
 
 nestbed-sim writes "ready" once the simulation is built, then a lag line every second; the
-log (``sim.log``) is what ``lag`` reads.
+log (``sim.log``) is what ``lag`` reads. It answers commands (start and stop traffic tools in
+simulated nodes, change or take down simulated links, read their counters) on a Unix socket
+in the same directory (``sim.sock``), which swap-in opens and hands to it: ``SimChannel`` is
+its client.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from nestbed.backend.plan import Plan
 from nestbed.binaries import built_binary
-from nestbed.errors import EnvironmentProblem, InternalError
+from nestbed.errors import EnvironmentProblem, InternalError, Refused
 
 LOG = "sim.log"
 PID = "sim.pid"
+SOCKET = "sim.sock"
 _ETH_P_ALL = 0x0003
+_SO_RCVBUFFORCE = 33  # socket.h: SO_RCVBUF past rmem_max, for root
+_ATTACHMENT_BUFFER_BYTES = 16 << 20
 
 
 def binary(plan: Plan) -> str:
@@ -35,9 +45,12 @@ def binary(plan: Plan) -> str:
 
 
 def open_attachment(ifname: str) -> socket.socket:
-    """An AF_PACKET socket on ``ifname`` of the calling thread's namespace, for every frame."""
+    """An AF_PACKET socket on ``ifname`` of the calling thread's namespace, for every frame,
+    with a receive buffer that holds the frames of a few hundred milliseconds in which the
+    machine gives nestbed-sim no CPU (the default holds about 140 full-sized frames)."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
     try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, _ATTACHMENT_BUFFER_BYTES)
         sock.bind((ifname, 0))
     except BaseException:
         sock.close()
@@ -56,21 +69,26 @@ def start(
     fds = {link: sock.fileno() for link, sock in sockets.items()}
     argv = ["ip", "netns", "exec", plan.fabric, binary(plan)]
     log = directory / LOG
-    with log.open("ab") as out:
+    path = directory / SOCKET
+    path.unlink(missing_ok=True)  # a crashed simulator's, of this experiment's directory
+    with log.open("ab") as out, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
+        control.bind(str(path))
+        control.listen(8)
         process = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
             stdout=out,
             stderr=out,
             start_new_session=True,
-            pass_fds=tuple(fds.values()),
+            pass_fds=(*fds.values(), control.fileno()),
         )
+        control_fd = control.fileno()  # the same number in nestbed-sim
     # `ip netns exec` execs nestbed-sim in place, so this is its own pid; written first, so a
     # failed start is stopped by the swap-in's rollback.
     (directory / PID).write_text(f"{process.pid}\n")
     assert process.stdin is not None
     with process.stdin:
-        process.stdin.write(simulation.description(fds).encode())
+        process.stdin.write(simulation.description(fds, control_fd).encode())
     _wait_ready(process, log, timeout_s)
 
 
@@ -97,6 +115,46 @@ def running(directory: Path) -> bool:
     except (OSError, ValueError):
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def word(path: Path) -> str:
+    """A path as one word of a nestbed-sim command (percent-encoded)."""
+    return quote(str(path), safe="/")
+
+
+class SimChannel:
+    """A connection to an experiment's nestbed-sim: one command, one reply at a time (the
+    controller's threads share it)."""
+
+    def __init__(self, directory: Path, timeout_s: float = 10):
+        self.path = directory / SOCKET
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(timeout_s)
+            self.sock.connect(str(self.path))
+        except BaseException:
+            self.sock.close()
+            raise
+        self.reader = self.sock.makefile("r", encoding="utf-8")
+        self.lock = threading.Lock()
+
+    def request(self, *words: object) -> dict[str, Any]:
+        """Carries out one command; its reply. A refusal (an unknown link, a port taken)
+        is Refused with nestbed-sim's reason."""
+        line = " ".join(str(w) for w in words)
+        with self.lock:
+            self.sock.sendall(f"{line}\n".encode())
+            answer = self.reader.readline()
+        if not answer:
+            raise InternalError(f"nestbed-sim at {self.path} closed its control socket")
+        reply = json.loads(answer)
+        if not reply.get("ok"):
+            raise Refused(f"the simulated part refused it: {reply.get('error')}")
+        return reply
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 DEFAULT_QUEUE_PACKETS = 50
 # The lag behind real time a run may have before it is marked (nse's HardLimit, 5 ms).
 DEFAULT_HARD_LIMIT_S = 0.005
+# Sysctls of the emulated nodes of an experiment with simulated ones (a node's own win): no
+# duplicate SACKs from Linux, whose blocks make ns-3 3.44's SACK scoreboard fail one of its
+# own assertions (tcp-tx-buffer.cc:857) and end nestbed-sim.
+EMULATED_SYSCTLS = {"net.ipv4.tcp_dsack": "0"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,11 @@ class Simulation:
     hard_limit_s: float = DEFAULT_HARD_LIMIT_S
     traffic: tuple[str, ...] = ()  # cbr statements (so far only bench/hybrid.py gives them)
 
+    @property
+    def link_names(self) -> tuple[str, ...]:
+        """The simulated links and LANs (the second word of their statements)."""
+        return tuple(statement.split()[1] for statement in self.links)
+
     def tables(self) -> dict[str, list[tuple[str, str]]]:
         """Each simulated node's routes, (destination or "default", next hop)."""
         found: dict[str, list[tuple[str, str]]] = {node: [] for node in self.nodes}
@@ -59,9 +68,12 @@ class Simulation:
             found[node].append((destination, via))
         return found
 
-    def description(self, fds: Mapping[str, int]) -> str:
-        """nestbed-sim's input, given the file descriptor of each attachment (by link)."""
+    def description(self, fds: Mapping[str, int], control_fd: int | None = None) -> str:
+        """nestbed-sim's input, given the file descriptor of each attachment (by link) and
+        of the listening socket it takes commands on."""
         lines = [f"hard_limit_s {self.hard_limit_s}"]
+        if control_fd is not None:
+            lines.append(f"control {control_fd}")
         lines += [f"node {n}" for n in self.nodes]
         lines += self.links
         lines += [
@@ -108,8 +120,8 @@ def is_simulated(link: Link, simulated: set[str]) -> bool:
     return all(p.node in simulated for p in link.ports)
 
 
-def check(exp: Experiment, evented: set[str]) -> None:
-    """One UserError naming everything of the simulated part this slice cannot run."""
+def check(exp: Experiment) -> None:
+    """One UserError naming everything of the simulated part nestbed-sim cannot run."""
     simulated = simulated_nodes(exp)
     if not simulated:
         return
@@ -121,23 +133,14 @@ def check(exp: Experiment, evented: set[str]) -> None:
                 "to a simulated one with a duplex-link"
             )
         elif is_simulated(link, simulated):
-            if link.name in evented:
-                problems.append(
-                    f"events act on simulated {link.kind} {link.name}; events reach only "
-                    "emulated links and attachments so far"
-                )
             problems += _unsupported(link)
-    for agent in exp.agents:
-        if agent.node in simulated:
+    commands = [(f"program {p.name}", p.node) for p in exp.programs]
+    commands += [(f"the startcmd of {n.name}", n.name) for n in exp.nodes if n.startcmd]
+    for what, node in commands:
+        if node in simulated:
             problems.append(
-                f"agent {agent.name} is on simulated node {agent.node}; traffic of "
-                "simulated nodes does not run yet: put it on an emulated node"
-            )
-    for program in exp.programs:
-        if program.node in simulated:
-            problems.append(
-                f"program {program.name} is on simulated node {program.node}, which has no "
-                "operating system to run it; put it on an emulated node"
+                f"{what} is on simulated node {node}, which has no operating system to run "
+                "it; put it on an emulated node"
             )
     if problems:
         raise UserError("; ".join(problems))
@@ -184,30 +187,51 @@ def _cidr(link: Link, node: str) -> str:
     return str(link.port(node).interface)
 
 
+def _p2p_parameters(link: Link) -> str:
+    """RATE_A RATE_B DELAY QUEUE LOSS_A LOSS_B of a point-to-point link (A, B: its ports)."""
+    a, b = link.ports
+    rate_ab, delay_ab, loss_ab = _direction(a.egress, b.ingress)
+    rate_ba, delay_ba, loss_ba = _direction(b.egress, a.ingress)
+    if abs(delay_ab - delay_ba) > 1e-9:
+        raise UserError(
+            f"simulated link {link.name} has delay {delay_ab * 1e3:g} ms one way and "
+            f"{delay_ba * 1e3:g} ms the other; a simulated link has one delay"
+        )
+    return f"{rate_ab} {rate_ba} {delay_ab!r} {_queue(link)} {loss_ab!r} {loss_ba!r}"
+
+
+def _lan_parameters(link: Link) -> str:
+    """RATE DELAY QUEUE LOSS of a LAN, the same between any two of its members."""
+    first = link.ports[0]
+    between = _direction(first.egress, first.ingress)
+    if any(_direction(p.egress, p.ingress) != between for p in link.ports):
+        raise UserError(
+            f"simulated LAN {link.name} gives its members different bandwidths, delays or "
+            "loss rates; a simulated LAN has one of each"
+        )
+    # One member's egress and another's ingress: the same halves as its own two.
+    rate, delay, loss = between
+    return f"{rate} {delay!r} {_queue(link)} {loss!r}"
+
+
 def _statement(link: Link) -> str:
     if link.kind == "link":
         a, b = link.ports
-        rate_ab, delay_ab, loss_ab = _direction(a.egress, b.ingress)
-        rate_ba, delay_ba, loss_ba = _direction(b.egress, a.ingress)
-        if abs(delay_ab - delay_ba) > 1e-9:
-            raise UserError(
-                f"simulated link {link.name} has delay {delay_ab * 1e3:g} ms one way and "
-                f"{delay_ba * 1e3:g} ms the other; a simulated link has one delay"
-            )
-        return (
-            f"p2p {link.name} {a.node} {_cidr(link, a.node)} {b.node} {_cidr(link, b.node)} "
-            f"{rate_ab} {rate_ba} {delay_ab!r} {_queue(link)} {loss_ab!r} {loss_ba!r}"
-        )
-    first = link.ports[0]
-    rate, delay, _ = _direction(first.egress, first.ingress)
-    different = [p.node for p in link.ports if _direction(p.egress, p.ingress)[:2] != (rate, delay)]
-    if different or any(p.egress.loss or p.ingress.loss for p in link.ports):
-        raise UserError(
-            f"simulated LAN {link.name} gives its members different bandwidths or delays, or "
-            "a loss rate; a simulated LAN has one bandwidth and delay and no loss"
-        )
+        ends = f"{a.node} {_cidr(link, a.node)} {b.node} {_cidr(link, b.node)}"
+        return f"p2p {link.name} {ends} {_p2p_parameters(link)}"
     members = " ".join(f"{p.node} {_cidr(link, p.node)}" for p in link.ports)
-    return f"lan {link.name} {rate} {delay!r} {_queue(link)} {members}"
+    return f"lan {link.name} {_lan_parameters(link)} {members}"
+
+
+def settings(link: Link) -> str:
+    """The nestbed-sim command that gives a simulated link (or LAN) the shaping ``link``
+    has now, after events changed it; a UserError for what simulated links do not have."""
+    problems = _unsupported(link)
+    if problems:
+        raise UserError(problems[0].replace("; move it out of make-simulated", ""))
+    if link.kind == "link":
+        return f"p2p-set {link.name} {_p2p_parameters(link)}"
+    return f"lan-set {link.name} {_lan_parameters(link)}"
 
 
 def simulation(

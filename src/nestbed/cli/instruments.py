@@ -238,15 +238,28 @@ def validate(
     results: Annotated[
         Path | None, typer.Option(help="Results folder (default results/validate-TIME).")
     ] = None,
+    simulated: Annotated[
+        bool,
+        typer.Option(
+            "--simulated",
+            help="Measure a simulated link (nestbed-sim) beside nse's figures (Netbed §6.2).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Measure nestbed-linkd's delay, bandwidth and loss accuracy (Netbed paper, Tables 1-3)."""
     from nestbed.studies import validate as study
 
     settings = study.Settings.quick() if quick else study.Settings()
+    measure = study.run
+    if simulated:
+        from nestbed.studies import validate_sim
+
+        settings = validate_sim.QUICK if quick else validate_sim.FULL
+        measure = validate_sim.run
     folder = results or default_results("validate")
     with err.status("validating") as status:
-        tables = study.run(settings, folder, lambda text: status.update(f"validating: {text}"))
+        tables = measure(settings, folder, lambda text: status.update(f"validating: {text}"))
     if as_json:
         print_json(tables)
         return

@@ -196,14 +196,59 @@ _VALIDATE_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
 }
 
 
+_VALIDATE_SIMULATED_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
+    "delay": (
+        "Table 1: delay of a simulated link (RTT of echoed UDP at 4000 packets/s each way)",
+        {
+            "delay ms": lambda r: f"{r['delay_ms']:g}",
+            "frame B": lambda r: str(r["frame_bytes"]),
+            "RTT ms": lambda r: f"{r['rtt_ms']:.3f}",
+            "stdev ms": lambda r: f"{r['rtt_stdev_ms']:.3f}",
+            "% err": lambda r: _num(r["rtt_error_pct"], ".2f"),
+            "adjusted ms": lambda r: _num(r["adjusted_rtt_ms"], ".3f"),
+            "adj. % err": lambda r: _num(r["adjusted_error_pct"], ".2f"),
+            "nse RTT ms": lambda r: _num(r["nse_rtt_ms"], ".3f"),
+            "nse % err": lambda r: _num(r["nse_error_pct"], ".2f"),
+            "nse adj. % err": lambda r: _num(r["nse_adjusted_error_pct"], ".2f"),
+            "nse/ours": lambda r: _num(r["nse_over_ours"], ".1f"),
+        },
+    ),
+}
+
+
+def _beside_nse(name: str, title: str) -> tuple[str, dict[str, Callable[[dict], str]]]:
+    """An emulated table's columns for a simulated link: nse's error instead of Dummynet's,
+    and how many times ours it is."""
+    columns = {k: v for k, v in _VALIDATE_TABLES[name][1].items() if not k.startswith("Dummynet")}
+    columns["nse % err"] = lambda r: _num(r["nse_error_pct"], ".2f")
+    columns["nse/ours"] = lambda r: _num(r["nse_over_ours"], ".1f")
+    return title, columns
+
+
+_VALIDATE_SIMULATED_TABLES["bandwidth"] = _beside_nse(
+    "bandwidth", "Table 2: bandwidth of a simulated link (IP and PPP header, offered +5 %)"
+)
+_VALIDATE_SIMULATED_TABLES["loss"] = _beside_nse(
+    "loss", "Table 3: loss of a simulated link (99 % Wilson interval of the measured rate)"
+)
+
+
 def validate_tables(tables: dict) -> Group:
-    """The accuracy tables of `nestbed validate`, laid out like the Netbed paper's."""
-    return Group(
-        *(
-            _table(title, columns, tables.get(name, []))
-            for name, (title, columns) in _VALIDATE_TABLES.items()
+    """The accuracy tables of `nestbed validate`, laid out like the Netbed paper's (with
+    ``--simulated``, its nse columns)."""
+    layout = _VALIDATE_SIMULATED_TABLES if tables.get("simulated") else _VALIDATE_TABLES
+    parts: list = [
+        _table(title, columns, tables.get(name, [])) for name, (title, columns) in layout.items()
+    ]
+    if "lag" in tables:
+        lag = tables["lag"]
+        parts.append(
+            Text(
+                f"nestbed-sim's worst lag behind real time {lag['worst_s'] * 1e3:.1f} ms; "
+                f"{lag['seconds_over_5ms']} of {lag['seconds']} seconds over 5 ms"
+            )
         )
-    )
+    return Group(*parts)
 
 
 def _rate(bps: float | None) -> str:

@@ -9,16 +9,20 @@ from typing import Any
 from nestbed.backend.base import Backend
 from nestbed.backend.linkd import Channel, set_changed_pipes
 from nestbed.backend.plan import PipeSettings, Plan, pipe_params
+from nestbed.control.simulated import SimulatedPart
 from nestbed.errors import Refused
 from nestbed.model import Experiment, Link
 from nestbed.model.events import link_after_event
 
 
 class LinkStates:
-    """Every link and LAN of the experiment, as events changed them."""
+    """Every link and LAN of the experiment, as events changed them; simulated ones change
+    in nestbed-sim."""
 
-    def __init__(self, exp: Experiment, plan: Plan, backend: Backend):
-        self.plan, self.backend = plan, backend
+    def __init__(
+        self, exp: Experiment, plan: Plan, backend: Backend, simulated: SimulatedPart | None = None
+    ):
+        self.plan, self.backend, self.simulated = plan, backend, simulated
         self.original = {link.name: link for link in exp.all_links}
         self.links = dict(self.original)
         self.state = {name: "up" for name in self.links}
@@ -31,6 +35,9 @@ class LinkStates:
 
     def apply(self, name: str, verb: str, args: tuple[str, ...]) -> str:
         """Carries out a link event now; what it did."""
+        if self.simulated is not None and name in self.simulated.links:
+            with self.lock:
+                return self._apply_simulated(self.simulated, name, verb, args)
         if name not in self.emulated:
             raise Refused(
                 f"link {name} is not emulated (it is unshaped and no event in the file names "
@@ -57,6 +64,18 @@ class LinkStates:
         self.links[name] = after
         changed = set_changed_pipes(client, name, _settings(before), _settings(after))
         return f"{changed} pipes of {name} changed"
+
+    def _apply_simulated(
+        self, simulated: SimulatedPart, name: str, verb: str, args: tuple[str, ...]
+    ) -> str:
+        if verb in ("up", "down"):
+            simulated.set_state(name, verb)
+            self.state[name] = verb
+            return f"simulated link {name} is {verb}"
+        after = link_after_event(self.links[name], self.original[name], verb, args)
+        simulated.shape(after)
+        self.links[name] = after
+        return f"simulated link {name} changed"
 
     def now(self) -> dict[str, Any]:
         """Status fields: every link's state, and the links events changed, as they are now

@@ -28,6 +28,7 @@ from nestbed.control.requests import Event
 from nestbed.control.sampler import Sampler
 from nestbed.control.scheduler import Pending, Scheduler
 from nestbed.control.simlag import SimulationLag
+from nestbed.control.simulated import SimulatedPart, SimulatedProcess
 from nestbed.control.traffic import CbrFlow, Flow, FtpFlow
 from nestbed.errors import Refused
 from nestbed.model import Action, Experiment, Program
@@ -71,10 +72,11 @@ class Run:
         self.program_rows = Table(self.folder.programs_table, PROGRAM_COLUMNS)
         found = {n.name: backend.node_cgroup(self.plan, n.name) for n in self.plan.nodes}
         self.cgroups: dict[str, NodeCgroup] = {n: cg for n, cg in found.items() if cg}
-        self.links = LinkStates(self.exp, self.plan, backend)
+        self.simulated = SimulatedPart(self.plan, backend.run_dir(self.plan))
+        self.links = LinkStates(self.exp, self.plan, backend, self.simulated)
         self.sampler = Sampler(
             backend, self.plan, self.folder, self.cgroups, self.now_s,
-            lambda link: self.links.state.get(link, "up"),
+            lambda link: self.links.state.get(link, "up"), self.simulated.counters,
         )  # fmt: skip
         self.cpu_rows = Table(self.folder.node_cpu, CPU_COLUMNS) if self.options.cpumon else None
         addresses = self.exp.addresses()
@@ -101,6 +103,8 @@ class Run:
     def _binaries(self) -> dict[str, str]:
         found = {name: built_binary(name) for name in ("nestbed-linkd", "nestbed-probe")}
         found["iperf3"] = "iperf3"
+        if self.plan.simulation is not None:
+            found["nestbed-sim"] = built_binary("nestbed-sim")
         if self.options.cpumon:
             found["nestbed-cpumon"] = built_binary("nestbed-cpumon")
         return found
@@ -122,8 +126,12 @@ class Run:
 
     def spawn(
         self, node: str, argv: list[str], output: Path | None = None, **kwargs: Any
-    ) -> subprocess.Popen:
-        """Starts argv in a node; ``output`` takes stdout, stderr beside it (.stderr)."""
+    ) -> subprocess.Popen | SimulatedProcess:
+        """Starts argv in a node; ``output`` takes stdout, stderr beside it (.stderr). In a
+        simulated node, nestbed-sim runs it (a traffic tool; nothing else runs there) and
+        writes its summary to ``output``."""
+        if node in self.simulated.nodes and output is not None:
+            return self.simulated.spawn(node, argv, output)
         if output is not None:
             kwargs["stdout"] = output.open("wb")
             kwargs["stderr"] = output.with_name(output.name + ".stderr").open("wb")
@@ -135,7 +143,11 @@ class Run:
                 kwargs["stdout"].close()
                 kwargs["stderr"].close()
 
-    def listening(self, process: subprocess.Popen, port: int, proto: str) -> None:
+    def listening(
+        self, process: subprocess.Popen | SimulatedProcess, port: int, proto: str
+    ) -> None:
+        if isinstance(process, SimulatedProcess):
+            return  # nestbed-sim answers once the tool's socket is bound
         self.backend.wait_listening(process, port, proto)
 
     def now_s(self) -> float:
@@ -156,7 +168,11 @@ class Run:
                 p.ip for link in self.exp.all_links for p in link.ports if p.node == peer.node
             )
             cls = CbrFlow if app.kind == "cbr" else FtpFlow
-            flows[app.name] = cls(app, agent, agent.node, peer.node, address, index, self)
+            flow = cls(app, agent, agent.node, peer.node, address, index, self)
+            ends = [n for n in (agent.node, peer.node) if n in self.simulated.nodes]
+            if ends:  # its table row says so
+                flow.notes.append(f"simulated: {' and '.join(ends)} in nestbed-sim")
+            flows[app.name] = flow
         return flows
 
     # -- start ------------------------------------------------------------------------------
@@ -321,6 +337,7 @@ class Run:
         self.scheduler.retire()
         self.links.close()
         self.sampler.close()
+        self.simulated.close()
 
 
 def _startcmds(exp: Experiment) -> list[Program]:

@@ -34,8 +34,10 @@ class Sampler:
         cgroups: dict[str, NodeCgroup],
         now_s: Callable[[], float],
         link_state: Callable[[str], str],
+        simulated: Callable[[], dict[Pipe, dict[str, Any]]] = dict,
     ):
         self.backend, self.plan, self.now_s, self.link_state = backend, plan, now_s, link_state
+        self.simulated = simulated  # the simulated links' counters, from nestbed-sim
         self.cgroups = cgroups
         self.link_rows = Table(folder.link_counters, LINK_COLUMNS)
         self.node_rows = Table(folder.node_usage, NODE_COLUMNS)
@@ -58,8 +60,12 @@ class Sampler:
                 break
 
     def counters(self) -> dict[Pipe, dict[str, Any]]:
-        """Every pipe's counters now; empty without a link emulator or when it does not answer
-        (the connection is then opened again next time)."""
+        """Every pipe's counters now, and the simulated links' as pipes."""
+        return self._linkd_counters() | self.simulated()
+
+    def _linkd_counters(self) -> dict[Pipe, dict[str, Any]]:
+        """linkd's pipes; empty without a link emulator or when it does not answer (the
+        connection is then opened again next time)."""
         if not self.plan.needs_linkd:
             return {}
         with self.lock:

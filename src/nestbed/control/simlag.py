@@ -37,9 +37,17 @@ class SimulationLag:
             text = f.read().decode(errors="replace")
         lag = sim.lag(text)
         problems = []
+        # What nestbed-sim said during the run, beside its lag table.
+        kept = folder.simulation_lag.with_name("nestbed-sim.log")
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(text)
         if not sim.running(self.log.parent):
-            last = text.strip().splitlines()[-1:] or ["no output"]
-            problems.append(f"nestbed-sim, the simulated part, ended during the run: {last[0]}")
+            words = [line for line in text.strip().splitlines() if not _lag_line(line)]
+            last = " / ".join(words[-3:]) or "no output"
+            problems.append(
+                f"nestbed-sim, the simulated part, ended during the run: {last} (see "
+                f"{folder.relative(kept)})"
+            )
         rows = [{"t_s": t, "lag_max_s": lag_s} for t, lag_s in lag.per_second_s]
         write_table(folder.simulation_lag, LAG_COLUMNS, rows)
         limit = self.simulation.hard_limit_s
@@ -51,3 +59,7 @@ class SimulationLag:
                 f"{len(lag.per_second_s)} seconds (see {folder.relative(folder.simulation_lag)})"
             )
         return problems
+
+
+def _lag_line(line: str) -> bool:
+    return line.startswith(("lag ", "worst_lag_s ")) or line == "ready"

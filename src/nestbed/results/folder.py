@@ -15,6 +15,7 @@ written down once::
     links/counters.csv  every pipe's counters each second
     nodes/usage.csv     CPU and memory per node; nodes/cpu.csv with --cpumon
     simulation/lag.csv  the simulated part's lag behind real time each second (make-simulated)
+    simulation/nestbed-sim.log  what the simulator said during the run
     pcaps/              captures (--capture), LINK-NODE.pcap
     linktest/           linktest reports (linktest-2/ ... for later ones)
     analysis/           `nestbed analyze` of this run

@@ -1,0 +1,243 @@
+// The simulated links and LANs of nestbed-sim (see links.h).
+
+#include "links.h"
+
+#include "ns3/csma-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
+#include <sstream>
+#include <stdexcept>
+
+using namespace ns3;
+
+namespace nestbed
+{
+
+namespace
+{
+
+// The members by device, for the drops WatchNode sees.
+std::map<const NetDevice*, Member*> g_members;
+
+// What a node's IP layer last handed to a device: the traffic-control layer's drop that
+// follows at once is of that packet, on that device.
+struct LastSent
+{
+    Ptr<NetDevice> device;
+    uint32_t bytes = 0;
+};
+
+std::vector<std::unique_ptr<LastSent>> g_watched;
+
+void
+IpSent(LastSent* last, Ptr<const Packet> packet, Ptr<Ipv4> ipv4, uint32_t interface)
+{
+    last->device = ipv4->GetNetDevice(interface);
+    last->bytes = packet->GetSize();
+}
+
+void
+TurnedAway(LastSent* last, Ptr<const Packet>)
+{
+    auto it = g_members.find(PeekPointer(last->device));
+    if (it == g_members.end())
+    {
+        return;
+    }
+    Member* m = it->second;
+    ++m->egress.packetsIn;
+    m->egress.bytesIn += last->bytes + m->header;
+    ++m->egress.dropsQueue;
+}
+
+void
+QueueIn(Member* m, Ptr<const Packet> p)
+{
+    ++m->egress.packetsIn;
+    m->egress.bytesIn += p->GetSize();
+}
+
+void
+QueueDrop(Member* m, Ptr<const Packet> p)
+{
+    QueueIn(m, p);
+    ++m->egress.dropsQueue;
+}
+
+void
+SentOut(Member* m, Ptr<const Packet> p)
+{
+    ++m->egress.packetsOut;
+    m->egress.bytesOut += p->GetSize();
+}
+
+void
+Arrived(Member* m, Ptr<const Packet> p)
+{
+    ++m->ingress.packetsIn;
+    m->ingress.bytesIn += p->GetSize();
+    ++m->ingress.packetsOut;
+    m->ingress.bytesOut += p->GetSize();
+}
+
+void
+Lost(Member* m, Ptr<const Packet> p)
+{
+    ++m->ingress.packetsIn;
+    m->ingress.bytesIn += p->GetSize();
+    ++(*m->down ? m->ingress.dropsDown : m->ingress.dropsLoss);
+}
+
+void
+Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t queueBytes)
+{
+    s << "{\"counters\":{\"packets_in\":" << c.packetsIn << ",\"bytes_in\":" << c.bytesIn
+      << ",\"packets_out\":" << c.packetsOut << ",\"bytes_out\":" << c.bytesOut
+      << ",\"queue_packets\":" << queuePackets << ",\"queue_bytes\":" << queueBytes
+      << ",\"drops\":{\"loss\":" << c.dropsLoss << ",\"queue_full\":" << c.dropsQueue
+      << ",\"red_early\":0,\"red_forced\":0,\"ordinal\":0,\"down\":" << c.dropsDown << "}}}";
+}
+
+} // namespace
+
+void
+WatchNode(Ptr<Node> node)
+{
+    auto last = std::make_unique<LastSent>();
+    node->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+        "Tx",
+        MakeBoundCallback(&IpSent, last.get()));
+    node->GetObject<TrafficControlLayer>()->TraceConnectWithoutContext(
+        "TcDrop",
+        MakeBoundCallback(&TurnedAway, last.get()));
+    g_watched.push_back(std::move(last));
+}
+
+std::string
+Rate(double bps)
+{
+    std::ostringstream out;
+    out << static_cast<uint64_t>(bps > 0 ? bps : 100e9) << "bps";
+    return out.str();
+}
+
+SimLink::SimLink(std::string name, bool lan)
+    : m_name(std::move(name)),
+      m_lan(lan)
+{
+}
+
+bool
+SimLink::Lan() const
+{
+    return m_lan;
+}
+
+void
+SimLink::Add(const std::string& node, Ptr<NetDevice> device, double loss)
+{
+    auto m = std::make_unique<Member>();
+    m->node = node;
+    m->device = device;
+    m->loss = loss;
+    m->down = &m_down;
+    m->error = CreateObject<RateErrorModel>();
+    m->error->SetAttribute("ErrorUnit", EnumValue(RateErrorModel::ERROR_UNIT_PACKET));
+    device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
+    if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
+    {
+        m->queue = p2p->GetQueue();
+        m->header = 2; // PPP
+    }
+    else
+    {
+        m->queue = DynamicCast<CsmaNetDevice>(device)->GetQueue();
+        m->header = 18; // Ethernet header and FCS
+    }
+    Member* raw = m.get();
+    g_members[PeekPointer(device)] = raw;
+    m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
+    m->queue->TraceConnectWithoutContext("DropBeforeEnqueue", MakeBoundCallback(&QueueDrop, raw));
+    device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
+    device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
+    device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
+    Apply(*m);
+    m_members.push_back(std::move(m));
+}
+
+void
+SimLink::Apply(Member& m)
+{
+    double rate = m_down ? 1.0 : m.loss;
+    m.error->SetRate(rate);
+    if (rate > 0)
+    {
+        m.error->Enable();
+    }
+    else
+    {
+        m.error->Disable(); // no random draw per packet when nothing is lost
+    }
+}
+
+void
+SimLink::Set(const std::vector<double>& rates,
+             double delayS,
+             uint32_t queuePackets,
+             const std::vector<double>& losses)
+{
+    if (!m_lan && (rates.size() != m_members.size() || losses.size() != m_members.size()))
+    {
+        throw std::invalid_argument("a rate and a loss for each end of " + m_name);
+    }
+    for (size_t i = 0; i < m_members.size(); ++i)
+    {
+        Member& m = *m_members[i];
+        double rate = rates[m_lan ? 0 : i];
+        m.loss = losses[m_lan ? 0 : (i + 1) % m_members.size()]; // loss from the other end
+        m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets) + "p"));
+        if (!m_lan)
+        {
+            DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rate)));
+        }
+        Apply(m);
+    }
+    Ptr<Channel> channel = m_members[0]->device->GetChannel();
+    channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));
+    if (m_lan)
+    {
+        channel->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rates[0]))));
+    }
+}
+
+void
+SimLink::SetDown(bool down)
+{
+    m_down = down;
+    for (auto& m : m_members)
+    {
+        Apply(*m);
+    }
+}
+
+std::string
+SimLink::CountersJson() const
+{
+    std::ostringstream s;
+    s << "\"" << m_name << "\":{\"ports\":{";
+    for (size_t i = 0; i < m_members.size(); ++i)
+    {
+        const Member& m = *m_members[i];
+        s << (i ? "," : "") << "\"" << m.node << "\":{\"egress\":";
+        Json(s, m.egress, m.queue->GetNPackets(), m.queue->GetNBytes());
+        s << ",\"ingress\":";
+        Json(s, m.ingress, 0, 0);
+        s << "}";
+    }
+    s << "}}";
+    return s.str();
+}
+
+} // namespace nestbed

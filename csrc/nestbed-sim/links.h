@@ -1,0 +1,92 @@
+// The simulated links and LANs of nestbed-sim, as events change them and as their counters
+// see them.
+//
+// Every member of a link (a node's device on it) has a queue, a rate, and a receive error
+// model that drops what the link loses on the way to that member; `down` makes that model
+// drop everything, as linkd's blackhole does, and `up` gives back the link's loss. The
+// counters of each member mirror linkd's pipes: "egress" is what the member's device sends
+// (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
+// what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
+// are as the link carries them: the IP packet and the link's own header (without a LAN's
+// padding of short frames, for packets its full queue turned away).
+//
+// A full device queue stops its transmit queue, and ns-3's traffic-control layer then drops
+// what the node sends on it before the device sees it; WatchNode counts those drops, which
+// only the IP layer's last transmission attributes to a device.
+
+#pragma once
+
+#include "ns3/core-module.h"
+#include "ns3/error-model.h"
+#include "ns3/network-module.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nestbed
+{
+
+struct Counters
+{
+    uint64_t packetsIn = 0;
+    uint64_t bytesIn = 0;
+    uint64_t packetsOut = 0;
+    uint64_t bytesOut = 0;
+    uint64_t dropsLoss = 0;
+    uint64_t dropsQueue = 0;
+    uint64_t dropsDown = 0;
+};
+
+struct Member
+{
+    std::string node;
+    uint32_t header = 0; // bytes the link adds to an IP packet
+    ns3::Ptr<ns3::NetDevice> device;
+    ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
+    ns3::Ptr<ns3::RateErrorModel> error;
+    double loss = 0; // what this member's receive side loses while the link is up
+    const bool* down = nullptr;
+    Counters egress;
+    Counters ingress;
+};
+
+class SimLink
+{
+  public:
+    SimLink(std::string name, bool lan);
+
+    // A member: its device and the node it belongs to; the loss on the way to it.
+    void Add(const std::string& node, ns3::Ptr<ns3::NetDevice> device, double loss);
+
+    bool Lan() const;
+    // Rate of each member's device, the delay, the queue limit, the loss towards each
+    // member; for a LAN, rates[0] and losses[0] stand for all.
+    void Set(const std::vector<double>& rates,
+             double delayS,
+             uint32_t queuePackets,
+             const std::vector<double>& losses);
+    void SetDown(bool down);
+    // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
+    // of linkd's counters reply.
+    std::string CountersJson() const;
+
+  private:
+    void Apply(Member& m);
+
+    std::string m_name;
+    bool m_lan;
+    bool m_down = false;
+    std::vector<std::unique_ptr<Member>> m_members;
+};
+
+// Counts the packets NODE's traffic-control layer drops for a full queue of its member
+// devices; once per node, when all links are built.
+void WatchNode(ns3::Ptr<ns3::Node> node);
+
+// ns-3 needs a rate; an unshaped link (0) gets one far above any emulated traffic.
+std::string Rate(double bps);
+
+} // namespace nestbed

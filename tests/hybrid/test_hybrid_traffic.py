@@ -1,0 +1,157 @@
+"""Traffic of simulated nodes, for real: the experiment's agents on simulated nodes run in
+nestbed-sim, started and stopped by its events, and their flows reach the results tables like
+any other; CBR and FTP between simulated and emulated nodes in both directions, and between
+two simulated nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbtest import EXAMPLES
+from nestbed.backend import linux
+from nestbed.backend.plan import plan
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("simulator")]
+
+CORE_BPS, CORE_DELAY_S = 10_000_000, 0.010
+
+# h1 and h2 are emulated, r1 and r2 simulated, joined by a simulated 10 Mb/s, 10 ms core.
+TRAFFIC = """
+set ns [new Simulator]
+source tb_compat.tcl
+$ns rtproto Static
+set h1 [$ns node]
+set h2 [$ns node]
+$ns make-simulated {
+    set r1 [$ns node]
+    set r2 [$ns node]
+    set core [$ns duplex-link $r1 $r2 10Mb 10ms DropTail]
+    set attach1 [$ns duplex-link $h1 $r1 100Mb 0ms DropTail]
+    set attach2 [$ns duplex-link $h2 $r2 100Mb 0ms DropTail]
+}
+# CBR out of, into and inside the simulated part from 1 to 4 s; FTP out of it from 1 to 4 s,
+# into it from 4 to 7 s, both across the core from r2 to r1.
+set uout [new Agent/UDP]
+$ns attach-agent $r1 $uout
+set nout [new Agent/Null]
+$ns attach-agent $h2 $nout
+$ns connect $uout $nout
+set out [new Application/Traffic/CBR]
+$out set packetSize_ 500
+$out set rate_ 1Mb
+$out attach-agent $uout
+$ns at 1.0 "$out start"
+$ns at 4.0 "$out stop"
+set uin [new Agent/UDP]
+$ns attach-agent $h1 $uin
+set nin [new Agent/Null]
+$ns attach-agent $r2 $nin
+$ns connect $uin $nin
+set in [new Application/Traffic/CBR]
+$in set packetSize_ 500
+$in set rate_ 1Mb
+$in attach-agent $uin
+$ns at 1.0 "$in start"
+$ns at 4.0 "$in stop"
+set uinside [new Agent/UDP]
+$ns attach-agent $r1 $uinside
+set ninside [new Agent/Null]
+$ns attach-agent $r2 $ninside
+$ns connect $uinside $ninside
+set inside [new Application/Traffic/CBR]
+$inside set packetSize_ 500
+$inside set rate_ 1Mb
+$inside attach-agent $uinside
+$ns at 1.0 "$inside start"
+$ns at 4.0 "$inside stop"
+set tftpout [new Agent/TCP]
+$ns attach-agent $r2 $tftpout
+set sftpout [new Agent/TCPSink]
+$ns attach-agent $h1 $sftpout
+$ns connect $tftpout $sftpout
+set ftpout [new Application/FTP]
+$ftpout attach-agent $tftpout
+$ns at 1.0 "$ftpout start"
+$ns at 4.0 "$ftpout stop"
+set tftpin [new Agent/TCP]
+$ns attach-agent $h2 $tftpin
+set sftpin [new Agent/TCPSink]
+$ns attach-agent $r1 $sftpin
+$ns connect $tftpin $sftpin
+set ftpin [new Application/FTP]
+$ftpin attach-agent $tftpin
+$ns at 4.0 "$ftpin start"
+$ns at 7.0 "$ftpin stop"
+$ns at 8.0 "$ns halt"
+$ns run
+"""
+
+
+def test_agents_of_simulated_nodes_carry_traffic_both_ways(run_file):
+    ran = run_file("i25traffic", TRAFFIC)
+    flows = ran.flows
+    names = {"cbr": ["out", "in", "inside"], "ftp": ["ftpout", "ftpin"]}
+    kinds = {flow: row["kind"] for flow, row in flows.items()}
+    assert sorted(kinds) == sorted(names["cbr"] + names["ftp"]), kinds
+    for flow, row in flows.items():
+        print(flow, {k: row[k] for k in ("source", "destination", "packets_sent",
+                                          "packets_received", "bytes_received",
+                                          "throughput_bps", "delay_mean_ms", "outcome")})  # fmt: skip
+        assert row["outcome"].startswith("ok; simulated: "), row["outcome"]
+    # CBR: 3 s of 250 datagrams a second, a tenth of the core: all arrive, no sooner than the
+    # core's delay and the serialization of a 530-byte packet on it.
+    for flow in names["cbr"]:
+        row = flows[flow]
+        sent, got = int(row["packets_sent"]), int(row["packets_received"])
+        assert 720 <= sent <= 770, (flow, sent)  # as the controller's start and stop fell
+        assert got >= 0.98 * sent, (flow, got, sent)
+        assert float(row["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+    assert flows["inside"]["outcome"] == "ok; simulated: r1 and r2 in nestbed-sim"
+    # FTP: each TCP flow has the core's r2-to-r1 direction to itself for 3 s: ns-3's TCP
+    # sending to Linux's, then Linux's to ns-3's, each most of the core's rate (9.5 and 8.9
+    # Mb/s here; less when other work delays the simulator), never above it.
+    for flow in names["ftp"]:
+        row = flows[flow]
+        rate = float(row["throughput_bps"])
+        print(f"{flow}: {rate / 1e6:.2f} Mb/s across the {CORE_BPS / 1e6:g} Mb/s core")
+        assert 0.6 * CORE_BPS < rate <= 1.02 * CORE_BPS
+        assert 0 < int(row["bytes_received"]) <= int(row["bytes_sent"])
+    # The core's counters are in the links table like any link's: what left r2 towards r1
+    # is at least what the two TCP flows delivered.
+    last = {}
+    for row in ran.table("links/counters.csv"):
+        if row["link"] == "core":
+            last[(row["port"], row["direction"])] = row
+    assert set(last) == {(n, d) for n in ("r1", "r2") for d in ("egress", "ingress")}
+    delivered = sum(int(flows[f]["bytes_received"]) for f in names["ftp"])
+    assert int(last[("r2", "egress")]["bytes_out"]) >= delivered
+    # and what r1 received is what r2 sent, but for a packet or two still on the wire
+    sent_out = int(last[("r2", "egress")]["packets_out"])
+    assert 0 <= sent_out - int(last[("r1", "ingress")]["packets_in"]) <= 2
+    assert not linux.leftovers_by_tag().get(plan(ran.exp).tag)
+
+
+def test_events_take_a_simulated_link_down_up_and_slow_it(run_file):
+    """The example's CBR (1 Mb/s of 500-byte datagrams, 1 to 6 s) across its simulated core,
+    which goes down at 2 s, up at 3 s and to 500 kb/s at 4 s, all in nestbed-sim."""
+    text = (EXAMPLES / "hybrid.ns").read_text()
+    text = text.replace('$ns at 6.0 "$cbr0 stop"', '$ns at 6.0 "$cbr0 stop"\n'
+                        '$ns at 2.0 "$core down"\n$ns at 3.0 "$core up"\n'
+                        '$ns at 4.0 "$core bandwidth 500kb"')  # fmt: skip
+    ran = run_file("i25events", text)
+    done = {(e["object"], e["verb"]): e for e in ran.table("events.csv")}
+    for verb in ("down", "up", "bandwidth"):
+        assert done[("core", verb)]["outcome"] == "ok", done[("core", verb)]
+    per_second = {round(float(r["t_s"])): int(r["packets"]) for r in ran.table("traffic/cbr0.csv")}
+    # A 530-byte packet on the core (with its 2-byte PPP header) every 8.48 ms at 500 kb/s.
+    slow = 500_000 / (530 * 8)
+    print(f"cbr0 packets per second {per_second}; at 500 kb/s {slow:.1f} a second")
+    # 250 offered a second; the start, and the link's coming up, fall a little into their
+    # second (events run on the controller's clock, packets take the core's 22 ms)
+    assert per_second[1] >= 200 and per_second[3] >= 200
+    assert per_second.get(2, 0) <= 10  # down: only what was already on the wire
+    assert abs(per_second[5] - slow) <= 0.1 * slow
+    counters = [r for r in ran.table("links/counters.csv") if r["link"] == "core"]
+    last = {(r["port"], r["direction"]): r for r in counters}
+    assert int(last[("r2", "ingress")]["drops_other"]) >= 200  # 1 s down at 250 a second
+    assert int(last[("r1", "egress")]["drops_queue"]) > 0  # 1 Mb/s into 500 kb/s
