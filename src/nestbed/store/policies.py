@@ -23,6 +23,8 @@ from nestbed.store.schema import (
     idle_states,
     project_settings,
     projects,
+    with_stored_name,
+    without_experiment_id,
 )
 
 SETTINGS = ("idle_s", "warn_before_s", "max_duration_s", "priority_min", "priority_max")
@@ -196,12 +198,8 @@ class Policies:
 
 
 def _select() -> sa.Select[Any]:
-    return sa.select(idle_exemptions, experiments.c.name.label("stored_name")).join(
-        experiments, idle_exemptions.c.experiment_id == experiments.c.id
-    )
+    return with_stored_name(idle_exemptions)
 
 
 def _exemption(row: sa.Row[Any]) -> ExemptionRecord:
-    values = dict(row._mapping)
-    values.pop("experiment_id")
-    return ExemptionRecord(**values)
+    return ExemptionRecord(**without_experiment_id(row))

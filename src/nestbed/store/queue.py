@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from nestbed.errors import UserError
 from nestbed.store.experiments import Store, utc_now
 from nestbed.store.records import BatchRecord
-from nestbed.store.schema import batch_entries, experiments
+from nestbed.store.schema import batch_entries, experiments, with_stored_name, without_experiment_id
 
 _SAVED = ("state", "attempts", "last_failure_at", "last_failure", "passed_over")
 
@@ -109,15 +109,11 @@ class BatchQueue:
 
 
 def _select() -> sa.Select[Any]:
-    return sa.select(batch_entries, experiments.c.name.label("stored_name")).join(
-        experiments, batch_entries.c.experiment_id == experiments.c.id
-    )
+    return with_stored_name(batch_entries)
 
 
 def _record(row: sa.Row[Any]) -> BatchRecord:
-    values = dict(row._mapping)
-    values.pop("experiment_id")
-    return BatchRecord(**values)
+    return BatchRecord(**without_experiment_id(row))
 
 
 def seconds(at: datetime | None) -> float | None:

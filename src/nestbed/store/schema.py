@@ -301,3 +301,18 @@ idle_states = sa.Table(
 )
 """What idle swap-out remembers of an active experiment (``server.idle.IdleState``), so a
 restarted server does not start its idle time again."""
+
+
+def with_stored_name(table: sa.Table) -> sa.Select[Any]:
+    """``table``'s rows (which point at an experiment by id) with that experiment's stored
+    name as ``stored_name``."""
+    return sa.select(table, experiments.c.name.label("stored_name")).join(
+        experiments, table.c.experiment_id == experiments.c.id
+    )
+
+
+def without_experiment_id(row: sa.Row[Any]) -> dict[str, Any]:
+    """A row of ``with_stored_name`` as a record's fields (the id stays in the store)."""
+    values = dict(row._mapping)
+    values.pop("experiment_id")
+    return values
