@@ -13,4 +13,6 @@ its run, started and spoken to through ``client.ControllerClient``.
     programs.py    program objects; traffic.py, bulk.py flows; cpumon.py CPU monitors
     captures.py    pcaps; linktests.py `$ns linktest` as a child process
     collector.py   the end: flow and TCP tables, the manifest's end, the report
+    simulated.py   the simulated part: traffic of simulated nodes, simulated links' events
+                   and counters, through nestbed-sim; simlag.py its lag behind real time
 """
