@@ -246,12 +246,14 @@ def _create_namespace(name: str, sysctls: tuple[str, dict[str, str]]) -> socket.
     path = NETNS_RUN_DIR / name
     made: list[socket.socket] = []
     failure: list[BaseException] = []
+    named: list[bool] = []
 
     def work() -> None:
         try:
             if _libc.unshare(_CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), f"unshare for namespace {name} failed")
             os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+            named.append(True)
             source = b"/proc/thread-self/ns/net"
             if _libc.mount(source, str(path).encode(), b"none", _MS_BIND, None) != 0:
                 raise OSError(ctypes.get_errno(), f"mounting namespace {name} failed")
@@ -264,6 +266,11 @@ def _create_namespace(name: str, sysctls: tuple[str, dict[str, str]]) -> socket.
     thread.start()
     thread.join()
     if failure:
+        # Not yet handed to the swap-in (which removes what it created): a namespace whose
+        # sysctls failed goes here, or the rollback would leave it.
+        if named:
+            with contextlib.suppress(OSError):
+                _remove_namespace(name)
         raise failure[0]
     return made[0]
 
