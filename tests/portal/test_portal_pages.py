@@ -118,6 +118,18 @@ def test_downloads_stay_inside_the_run_folder(served: Served, people: People, ad
     assert all(m.isfile() for m in sent)
 
 
+def test_a_page_a_program_wrote_into_its_run_is_served_without_its_scripts(
+    served: Served, people: People
+) -> None:
+    folder = ran(served, people)
+    (folder / "page.html").write_text("<script>fetch('/portal/')</script>")
+    request = urllib.request.Request(served.url + f"{EXP}/runs/1/files/page.html",
+                                     headers={"Authorization": f"Bearer {people['ada']}"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=60) as r:
+        assert r.headers["Content-Security-Policy"] == "sandbox"
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
 def _api_get(served: Served, token: str, path: str) -> tuple[int, bytes]:
     request = urllib.request.Request(served.url + path,
                                      headers={"Authorization": f"Bearer {token}"})  # fmt: skip

@@ -58,6 +58,19 @@ def inside(root: Path, relative: str) -> Path:
     return path
 
 
+# A run's files are written by the experiment's own programs too: a page among them must not
+# run scripts on the portal's origin (where a viewer's session cookie lives), nor may a
+# browser guess a type the file does not claim.
+_UNTRUSTED = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+
+
+def served(found: Path) -> FileResponse:
+    """A file of a run, shown in the browser but sandboxed: no script of it runs."""
+    return FileResponse(
+        found, filename=found.name, content_disposition_type="inline", headers=_UNTRUSTED
+    )
+
+
 def files(root: Path) -> Iterator[tuple[str, int]]:
     """Every regular file under ``root`` (links neither listed nor followed): its path
     relative to ``root`` and its size, in name order."""
@@ -224,7 +237,7 @@ def run_file(
     found = inside(folder_of(run_of(who, project, name, run_id)).root, path)
     if not found.is_file():
         raise NotFound(f"there is no file {path!r} in this run")
-    return FileResponse(found, filename=found.name, content_disposition_type="inline")
+    return served(found)
 
 
 def _tar(who: Caller, project: str, name: str, run_id: int, under: str) -> StreamingResponse:
@@ -268,4 +281,4 @@ def sweep_file(project: AccountName, sweep_name: SweepName, path: str, who: Who)
     found = inside(inside(sweeps_root(who, project), sweep_name), path)
     if not found.is_file():
         raise NotFound(f"there is no file {path!r} in sweep {sweep_name!r}")
-    return FileResponse(found, filename=found.name, content_disposition_type="inline")
+    return served(found)
