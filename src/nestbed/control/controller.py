@@ -71,6 +71,9 @@ class Controller:
         exp = Experiment.from_json(start.ir.read_text())
         if experiment_tag(exp.name) != previous.plan.tag:
             raise Refused(f"next_run of another experiment ({exp.name}) in {previous.exp.name}")
+        # What the last run's events changed is undone before the next run begins.
+        for line in previous.links.reset(exp):
+            print(f"before the next run, {line}", file=sys.stderr, flush=True)  # the log
         following = Run(self.backend, start)
         previous.retire()
         following.start()
