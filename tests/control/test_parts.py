@@ -205,3 +205,49 @@ def test_only_a_programs_own_processes_count_as_its_group():
             process.kill()
             process.wait()
     assert not _group_alive(ours.pid, marker)
+
+
+class _Simulation:
+    """nestbed-sim as LinkStates sees it: the links it runs and what it was asked."""
+
+    def __init__(self, links: set[str]):
+        self.links, self.asked = links, []
+
+    def set_state(self, link: str, state: str) -> None:
+        self.asked.append(("state", link, state))
+
+    def shape(self, link) -> None:  # type: ignore[no-untyped-def]
+        self.asked.append(("shape", link.name, link.ports[0].egress.delay_s))
+
+
+def test_the_next_runs_links_start_from_its_configuration_not_the_last_runs_events(tmp_path):
+    from nbtest import experiment
+
+    from nestbed.backend.plan import plan
+    from nestbed.control.links import LinkStates
+
+    text = TWO_NODES + "  - {name: l1, members: [a, b], delay: 5ms}\n"
+    first = experiment(text, "resets")
+    backend = FakeBackend(tmp_path)
+    p = plan(first)
+    backend.swap_in(p)
+    simulated = _Simulation({"l1"})
+    links = LinkStates(first, p, backend, simulated)  # type: ignore[arg-type]
+    links.apply("l0", "delay", ("50ms",))
+    links.apply("l1", "down", ())
+    linkd = backend.linkd(p)
+    before = len(linkd.requests())
+    # The next point configures l0 with 20 ms: set from the event's 50, not from the first
+    # run's 5; l1 comes up in the simulator.
+    following = experiment(text.replace("delay: 5ms}\n  - {name: l1", "delay: 20ms}\n  - {name: l1"),
+                           "resets")  # fmt: skip
+    done = links.reset(following)
+    sets = [r for r in linkd.requests()[before:] if r["op"] == "set"]
+    assert {r["params"]["delay"]["delay_ns"] for r in sets if r["direction"] == "egress"} == {
+        20_000_000
+    }, sets
+    assert ("state", "l1", "up") in simulated.asked
+    assert [line.split(":")[0] for line in done] == ["l0", "l1"]
+    assert links.now()["links"] == {"l0": "up", "l1": "up"}
+    assert links.reset(following) == []  # nothing left to undo
+    backend.swap_out(p)
