@@ -222,7 +222,6 @@ class _Simulation:
 
 def test_the_next_runs_links_start_from_its_configuration_not_the_last_runs_events(tmp_path):
     from nbtest import experiment
-
     from nestbed.backend.plan import plan
     from nestbed.control.links import LinkStates
 
