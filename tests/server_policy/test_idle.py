@@ -150,3 +150,11 @@ def test_sessions_count_while_open_and_the_fake_sampler_replays():
     assert sessions.count("x") == 0
     fake = FakeSampler([at(0), at(1, sessions=1)])
     assert [fake.sample().sessions, fake.sample().sessions] == [0, 1]
+
+
+def test_spans_below_a_minute_are_said_in_seconds():
+    from nestbed.server.idle import _hours
+
+    assert [_hours(s) for s in (0.4, 20, 59.4, 61, 1800, 5400)] == [
+        "0 s", "20 s", "59 s", "1 min", "30 min", "1.5 h"
+    ]  # fmt: skip

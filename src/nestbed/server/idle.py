@@ -239,6 +239,10 @@ def _deadline(
 
 
 def _hours(seconds: float) -> str:
+    """A span as a person reads it: seconds below a minute (a project's short threshold
+    read "0 min"), minutes below an hour, hours above."""
+    if seconds < 59.5:
+        return f"{max(seconds, 0):.0f} s"
     if seconds < HOUR_S:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / HOUR_S:.1f} h"
