@@ -3,8 +3,10 @@ of a run's folder (one at a time, or all of it or its captures as a tar), its li
 reports (failures first), and the project's sweeps.
 
 A file is named by its path inside the run's folder; ``inside`` admits only a relative path
-of plain parts that stays inside the folder with no symbolic link on the way, so nothing in
-a request reaches a file outside the run folders the store records for that experiment.
+of plain parts that stays inside the folder with no symbolic link on the way, and
+``open_inside`` opens a file so (component by component, ``O_NOFOLLOW``), so nothing in a
+request, nor a link a program swaps in meanwhile, reaches a file outside the run folders the
+store records for that experiment.
 Runs are found through the store (``Store.runs``) and read with ``RunFolder``.
 """
 
@@ -22,6 +24,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, StreamingResponse
+from starlette.background import BackgroundTask
 
 from nestbed.results.folder import RunFolder
 from nestbed.server.accounts import AccountName
@@ -58,17 +61,53 @@ def inside(root: Path, relative: str) -> Path:
     return path
 
 
+def open_inside(root: Path, relative: str) -> int:
+    """A file descriptor of the regular file ``root/relative``, opened one component at a
+    time with ``O_NOFOLLOW`` from a descriptor of ``root``: a symbolic link put in place
+    after ``inside`` looked (an experiment's program racing the server) is refused by the
+    kernel, not followed. ``NotFound`` for anything but a regular file reached so."""
+    parts = relative.split("/") if relative else []
+    if not parts or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+        raise NotFound(f"there is no file {relative!r} here")
+    walk = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    opened: list[int] = []
+    try:
+        opened.append(os.open(root, walk))
+        for part in parts[:-1]:
+            opened.append(os.open(part, walk, dir_fd=opened[-1]))
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     dir_fd=opened[-1])  # fmt: skip
+    except OSError:
+        raise NotFound(f"there is no file {relative!r} here") from None
+    finally:
+        for handle in opened:
+            os.close(handle)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device would block or leak
+        os.close(fd)
+        raise NotFound(f"there is no file {relative!r} here")
+    return fd
+
+
 # A run's files are written by the experiment's own programs too: a page among them must not
 # run scripts on the portal's origin (where a viewer's session cookie lives), nor may a
 # browser guess a type the file does not claim.
 _UNTRUSTED = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
 
 
-def served(found: Path) -> FileResponse:
-    """A file of a run, shown in the browser but sandboxed: no script of it runs."""
-    return FileResponse(
-        found, filename=found.name, content_disposition_type="inline", headers=_UNTRUSTED
-    )
+def served(root: Path, relative: str) -> FileResponse:
+    """A file of a run, shown in the browser but sandboxed: no script of it runs. It is
+    served from the descriptor ``open_inside`` opened (its /proc/self/fd name reopens that
+    very file), closed once the response is sent."""
+    fd = open_inside(root, relative)
+    try:
+        return FileResponse(
+            f"/proc/self/fd/{fd}", filename=relative.rsplit("/", 1)[-1],
+            content_disposition_type="inline", headers=_UNTRUSTED,
+            background=BackgroundTask(os.close, fd),
+        )  # fmt: skip
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def files(root: Path) -> Iterator[tuple[str, int]]:
@@ -97,7 +136,11 @@ def tar_stream(root: Path, under: str, prefix: str) -> Iterator[bytes]:
         for relative, _size in files(root):
             if under and not relative.startswith(under + "/"):
                 continue
-            with (root / relative).open("rb") as f:
+            try:
+                fd = open_inside(root, relative)
+            except NotFound:
+                continue  # changed since it was listed: a link now, or gone
+            with os.fdopen(fd, "rb") as f:
                 info = tar.gettarinfo(arcname=f"{prefix}/{relative}", fileobj=f)
                 info.uname = info.gname = ""
                 tar.addfile(info, f)
@@ -234,10 +277,7 @@ def run_file(
     project: AccountName, name: ExperimentName, run_id: int, path: str, who: Who
 ) -> FileResponse:
     """One file of the run's folder, by its path in it (``plots/throughput.png``)."""
-    found = inside(folder_of(run_of(who, project, name, run_id)).root, path)
-    if not found.is_file():
-        raise NotFound(f"there is no file {path!r} in this run")
-    return served(found)
+    return served(folder_of(run_of(who, project, name, run_id)).root, path)
 
 
 def _tar(who: Caller, project: str, name: str, run_id: int, under: str) -> StreamingResponse:
@@ -278,7 +318,4 @@ def show_sweep(project: AccountName, sweep_name: SweepName, who: Who) -> dict[st
 @router.get("/sweeps/{sweep_name}/files/{path:path}")
 def sweep_file(project: AccountName, sweep_name: SweepName, path: str, who: Who) -> FileResponse:
     """One file of a sweep's folder (a plot, its table)."""
-    found = inside(inside(sweeps_root(who, project), sweep_name), path)
-    if not found.is_file():
-        raise NotFound(f"there is no file {path!r} in sweep {sweep_name!r}")
-    return served(found)
+    return served(inside(sweeps_root(who, project), sweep_name), path)
