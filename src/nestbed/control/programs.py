@@ -54,10 +54,13 @@ class ProgramRunner:
         now_s: Callable[[], float],
         record: Callable[[dict[str, Any]], None],
         grace_s: float = STOP_GRACE_S,
+        workdir: Path | None = None,
     ):
         self.program = program
         self.command = program.command
-        self.dir = program.dir
+        # Where it starts unless it names a dir: the controller's own folder in a local run;
+        # on a server, its node's working folder (the only one it may write in).
+        self.dir = program.dir or (str(workdir) if workdir else None)
         self.timeout_s = program.timeout_s
         self.expected = program.expected_exit_code
         self.results = folder.root

@@ -46,7 +46,7 @@ from nestbed.lifecycle import Testbed
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
 from nestbed.results.manifest import host_facts
-from nestbed.server import batch
+from nestbed.server import batch, confinement
 from nestbed.server.admission import (
     AdmissionPolicy,
     Decision,
@@ -283,12 +283,17 @@ class BatchRunner:
         except BaseException:
             loop.operations.release(op)
             raise
-        stamp = time.strftime("%Y%m%d-%H%M%S")
         # A batch run is an operation, which idle swap-out leaves alone: its project's
         # maximum duration cuts it instead.
         own = idle_settings(self.idle, Policies(loop.testbed.store).settings(record.project))
-        folder = self.results_root / record.project / f"{record.experiment}-{stamp}"
-        options = RunOptions(results=folder, timeout_s=own.max_duration_s)
+        try:
+            options = confinement.run_options(
+                loop.accounts, self.results_root, record.project, record.experiment,
+                timeout_s=own.max_duration_s,
+            )  # fmt: skip
+        except BaseException:
+            loop.operations.release(op)
+            raise
         self.started[record.id] = op
         loop.operations.launch(op, lambda: whole_run(loop.testbed, record.stored_name, options))
 
