@@ -8,9 +8,16 @@ CAP_SYS_ADMIN to join the namespace and mount the node's /etc/hosts), and only t
 ``setpriv`` drop to the identity and exec the program. ``subprocess.Popen(user=...)`` would drop
 privileges before ``ip netns exec`` runs, and a ``preexec_fn`` that joins the namespace itself
 would run Python between fork and exec in the controller, which is threaded. ``setpriv`` does
-it all in one small C program: real and effective ids, no supplementary groups, inheritable,
-ambient and bounding capability sets emptied, ``PR_SET_NO_NEW_PRIVS`` set, so a setuid binary
-(``su``, ``passwd``, a copy of anything with the setuid bit) cannot give root back.
+it all in one small C program: real and effective ids, no supplementary groups, no permitted,
+effective, inheritable or ambient capability, ``PR_SET_NO_NEW_PRIVS`` set, so a setuid
+binary (``su``, ``passwd``, a copy of anything with the setuid bit) or one with file
+capabilities cannot give anything back: under no-new-privs the kernel ignores both.
+
+The bounding set is emptied but for CAP_NET_RAW. The kernel refuses to exec at all a file
+whose capabilities the bounding set cannot give (iputils' ``ping`` is ``cap_net_raw=ep``),
+while under no-new-privs it gives a file's capabilities to nobody: kept in the bounding set,
+CAP_NET_RAW lets ``ping`` start, and ``ping`` then uses an ICMP datagram socket, which the
+node's ``net.ipv4.ping_group_range`` allows (a raw socket stays refused).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ def confined_argv(run_as: RunAs, argv: list[str]) -> list[str]:
     """argv run as ``run_as``: no groups, no capabilities, no new privileges."""
     return [
         SETPRIV, f"--reuid={run_as.uid}", f"--regid={run_as.gid}", "--clear-groups",
-        "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs",
+        "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all,+net_raw", "--no-new-privs",
         "--", *argv,
     ]  # fmt: skip
 

@@ -98,7 +98,10 @@ class ProgramRunner:
         number = len(self.invocations)
         stem = self.name if number == 0 else f"{self.name}.{number}"
         stdout, stderr = self.folder / f"{stem}.stdout", self.folder / f"{stem}.stderr"
-        shell = f"cd {shlex.quote(self.dir)} && exec {self.command}" if self.dir else self.command
+        # In its dir the command is a shell's of its own: `cd D && exec CMD` would exec only
+        # the first of a list such as `a > f && b`.
+        shell = (f"cd {shlex.quote(self.dir)} && exec sh -c {shlex.quote(self.command)}"
+                 if self.dir else self.command)  # fmt: skip
         # A folder of its own in the results, where it may leave files (metrics.json: figures
         # a sweep puts in its table).
         self.own.mkdir(exist_ok=True)
