@@ -10,6 +10,7 @@ no name in /etc/passwd and needs none.
 The results are laid out so that each project reaches only its own::
 
     RESULTS_ROOT/            root:root 0711  (entered by anyone, listed by nobody but root)
+      .portal/               root:root 0700  (the portal's node positions)
       PROJECT/               root:PROJECT-GID 0750  (the project's programs enter and read it)
         NAME-TIME/           a run, made by its controller (root), readable in the project
           work/NODE/         PROJECT-UID 0700: where the node's programs start and may write
@@ -34,6 +35,7 @@ from nestbed.store.accounts import Accounts
 log = logging.getLogger("nestbed.server")
 
 PROJECT_ID_BASE = 1_900_000_000
+PORTAL = ".portal"  # the portal's folder in the results root (``portal.pages``)
 
 
 def project_identity(project_id: int) -> RunAs:
@@ -76,6 +78,7 @@ def protect(store: Store, results_root: Path) -> None:
             if path.exists():
                 os.chmod(path, 0o600)
     _owned(results_root, 0, 0o711)
+    _owned(results_root / PORTAL, 0, 0o700)  # the portal's own files name every experiment
     for above in results_root.parents:
         if not above.stat().st_mode & stat.S_IXOTH:
             log.warning(
