@@ -163,7 +163,7 @@ class Run:
             return self.spawn(node, argv, output, **kwargs)
         given = kwargs.get("env") or os.environ
         env = {k: v for k, v in given.items() if k in USER_ENV or k.startswith("LC_")}
-        kwargs["env"] = env | {"HOME": str(self.workdirs[node]), "USER": str(run_as.uid)}
+        kwargs["env"] = env | {"HOME": str(self.workdirs[node])}
         return self.spawn(node, self.backend.confine(run_as, argv), output, **kwargs)
 
     def writable(self, path: Path, *, folder: bool = False) -> None:
