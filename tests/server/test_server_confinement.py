@@ -77,7 +77,7 @@ def _experiment(programs: list[dict], events: list[dict], **more: object) -> str
     """A two-node experiment file (YAML, written as JSON)."""
     return json.dumps({
         "routing": "static",
-        "nodes": [{"name": "a"}, {"name": "b"}],
+        "nodes": [{"name": "a"}, {"name": "b", "startcmd": "id -u; pwd"}],
         "links": [{"name": "l0", "members": ["a", "b"], "delay": "2ms"}],
         "programs": programs, "events": events, **more,
     })  # fmt: skip
@@ -203,6 +203,9 @@ def test_a_projects_program_reaches_nothing_of_another_project_nor_the_server(se
     assert not (net_run / "intruder").exists()
     assert (folder.work("a") / "out.txt").read_text() == "mine\n"
     assert (folder.programs / "listen.stdout").read_text() == "i22d-hello\n"
+    # A node's start command is the experiment's too.
+    started = (folder.programs / "startcmd-b.stdout").read_text()
+    assert started == f"{net_uid}\n{folder.work('b')}\n"
     assert stat.S_IMODE(served.db.stat().st_mode) == 0o600
     assert stat.S_IMODE(Path("/run/nestbed").stat().st_mode) == 0o700
     web_folder = served.root / "results" / "web"

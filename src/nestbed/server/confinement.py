@@ -69,8 +69,9 @@ def project_folder(results_root: Path, project: str, run_as: RunAs) -> Path:
 
 def protect(store: Store, results_root: Path) -> None:
     """At the server's start: the store's file (SQLite) root's alone, the results root 0711;
-    and a warning if the projects' programs cannot reach the results root at all (a folder
-    above it is closed to others), where their working folders are."""
+    a warning if the projects' programs cannot reach the results root at all (a folder above
+    it is closed to others), where their working folders are, and one if the kernel lets
+    anyone hard-link a file they cannot read."""
     url = store.engine.url
     if url.get_backend_name() == "sqlite" and url.database:
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -79,6 +80,12 @@ def protect(store: Store, results_root: Path) -> None:
                 os.chmod(path, 0o600)
     _owned(results_root, 0, 0o711)
     _owned(results_root / PORTAL, 0, 0o700)  # the portal's own files name every experiment
+    hardlinks = Path("/proc/sys/fs/protected_hardlinks")
+    if hardlinks.exists() and hardlinks.read_text().strip() != "1":
+        log.warning(
+            "fs.protected_hardlinks is off: a program may link a file it cannot read (the "
+            "store) into its results, which the server then serves; set it to 1"
+        )  # fmt: skip
     for above in results_root.parents:
         if not above.stat().st_mode & stat.S_IXOTH:
             log.warning(
