@@ -56,3 +56,17 @@ def test_a_request_cannot_choose_whom_its_programs_run_as(served, people):
         with pytest.raises(UserError, match="run_as"):
             ada.request("POST", f"{NET}/one/{op}", {"run_as": {"uid": 1, "gid": 1}})
     assert ada.request("GET", NET + "/one")["state"] == "defined"
+
+
+@pytest.mark.parametrize("serve_options", [("--trusted-project", "net")])
+def test_a_project_the_admin_trusts_runs_its_programs_unconfined(served, people):
+    for who, path in (("ada", NET), ("bob", WEB)):
+        client = served.client(people[who])
+        client.request("PUT", path + "/one", {"file_name": "one.yaml", "text": WITH_PROGRAM})
+        client.request("POST", path + "/one/run", {"duration_s": 1})
+        wait_for(client, path + "/one", "run")
+    with contextlib.closing(sqlite3.connect(served.db)) as db:
+        ids = dict(db.execute("SELECT name, id FROM projects").fetchall())
+    journal = [json.loads(line) for line in (served.fake_root / "journal.jsonl").open()]
+    web = project_identity(ids["web"])
+    assert {(j["uid"], j["gid"]) for j in journal if j["op"] == "confine"} == {(web.uid, web.gid)}

@@ -76,7 +76,7 @@ class Server:
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
         admission = Admission(operations, capacity)
-        policies = (BatchRunner(admission, config.results_root, idle=config.idle),
+        policies = (BatchRunner(admission, config),
                     IdleSwapOut(config.idle))  # fmt: skip
         loop = Loop(testbed, accounts, operations, config.tick_s, policies=policies)
         return cls(config, store, accounts, testbed, operations, loop, admission)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from nestbed.errors import InternalError
 from nestbed.model.options import RunAs, RunOptions
+from nestbed.server.config import ServerConfig
 from nestbed.store import Store
 from nestbed.store.accounts import Accounts
 
@@ -43,18 +44,21 @@ def project_identity(project_id: int) -> RunAs:
     return RunAs(uid=PROJECT_ID_BASE + project_id, gid=PROJECT_ID_BASE + project_id)
 
 
-def run_options(accounts: Accounts, results_root: Path, project: str, experiment: str,
+def run_options(accounts: Accounts, config: ServerConfig, project: str, experiment: str,
                 **options: object) -> RunOptions:  # fmt: skip
     """A run of ``experiment`` of ``project``: its folder under the project's (made with its
-    modes, see the module), as the project's identity, with the caller's other ``options``."""
+    modes, see the module), as the project's identity (as root if the admin said the project
+    is trusted), with the caller's other ``options``."""
     found = accounts.project(project)
     if found is None:
         raise InternalError(f"no project {project!r}")  # the caller checked membership
     run_as = project_identity(found.id)
-    folder = project_folder(results_root, project, run_as)
+    folder = project_folder(config.results_root, project, run_as)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    trusted = project in config.trusted_projects
+    results = folder / f"{experiment}-{stamp}"
     return RunOptions.model_validate(
-        {"results": folder / f"{experiment}-{stamp}", "run_as": run_as, **options}
+        {"results": results, "run_as": None if trusted else run_as, **options}
     )
 
 

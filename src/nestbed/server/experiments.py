@@ -265,8 +265,8 @@ def _start(
             who.server.operations.release(op)
         raise
     try:
-        placed = confinement.run_options(who.server.accounts, who.server.config.results_root,
-                                         project, name, **(options or {}))  # fmt: skip
+        placed = confinement.run_options(who.server.accounts, who.server.config, project, name,
+                                         **(options or {}))  # fmt: skip
     except BaseException:
         who.server.operations.release(op)
         raise
