@@ -13,7 +13,7 @@ The results are laid out so that each project reaches only its own::
       .portal/               root:root 0700  (the portal's node positions)
       PROJECT/               root:PROJECT-GID 0750  (the project's programs enter and read it)
         NAME-TIME/           a run, made by its controller (root), readable in the project
-          work/NODE/         PROJECT-UID 0700: where the node's programs start and may write
+          work/NODE/         PROJECT-UID's own: where the node's programs start and write
 
 The project's folder is root's, not the project's: its programs can read their project's
 results but cannot open them to anyone else with ``chmod``, nor put files beside the runs.
