@@ -118,3 +118,26 @@ def test_a_cbr_flows_tools_are_the_experiments_and_may_write_their_log(tmp_path)
     flow.start()
     assert ctl.asked == [("writable", "cbr0-0.log"), ("spawn_user", "recv"),
                          ("spawn_user", "send")]  # fmt: skip
+
+
+def test_a_program_in_its_dir_runs_a_whole_list_of_commands(fake, tmp_path):
+    # The working folder of a confined program is its dir: `cd D && exec a > f && b` would
+    # have run `a` alone.
+    (tmp_path / "there").mkdir()
+    listed = (
+        TWO_NODES
+        + f"""
+programs:
+  - {{name: both, node: a, dir: {tmp_path / "there"}, command: 'echo one > f && cat f && pwd'}}
+events:
+  - {{at: 0, object: both, verb: start}}
+"""
+    )
+    experiment = fake(listed)
+    start = experiment.launch()
+    client = experiment.client
+    wait_for(lambda: client.request("status")["pending_events"] == 0, "the last event")
+    wait_for(lambda: rows(RunFolder(start.results).programs_table), "the program's end")
+    client.request("finish", outcome="completed")
+    said = (RunFolder(start.results).programs / "both.stdout").read_text()
+    assert said == f"one\n{tmp_path / 'there'}\n"
