@@ -28,19 +28,25 @@ events:
 )
 
 
-def test_each_projects_runs_are_confined_as_its_own_identity(served, people):
-    ada, bob = served.client(people["ada"]), served.client(people["bob"])
-    for client, path in ((ada, NET), (bob, WEB)):
+def _run_both(served, people) -> tuple[dict[str, int], set[tuple[int, int]]]:
+    """Runs an experiment with a program in each project; the projects' ids, and whom the
+    back end was asked to confine commands as."""
+    for who, path in (("ada", NET), ("bob", WEB)):
+        client = served.client(people[who])
         client.request("PUT", path + "/one", {"file_name": "one.yaml", "text": WITH_PROGRAM})
         client.request("POST", path + "/one/run", {"duration_s": 1})
         wait_for(client, path + "/one", "run")
     with contextlib.closing(sqlite3.connect(served.db)) as db:
         ids = dict(db.execute("SELECT name, id FROM projects").fetchall())
     journal = [json.loads(line) for line in (served.fake_root / "journal.jsonl").open()]
-    confined = [(j["uid"], j["gid"]) for j in journal if j["op"] == "confine"]
+    return ids, {(j["uid"], j["gid"]) for j in journal if j["op"] == "confine"}
+
+
+def test_each_projects_runs_are_confined_as_its_own_identity(served, people):
+    ids, confined = _run_both(served, people)
     net, web = project_identity(ids["net"]), project_identity(ids["web"])
     assert net.uid == PROJECT_ID_BASE + ids["net"] != web.uid
-    assert sorted(set(confined)) == sorted({(net.uid, net.gid), (web.uid, web.gid)})
+    assert confined == {(net.uid, net.gid), (web.uid, web.gid)}
     root = served.root / "results"
     assert stat.S_IMODE(root.stat().st_mode) == 0o711
     assert stat.S_IMODE((root / ".portal").stat().st_mode) == 0o700
@@ -60,13 +66,6 @@ def test_a_request_cannot_choose_whom_its_programs_run_as(served, people):
 
 @pytest.mark.parametrize("serve_options", [("--trusted-project", "net")])
 def test_a_project_the_admin_trusts_runs_its_programs_unconfined(served, people):
-    for who, path in (("ada", NET), ("bob", WEB)):
-        client = served.client(people[who])
-        client.request("PUT", path + "/one", {"file_name": "one.yaml", "text": WITH_PROGRAM})
-        client.request("POST", path + "/one/run", {"duration_s": 1})
-        wait_for(client, path + "/one", "run")
-    with contextlib.closing(sqlite3.connect(served.db)) as db:
-        ids = dict(db.execute("SELECT name, id FROM projects").fetchall())
-    journal = [json.loads(line) for line in (served.fake_root / "journal.jsonl").open()]
+    ids, confined = _run_both(served, people)
     web = project_identity(ids["web"])
-    assert {(j["uid"], j["gid"]) for j in journal if j["op"] == "confine"} == {(web.uid, web.gid)}
+    assert confined == {(web.uid, web.gid)}  # and none of net's
