@@ -31,11 +31,24 @@ def serve_store() -> str | None:
 
 
 @pytest.fixture
+def serve_root(tmp_path: Path) -> Path:
+    """The folder of the test's server: store, results, log (a module overrides it)."""
+    return tmp_path
+
+
+@pytest.fixture
+def serve_backend() -> str:
+    """The back end of the test's server (a module overrides it)."""
+    return "fake"
+
+
+@pytest.fixture
 def served(
-    tmp_path: Path, serve_options: tuple[str, ...], serve_store: str | None
+    serve_root: Path, serve_options: tuple[str, ...], serve_store: str | None, serve_backend: str
 ) -> Iterator[Served]:
     """A running server with an admin (token in ``admin_token``)."""
-    server = Served(tmp_path, options=serve_options, store_url=serve_store)
+    server = Served(serve_root, options=serve_options, store_url=serve_store,
+                    backend=serve_backend)  # fmt: skip
     made = server.nestbed("serve", "--store", server.store, "--init-admin", "root")
     assert made.returncode == 0, made.stderr
     server.admin_token = made.stdout.strip().splitlines()[-1]

@@ -43,6 +43,7 @@ class Served:
     admin_token: str = ""
     options: tuple[str, ...] = ()  # more options of `nestbed serve`
     store_url: str | None = None  # the server's store, if not SQLite in ``db``
+    backend: str = "fake"  # the server's back end ($NESTBED_BACKEND)
 
     @property
     def url(self) -> str:
@@ -66,7 +67,7 @@ class Served:
         return self.root / "server.log"
 
     def env(self, **extra: str) -> dict[str, str]:
-        return dict(os.environ, PYTHONPATH=str(REPO / "src"), NESTBED_BACKEND="fake",
+        return dict(os.environ, PYTHONPATH=str(REPO / "src"), NESTBED_BACKEND=self.backend,
                     NESTBED_FAKE_ROOT=str(self.fake_root), COLUMNS="200",
                     NESTBED_DB=str(self.root / "not-the-server.db"), **extra)  # fmt: skip
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunAs
 
 
 class Backend(Protocol):
@@ -45,6 +48,14 @@ class Backend(Protocol):
         self, plan: Plan, node: str, argv: list[str], **run: Any
     ) -> subprocess.CompletedProcess:
         """Runs a command in a node and waits for it, keeping argv, status and output."""
+
+    def confine(self, run_as: RunAs, argv: list[str]) -> list[str]:
+        """argv as the command that runs it in a node as ``run_as`` (no groups, no
+        capabilities, no new privileges), for ``start_in``: an experiment's own processes."""
+
+    def hand_over(self, path: Path, run_as: RunAs) -> None:
+        """Makes a folder or file the controller made (as root) ``run_as``'s own, for the
+        experiment's processes to write in."""
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         """The command that captures every frame on a node's interface into ``path``."""

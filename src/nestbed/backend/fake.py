@@ -19,12 +19,15 @@ import subprocess
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import wait_listening as _wait_listening
 from nestbed.errors import EnvironmentProblem, UserError
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunAs
 
 ROOT_ENV = "NESTBED_FAKE_ROOT"
 FAIL_ENV = "NESTBED_FAKE_FAIL"  # comma-separated operations that fail, for child processes
@@ -101,6 +104,15 @@ class FakeBackend:
         self._node(plan, node)
         self._record("exec_in", experiment=plan.experiment, node=node, argv=argv)
         return subprocess.run(argv, **run)
+
+    def confine(self, run_as: RunAs, argv: list[str]) -> list[str]:
+        # The fake has no users: its commands run as whoever runs the tests. It writes down
+        # who they were to run as, and runs them unchanged.
+        self._record("confine", uid=run_as.uid, gid=run_as.gid, argv=argv)
+        return argv
+
+    def hand_over(self, path: Path, run_as: RunAs) -> None:
+        self._record("hand_over", path=str(path), uid=run_as.uid, gid=run_as.gid)
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         # An empty capture that lasts until it is stopped, as tcpdump's would on a quiet link.

@@ -27,6 +27,7 @@ from typing import Any
 
 from nestbed.backend import netlink, offloads, processes, sim
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
+from nestbed.backend.confine import confined_argv, hand_over, private_folder
 from nestbed.backend.plan import (
     MARK_PREFIX,
     NS_PREFIX,
@@ -171,6 +172,9 @@ CLAIMS = RUN_DIR / ".claims"
 
 
 def _claim(plan: Plan) -> None:
+    # Root's alone: experiments' programs run as other users on a server, and the sockets,
+    # pids and logs of every experiment are here.
+    private_folder(RUN_DIR)
     CLAIMS.mkdir(parents=True, exist_ok=True, mode=0o700)
     note = CLAIMS / plan.tag
     note.write_text(json.dumps(list(plan.namespaces)))
@@ -700,6 +704,8 @@ class LinuxBackend:
     swap_out = staticmethod(swap_out)
     start_in = staticmethod(start_in)
     exec_in = staticmethod(exec_in)
+    confine = staticmethod(confined_argv)
+    hand_over = staticmethod(hand_over)
     capture_argv = staticmethod(capture_argv)
     open_socket = staticmethod(open_socket)
     linkd = staticmethod(linkd)

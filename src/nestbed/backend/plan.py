@@ -81,6 +81,10 @@ def node_namespace(tag: str, node: str) -> str:
 # solicitations, MLD reports at random times) would cross the emulated links, counted by their
 # pipes (drop-by-ordinal included) and seen in every capture.
 QUIET = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+# In a node, a program that is not root (a project's, on a server) may still bind any port
+# (a web server on 80) and ping: the node's network is the experiment's alone.
+UNPRIVILEGED = {"net.ipv4.ip_unprivileged_port_start": "0",
+                "net.ipv4.ping_group_range": "0 2147483647"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -355,7 +359,7 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
     for n in exp.nodes:
         if n.name in simulated:
             continue
-        sysctls = dict(QUIET)
+        sysctls = QUIET | UNPRIVILEGED
         if len(node_ifaces[n.name]) > 1:
             sysctls["net.ipv4.ip_forward"] = "1"
         if simulation is not None:

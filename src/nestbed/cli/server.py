@@ -101,6 +101,15 @@ def serve(
             "measured cores and memory; the packet rate is then not checked).",
         ),
     ] = None,
+    trusted_project: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-project",
+            metavar="NAME",
+            help="Run project NAME's programs as root, unconfined (repeat for more; "
+            "docs/server.md says what that gives away).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the shared testbed's HTTP API (JSON; OpenAPI at /openapi.json)."""
     if init_admin is not None:
@@ -126,6 +135,7 @@ def serve(
         tick_s=tick_s,
         idle=idle,
         hosts=hosts.absolute() if hosts else None,
+        trusted_projects=frozenset(trusted_project or ()),
     )
     err.print(f"nestbed serving on http://{host}:{port} (results in {config.results_root})")
     uvicorn.run(create_app(config), host=host, port=port, log_config=_log_config())

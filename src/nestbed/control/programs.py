@@ -54,10 +54,13 @@ class ProgramRunner:
         now_s: Callable[[], float],
         record: Callable[[dict[str, Any]], None],
         grace_s: float = STOP_GRACE_S,
+        workdir: Path | None = None,
     ):
         self.program = program
         self.command = program.command
-        self.dir = program.dir
+        # Where it starts unless it names a dir: the controller's own folder in a local run;
+        # on a server, its node's working folder (the only one it may write in).
+        self.dir = program.dir or (str(workdir) if workdir else None)
         self.timeout_s = program.timeout_s
         self.expected = program.expected_exit_code
         self.results = folder.root
@@ -95,7 +98,10 @@ class ProgramRunner:
         number = len(self.invocations)
         stem = self.name if number == 0 else f"{self.name}.{number}"
         stdout, stderr = self.folder / f"{stem}.stdout", self.folder / f"{stem}.stderr"
-        shell = f"cd {shlex.quote(self.dir)} && exec {self.command}" if self.dir else self.command
+        # In its dir the command is a shell's of its own: `cd D && exec CMD` would exec only
+        # the first of a list such as `a > f && b`.
+        shell = (f"cd {shlex.quote(self.dir)} && exec sh -c {shlex.quote(self.command)}"
+                 if self.dir else self.command)  # fmt: skip
         # A folder of its own in the results, where it may leave files (metrics.json: figures
         # a sweep puts in its table).
         self.own.mkdir(exist_ok=True)

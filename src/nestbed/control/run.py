@@ -6,6 +6,7 @@ the end stops everything and writes every table and the report."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -39,6 +40,10 @@ from nestbed.results.folder import RunFolder
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, Table
 
 STARTCMD = "startcmd-"  # a node's startcmd runs as the program startcmd-NODE at t0
+# What of the controller's environment an experiment's process on a server keeps: the
+# server's own (its store's URL, its settings) is none of a program's business.
+USER_ENV = {"PATH", "LANG", "TZ", "TERM", "PYTHONPATH", "NESTBED_PROGRAM_DIR", "NESTBED_NODE",
+            "NESTBED_PYTHON"}  # fmt: skip
 
 
 class Run:
@@ -85,10 +90,14 @@ class Run:
                        self.now_s)
             for node in self.options.cpumon if self.cpu_rows is not None
         ]  # fmt: skip
+        self.workdirs = self._workdirs()
         self.programs = {
-            p.name: ProgramRunner(p, self.folder, self.spawn, self.now_s, self.program_rows.add)
+            p.name: ProgramRunner(p, self.folder, self.spawn_user, self.now_s,
+                                  self.program_rows.add, workdir=self.workdirs.get(p.node))
             for p in (*self.exp.programs, *_startcmds(self.exp))
-        }
+        }  # fmt: skip
+        for program in self.programs.values() if self.options.run_as else ():
+            self.writable(program.own, folder=True)  # metrics.json and the like
         self.flows = self._flows()
         self.captures = Captures(
             backend, self.plan, self.folder, self.options.capture_nodes, self.spawn
@@ -142,6 +151,40 @@ class Run:
             if output is not None:
                 kwargs["stdout"].close()
                 kwargs["stderr"].close()
+
+    def spawn_user(
+        self, node: str, argv: list[str], output: Path | None = None, **kwargs: Any
+    ) -> subprocess.Popen | SimulatedProcess:
+        """Starts one of the experiment's own processes (a program, a start command, a
+        traffic tool) in a node: as the controller in a local run; on a server as the
+        project's identity (``RunOptions.run_as``), with only the environment it needs."""
+        run_as = self.options.run_as
+        if run_as is None or node in self.simulated.nodes:  # there nestbed-sim plays it
+            return self.spawn(node, argv, output, **kwargs)
+        given = kwargs.get("env") or os.environ
+        env = {k: v for k, v in given.items() if k in USER_ENV or k.startswith("LC_")}
+        kwargs["env"] = env | {"HOME": str(self.workdirs[node])}
+        return self.spawn(node, self.backend.confine(run_as, argv), output, **kwargs)
+
+    def writable(self, path: Path, *, folder: bool = False) -> None:
+        """Makes ``path`` (a folder, or an empty file) for one of the experiment's own
+        processes to write in: the project's on a server (its folder stays root's)."""
+        if folder:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        if self.options.run_as is not None:
+            self.backend.hand_over(path, self.options.run_as)
+
+    def _workdirs(self) -> dict[str, Path]:
+        """Each node's working folder on a server (none in a local run)."""
+        if self.options.run_as is None:
+            return {}
+        found = {n.name: self.folder.work(n.name) for n in self.plan.nodes}
+        for path in found.values():
+            self.writable(path, folder=True)
+        return found
 
     def listening(
         self, process: subprocess.Popen | SimulatedProcess, port: int, proto: str

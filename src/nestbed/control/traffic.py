@@ -36,7 +36,13 @@ class Node(Protocol):
 
     folder: RunFolder
 
-    def spawn(self, node: str, argv: list[str], output: Path) -> subprocess.Popen: ...
+    def spawn_user(self, node: str, argv: list[str], output: Path) -> subprocess.Popen:
+        """Starts a tool of the experiment (as the experiment's user, on a server)."""
+        ...
+
+    def writable(self, path: Path) -> None:
+        """Makes ``path`` an empty file the experiment's tools may write."""
+        ...
 
     def listening(self, process: subprocess.Popen, port: int, proto: str) -> None: ...
 
@@ -62,6 +68,7 @@ class Flow:
 
     kind = ""
     proto = ""
+    tool_writes: tuple[str, ...] = ()  # the parts its tools write themselves
 
     def __init__(
         self,
@@ -103,7 +110,10 @@ class Flow:
             raise Refused(f"{self.kind} {self.name} was started {_SESSIONS} times; no more ports")
         port = self.port_base + k
         files = {part: self.raw / f"{self.name}-{k}.{part}" for part in self._parts()}
-        receiver = self.ctl.spawn(self.destination, self.receiver_argv(port, files), files["recv"])
+        for part in self.tool_writes:  # by name, not through an output the controller opened
+            self.ctl.writable(files[part])
+        argv = self.receiver_argv(port, files)
+        receiver = self.ctl.spawn_user(self.destination, argv, files["recv"])
         self.sessions.append(Session(port, receiver, files=files))
         self.ctl.listening(receiver, port, self.proto)
 
@@ -114,7 +124,7 @@ class Flow:
         session = self.sessions[-1]
         session.started_s = self.ctl.now_s()
         argv = self.sender_argv(session.port, session.files, amount)
-        session.sender = self.ctl.spawn(self.source, argv, session.files["send"])
+        session.sender = self.ctl.spawn_user(self.source, argv, session.files["send"])
 
     def stop(self) -> None:
         """Stops the sender; the receiver of the next session starts in the background, so
@@ -245,6 +255,8 @@ class CbrFlow(Flow):
                 self.notes.append(note)
             size = _HEADER
         return size, interval, count
+
+    tool_writes = ("log",)
 
     def _parts(self) -> tuple[str, ...]:
         return ("recv", "send", "log")

@@ -31,6 +31,15 @@ def node_names(text: str | None, option: str) -> tuple[str, ...]:
     return names
 
 
+class RunAs(Frozen):
+    """The unprivileged Unix identity an experiment's own processes (programs, start commands,
+    traffic tools) run as: a project's on a shared server, with no supplementary groups and no
+    capabilities. Never root: the server allocates it from a range of its own."""
+
+    uid: int = Field(gt=0)
+    gid: int = Field(gt=0)
+
+
 class RunOptions(Frozen):
     """Everything a user may choose about one run (defaults: a plain run)."""
 
@@ -45,6 +54,9 @@ class RunOptions(Frozen):
     duration_s: float | None = Field(default=None, gt=0)
     timeout_s: float | None = Field(default=None, gt=0)  # cut a run that goes on longer
     keep: bool = False  # stay active after `run`
+    # Who the experiment's own processes run as; None: as the controller (root, a local run).
+    # Only the server sets it (its project's identity), never a user's request.
+    run_as: RunAs | None = None
 
     @classmethod
     def make(cls, **fields: object) -> RunOptions:

@@ -19,6 +19,8 @@ written down once::
     pcaps/              captures (--capture), LINK-NODE.pcap
     linktest/           linktest reports (linktest-2/ ... for later ones)
     analysis/           `nestbed analyze` of this run
+    work/NODE/          on a server: where the node's programs start, the one folder they
+                        may write in (their project's own)
     report.md, plots/   the report and its plots; report.error when the report failed
 """
 
@@ -110,6 +112,9 @@ class RunFolder:
     @property
     def analysis(self) -> Path:
         return self.root / "analysis"
+
+    def work(self, node: str) -> Path:
+        return self.root / "work" / node
 
     @property
     def report(self) -> Path:

@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse
 from nestbed import __version__
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, SpecError
 from nestbed.lifecycle import Testbed
+from nestbed.server import confinement
 from nestbed.server.auth import Forbidden, Invalid, NotFound, Who
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.loop import Loop, reconcile
@@ -66,6 +67,7 @@ class Server:
         try:
             use_wal(store.engine)  # reads go on while operations and the loop write
             accounts = Accounts(store)
+            confinement.protect(store, config.results_root)
             testbed = Testbed(store, get())
             found = reconcile(testbed, accounts)
             log.info("reconciled: settled %s, spared %s", found["settled"], found["spared"])
@@ -74,7 +76,7 @@ class Server:
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
         admission = Admission(operations, capacity)
-        policies = (BatchRunner(admission, config.results_root, idle=config.idle),
+        policies = (BatchRunner(admission, config),
                     IdleSwapOut(config.idle))  # fmt: skip
         loop = Loop(testbed, accounts, operations, config.tick_s, policies=policies)
         return cls(config, store, accounts, testbed, operations, loop, admission)

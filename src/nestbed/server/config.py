@@ -29,3 +29,5 @@ class ServerConfig:
     max_file_bytes: int = MAX_FILE_BYTES
     idle: IdleSettings = field(default_factory=IdleSettings)
     hosts: Path | None = None  # this machine's hosts.yaml: its capacity for admission
+    # Projects whose programs run as root, unconfined (the admin's --trusted-project)
+    trusted_projects: frozenset[str] = frozenset()

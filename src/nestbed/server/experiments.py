@@ -11,7 +11,6 @@ operation went. An experiment of a project the caller is not in is answered 404.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +19,7 @@ from fastapi import Path as PathParam
 
 from nestbed.errors import NestbedError, UserError
 from nestbed.model.options import RunOptions
-from nestbed.server import definitions, schemas
+from nestbed.server import confinement, definitions, schemas
 from nestbed.server.accounts import AccountName
 from nestbed.server.auth import Caller, Invalid, NotFound, Who
 from nestbed.server.operations import Busy, Operation
@@ -192,10 +191,10 @@ def swapin(
     """Starts building the experiment's network and its controller (its run begins)."""
     options = (body or schemas.SwapIn()).model_dump()
 
-    def work(stored: str, results: Path) -> None:
-        who.server.testbed.swap_in(stored, RunOptions(results=results, **options)).close()
+    def work(stored: str, placed: RunOptions) -> None:
+        who.server.testbed.swap_in(stored, placed).close()
 
-    return _start(who, project, name, "swapin", work)
+    return _start(who, project, name, "swapin", work, options=options)
 
 
 @router.post("/{name}/run", status_code=202)
@@ -206,10 +205,10 @@ def run(
     its results stay on the server (see ``show``'s runs)."""
     options = (body or schemas.Run()).model_dump()
 
-    def work(stored: str, results: Path) -> None:
-        whole_run(who.server.testbed, stored, RunOptions(results=results, **options))
+    def work(stored: str, placed: RunOptions) -> None:
+        whole_run(who.server.testbed, stored, placed)
 
-    return _start(who, project, name, "run", work)
+    return _start(who, project, name, "run", work, options=options)
 
 
 @router.post("/{name}/swapout", status_code=202)
@@ -220,7 +219,7 @@ def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Exp
         if owned.experiment.state in (State.DEFINED, State.SWAPPED):
             raise _not_live(owned)
 
-    def work(stored: str, _results: Path) -> None:
+    def work(stored: str, _placed: RunOptions) -> None:
         who.server.testbed.swap_out(stored)
 
     return _start(who, project, name, "swapout", work, check)
@@ -242,11 +241,13 @@ def _may_swap_in(owned: OwnedExperiment) -> None:
 
 
 def _start(
-    who: Caller, project: str, name: str, kind: str, work: Any, check: Any = _may_swap_in
-) -> schemas.Experiment:
+    who: Caller, project: str, name: str, kind: str, work: Any, check: Any = _may_swap_in,
+    options: dict[str, Any] | None = None,
+) -> schemas.Experiment:  # fmt: skip
     """Checks the experiment (``check(owned)``), reserves it for ``kind`` and writes the
-    audit row, then starts ``work(stored, results)`` in a worker (whose end is audited
-    after the request's row, always)."""
+    audit row, then starts ``work(stored, placed)`` in a worker (whose end is audited
+    after the request's row, always): ``placed`` are the run's options, ``options`` with its
+    results folder and the project's identity (``confinement``)."""
     op = None
     try:
         with who.audited(kind, project=project, experiment=name) as entry:
@@ -263,9 +264,13 @@ def _start(
         if op is not None:
             who.server.operations.release(op)
         raise
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    results = who.server.config.results_root / project / f"{name}-{stamp}"
-    who.server.operations.launch(op, lambda: work(op.experiment, results))
+    try:
+        placed = confinement.run_options(who.server.accounts, who.server.config, project, name,
+                                         **(options or {}))  # fmt: skip
+    except BaseException:
+        who.server.operations.release(op)
+        raise
+    who.server.operations.launch(op, lambda: work(op.experiment, placed))
     return _reply(who, seen_experiment(who, project, name))
 
 

@@ -46,7 +46,7 @@ from nestbed.lifecycle import Testbed
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
 from nestbed.results.manifest import host_facts
-from nestbed.server import batch
+from nestbed.server import batch, confinement
 from nestbed.server.admission import (
     AdmissionPolicy,
     Decision,
@@ -57,6 +57,7 @@ from nestbed.server.admission import (
     machine_capacity,
 )
 from nestbed.server.batch import BatchEntry, BatchPolicy, BatchState
+from nestbed.server.config import ServerConfig
 from nestbed.server.idle import (
     Action,
     ActiveSampler,
@@ -180,15 +181,15 @@ def whole_run(testbed: Testbed, stored: str, options: RunOptions) -> None:
 
 class BatchRunner:
     """The loop's batch policy: settles entries whose run ended, then starts the next that
-    fits (``batch.next_runnable``), as a run in a worker, results under ``results_root``."""
+    fits (``batch.next_runnable``), as a run in a worker, results under the server's
+    ``results_root``, confined as its project (``confinement``)."""
 
     def __init__(
-        self, admission: Admission, results_root: Path, policy: BatchPolicy | None = None,
-        idle: IdleSettings | None = None,
-    ) -> None:  # fmt: skip
-        self.admission, self.results_root = admission, results_root
+        self, admission: Admission, config: ServerConfig, policy: BatchPolicy | None = None
+    ) -> None:
+        self.admission, self.config = admission, config
         self.policy = policy or BatchPolicy()
-        self.idle = idle or IdleSettings()  # the server's defaults: a run's maximum duration
+        self.idle = config.idle  # the server's defaults: a run's maximum duration
         self.started: dict[int, Operation] = {}  # entry id -> its run, in this server's life
         self.ending: set[int] = set()  # cancelled entries whose run was asked to end
 
@@ -283,12 +284,17 @@ class BatchRunner:
         except BaseException:
             loop.operations.release(op)
             raise
-        stamp = time.strftime("%Y%m%d-%H%M%S")
         # A batch run is an operation, which idle swap-out leaves alone: its project's
         # maximum duration cuts it instead.
         own = idle_settings(self.idle, Policies(loop.testbed.store).settings(record.project))
-        folder = self.results_root / record.project / f"{record.experiment}-{stamp}"
-        options = RunOptions(results=folder, timeout_s=own.max_duration_s)
+        try:
+            options = confinement.run_options(
+                loop.accounts, self.config, record.project, record.experiment,
+                timeout_s=own.max_duration_s,
+            )  # fmt: skip
+        except BaseException:
+            loop.operations.release(op)
+            raise
         self.started[record.id] = op
         loop.operations.launch(op, lambda: whole_run(loop.testbed, record.stored_name, options))
 

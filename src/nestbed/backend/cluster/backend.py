@@ -49,6 +49,7 @@ from nestbed.backend.cluster.share import (
     shares,
 )
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
+from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
@@ -403,6 +404,11 @@ class ClusterBackend:
         (answer,) = self._on_hosts(remote.send_signal, {h: (key, sig, group)}).values()
         if isinstance(answer, BaseException):
             raise EnvironmentProblem(f"host {h} could not signal a command: {_reason(answer)}")
+
+    # The node's host runs the command with its own setpriv (util-linux); the files handed
+    # over are the controller's, on this host.
+    confine = staticmethod(confined_argv)
+    hand_over = staticmethod(hand_over)
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv
