@@ -30,3 +30,17 @@ def test_only_regular_files_reached_without_links_are_opened(tmp_path):
     (tmp_path / "moved").symlink_to(run)
     with pytest.raises(NotFound):
         os.close(open_inside(tmp_path / "moved", "plots/a.txt"))
+
+
+def test_a_folder_closed_to_others_above_a_path_is_named(tmp_path):
+    from nestbed.server.confinement import closed_to_others
+
+    inner = tmp_path / "open" / "closed" / "venv" / "python"
+    inner.parent.mkdir(parents=True)
+    inner.touch()
+    for folder in (tmp_path, tmp_path / "open", tmp_path / "open" / "closed", inner.parent):
+        folder.chmod(0o755)
+    # (pytest's own temporary folder, above tmp_path, is closed: nothing below it is named)
+    assert tmp_path not in (closed_to_others(inner) or tmp_path.parent).parents
+    (tmp_path / "open" / "closed").chmod(0o700)
+    assert closed_to_others(inner) == tmp_path / "open" / "closed"

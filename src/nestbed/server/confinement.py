@@ -21,12 +21,15 @@ results but cannot open them to anyone else with ``chmod``, nor put files beside
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+import sys
 import time
 from pathlib import Path
 
+import nestbed
 from nestbed.errors import InternalError
 from nestbed.model.options import RunAs, RunOptions
 from nestbed.server.config import ServerConfig
@@ -90,14 +93,31 @@ def protect(store: Store, results_root: Path) -> None:
             "fs.protected_hardlinks is off: a program may link a file it cannot read (the "
             "store) into its results, which the server then serves; set it to 1"
         )  # fmt: skip
-    for above in results_root.parents:
-        if not above.stat().st_mode & stat.S_IXOTH:
+    if (closed := closed_to_others(results_root)) is not None:
+        log.warning(
+            "the results root %s is inside %s, which other users may not enter: the "
+            "projects' programs cannot reach their working folders there; give "
+            "--results-root a folder such as /srv/nestbed/results", results_root, closed,
+        )  # fmt: skip
+    for what, path in (("Python", Path(sys.executable)), ("package", Path(nestbed.__file__))):
+        if (closed := closed_to_others(path)) is not None:
             log.warning(
-                "the results root %s is inside %s, which other users may not enter: the "
-                "projects' programs cannot reach their working folders there; give "
-                "--results-root a folder such as /srv/nestbed/results", results_root, above,
+                "nestbed's %s %s is inside %s, which other users may not enter: the "
+                "projects' FTP agents and programs that run $NESTBED_PYTHON cannot start; "
+                "install nestbed where others may read it (not under /root)", what, path,
+                closed,
             )  # fmt: skip
             break
+
+
+def closed_to_others(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that users other than its owner may not enter,
+    if any."""
+    for above in path.parents:
+        with contextlib.suppress(OSError):
+            if not above.stat().st_mode & stat.S_IXOTH:
+                return above
+    return None
 
 
 def _owned(path: Path, gid: int, mode: int) -> None:
