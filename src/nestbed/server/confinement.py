@@ -110,10 +110,10 @@ def protect(store: Store, results_root: Path) -> None:
             break
 
 
-def closed_to_others(path: Path) -> Path | None:
+def closed_to_others(path: Path | str) -> Path | None:
     """The nearest folder above ``path`` that users other than its owner may not enter,
     if any."""
-    for above in path.parents:
+    for above in Path(path).parents:
         with contextlib.suppress(OSError):
             if not above.stat().st_mode & stat.S_IXOTH:
                 return above
