@@ -30,7 +30,8 @@ class Session:
     @classmethod
     def login(cls, base: str, token: str) -> Session:
         session = cls(base)
-        reply = session.post("/portal/login", {"token": token}, csrf=False)
+        reply = session.post("/portal/login", {"token": token, "csrf": session.csrf("/login")},
+                             csrf=False)  # fmt: skip
         assert reply.status == 200 and reply.url.endswith("/portal/"), reply.text[:500]
         return session
 
@@ -49,8 +50,9 @@ class Session:
     def get(self, path: str) -> Reply:
         return self.open(urllib.request.Request(self.base + path))
 
-    def csrf(self) -> str:
-        page = self.get("/portal/")
+    def csrf(self, page_path: str = "/") -> str:
+        """The CSRF token of the portal's page ``page_path`` (the login page's before login)."""
+        page = self.get("/portal" + page_path)
         found = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page.text)
         assert found, page.text[:500]
         return found.group(1)

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import tarfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -168,8 +169,11 @@ def test_forms_without_the_csrf_token_change_nothing(
 
 def test_the_login_cookie_is_httponly_and_samesite_strict(served: Served, people: People) -> None:
     session = Session(served.url)
+    token = session.csrf("/login")
     login = urllib.request.Request(served.url + "/portal/login", method="POST",
-                                   data=f"token={people['cy']}".encode())  # fmt: skip
+                                   data=f"token={people['cy']}&csrf={token}".encode())  # fmt: skip
+    seed = next(c.value for c in session.jar if c.name == "nestbed_csrf")
+    login.add_header("Cookie", f"nestbed_csrf={seed}")
 
     class Keep(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -179,11 +183,36 @@ def test_the_login_cookie_is_httponly_and_samesite_strict(served: Served, people
         urllib.request.build_opener(Keep).open(login, timeout=60)
         raise AssertionError("the login did not redirect")
     except urllib.error.HTTPError as e:
-        cookie = e.headers["set-cookie"]
+        cookies = e.headers.get_all("set-cookie")
         assert e.code == 303
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/portal" in cookie
+    for name in ("nestbed_session", "nestbed_csrf"):
+        cookie = next(c for c in cookies if c.startswith(name + "="))
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/portal" in cookie
+    assert f"nestbed_csrf={seed}" not in " ".join(cookies)  # a new session, a new seed
     assert session.get("/portal/").url.endswith("/portal/login")
-    assert session.post("/portal/login", {"token": "wrong"}, csrf=False).status == 401
+    wrong = session.post("/portal/login", {"token": "wrong", "csrf": token}, csrf=False)
+    assert wrong.status == 401
+
+
+def test_the_login_form_needs_its_csrf_token(served: Served, people: People) -> None:
+    session = Session(served.url)
+    good = session.csrf("/login")
+    for sent in ({}, {"csrf": ""}, {"csrf": "0" * 64}, {"csrf": good[:-1] + "x"}):
+        reply = session.post("/portal/login", {"token": people["cy"], **sent}, csrf=False)
+        assert reply.status == 403 and "CSRF" in reply.text, sent
+        assert "nestbed_session" not in {c.name for c in session.jar}
+    # Another browser's token is no good with this one's seed cookie.
+    other = Session(served.url).csrf("/login")
+    reply = session.post("/portal/login", {"token": people["cy"], "csrf": other}, csrf=False)
+    assert reply.status == 403
+    session.post("/portal/login", {"token": people["cy"], "csrf": good}, csrf=False)
+    assert session.get("/portal/").url.endswith("/portal/")
+    # The session has its own token: the login page's is refused once logged in.
+    assert session.csrf() != good
+    assert session.post("/portal/logout", {"csrf": good}, csrf=False).status == 403
+    assert session.get("/portal/").url.endswith("/portal/")
+    assert session.post("/portal/logout", {}).url.endswith("/portal/login")
+    assert session.get("/portal/").url.endswith("/portal/login")
 
 
 def test_dragged_positions_are_kept_for_the_experiments_own_nodes(

@@ -26,7 +26,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from nestbed.errors import NestbedError, SpecError, UserError
 from nestbed.portal import forms, graph, results
 from nestbed.portal.render import page
-from nestbed.portal.session import COOKIE, Caller, check_csrf, viewer
+from nestbed.portal.session import (
+    COOKIE,
+    CSRF_COOKIE,
+    Caller,
+    check_csrf,
+    keep_csrf,
+    new_csrf_seed,
+    viewer,
+)
 from nestbed.server import experiments, live, runs, schemas
 from nestbed.server.accounts import AccountName
 from nestbed.server.auth import NotFound
@@ -64,6 +72,7 @@ def login_form(request: Request) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request) -> Response:
     form = await forms.read(request)
+    check_csrf(request, form.get("csrf"))
     token = form.get("token").strip()
     server = request.app.state.server
     if not token or server.accounts.user_for_token(token) is None:
@@ -72,6 +81,8 @@ async def login(request: Request) -> Response:
     reply = redirect("/portal/")
     reply.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/portal",
                      secure=request.url.scheme == "https")  # fmt: skip
+    new_csrf_seed(request)  # the session's own CSRF token, not the login page's
+    keep_csrf(request, reply)
     return reply
 
 
@@ -80,6 +91,7 @@ async def logout(request: Request, who: Viewer) -> Response:
     check_csrf(request, (await forms.read(request)).get("csrf"))
     reply = redirect("/portal/login")
     reply.delete_cookie(COOKIE, path="/portal")
+    reply.delete_cookie(CSRF_COOKIE, path="/portal")
     return reply
 
 
