@@ -13,6 +13,7 @@ import tarfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+from unittest.mock import ANY
 
 from portal_helpers import Session
 from server_helpers import LINE, People, Served, wait_for
@@ -259,3 +260,40 @@ def _api_post(served: Served, token: str, path: str, body: dict) -> tuple[int, b
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+CHAIN = """\
+nodes: [{name: a}, {name: b}, {name: c}, {name: d}]
+links:
+  - {name: left, members: [a, b], delay: 1ms}
+  - {name: mid, members: [b, c], delay: 1ms}
+  - {name: right, members: [c, d], delay: 1ms}
+"""
+
+
+def test_counters_of_chosen_links_or_the_top_pipes_and_again_after_a_new_swap_in(
+    served: Served, people: People, ada: Session
+) -> None:
+    api = served.client(people["ada"])
+    api.request("PUT", EXP, {"file_name": "chain.yaml", "text": CHAIN})
+    for _ in range(2):  # the second swap-in's controller and plan are new: the server opens them
+        api.request("POST", EXP + "/swapin")
+        wait_for(api, EXP, "swapin")
+        try:
+            every = api.request("GET", EXP + "/counters")
+            assert len(every["counters"]) == every["pipes_total"] == 12
+            api.request("POST", EXP + "/events", {"text": "mid down"})
+            top = api.request("GET", EXP + "/counters?top=4")
+            assert top["pipes_total"] == 12
+            assert [(r["link"], r["state"]) for r in top["counters"]] == [("mid", "down")] * 4
+            chosen = api.request("GET", EXP + "/counters?link=right&link=left&top=6")
+            assert sorted({r["link"] for r in chosen["counters"]}) == ["left", "right"]
+            assert len(chosen["counters"]) == 6
+            page = ada.get(PAGE + "/live")
+            assert page.status == 200 and page.text.count('data-key="mid|') == 4
+        finally:
+            api.request("POST", EXP + "/swapout")
+            wait_for(api, EXP, "swapout")
+    assert api.request("GET", EXP + "/counters") == {"state": "swapped", "at": ANY}
+    status, _ = _api_get(served, people["ada"], EXP + "/counters?top=0")
+    assert status == 422

@@ -296,10 +296,17 @@ def save_positions(project: str, name: str, who: Caller, form: forms.Form) -> Re
 # -- live -------------------------------------------------------------------------------------
 
 
+LIVE_PIPES = 200
+"""The pipes a live page shows at most: a link that is down, then those with drops, then the
+busiest (the API's /counters has every one). The controller chooses them, so that a status
+of thousands of pipes is not serialised for a page of 200."""
+LIVE = live.Pipes(top=LIVE_PIPES)
+
+
 @router.get(E + "/live")
 def live_page(request: Request, project: AccountName, name: ExperimentName, who: Viewer,
               said: str = "") -> HTMLResponse:  # fmt: skip
-    now = busiest(live.snapshot(who, project, name))
+    now = busiest(live.snapshot(who, project, name, LIVE))
     return page(request, "live.html", who=who, title=f"{name}: live", now=now, said=said,
                 base=base(project, name), project=project, name=name)  # fmt: skip
 
@@ -308,17 +315,14 @@ def live_page(request: Request, project: AccountName, name: ExperimentName, who:
 def live_stream(request: Request, project: AccountName, name: ExperimentName,
                 who: Viewer) -> Response:  # fmt: skip
     owned_experiment(who, project, name)
-    return live.stream(request, lambda: busiest(live.snapshot(who, project, name)))
-
-
-LIVE_PIPES = 200
-"""The pipes a live page shows at most: a link that is down, then those with drops, then the
-busiest (the API's /counters has every one)."""
+    return live.stream(request, lambda: busiest(live.snapshot(who, project, name, LIVE)))
 
 
 def busiest(now: dict[str, Any]) -> dict[str, Any]:
+    """``now`` with at most LIVE_PIPES pipes: the controller's choice, or (a controller
+    that answered with all) a link that is down, then drops, then packets out."""
     rows = now.get("counters") or []
-    now["pipes_total"] = len(rows)
+    now.setdefault("pipes_total", len(rows))
     if len(rows) > LIVE_PIPES:
         rows = sorted(rows, key=lambda r: (r.get("state") == "up", -r["drops"],
                                            -(r.get("packets_out") or 0)))[:LIVE_PIPES]  # fmt: skip
