@@ -10,6 +10,7 @@ import json
 import os
 import re
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -297,3 +298,45 @@ def test_counters_of_chosen_links_or_the_top_pipes_and_again_after_a_new_swap_in
     assert api.request("GET", EXP + "/counters") == {"state": "swapped", "at": ANY}
     status, _ = _api_get(served, people["ada"], EXP + "/counters?top=0")
     assert status == 422
+
+
+def test_a_long_report_shows_its_first_part_and_the_whole_on_demand(
+    served: Served, people: People, ada: Session
+) -> None:
+    folder = ran(served, people)
+    api = served.client(people["ada"])
+    for _ in range(600):  # the report drawn after the run would overwrite ours
+        manifest = api.request("GET", EXP + "/runs/1")["manifest"]
+        if (manifest.get("report") or {}).get("state") != "drawing":
+            break
+        time.sleep(0.1)
+    rows = "".join(f"| l{i} | {i * 1000} |\n" for i in range(5000))
+    (folder / "report.md").write_text(
+        f"# line, run 1\n\n## Links\n\n| link | bytes |\n|---|---:|\n{rows}\n## Plots\n\nTHE END\n"
+    )
+    run = ada.get(PAGE + "/runs/1").text
+    assert "<td>l0</td>" in run and "<td>l4999</td>" not in run and "THE END" not in run
+    assert "<th>link</th>" in run  # the cut table keeps its head
+    more = re.search(r'<a href="([^"]+)" hx-get="([^"]+)"[^>]*>Show the whole report', run)
+    assert more and more.group(1) == more.group(2) == PAGE + "/runs/1/report"
+    whole = ada.get(more.group(1)).text  # without JavaScript: a page of its own
+    assert "<td>l4999</td>" in whole and "THE END" in whole and "<h1>line: run 1: report" in whole
+    swapped = ada.open(urllib.request.Request(served.url + more.group(1),
+                                              headers={"HX-Request": "true"}))  # fmt: skip
+    assert swapped.text.startswith('<div class="report">') and "THE END" in swapped.text
+    assert "<html" not in swapped.text
+    assert ada.get(PAGE + "/runs/2/report").status == 404
+
+
+def test_a_reports_first_part_is_cut_where_its_markdown_stays_whole() -> None:
+    from nestbed.portal.results import report_head
+
+    assert report_head("# short\n", budget=100) == ("# short\n", False)
+    table = "| a |\n|---|\n" + "| 1 |\n" * 50
+    head, cut = report_head("# t\n\n" + table + "\n## next\n", budget=40)
+    assert cut and head.endswith("| 1 |\n") and head.startswith("# t\n\n| a |\n|---|\n")
+    fenced = "# f\n\n```\n" + "x\n\ny\n" * 40 + "```\n\nafter\n"
+    head, cut = report_head(fenced, budget=20)
+    assert cut and head.count("```") == 2 and head.endswith("```\n")
+    words = "word " * 100
+    assert report_head(words, budget=10) == (words, False)  # no place to cut: all of it

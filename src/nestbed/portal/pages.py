@@ -11,6 +11,7 @@ normally and are answered with a redirect (303); htmx only swaps the answer in p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
@@ -359,11 +360,33 @@ def run_page(
     run = runs.run_of(who, project, name, run_id)
     shown = results.view(run, table, sort, bool(desc))
     url = f"{base(project, name)}/runs/{run_id}"
-    report = results.report_html(shown["report_text"], url + "/files")
+    head, cut = results.report_head(shown["report_text"])
+    report = results.report_html(head, url + "/files")
     drawing = ((shown["manifest"] or {}).get("report") or {}).get("state") == "drawing"
     return page(request, "run.html", who=who, title=f"{name}: run {run_id}", run=shown,
                 base=base(project, name), url=url, name=name, report_html=report,
+                report_cut=cut, report_bytes=len(shown["report_text"].encode()),
                 drawing=drawing, refresh=drawing or run.ended_at is None)  # fmt: skip
+
+
+@router.get(E + "/runs/{run_id}/report")
+def whole_report(request: Request, project: AccountName, name: ExperimentName, run_id: int,
+                 who: Viewer) -> HTMLResponse:  # fmt: skip
+    """The whole report (the run's page renders its first part): swapped into the run's
+    page by htmx, or a page of its own."""
+    run = runs.run_of(who, project, name, run_id)
+    text = ""
+    with contextlib.suppress(OSError):
+        text = runs.folder_of(run).report.read_text()
+    if not text:
+        raise NotFound(f"run {run_id} of {name!r} has no report")
+    url = f"{base(project, name)}/runs/{run_id}"
+    report = results.report_html(text, url + "/files")
+    if is_htmx(request):
+        return page(request, "report.html", report_html=report)
+    return page(request, "run_report.html", who=who, title=f"{name}: run {run_id}: report",
+                base=base(project, name), url=url, name=name, run_id=run_id,
+                report_html=report)  # fmt: skip
 
 
 @router.post(E + "/runs/{run_id}/report")
