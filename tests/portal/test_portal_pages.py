@@ -10,13 +10,11 @@ import json
 import os
 import re
 import tarfile
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from unittest.mock import ANY
 
-from portal_helpers import Session
+from portal_helpers import EXP, PAGE, Session, long_report, ran
 from server_helpers import LINE, People, Served, wait_for
 
 BAD = """\
@@ -24,21 +22,6 @@ nodes: [{name: a}, {name: b}]
 links:
   - {name: link0, members: [a, zz], delay: 10ms}
 """
-EXP = "/v1/projects/net/experiments/line"
-PAGE = "/portal/p/net/e/line"
-
-
-def ran(served: Served, people: People) -> Path:
-    """``line`` created, swapped in and out by ada; its run's folder."""
-    ada = served.client(people["ada"])
-    ada.request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
-    ada.request("POST", EXP + "/swapin")
-    wait_for(ada, EXP, "swapin")
-    ada.request("POST", EXP + "/swapout")
-    wait_for(ada, EXP, "swapout")
-    runs = ada.request("GET", EXP + "/runs")
-    assert len(runs) == 1 and runs[0]["manifest"] is not None, runs
-    return Path(runs[0]["results_dir"])
 
 
 def members(tar: bytes) -> list[tarfile.TarInfo]:
@@ -303,17 +286,7 @@ def test_counters_of_chosen_links_or_the_top_pipes_and_again_after_a_new_swap_in
 def test_a_long_report_shows_its_first_part_and_the_whole_on_demand(
     served: Served, people: People, ada: Session
 ) -> None:
-    folder = ran(served, people)
-    api = served.client(people["ada"])
-    for _ in range(600):  # the report drawn after the run would overwrite ours
-        manifest = api.request("GET", EXP + "/runs/1")["manifest"]
-        if (manifest.get("report") or {}).get("state") != "drawing":
-            break
-        time.sleep(0.1)
-    rows = "".join(f"| l{i} | {i * 1000} |\n" for i in range(5000))
-    (folder / "report.md").write_text(
-        f"# line, run 1\n\n## Links\n\n| link | bytes |\n|---|---:|\n{rows}\n## Plots\n\nTHE END\n"
-    )
+    long_report(ran(served, people), served.client(people["ada"]))
     run = ada.get(PAGE + "/runs/1").text
     assert "<td>l0</td>" in run and "<td>l4999</td>" not in run and "THE END" not in run
     assert "<th>link</th>" in run  # the cut table keeps its head
