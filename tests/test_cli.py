@@ -175,3 +175,27 @@ def test_report_draws_a_runs_report_again_and_refuses_what_is_no_run(tmp_path):
     assert "## Events" in (run / "report.md").read_text()
     missing = nestbed("report", str(tmp_path))
     assert missing.returncode == 2 and "has no manifest.json" in missing.stderr
+
+
+def test_every_command_is_found_in_its_own_module_and_loads_no_other():
+    # `nestbed CMD` imports and builds CMD's module only; the table must name every
+    # command, or a new one would be found only by `--help`.
+    import subprocess
+    import sys
+
+    import typer.main
+
+    import nestbed.cli as cli
+
+    group = typer.main.get_command(cli.app)
+    assert set(group.commands) == set(cli.COMMANDS)  # type: ignore[attr-defined]
+    code = (
+        "import sys\nimport nestbed.cli as cli\ncli.register(sys.argv[1:])\n"
+        "print(' '.join(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('nestbed.cli.')))"
+    )
+    for argv, expected in ((["--db", "x.db", "swapout", "n"], "lifecycle"),
+                           (["status", "--json", "n"], "active")):  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        loaded = set(done.stdout.split()) - {"common"}
+        assert loaded == {expected}, (argv, loaded)

@@ -156,16 +156,28 @@ class Agents:
     """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
 
     def __init__(self, machines: Machines, *, slots: int):
+        from nbtest import until
+
         self.machines, self.slots = machines, slots
-        port = 20000 + os.getpid() % 10000
-        self.address = f"tcp://{machines.gateway_address}:{port}"
+        # A port the kernel picks, read back from the scheduler's file: a port derived from
+        # the pid may be taken (another run's scheduler, or any program).
+        self.folder = Path(tempfile.mkdtemp(prefix="nb-scheduler-"))
+        address_file = self.folder / "scheduler.json"
         self.scheduler = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
-             machines.gateway_address,
-             "--port", str(port), "--no-dashboard"],
+             machines.gateway_address, "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(address_file)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self.agents: dict[str, subprocess.Popen] = {}
+        try:
+            until(lambda: address_file.exists() or self.scheduler.poll() is not None,
+                  "the scheduler to listen")  # fmt: skip
+            assert self.scheduler.poll() is None, "the Dask scheduler exited at start"
+            self.address = _scheduler_address(address_file)
+        except BaseException:
+            self.stop()
+            raise
 
     def start(self, host: str) -> None:
         argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
@@ -188,6 +200,24 @@ class Agents:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _scheduler_address(path: Path) -> str:
+    """The address in a scheduler file, once it is whole (it is written, not renamed)."""
+    import json
+
+    from nbtest import until
+
+    found: list[str] = []
+
+    def read() -> bool:
+        with contextlib.suppress(ValueError, OSError):
+            found.append(json.loads(path.read_text())["address"])
+        return bool(found)
+
+    until(read, "the scheduler file to be whole")
+    return found[0]
 
 
 @contextlib.contextmanager

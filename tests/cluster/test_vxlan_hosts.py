@@ -160,12 +160,13 @@ def test_a_lan_over_three_hosts_and_an_unshaped_cut_link_reach_every_node(cluste
     }  # fmt: skip
     for src, dst, rtt_ms in (("a", "b", 4), ("b", "c", 4), ("c", "a", 4), ("a", "d", 4),
                              ("d", "c", 0), ("b", "d", 4)):  # fmt: skip
-        ping = _ping(p, src, dst, "-c", "3", "-i", "0.2", "-W", "2")
+        ping = _ping(p, src, dst, "-c", "8", "-i", "0.1", "-W", "2")
         assert ping.returncode == 0, f"{src} -> {dst}: {ping.stdout}{ping.stderr}"
         measured = float(ping.stdout.split(" = ")[1].split("/")[0])
         # A LAN's delay is split between its members' egress and ingress, 4 ms each way in
-        # all; the underlay adds 1 ms a round trip. Halves applied twice would add 8 ms.
-        assert 2 * rtt_ms <= measured < 2 * rtt_ms + 3, f"{src} -> {dst}: {measured} ms"
+        # all; the underlay adds 1 ms a round trip. Halves applied twice would add 8 ms: the
+        # fastest of 8 pings stays below that on a busy host (CI: three pings all 14.5 ms).
+        assert 2 * rtt_ms <= measured < 2 * rtt_ms + 7, f"{src} -> {dst}: {measured} ms"
 
 
 def test_an_underlay_narrower_than_configured_fails_the_swap_in_before_anything_is_made(cluster):

@@ -51,7 +51,14 @@ def test_a_stopped_sender_reports_what_it_wrote_and_the_receiver_gets_all_of_it(
     recv = listening_receiver(port)
     send = subprocess.Popen([*BULK, "send", "--to", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    time.sleep(0.5)
+    # Stopped once it has sent bytes (its handlers are installed before it connects), not
+    # after a fixed time, which a loaded machine may spend starting Python.
+    for _ in range(3000):
+        info = subprocess.run(["ss", "-Htni", "state", "established", f"dport = :{port}"],
+                              capture_output=True, text=True).stdout  # fmt: skip
+        if "bytes_sent:" in info or send.poll() is not None:  # shown once non-zero
+            break
+        time.sleep(0.01)
     send.send_signal(signal.SIGINT)
     sent = json.loads(send.communicate(timeout=10)[0])
     got = json.loads(recv.communicate(timeout=10)[0])  # ends at the sender's close

@@ -125,6 +125,21 @@ def test_next_run_on_the_same_network_keeps_its_options(fake):
     assert (folder.programs / "hello.stdout").read_text() == "hello from a\n"
 
 
+def test_next_run_brings_up_a_link_the_last_runs_event_took_down(fake):
+    # Before, a sweep's reused network kept what the last point's events had done: its next
+    # point ran with l0 still down.
+    experiment = fake(PROGRAM)
+    experiment.launch()
+    client = experiment.client
+    wait_for(lambda: client.request("status")["links"]["l0"] == "down", "the link event")
+    client.request("finish")
+    linkd = experiment.backend.linkd(experiment.plan)
+    downs = len(linkd.requests())
+    client.next_run(experiment.start().model_copy(update={"reused_runs": 1}))
+    assert {"op": "up", "link": "l0"} in linkd.requests()[downs:]
+    client.request("finish")
+
+
 def test_next_run_is_refused_while_the_run_goes_on(fake):
     experiment = fake(PROGRAM)
     start = experiment.launch()

@@ -108,13 +108,14 @@ def test_agents_of_simulated_nodes_carry_traffic_both_ways(run_file):
         assert float(row["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
     assert flows["inside"]["outcome"] == "ok; simulated: r1 and r2 in nestbed-sim"
     # FTP: each TCP flow has the core's r2-to-r1 direction to itself for 3 s: ns-3's TCP
-    # sending to Linux's, then Linux's to ns-3's, each most of the core's rate (9.5 and 8.9
-    # Mb/s here; less when other work delays the simulator), never above it.
+    # sending to Linux's, then Linux's to ns-3's: most of the core's rate on a quiet host (9.5
+    # and 8.9 Mb/s here), half of it on a busy one (CI: 4.9), never above it. The bound below
+    # says the flow ran the whole time through the simulator; its rate is bench/hybrid.py's.
     for flow in names["ftp"]:
         row = flows[flow]
         rate = float(row["throughput_bps"])
         print(f"{flow}: {rate / 1e6:.2f} Mb/s across the {CORE_BPS / 1e6:g} Mb/s core")
-        assert 0.6 * CORE_BPS < rate <= 1.02 * CORE_BPS
+        assert 0.25 * CORE_BPS < rate <= 1.02 * CORE_BPS
         assert 0 < int(row["bytes_received"]) <= int(row["bytes_sent"])
     # The core's counters are in the links table like any link's: what left r2 towards r1
     # is at least what the two TCP flows delivered.

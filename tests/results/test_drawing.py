@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,45 @@ def run(tmp_path: Path) -> Path:
 
 def _manifest(folder: Path) -> dict:
     return json.loads((folder / "manifest.json").read_text())
+
+
+def _until_drawn(folder: Path, deadline_s: float = 120) -> None:
+    """Waits until the manifest no longer says "drawing" (a drawer took the folder and
+    its lock may not exist yet, so wait_drawn alone could return too early)."""
+    end = time.monotonic() + deadline_s
+    while _manifest(folder)["report"]["state"] == "drawing":
+        assert time.monotonic() < end, f"{folder} still drawing"
+        time.sleep(0.05)
+
+
+def _runs(tmp_path: Path, n: int) -> list[Path]:
+    folders = []
+    for i in range(n):
+        folder = tmp_path / f"many-{i}"
+        folder.mkdir()
+        manifest = {"experiment": "line", "run_id": i, "outcome": "completed", "reason": None,
+                    "duration_s": 2.0, "files": ["events.csv"]}  # fmt: skip
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        (folder / "events.csv").write_text(f"{EVENTS}\n0,static,1.0,1.001,1,link0,down,,ok,\n")
+        folders.append(folder)
+    return folders
+
+
+def test_runs_ending_faster_than_reports_are_drawn_queue_with_one_drawer(tmp_path):
+    # Before, every run's end started a process of its own that waited its turn: a tight
+    # loop of runs piled up hundreds of them, 20-32 MB each.
+    folders = _runs(tmp_path, 30)
+    started = [p for p in map(drawing.draw_detached, folders) if p is not None]
+    # One drawer; a second only when one was closing down as the loop began.
+    assert len(started) <= 2, len(started)
+    for folder in folders:
+        drawing.wait_drawn(folder)
+        _until_drawn(folder)
+        assert _manifest(folder)["report"] == {"state": "written", "drawn_by": drawing.DETACHED}
+        assert "## Events" in (folder / "report.md").read_text()
+        assert not (folder / drawing.LOCK).exists()
+    for process in started:
+        assert process.wait() == 0
 
 
 def test_a_detached_drawing_writes_the_report_and_the_manifest_says_so(run):
@@ -74,11 +114,11 @@ def test_a_drawing_of_a_folder_still_being_drawn_does_not_wait_for_it(run):
     earlier = os.open(run / drawing.LOCK, os.O_RDWR | os.O_CREAT)
     fcntl.flock(earlier, fcntl.LOCK_EX)
     try:
-        process = drawing.draw_detached(run)
+        drawing.draw_detached(run)
         assert _manifest(run)["report"]["state"] == "drawing"
     finally:
         (run / drawing.LOCK).unlink()  # as a drawing lets go
         os.close(earlier)
-    assert process.wait() == 0
+    _until_drawn(run)
     assert _manifest(run)["report"] == {"state": "written", "drawn_by": drawing.DETACHED}
     assert "## Events" in (run / "report.md").read_text()

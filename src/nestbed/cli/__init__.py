@@ -17,25 +17,81 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
-from nestbed.cli.calibrate import calibrate
-from nestbed.cli.common import app, err, state
-from nestbed.cli.map import map_command
-from nestbed.cli.server import batch, exemption, project, server
-from nestbed.cli.study import study
+from nestbed.cli.common import err, state
 from nestbed.errors import NestbedError
 from nestbed.lifecycle import signals
 
-# Each family registers its commands when imported, in this order (the order of --help).
-for _family in ("experiments", "lifecycle", "active", "instruments", "agent"):
-    importlib.import_module(f"nestbed.cli.{_family}")
-app.command(name="map")(map_command)
-app.add_typer(study, name="study")
-app.add_typer(calibrate, name="calibrate")
-app.add_typer(server, name="server")
-app.add_typer(batch, name="batch")
-app.add_typer(project, name="project")
-app.add_typer(exemption, name="exemption")
+# The module of each top-level command. A command imports and builds its own module's
+# commands only: typer builds a click command of every registered one at each call (40-100
+# ms for all of them), and the other modules' imports cost as much again. `--help`, no
+# command or an unknown one loads them all, in this order (the order of --help).
+COMMANDS = {
+    "serve": "server", "server": "server", "batch": "server", "project": "server",
+    "exemption": "server",
+    "parse": "experiments", "convert": "experiments", "create": "experiments",
+    "list": "experiments", "show": "experiments", "delete": "experiments",
+    "swapin": "lifecycle", "swapout": "lifecycle", "run": "lifecycle", "cleanup": "lifecycle",
+    "exec": "active", "shell": "active", "event": "active", "status": "active",
+    "linktest": "active", "capture": "active",
+    "sweep": "instruments", "simulate": "instruments", "compare": "instruments",
+    "analyze": "instruments", "validate": "instruments", "report": "instruments",
+    "agent": "agent", "map": "map", "study": "study", "calibrate": "calibrate",
+}  # fmt: skip
+_GLOBAL_WITH_VALUE = ("--db", "--cluster", "--server", "--project")
+_registered: set[str] = set()
+
+
+def _register(module: str) -> None:
+    if module in _registered:
+        return
+    _registered.add(module)
+    from nestbed.cli.common import app
+
+    loaded = importlib.import_module(f"nestbed.cli.{module}")
+    if module == "server":
+        for group in ("server", "batch", "project", "exemption"):
+            app.add_typer(getattr(loaded, group), name=group)
+    elif module == "map":
+        app.command(name="map")(loaded.map_command)
+    elif module in ("study", "calibrate"):
+        app.add_typer(getattr(loaded, module), name=module)
+
+
+def register(argv: list[str] | None = None) -> Any:
+    """The app with the commands ``argv`` needs: its command's module, or all of them."""
+    from nestbed.cli.common import app
+
+    command = _command(sys.argv[1:] if argv is None else argv)
+    if command in COMMANDS:
+        _register(COMMANDS[command])
+    else:
+        for module in dict.fromkeys(COMMANDS.values()):
+            _register(module)
+    return app
+
+
+def _command(args: list[str]) -> str | None:
+    """The command word of a command line (after the global options), if any."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--help":
+            return None
+        if word in _GLOBAL_WITH_VALUE:
+            i += 2
+        elif word.startswith("-"):
+            i += 1
+        else:
+            return word
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # every command, for those who call the app directly (tests)
+        return register(["--help"])
+    raise AttributeError(name)
 
 
 def main_entry() -> None:
@@ -47,6 +103,7 @@ def main_entry() -> None:
     # SIGTERM and SIGHUP (timeout, systemd, a closed SSH session) stop a command as Ctrl-C
     # does: what was measured is kept, the experiment swapped out.
     signals.install()
+    app = register()
     try:
         app()
         # A stop swallowed on the way (Python drops what a finalizer raises) still stops.
@@ -69,4 +126,4 @@ def main_entry() -> None:
         sys.exit(exc.exit_code)
 
 
-__all__ = ["app", "main_entry"]
+__all__ = ["app", "main_entry", "register"]

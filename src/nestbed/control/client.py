@@ -7,6 +7,7 @@ document it was launched with, its socket, log and pid file.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import subprocess
@@ -49,9 +50,12 @@ class ControllerClient:
         modules (half a second) while the back end builds, then waits on its stdin for
         ``launch``; ``pass_fds`` stay open in it for its whole life (a lock)."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        argv = [*self._argv(), "--wait"]
+        argv = [*self._argv(), "--wait", str(os.getpid())]
         self.early = spawn_daemon(argv, self.path, self.directory / LOG, pass_fds=pass_fds,
                                   stdin=subprocess.PIPE)  # fmt: skip
+        # Named at once, not when it serves: a swap-in killed now leaves a process that
+        # swap-out and cleanup must find (it is still loading its modules).
+        (self.directory / PID).write_text(f"{self.early.pid}\n")
 
     def launch(self, start: ControllerStart, *, pass_fds: Sequence[int] = ()) -> None:
         """Starts the controller with ``start`` (written to the run folder), or tells the one

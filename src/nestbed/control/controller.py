@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import sys
 import threading
@@ -70,6 +71,9 @@ class Controller:
         exp = Experiment.from_json(start.ir.read_text())
         if experiment_tag(exp.name) != previous.plan.tag:
             raise Refused(f"next_run of another experiment ({exp.name}) in {previous.exp.name}")
+        # What the last run's events changed is undone before the next run begins.
+        for line in previous.links.reset(exp):
+            print(f"before the next run, {line}", file=sys.stderr, flush=True)  # the log
         following = Run(self.backend, start)
         previous.retire()
         following.start()
@@ -88,14 +92,27 @@ class Controller:
         RequestServer(self.directory / SOCKET, self.handle).serve()
 
 
+def _told_to_go(parent: int) -> bool:
+    """Whether the swap-in that started this process early says "go" on stdin. Its end of
+    the pipe closing says no; so does its death, watched apart from the pipe, since a process
+    that inherited the pipe's end would otherwise keep this one waiting forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # whatever the starter ignored
+    while os.getppid() == parent:
+        ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+        if ready:
+            return bool(sys.stdin.readline())
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nestbed.control")
     parser.add_argument("--start", type=Path, required=True, help="a ControllerStart (JSON)")
     parser.add_argument(
-        "--wait", action="store_true", help="read a line on stdin first (started early)"
-    )
+        "--wait", type=int, metavar="PARENT",
+        help="started early by process PARENT: read a line on stdin first",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.wait and not sys.stdin.readline():
+    if args.wait is not None and not _told_to_go(args.wait):
         return 0  # the swap-in that started this process early failed: nothing to do
     start = ControllerStart.model_validate_json(args.start.read_text())
     controller = Controller(get(start.backend), start)

@@ -77,6 +77,38 @@ class LinkStates:
         self.links[name] = after
         return f"simulated link {name} changed"
 
+    def reset(self, exp: Experiment) -> list[str]:
+        """Sets every link to what ``exp`` configures from what this run's events left (a
+        sweep's next run on the same network starts from its own configuration): a link
+        taken down comes up, a pipe whose shaping differs is set; what it did, one line a
+        link. The pipes whose configuration changed between the two runs may already have
+        been set; setting one again to the same value is harmless."""
+        done = []
+        with self.lock:
+            for link in exp.all_links:
+                name = link.name
+                down, changed = self.state.get(name) == "down", self.links.get(name) != link
+                if not (down or changed):
+                    continue
+                if self.simulated is not None and name in self.simulated.links:
+                    if down:
+                        self.simulated.set_state(name, "up")
+                    if changed:
+                        self.simulated.shape(link)
+                elif name in self.emulated:
+                    if self.channel is None:
+                        self.channel = self.backend.linkd(self.plan)
+                    if down:
+                        self.channel.request("up", link=name)
+                    set_changed_pipes(self.channel, name, _settings(self.links[name]),
+                                      _settings(link))  # fmt: skip
+                else:
+                    continue  # a cable: neither events nor the next run change it
+                self.state[name], self.links[name] = "up", link
+                done.append(f"{name}: {'up' if down else ''}{' and ' if down and changed else ''}"
+                            f"{'reshaped' if changed else ''}")  # fmt: skip
+        return done
+
     def now(self) -> dict[str, Any]:
         """Status fields: every link's state, and the links events changed, as they are now
         (what a linktest during the run tests against)."""

@@ -409,25 +409,23 @@ class _Tester:
         nodes = {r.src for r in found} | {r.dst for r in found}
         arrived = _Datagrams(self.backend, self.plan, nodes)
         with arrived:
-            for _ in range(max(copies)):
-                due = [i for i, r in enumerate(found)
-                       if copies[i] > 0 and not (r.reaches and arrived.got[i])]  # fmt: skip
-                if not due:
-                    break
-                began = time.monotonic()
-                for k, i in enumerate(due):
-                    if (ahead := began + k / ROUTING_PPS - time.monotonic()) > 0.001:
-                        time.sleep(ahead)
-                    arrived.send(found[i].src, found[i].dst_ip, i)
-                    copies[i] -= 1
-                arrived.collect(wait=0.2 + max(_path_delay(found[i]) for i in due))
+            self._send_copies(found, list(copies), arrived)
+            # A working lossy route loses all its copies with probability α/m: a false
+            # failure that a fixed loss stream repeats on every run of the same experiment
+            # (its seed). Such routes get their copies once more; a broken route delivers
+            # nothing however often it is tried.
+            silent = [i for i, r in enumerate(found) if r.reaches and not arrived.got[i]]
+            again = [copies[i] if i in silent else 0 for i in range(len(found))]
+            if silent:
+                self._send_copies(found, again, arrived)
         for i, r in enumerate(found):
             n = arrived.got[i]
-            numbers = {"delivered": n, "path_delivery": round(r.delivered, 6)}
+            sent = copies[i] + again[i]
+            numbers = {"delivered": n, "sent": sent, "path_delivery": round(r.delivered, 6)}
             path = " ".join(f"{h.src}→{h.dst}" for h in r.hops) if r.reaches else r.why
             if r.reaches:
                 ok = n > 0
-                reason = "" if ok else f"no datagram arrived along {path}"
+                reason = "" if ok else f"none of {sent} datagrams arrived along {path}"
                 self.add(2, r, expected=f"reaches via {path}", measured=f"{n} arrived",
                          verdict="pass" if ok else "fail", reason=reason,
                          numbers=numbers)  # fmt: skip
@@ -437,6 +435,22 @@ class _Tester:
                 self.add(2, r, expected=f"unreachable: {r.why}", measured=f"{n} arrived",
                          verdict="pass" if ok else "fail", reason=reason,
                          numbers=numbers)  # fmt: skip
+
+    def _send_copies(self, found: Sequence[Route], copies: list[int], arrived: _Datagrams) -> None:
+        """Sends each route its ``copies`` one pass at a time, at ROUTING_PPS, receiving after
+        each pass; a route that should reach stops once one copy arrived."""
+        for _ in range(max(copies, default=0)):
+            due = [i for i, r in enumerate(found)
+                   if copies[i] > 0 and not (r.reaches and arrived.got[i])]  # fmt: skip
+            if not due:
+                return
+            began = time.monotonic()
+            for k, i in enumerate(due):
+                if (ahead := began + k / ROUTING_PPS - time.monotonic()) > 0.001:
+                    time.sleep(ahead)
+                arrived.send(found[i].src, found[i].dst_ip, i)
+                copies[i] -= 1
+            arrived.collect(wait=0.2 + max(_path_delay(found[i]) for i in due))
 
     # -- level 3 -------------------------------------------------------------------------
 

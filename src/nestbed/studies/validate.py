@@ -220,6 +220,7 @@ def measure_delay(bench: Bench, s: Settings, progress: Callable[[str], None]) ->
                     "packets": sent["echo"]["received"],
                     "rtt_ms": rtt["mean_ns"] / 1e6,
                     "rtt_stdev_ms": rtt["stdev_ns"] / 1e6,
+                    "rtt_median_ms": rtt["median_ns"] / 1e6,
                     "rtt_error_us": (rtt["mean_ns"] - expected_ns) / 1e3,
                     "rtt_error_pct": _pct(rtt["mean_ns"], expected_ns),
                     "one_way_error_us": (one_way["mean_ns"] - delay_ms * 1e6) / 1e3,
