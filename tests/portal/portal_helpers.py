@@ -5,12 +5,46 @@ from __future__ import annotations
 
 import http.cookiejar
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from server_helpers import LINE, People, Served, wait_for
 
 TIMEOUT_S = 60
+EXP = "/v1/projects/net/experiments/line"
+PAGE = "/portal/p/net/e/line"
+
+
+def ran(served: Served, people: People) -> Path:
+    """``line`` created, swapped in and out by ada; its run's folder."""
+    ada = served.client(people["ada"])
+    ada.request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
+    ada.request("POST", EXP + "/swapin")
+    wait_for(ada, EXP, "swapin")
+    ada.request("POST", EXP + "/swapout")
+    wait_for(ada, EXP, "swapout")
+    runs = ada.request("GET", EXP + "/runs")
+    assert len(runs) == 1 and runs[0]["manifest"] is not None, runs
+    return Path(runs[0]["results_dir"])
+
+
+def long_report(folder: Path, api: Any) -> None:
+    """Replaces run 1's report with one of a 5 000-row table (l0 to l4999) ending in THE
+    END, once the report drawn after the run (which would overwrite it) is there."""
+    for _ in range(600):
+        manifest = api.request("GET", EXP + "/runs/1")["manifest"]
+        if (manifest.get("report") or {}).get("state") != "drawing":
+            break
+        time.sleep(0.1)
+    rows = "".join(f"| l{i} | {i * 1000} |\n" for i in range(5000))
+    (folder / "report.md").write_text(
+        f"# line, run 1\n\n## Links\n\n| link | bytes |\n|---|---:|\n{rows}\n## Plots\n\nTHE END\n"
+    )
 
 
 @dataclass
@@ -30,7 +64,8 @@ class Session:
     @classmethod
     def login(cls, base: str, token: str) -> Session:
         session = cls(base)
-        reply = session.post("/portal/login", {"token": token}, csrf=False)
+        reply = session.post("/portal/login", {"token": token, "csrf": session.csrf("/login")},
+                             csrf=False)  # fmt: skip
         assert reply.status == 200 and reply.url.endswith("/portal/"), reply.text[:500]
         return session
 
@@ -49,8 +84,9 @@ class Session:
     def get(self, path: str) -> Reply:
         return self.open(urllib.request.Request(self.base + path))
 
-    def csrf(self) -> str:
-        page = self.get("/portal/")
+    def csrf(self, page_path: str = "/") -> str:
+        """The CSRF token of the portal's page ``page_path`` (the login page's before login)."""
+        page = self.get("/portal" + page_path)
         found = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page.text)
         assert found, page.text[:500]
         return found.group(1)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from browser import browser, needs_chromium
-from server_helpers import Served, wait_for
+from portal_helpers import PAGE, long_report, ran
+from server_helpers import People, Served, wait_for
 
 pytestmark = needs_chromium
 
@@ -229,3 +230,21 @@ def test_a_large_topology_is_a_table_beside_a_simplified_graph(big: Served) -> N
     kept = big.root / "results" / ".portal" / "positions" / "i23--star.json"
     saved = json.loads(kept.read_text())  # the node under the pointer (300 lie close together)
     assert len(saved) == 1 and next(iter(saved)) in {f"n{i}" for i in range(300)}
+
+
+def test_a_long_reports_first_part_then_the_whole_swapped_in(
+    served: Served, people: People
+) -> None:
+    long_report(ran(served, people), served.client(people["ada"]))
+    with browser(served.url) as b:
+        b.login(people["ada"])
+        b.go(PAGE + "/runs/1")
+        report = b.page.locator("#report .report")
+        assert report.locator("tbody tr").count() < 5000
+        more = b.page.get_by_role("link", name="Show the whole report")
+        more.click()
+        b.page.get_by_text("THE END").wait_for()
+        assert report.locator("tbody tr").count() == 5000
+        assert b.page.url == served.url + PAGE + "/runs/1"  # swapped in place
+        assert more.count() == 0
+        assert b.errors == []

@@ -10,10 +10,11 @@ import json
 import os
 import re
 import tarfile
+import urllib.error
 import urllib.request
-from pathlib import Path
+from unittest.mock import ANY
 
-from portal_helpers import Session
+from portal_helpers import EXP, PAGE, Session, long_report, ran
 from server_helpers import LINE, People, Served, wait_for
 
 BAD = """\
@@ -21,21 +22,6 @@ nodes: [{name: a}, {name: b}]
 links:
   - {name: link0, members: [a, zz], delay: 10ms}
 """
-EXP = "/v1/projects/net/experiments/line"
-PAGE = "/portal/p/net/e/line"
-
-
-def ran(served: Served, people: People) -> Path:
-    """``line`` created, swapped in and out by ada; its run's folder."""
-    ada = served.client(people["ada"])
-    ada.request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
-    ada.request("POST", EXP + "/swapin")
-    wait_for(ada, EXP, "swapin")
-    ada.request("POST", EXP + "/swapout")
-    wait_for(ada, EXP, "swapout")
-    runs = ada.request("GET", EXP + "/runs")
-    assert len(runs) == 1 and runs[0]["manifest"] is not None, runs
-    return Path(runs[0]["results_dir"])
 
 
 def members(tar: bytes) -> list[tarfile.TarInfo]:
@@ -168,8 +154,11 @@ def test_forms_without_the_csrf_token_change_nothing(
 
 def test_the_login_cookie_is_httponly_and_samesite_strict(served: Served, people: People) -> None:
     session = Session(served.url)
+    token = session.csrf("/login")
     login = urllib.request.Request(served.url + "/portal/login", method="POST",
-                                   data=f"token={people['cy']}".encode())  # fmt: skip
+                                   data=f"token={people['cy']}&csrf={token}".encode())  # fmt: skip
+    seed = next(c.value for c in session.jar if c.name == "nestbed_csrf")
+    login.add_header("Cookie", f"nestbed_csrf={seed}")
 
     class Keep(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -179,11 +168,36 @@ def test_the_login_cookie_is_httponly_and_samesite_strict(served: Served, people
         urllib.request.build_opener(Keep).open(login, timeout=60)
         raise AssertionError("the login did not redirect")
     except urllib.error.HTTPError as e:
-        cookie = e.headers["set-cookie"]
+        cookies = e.headers.get_all("set-cookie")
         assert e.code == 303
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/portal" in cookie
+    for name in ("nestbed_session", "nestbed_csrf"):
+        cookie = next(c for c in cookies if c.startswith(name + "="))
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/portal" in cookie
+    assert f"nestbed_csrf={seed}" not in " ".join(cookies)  # a new session, a new seed
     assert session.get("/portal/").url.endswith("/portal/login")
-    assert session.post("/portal/login", {"token": "wrong"}, csrf=False).status == 401
+    wrong = session.post("/portal/login", {"token": "wrong", "csrf": token}, csrf=False)
+    assert wrong.status == 401
+
+
+def test_the_login_form_needs_its_csrf_token(served: Served, people: People) -> None:
+    session = Session(served.url)
+    good = session.csrf("/login")
+    for sent in ({}, {"csrf": ""}, {"csrf": "0" * 64}, {"csrf": good[:-1] + "x"}):
+        reply = session.post("/portal/login", {"token": people["cy"], **sent}, csrf=False)
+        assert reply.status == 403 and "CSRF" in reply.text, sent
+        assert "nestbed_session" not in {c.name for c in session.jar}
+    # Another browser's token is no good with this one's seed cookie.
+    other = Session(served.url).csrf("/login")
+    reply = session.post("/portal/login", {"token": people["cy"], "csrf": other}, csrf=False)
+    assert reply.status == 403
+    session.post("/portal/login", {"token": people["cy"], "csrf": good}, csrf=False)
+    assert session.get("/portal/").url.endswith("/portal/")
+    # The session has its own token: the login page's is refused once logged in.
+    assert session.csrf() != good
+    assert session.post("/portal/logout", {"csrf": good}, csrf=False).status == 403
+    assert session.get("/portal/").url.endswith("/portal/")
+    assert session.post("/portal/logout", {}).url.endswith("/portal/login")
+    assert session.get("/portal/").url.endswith("/portal/login")
 
 
 def test_dragged_positions_are_kept_for_the_experiments_own_nodes(
@@ -230,3 +244,72 @@ def _api_post(served: Served, token: str, path: str, body: dict) -> tuple[int, b
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+CHAIN = """\
+nodes: [{name: a}, {name: b}, {name: c}, {name: d}]
+links:
+  - {name: left, members: [a, b], delay: 1ms}
+  - {name: mid, members: [b, c], delay: 1ms}
+  - {name: right, members: [c, d], delay: 1ms}
+"""
+
+
+def test_counters_of_chosen_links_or_the_top_pipes_and_again_after_a_new_swap_in(
+    served: Served, people: People, ada: Session
+) -> None:
+    api = served.client(people["ada"])
+    api.request("PUT", EXP, {"file_name": "chain.yaml", "text": CHAIN})
+    for _ in range(2):  # the second swap-in's controller and plan are new: the server opens them
+        api.request("POST", EXP + "/swapin")
+        wait_for(api, EXP, "swapin")
+        try:
+            every = api.request("GET", EXP + "/counters")
+            assert len(every["counters"]) == every["pipes_total"] == 12
+            api.request("POST", EXP + "/events", {"text": "mid down"})
+            top = api.request("GET", EXP + "/counters?top=4")
+            assert top["pipes_total"] == 12
+            assert [(r["link"], r["state"]) for r in top["counters"]] == [("mid", "down")] * 4
+            chosen = api.request("GET", EXP + "/counters?link=right&link=left&top=6")
+            assert sorted({r["link"] for r in chosen["counters"]}) == ["left", "right"]
+            assert len(chosen["counters"]) == 6
+            page = ada.get(PAGE + "/live")
+            assert page.status == 200 and page.text.count('data-key="mid|') == 4
+        finally:
+            api.request("POST", EXP + "/swapout")
+            wait_for(api, EXP, "swapout")
+    assert api.request("GET", EXP + "/counters") == {"state": "swapped", "at": ANY}
+    status, _ = _api_get(served, people["ada"], EXP + "/counters?top=0")
+    assert status == 422
+
+
+def test_a_long_report_shows_its_first_part_and_the_whole_on_demand(
+    served: Served, people: People, ada: Session
+) -> None:
+    long_report(ran(served, people), served.client(people["ada"]))
+    run = ada.get(PAGE + "/runs/1").text
+    assert "<td>l0</td>" in run and "<td>l4999</td>" not in run and "THE END" not in run
+    assert "<th>link</th>" in run  # the cut table keeps its head
+    more = re.search(r'<a href="([^"]+)" hx-get="([^"]+)"[^>]*>Show the whole report', run)
+    assert more and more.group(1) == more.group(2) == PAGE + "/runs/1/report"
+    whole = ada.get(more.group(1)).text  # without JavaScript: a page of its own
+    assert "<td>l4999</td>" in whole and "THE END" in whole and "<h1>line: run 1: report" in whole
+    swapped = ada.open(urllib.request.Request(served.url + more.group(1),
+                                              headers={"HX-Request": "true"}))  # fmt: skip
+    assert swapped.text.startswith('<div class="report">') and "THE END" in swapped.text
+    assert "<html" not in swapped.text
+    assert ada.get(PAGE + "/runs/2/report").status == 404
+
+
+def test_a_reports_first_part_is_cut_where_its_markdown_stays_whole() -> None:
+    from nestbed.portal.results import report_head
+
+    assert report_head("# short\n", budget=100) == ("# short\n", False)
+    table = "| a |\n|---|\n" + "| 1 |\n" * 50
+    head, cut = report_head("# t\n\n" + table + "\n## next\n", budget=40)
+    assert cut and head.endswith("| 1 |\n") and head.startswith("# t\n\n| a |\n|---|\n")
+    fenced = "# f\n\n```\n" + "x\n\ny\n" * 40 + "```\n\nafter\n"
+    head, cut = report_head(fenced, budget=20)
+    assert cut and head.count("```") == 2 and head.endswith("```\n")
+    words = "word " * 100
+    assert report_head(words, budget=10) == (words, False)  # no place to cut: all of it

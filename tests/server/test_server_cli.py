@@ -100,3 +100,37 @@ def test_a_whole_run_on_the_server_from_a_file(served, people):
     assert str(served.root / "results" / "net" / "line-") in done.stdout
     refused = served.nestbed("run", "line", "--keep", **env)
     assert refused.returncode == 2 and "--keep, --results" in refused.stderr
+
+
+def test_an_event_is_sent_through_the_server(served, people):
+    line = served.root / "line.yaml"
+    line.write_text(LINE)
+    env = {"NESTBED_SERVER": served.url, "NESTBED_TOKEN": people["ada"]}
+    assert served.nestbed("create", str(line), **env).returncode == 0
+    early = served.nestbed("event", "line", "link0", "down", **env)
+    assert early.returncode == 2
+    assert early.stderr.strip() == (
+        "error: experiment 'line' is defined, not swapped in; swap it in first"
+    )
+    assert served.nestbed("swapin", "line", **env).returncode == 0
+    try:
+        down = served.nestbed("event", "line", "link0", "down", **env)
+        assert down.returncode == 0, down.stderr
+        assert down.stdout.startswith("done at ") and "s into the run" in down.stdout
+        assert (
+            served.client(people["ada"]).request(
+                "GET", "/v1/projects/net/experiments/line/counters"
+            )["links"]["link0"]
+            == "down"
+        )
+        later = served.nestbed("event", "--json", "line", "+30", "link0", "up", **env)
+        assert later.returncode == 0 and json.loads(later.stdout)["scheduled_s"] > 29
+        wrong = served.nestbed("event", "line", "nosuch", "up", **env)
+        assert wrong.returncode == 2 and "nosuch" in wrong.stderr
+        assert len(wrong.stderr.strip().splitlines()) == 1
+        # bob is not in project net: the experiment is not there for him.
+        theirs = served.nestbed("--server", served.url, "--project", "net", "event", "line",
+                                "link0", "up", NESTBED_TOKEN=people["bob"])  # fmt: skip
+        assert theirs.returncode == 2 and "no project 'net'" in theirs.stderr
+    finally:
+        assert served.nestbed("swapout", "line", **env).returncode == 0

@@ -54,7 +54,8 @@ def event(
     ],
     as_json: JsonOption = False,
 ) -> None:
-    """Send an event to an active experiment (Emulab's tevc): now, or in SECONDS."""
+    """Send an event to an active experiment (Emulab's tevc): now, or in SECONDS (through
+    the server's API with --server or NESTBED_SERVER)."""
     after = 0.0
     if words and (words[0] == "now" or words[0].startswith("+")):
         when, words = words[0], words[1:]
@@ -67,7 +68,10 @@ def event(
                 ) from None
     if len(words) < 2:
         raise UserError("an event is OBJECT VERB [ARGS...], for example: link0 down")
-    reply = active(name).event(words[0], words[1], words[2:], after_s=after)
+    if (server := remote()) is not None:
+        reply = server.event(name, words[0], words[1], words[2:], after)
+    else:
+        reply = active(name).event(words[0], words[1], words[2:], after_s=after)
     if as_json:
         print_json(reply)
         return

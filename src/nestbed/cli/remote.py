@@ -1,5 +1,5 @@
 """The CLI's commands against a nestbed server (``--server URL`` or ``$NESTBED_SERVER``):
-list, show, create, swapin, swapout, run, status and delete, the batch queue, the project's
+list, show, create, swapin, swapout, run, status, event and delete, the batch queue, the project's
 settings and idle-swap exemptions, in the project of ``--project`` (or ``$NESTBED_PROJECT``,
 or the user's only project).
 
@@ -165,6 +165,15 @@ def status(name: str, as_json: bool) -> None:
         from nestbed.cli.render import status_tables
 
         out.print(status_tables(live))
+
+
+def event(name: str, obj: str, verb: str, args: list[str], after_s: float) -> dict[str, Any]:
+    """Sends an event to the experiment on the server; the controller's reply, as the local
+    command gets it (an event the server refuses or that fails is its one-line error)."""
+    remote = Remote()
+    body = {"object": obj, "verb": verb, "args": args, "after_s": after_s}
+    reply: dict[str, Any] = remote.client.request("POST", remote.path(name, "events"), body)
+    return reply
 
 
 def delete(name: str) -> None:

@@ -48,7 +48,7 @@ class Controller:
             case requests.Ping():
                 return {"t0_monotonic": run.scheduler.t0}
             case requests.Status():
-                return run.status()
+                return run.status(links=request.links, top=request.top)
             case requests.Event():
                 return run.event(request)
             case requests.Finish():

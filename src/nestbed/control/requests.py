@@ -31,9 +31,14 @@ class Ping(Frozen):
 
 
 class Status(Frozen):
-    """The run now: elapsed time, pending events, links, programs, flows, linktests."""
+    """The run now: elapsed time, pending events, links, programs, flows, linktests, and
+    the pipes' counters: every pipe's, or only those of ``links``, or only the ``top`` that
+    matter most (a link that is down, then drops, then the most bytes out in the last
+    second), so that a page showing a few of thousands has only those serialised."""
 
     op: Literal["status"]
+    links: tuple[str, ...] | None = None
+    top: Annotated[int, Field(ge=1)] | None = None
 
 
 class Event(Frozen):

@@ -268,7 +268,12 @@ class Run:
         self.scheduler.push(action, "dynamic", at)
         return {"scheduled_s": round(at, 3)}
 
-    def status(self) -> dict[str, Any]:
+    def status(
+        self, links: tuple[str, ...] | None = None, top: int | None = None
+    ) -> dict[str, Any]:
+        """The run now; the pipes' counters of ``links`` only, or the ``top`` that matter
+        most (see ``requests.Status``), with ``pipes_total`` saying how many there were."""
+        counters, total = self.sampler.chosen(links=links, top=top)
         upcoming = self.scheduler.upcoming()
         static = [p for p in upcoming if p.source in ("static", "timeline")]
         return {
@@ -293,7 +298,8 @@ class Run:
             or bool(self.actions.sequences),
             **self.links.now(),
             "linktests": self.linktests.finished(),
-            "link_counters": self.sampler.live(),
+            "link_counters": counters,
+            "pipes_total": total,
             "programs": [p.status() for p in self.programs.values()],
             "flows": [
                 {

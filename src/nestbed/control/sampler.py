@@ -45,6 +45,8 @@ class Sampler:
         self.channel: Channel | None = None
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        # Each pipe's bytes out at the last sample: what a status's top pipes are ranked by.
+        self.bytes_before: dict[Pipe, int] = {}
 
     def start(self, t0: float) -> None:
         """Samples at t0 + 0, 1, 2 ... s (t0 on the monotonic clock)."""
@@ -83,7 +85,9 @@ class Sampler:
     def sample(self) -> None:
         """One row per pipe and per node, now."""
         t = round(self.now_s(), 3)
-        for (link, port, direction), c in self.counters().items():
+        counters = self.counters()
+        self.bytes_before = {pipe: c["bytes_out"] for pipe, c in counters.items()}
+        for (link, port, direction), c in counters.items():
             drops = drops_by_kind(c)
             self.link_rows.add({
                 "t_s": t, "link": link, "port": port, "direction": direction,
@@ -106,15 +110,41 @@ class Sampler:
 
     def live(self) -> list[dict[str, Any]]:
         """Status rows: every pipe's state, packets and bytes out, drops and queue now."""
-        return [
+        return self.chosen()[0]
+
+    def chosen(
+        self, links: tuple[str, ...] | None = None, top: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The status rows of ``links`` only (all without), cut to the ``top`` that matter
+        most: a link that is down, then the most drops, then the most bytes out since the
+        last sample; in (link, port, direction) order. And how many pipes there are."""
+        found = self.counters()
+        total = len(found)
+        if links is not None:
+            wanted = set(links)
+            found = {pipe: c for pipe, c in found.items() if pipe[0] in wanted}
+        states = {link: self.link_state(link) for link in {pipe[0] for pipe in found}}
+        pipes = list(found)
+        if top is not None and len(pipes) > top:
+            before = self.bytes_before
+
+            def rank(pipe: Pipe) -> tuple[bool, int, int]:
+                c = found[pipe]
+                recent = c["bytes_out"] - before.get(pipe, 0)
+                return states[pipe[0]] == "up", -sum(c["drops"].values()), -recent
+
+            pipes = sorted(sorted(pipes, key=rank)[:top])
+        rows = [
             {
-                "link": link, "state": self.link_state(link), "port": port,
+                "link": link, "state": states[link], "port": port,
                 "direction": direction, "packets_out": c["packets_out"],
                 "bytes_out": c["bytes_out"], "drops": sum(c["drops"].values()),
                 "queue_packets": c["queue_packets"],
             }
-            for (link, port, direction), c in self.counters().items()
+            for link, port, direction in pipes
+            for c in (found[(link, port, direction)],)
         ]  # fmt: skip
+        return rows, total
 
     def stop(self) -> None:
         """Stops sampling, takes the last sample (the run's totals) and closes the tables."""

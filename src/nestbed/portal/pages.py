@@ -11,6 +11,7 @@ normally and are answered with a redirect (303); htmx only swaps the answer in p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
@@ -26,7 +27,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from nestbed.errors import NestbedError, SpecError, UserError
 from nestbed.portal import forms, graph, results
 from nestbed.portal.render import page
-from nestbed.portal.session import COOKIE, Caller, check_csrf, viewer
+from nestbed.portal.session import (
+    COOKIE,
+    CSRF_COOKIE,
+    Caller,
+    check_csrf,
+    keep_csrf,
+    new_csrf_seed,
+    viewer,
+)
 from nestbed.server import experiments, live, runs, schemas
 from nestbed.server.accounts import AccountName
 from nestbed.server.auth import NotFound
@@ -64,6 +73,7 @@ def login_form(request: Request) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request) -> Response:
     form = await forms.read(request)
+    check_csrf(request, form.get("csrf"))
     token = form.get("token").strip()
     server = request.app.state.server
     if not token or server.accounts.user_for_token(token) is None:
@@ -72,6 +82,8 @@ async def login(request: Request) -> Response:
     reply = redirect("/portal/")
     reply.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/portal",
                      secure=request.url.scheme == "https")  # fmt: skip
+    new_csrf_seed(request)  # the session's own CSRF token, not the login page's
+    keep_csrf(request, reply)
     return reply
 
 
@@ -80,6 +92,7 @@ async def logout(request: Request, who: Viewer) -> Response:
     check_csrf(request, (await forms.read(request)).get("csrf"))
     reply = redirect("/portal/login")
     reply.delete_cookie(COOKIE, path="/portal")
+    reply.delete_cookie(CSRF_COOKIE, path="/portal")
     return reply
 
 
@@ -284,10 +297,17 @@ def save_positions(project: str, name: str, who: Caller, form: forms.Form) -> Re
 # -- live -------------------------------------------------------------------------------------
 
 
+LIVE_PIPES = 200
+"""The pipes a live page shows at most: a link that is down, then those with drops, then the
+busiest (the API's /counters has every one). The controller chooses them, so that a status
+of thousands of pipes is not serialised for a page of 200."""
+LIVE = live.Pipes(top=LIVE_PIPES)
+
+
 @router.get(E + "/live")
 def live_page(request: Request, project: AccountName, name: ExperimentName, who: Viewer,
               said: str = "") -> HTMLResponse:  # fmt: skip
-    now = busiest(live.snapshot(who, project, name))
+    now = busiest(live.snapshot(who, project, name, LIVE))
     return page(request, "live.html", who=who, title=f"{name}: live", now=now, said=said,
                 base=base(project, name), project=project, name=name)  # fmt: skip
 
@@ -296,17 +316,14 @@ def live_page(request: Request, project: AccountName, name: ExperimentName, who:
 def live_stream(request: Request, project: AccountName, name: ExperimentName,
                 who: Viewer) -> Response:  # fmt: skip
     owned_experiment(who, project, name)
-    return live.stream(request, lambda: busiest(live.snapshot(who, project, name)))
-
-
-LIVE_PIPES = 200
-"""The pipes a live page shows at most: a link that is down, then those with drops, then the
-busiest (the API's /counters has every one)."""
+    return live.stream(request, lambda: busiest(live.snapshot(who, project, name, LIVE)))
 
 
 def busiest(now: dict[str, Any]) -> dict[str, Any]:
+    """``now`` with at most LIVE_PIPES pipes: the controller's choice, or (a controller
+    that answered with all) a link that is down, then drops, then packets out."""
     rows = now.get("counters") or []
-    now["pipes_total"] = len(rows)
+    now.setdefault("pipes_total", len(rows))
     if len(rows) > LIVE_PIPES:
         rows = sorted(rows, key=lambda r: (r.get("state") == "up", -r["drops"],
                                            -(r.get("packets_out") or 0)))[:LIVE_PIPES]  # fmt: skip
@@ -343,11 +360,33 @@ def run_page(
     run = runs.run_of(who, project, name, run_id)
     shown = results.view(run, table, sort, bool(desc))
     url = f"{base(project, name)}/runs/{run_id}"
-    report = results.report_html(shown["report_text"], url + "/files")
+    head, cut = results.report_head(shown["report_text"])
+    report = results.report_html(head, url + "/files")
     drawing = ((shown["manifest"] or {}).get("report") or {}).get("state") == "drawing"
     return page(request, "run.html", who=who, title=f"{name}: run {run_id}", run=shown,
                 base=base(project, name), url=url, name=name, report_html=report,
+                report_cut=cut, report_bytes=len(shown["report_text"].encode()),
                 drawing=drawing, refresh=drawing or run.ended_at is None)  # fmt: skip
+
+
+@router.get(E + "/runs/{run_id}/report")
+def whole_report(request: Request, project: AccountName, name: ExperimentName, run_id: int,
+                 who: Viewer) -> HTMLResponse:  # fmt: skip
+    """The whole report (the run's page renders its first part): swapped into the run's
+    page by htmx, or a page of its own."""
+    run = runs.run_of(who, project, name, run_id)
+    text = ""
+    with contextlib.suppress(OSError):
+        text = runs.folder_of(run).report.read_text()
+    if not text:
+        raise NotFound(f"run {run_id} of {name!r} has no report")
+    url = f"{base(project, name)}/runs/{run_id}"
+    report = results.report_html(text, url + "/files")
+    if is_htmx(request):
+        return page(request, "report.html", report_html=report)
+    return page(request, "run_report.html", who=who, title=f"{name}: run {run_id}: report",
+                base=base(project, name), url=url, name=name, run_id=run_id,
+                report_html=report)  # fmt: skip
 
 
 @router.post(E + "/runs/{run_id}/report")

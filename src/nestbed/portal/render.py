@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, is_undefined, select_autoescape
 
-from nestbed.portal.session import csrf_token
+from nestbed.portal.session import csrf_token, keep_csrf
 
 HERE = Path(__file__).parent
 
@@ -54,4 +54,6 @@ env.filters.update(duration=duration, rate=rate, when=when, size=size)
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     text = env.get_template(template).render(csrf=csrf_token(request), request=request, **context)
-    return HTMLResponse(text, status_code=status)
+    reply = HTMLResponse(text, status_code=status)
+    keep_csrf(request, reply)
+    return reply

@@ -57,6 +57,31 @@ def report_html(text: str, files_url: str) -> str:
     return _markdown(text).replace('src="plots/', f'src="{files_url}/plots/')
 
 
+REPORT_HEAD_BYTES = 16_000
+"""How much of a report's Markdown a run's page renders at once. A 1 000-node run's report
+has a row per pipe (hundreds of kB, seconds to render); the rest comes on demand."""
+
+
+def report_head(text: str, budget: int = REPORT_HEAD_BYTES) -> tuple[str, bool]:
+    """The report's first ``budget`` characters or so, cut where the Markdown stays whole:
+    at a blank line, before a heading or between a table's rows, never inside a fenced
+    block (a cut table keeps its head, so it is still a table). Whether it was cut."""
+    if len(text) <= budget:
+        return text, False
+    lines = text.splitlines(keepends=True)
+    size, fenced = 0, False
+    for i, line in enumerate(lines):
+        if size >= budget and not fenced and i > 0:
+            before = lines[i - 1]
+            if (not line.strip() or line.startswith("#")
+                    or (line.startswith("|") and before.startswith("|"))):  # fmt: skip
+                return "".join(lines[:i]), True
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        size += len(line)
+    return text, False
+
+
 def view(run: RunRecord, table: str, sort: str, descending: bool) -> dict[str, Any]:
     folder = runs.folder_of(run)
     shown = runs.summary(run)

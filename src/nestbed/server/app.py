@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -32,6 +32,7 @@ from nestbed import __version__
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, SpecError
 from nestbed.lifecycle import Testbed
 from nestbed.server import confinement
+from nestbed.server.actives import Actives
 from nestbed.server.auth import Forbidden, Invalid, NotFound, Who
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.loop import Loop, reconcile
@@ -56,6 +57,7 @@ class Server:
     operations: Operations
     loop: Loop
     admission: Admission
+    actives: Actives = field(default_factory=Actives)  # the live pages' experiments, open
 
     @classmethod
     def open(cls, config: ServerConfig) -> Server:
@@ -83,6 +85,7 @@ class Server:
 
     def close(self) -> None:
         self.operations.stop()
+        self.actives.close()
         self.store.close()
 
 

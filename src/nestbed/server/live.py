@@ -15,10 +15,11 @@ import json
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,19 +98,48 @@ def send_event(who: Caller, project: str, name: str, event: Event) -> dict[str, 
     return reply
 
 
-def snapshot(who: Caller, project: str, name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Pipes:
+    """Which pipes' counters a snapshot carries: those of ``links`` (all without), at most
+    ``top`` of them (the controller's choice: down, dropping, busiest)."""
+
+    links: tuple[str, ...] | None = None
+    top: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {k: v for k, v in (("links", self.links), ("top", self.top)) if v is not None}
+
+
+ALL_PIPES = Pipes()
+
+
+def controller_status(active: Any, pipes: Pipes) -> dict[str, Any]:
+    """The controller's status with the counters of ``pipes`` only. A controller started
+    before status requests took a choice of pipes refuses one: it is asked for all."""
+    fields = pipes.fields()
+    if fields:
+        try:
+            reply = active.request("status", **fields)
+            reply.pop("ok", None)
+            return dict(reply)
+        except UserError:
+            pass
+    return dict(active.status())
+
+
+def snapshot(who: Caller, project: str, name: str, pipes: Pipes = ALL_PIPES) -> dict[str, Any]:
     """The experiment now: its state and, while it is active, its run's time, link states,
-    per-pipe counters, programs, flows and newest events."""
+    the counters of ``pipes`` (with ``pipes_total``, how many the experiment has),
+    programs, flows and newest events."""
     owned = owned_experiment(who, project, name)
+    stored = owned.experiment.name
     found: dict[str, Any] = {"state": owned.experiment.state, "at": time.time()}
     if owned.experiment.state != State.ACTIVE:
+        who.server.actives.forget(stored)
         return found
     try:
-        active = who.server.testbed.active(owned.experiment.name)
-        try:
-            status = active.status()
-        finally:
-            active.close()
+        with who.server.actives.of(who.server.testbed, stored) as active:
+            status = controller_status(active, pipes)
     except (NestbedError, OSError) as exc:
         return {**found, "error": str(exc)}
     counters = status.get("link_counters") or []
@@ -118,7 +148,8 @@ def snapshot(who: Caller, project: str, name: str) -> dict[str, Any]:
     found.update({
         "elapsed_s": status.get("elapsed_s"), "finished": status.get("finished"),
         "run_id": status.get("run_id"), "links": status.get("links", {}),
-        "counters": counters, "programs": status.get("programs", []),
+        "counters": counters, "pipes_total": status.get("pipes_total", len(counters)),
+        "programs": status.get("programs", []),
         "flows": status.get("flows", []), "upcoming": status.get("upcoming", []),
         "events": recent_events(Path(status["results"])) if status.get("results") else [],
     })  # fmt: skip
@@ -181,18 +212,29 @@ def event(project: AccountName, name: ExperimentName, body: Event, who: Who) -> 
     return send_event(who, project, name, body)
 
 
+Links = Annotated[list[str] | None, Query(max_length=1000)]
+Top = Annotated[int | None, Query(ge=1)]
+
+
+def chosen(link: list[str] | None, top: int | None) -> Pipes:
+    return Pipes(links=tuple(link) if link else None, top=top)
+
+
 @router.get("/counters")
-def counters(project: AccountName, name: ExperimentName, who: Who) -> dict[str, Any]:
+def counters(project: AccountName, name: ExperimentName, who: Who, link: Links = None,
+             top: Top = None) -> dict[str, Any]:  # fmt: skip
     """The experiment now: link states and counters per pipe (packets and bytes out, drops,
-    queue), programs, flows and the newest events."""
-    return snapshot(who, project, name)
+    queue), programs, flows and the newest events. ``?link=NAME`` (repeated) keeps those
+    links' pipes only; ``?top=N`` the N that matter most (down, dropping, busiest in the
+    last second); ``pipes_total`` says how many there are."""
+    return snapshot(who, project, name, chosen(link, top))
 
 
 @router.get("/counters/stream")
-def counters_stream(
-    project: AccountName, name: ExperimentName, who: Who, request: Request
-) -> StreamingResponse:
+def counters_stream(project: AccountName, name: ExperimentName, who: Who, request: Request,
+                    link: Links = None, top: Top = None) -> StreamingResponse:  # fmt: skip
     """The same, as server-sent events each second (``snapshot``; ``end`` once the
     experiment is no longer active), each pipe with its ``throughput_bps``."""
     owned_experiment(who, project, name)
-    return stream(request, lambda: snapshot(who, project, name))
+    pipes = chosen(link, top)
+    return stream(request, lambda: snapshot(who, project, name, pipes))
