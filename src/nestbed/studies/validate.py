@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -89,6 +90,12 @@ class Settings:
         )
 
 
+def own_name(kind: str) -> str:
+    """An instrument's experiment name of this process's own: the names of namespaces and
+    links derive from it, so two instruments running at once must not share one."""
+    return f"{kind}-{os.getpid()}"
+
+
 class Bench:
     """A swapped-in two-node experiment whose one link is changed between measurements.
 
@@ -97,8 +104,10 @@ class Bench:
     link a plain cable, the baseline linkd is compared with.
     """
 
-    def __init__(self, workdir: Path, *, through_linkd: bool = True, name: str = "validate"):
-        exp = Experiment(name)
+    def __init__(
+        self, workdir: Path, *, through_linkd: bool = True, name: str | None = None
+    ) -> None:
+        exp = Experiment(name or own_name("validate"))
         s, r = exp.node("s"), exp.node("r")
         # A rate no probe reaches puts the link through linkd; set_link replaces it.
         exp.link(s, r, name="link0", **({"bandwidth": "400Gb"} if through_linkd else {}))

@@ -82,8 +82,8 @@ class SimulatedBench(validate.Bench):
     """``validate.Bench`` with its link simulated: s - r1 = link0 = r2 - r, the routers and
     link0 in nestbed-sim, set through its control socket."""
 
-    def __init__(self, workdir: Path, *, name: str = "validatesim"):
-        exp = Experiment(name)
+    def __init__(self, workdir: Path, *, name: str | None = None):
+        exp = Experiment(name or validate.own_name("validatesim"))
         exp.routing("static")
         s, r = exp.node("s"), exp.node("r")
         r1, r2 = exp.node("r1", simulated=True), exp.node("r2", simulated=True)
