@@ -484,7 +484,15 @@ impl Worker {
                 let mut links = Vec::new();
                 for name in names {
                     if let Ok(s) = self.find(&name) {
-                        links.push((name, s.link.counters()));
+                        let mut counters = s.link.counters();
+                        // Which frame I/O path each port's socket is on now.
+                        for (port, sock) in s.link.ports().iter().zip(&s.sockets) {
+                            let io = if sock.has_rings() { "rings" } else { "copy" };
+                            if let Some(p) = counters["ports"].get_mut(&port.name) {
+                                p["io"] = io.into();
+                            }
+                        }
+                        links.push((name, counters));
                     }
                 }
                 let _ = reply.send(Ok((links, self.lateness.clone())));

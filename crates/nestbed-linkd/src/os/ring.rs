@@ -57,7 +57,7 @@ const LINK_HEADERS: usize = 18;
 
 /// Receive slots: 1 024 of 2 KB for a 1 500-byte MTU, 2 MB, as long as
 /// the copy path's 4 MB socket buffer holds frames of the same size.
-const RX_FRAMES: usize = 1024;
+const RX_FRAMES: usize = 2048;
 /// Transmit slots; a longer batch is sent in parts.
 const TX_FRAMES: usize = 256;
 /// Ring memory is allocated in blocks of this many bytes (at least one slot).
@@ -266,6 +266,12 @@ impl Rings {
             rx.advance();
             got += 1;
         }
+        if got == 0 {
+            // Woken with nothing to read: the socket holds an error (the
+            // interface went down). recvmmsg would return and clear it; here
+            // it would keep epoll waking the worker, and fail the next send.
+            take_error(self.fd);
+        }
         got
     }
 
@@ -324,10 +330,12 @@ impl Rings {
         if self.queued.is_empty() {
             return 0;
         }
-        loop {
+        // Twice at most: a pending socket error (the interface was down)
+        // fails the first send and is cleared by it.
+        for _ in 0..2 {
             // SAFETY: a send without data: the kernel sends the ring's marked slots.
             let rc = unsafe { libc::send(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT) };
-            if rc >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            if rc >= 0 {
                 break;
             }
         }
@@ -348,6 +356,22 @@ impl Rings {
         self.queued.clear();
         failed
     }
+}
+
+/// Reads and so clears the socket's pending error (`SO_ERROR`).
+fn take_error(fd: RawFd) {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid c_int buffer of the length given.
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            &mut err as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
 }
 
 /// Frees the rings of socket `fd` (which must not be mapped any more).
