@@ -487,11 +487,16 @@ fn point_to_point(tag: &str, io: &str, net: u8) {
     let host = must(&["ip", "-n", &env.sw(), "link", "show", &host_a]);
     assert!(host.contains(",UP"), "host end not restored: {host}");
 
-    let prefix_env = env.prefix.clone();
+    remove_and_check(env);
+}
+
+/// Removes the test's namespaces (dropping `env`) and checks none is left.
+fn remove_and_check(env: Env) {
+    let prefix = env.prefix.clone();
     drop(env);
     let left: Vec<String> = must(&["ip", "netns", "list"])
         .lines()
-        .filter(|l| l.starts_with(&prefix_env))
+        .filter(|l| l.starts_with(&prefix))
         .map(String::from)
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
@@ -570,14 +575,7 @@ fn rings_go_round_many_times_and_give_way_to_super_frames() {
         io_of(&mut c, "a") == "rings" && io_of(&mut c, "b") == "rings"
     });
     assert_eq!(ping(&ns_a, "10.200.11.2", 3, "0.05").0, 3);
-    let prefix = env.prefix.clone();
-    drop(env);
-    let left: Vec<String> = must(&["ip", "netns", "list"])
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .map(String::from)
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    remove_and_check(env);
 }
 
 #[test]
@@ -629,15 +627,8 @@ fn lan_of_three_all_pairs_ping() {
         })
         .collect();
     eprintln!("lan0 pipe seeds: {seeds:?}");
-    let prefix = env.prefix.clone();
     assert!(env.leftovers().len() == 4);
-    drop(env);
-    let left: Vec<String> = must(&["ip", "netns", "list"])
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .map(String::from)
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    remove_and_check(env);
 }
 
 #[test]
