@@ -55,8 +55,10 @@ const RX_HEADROOM: usize = 128;
 /// Bytes beyond the MTU a frame may have: Ethernet header and a VLAN tag.
 const LINK_HEADERS: usize = 18;
 
-/// Receive slots: 1 024 of 2 KB for a 1 500-byte MTU, 2 MB, as long as
-/// the copy path's 4 MB socket buffer holds frames of the same size.
+/// Receive slots: 2 048 of 2 KB for a 1 500-byte MTU, 4 MB a port, the
+/// bytes the copy path's socket buffer may grow to (allocated at once here).
+/// 4 096 overflow less while linkd waits for a CPU (docs/benchmarks.md) at
+/// twice the memory of every port.
 const RX_FRAMES: usize = 2048;
 /// Transmit slots; a longer batch is sent in parts.
 const TX_FRAMES: usize = 256;
