@@ -1,7 +1,9 @@
 """Benchmark: capacity of an unshaped emulated link against a direct veth pair, same run.
 
-Three measurements, each the median of RUNS runs, through nestbed-linkd and through a plain
-veth pair:
+Three measurements, each the median of RUNS runs, through a plain veth pair and through
+nestbed-linkd with each of its two frame I/O paths (``--io rings``: PACKET_MMAP rings while
+offloads are off, the default; ``--io copy``: recvmmsg/sendmmsg), two experiments alive at
+once whose runs alternate, so that both paths see the same load on the shared machine:
 
 - 64-byte frames from trafgen (Debian's netsniff-ng: a PACKET_MMAP TX ring, one process)
   offered as fast as it can: frames per second delivered to the receiver's interface, and
@@ -11,11 +13,14 @@ veth pair:
 - one iperf3 TCP stream with the veths' offloads off (nestbed's default for shaped links:
   linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
 
-Needs root; trafgen is optional (its rows are skipped without it).
+Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
+the trafgen rows alone; ``--runs N`` changes RUNS.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -24,12 +29,15 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nestbed.backend import linux
 from nestbed.studies.validate import Bench
 
 RUNS = 3
+#: linkd's frame I/O paths (its ``--io``, set through NESTBED_LINKD_IO when the bench starts it).
+IO_PATHS = ("copy", "rings")
 WINDOW_S = 3.0
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -65,8 +73,24 @@ def _linkd_pid(bench: Bench) -> int | None:
     return int((linux.run_dir(bench.plan) / "linkd.pid").read_text())
 
 
+def _linkd_read(bench: Bench) -> int:
+    """Frames linkd has read from the link's ports so far (0 without linkd)."""
+    if not bench.plan.needs_linkd:
+        return 0
+    ports = bench.counters()["links"]["link0"]["ports"].values()
+    return sum(p["received"] for p in ports)
+
+
 def trafgen_run(bench: Bench, conf: Path) -> dict[str, float]:
-    """One run of trafgen flooding s → r: delivered pps and CPU seconds per million frames."""
+    """One run of trafgen flooding s → r through the unshaped link: delivered pps, the pps
+    linkd read, and CPU seconds per million frames delivered.
+
+    Unshaped: a pipe with a rate has a queue (50 frames by default), and the frames of a batch
+    linkd reads late arrive in the pipe at once, so a queue limit would drop them and the
+    figures would be the queue's, not the I/O path's.
+    """
+    if bench.plan.needs_linkd:
+        bench.set_link({})
     s_ip, r_ip = bench.ir.links[0].port("s").ip, bench.receiver_ip
     s_if, r_if = _iface(bench, "s", s_ip), _iface(bench, "r", r_ip)
     # Leave the host's socket memory limits and IRQ affinities alone.
@@ -79,17 +103,20 @@ def trafgen_run(bench: Bench, conf: Path) -> dict[str, float]:
         time.sleep(1.0)
         before = (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
                   _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
-                  _cpu_s(linkd) if linkd else 0.0)  # fmt: skip
+                  _cpu_s(linkd) if linkd else 0.0, _linkd_read(bench))  # fmt: skip
         time.sleep(WINDOW_S)
         after = (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
                  _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
-                 _cpu_s(linkd) if linkd else 0.0)  # fmt: skip
+                 _cpu_s(linkd) if linkd else 0.0, _linkd_read(bench))  # fmt: skip
     finally:
         os.killpg(gen.pid, signal.SIGINT)
         gen.wait()
-    seconds, sent, got, gen_cpu, linkd_cpu = (a - b for a, b in zip(after, before, strict=True))
+    seconds, sent, got, gen_cpu, linkd_cpu, read = (
+        a - b for a, b in zip(after, before, strict=True)
+    )
     return {
         "offered_pps": sent / seconds,
+        "read_pps": read / seconds,
         "pps": got / seconds,
         "gen_cpu_s_per_mpkt": gen_cpu / (sent / 1e6) if sent else float("nan"),
         "linkd_cpu_s_per_mpkt": linkd_cpu / (got / 1e6) if got else float("nan"),
@@ -179,45 +206,100 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def measure(bench: Bench, directory: Path) -> dict[str, object]:
-    row: dict[str, object] = {}
+def alternating(
+    benches: dict[str, Bench], run: Callable[[Bench], dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """The median of RUNS runs of ``run`` on each bench, the benches taking turns."""
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label in benches}
+    for _ in range(RUNS):
+        for label, bench in benches.items():
+            runs[label].append(run(bench))
+    return {label: median_of(r) for label, r in runs.items()}
+
+
+def measure(benches: dict[str, Bench], trafgen_only: bool) -> dict[str, dict]:
+    """Every row for every bench (label → row), runs alternating between the benches."""
+    rows: dict[str, dict] = {label: {} for label in benches}
+
+    def put(key: str, values: dict[str, object]) -> None:
+        for label, value in values.items():
+            rows[label][key] = value
+
     if shutil.which("trafgen"):
-        conf = trafgen_conf(bench, directory)
-        row["trafgen"] = median_of([trafgen_run(bench, conf) for _ in range(RUNS)])
-    row["probe_pps"] = statistics.median(udp_pps(bench) for _ in range(RUNS))
+        confs = {id(b): trafgen_conf(b, b.workdir) for b in benches.values()}
+        put("trafgen", alternating(benches, lambda b: trafgen_run(b, confs[id(b)])))
+    if trafgen_only:
+        return rows
+    put("probe_pps", alternating(benches, lambda b: {"pps": udp_pps(b)}))
     for on in (False, True):
-        set_offloads(bench, on)
-        row[f"tcp_offloads_{'on' if on else 'off'}"] = median_of(
-            [tcp_run(bench) for _ in range(RUNS)]
-        )
-    if bench.plan.needs_linkd:
-        for rate in SHAPED_RATES_BPS:
-            row[f"shaped_{rate}"] = median_of([shaped_tcp_error(bench, rate) for _ in range(RUNS)])
-    row["lateness"] = bench.counters()["threads"] if bench.plan.needs_linkd else None
-    return row
+        for bench in benches.values():
+            set_offloads(bench, on)
+        put(f"tcp_offloads_{'on' if on else 'off'}", alternating(benches, tcp_run))
+    shaped = {label: b for label, b in benches.items() if b.plan.needs_linkd}
+    for rate in SHAPED_RATES_BPS:
+        put(f"shaped_{rate}", alternating(shaped, lambda b, r=rate: shaped_tcp_error(b, r)))
+    put("lateness", {label: b.counters()["threads"] for label, b in shaped.items()})
+    return rows
+
+
+@contextlib.contextmanager
+def linkd_io(path: str) -> Iterator[None]:
+    """linkd processes started inside use frame I/O path ``path``."""
+    old = os.environ.get("NESTBED_LINKD_IO")
+    os.environ["NESTBED_LINKD_IO"] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["NESTBED_LINKD_IO"]
+        else:
+            os.environ["NESTBED_LINKD_IO"] = old
 
 
 def main() -> None:
-    rows: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, through in (("direct veth", False), ("nestbed-linkd", True)):
-            with Bench(Path(tmp), through_linkd=through, name=f"bench-{int(through)}") as bench:
-                rows[label] = measure(bench, Path(tmp))
+    global RUNS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--trafgen-only", action="store_true")
+    args = parser.parse_args()
+    RUNS = args.runs
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        benches: dict[str, Bench] = {}
+        for label, path in (("direct veth", None), *((f"linkd {p}", p) for p in IO_PATHS)):
+            directory = Path(tmp) / label.replace(" ", "-")
+            directory.mkdir()
+            with linkd_io(path or "copy"):
+                name = f"bench-{path or 'direct'}"
+                bench = Bench(directory, through_linkd=path is not None, name=name)
+                benches[label] = stack.enter_context(bench)
+        rows = measure(benches, args.trafgen_only)
+    report(rows)
+
+
+def report(rows: dict[str, dict]) -> None:
     base = rows["direct veth"]
-    print(f"link capacity, median of {RUNS} runs")
+    print(f"link capacity, median of {RUNS} runs, linkd's two I/O paths alternating")
     if "trafgen" in base:
         print("\n64-byte frames from trafgen (one process), delivered to the receiver's interface")
-        print(f"{'path':<16}{'offered pps':>13}{'delivered pps':>15}{'× direct':>10}"
-              f"{'gen CPU s/Mpkt':>16}{'linkd CPU s/Mpkt':>18}{'linkd cores':>13}")  # fmt: skip
+        print(f"{'path':<16}{'offered pps':>13}{'linkd read pps':>16}{'delivered pps':>15}"
+              f"{'× direct':>10}{'gen CPU s/Mpkt':>16}{'linkd CPU s/Mpkt':>18}"
+              f"{'linkd cores':>13}")  # fmt: skip
         for label, row in rows.items():
             t = row["trafgen"]
-            print(f"{label:<16}{t['offered_pps']:>13,.0f}{t['pps']:>15,.0f}"
+            print(f"{label:<16}{t['offered_pps']:>13,.0f}{t['read_pps']:>16,.0f}{t['pps']:>15,.0f}"
                   f"{t['pps'] / base['trafgen']['pps']:>10.2f}{t['gen_cpu_s_per_mpkt']:>16.3f}"
                   f"{t['linkd_cpu_s_per_mpkt']:>18.3f}{t['linkd_cores']:>13.2f}")  # fmt: skip
+        rings, copy = rows["linkd rings"]["trafgen"], rows["linkd copy"]["trafgen"]
+        print(f"rings / copy: linkd CPU per frame "
+              f"{rings['linkd_cpu_s_per_mpkt'] / copy['linkd_cpu_s_per_mpkt']:.2f}, "
+              f"delivered pps {rings['pps'] / copy['pps']:.2f}")  # fmt: skip
+    if "probe_pps" not in base:
+        return
     print("\n64-byte UDP from nestbed-probe (sender and receiver through the whole stack)")
     print(f"{'path':<16}{'probe pps':>12}{'× direct':>10}")
     for label, row in rows.items():
-        print(f"{label:<16}{row['probe_pps']:>12,.0f}{row['probe_pps'] / base['probe_pps']:>10.2f}")
+        pps = row["probe_pps"]["pps"]
+        print(f"{label:<16}{pps:>12,.0f}{pps / base['probe_pps']['pps']:>10.2f}")
     print("\none TCP stream (iperf3), veth offloads off and on")
     print(f"{'path':<16}{'offloads':>9}{'Gb/s':>8}{'× direct':>10}{'linkd CPU s/Gbit':>18}")
     for label, row in rows.items():
@@ -226,13 +308,15 @@ def main() -> None:
             cpu = f"{t['linkd_cpu_s_per_gbit']:>18.3f}" if label != "direct veth" else ""
             print(f"{label:<16}{state:>9}{t['bps'] / 1e9:>8.2f}{t['bps'] / b['bps']:>10.2f}{cpu}")
     print("\none TCP stream through the link shaped in linkd, offloads on (super-frames)")
-    print(f"{'rate Gb/s':>10}{'goodput Gb/s':>14}{'allowed Gb/s':>14}{'error %':>9}")
-    for rate in SHAPED_RATES_BPS:
-        t = rows["nestbed-linkd"][f"shaped_{rate}"]
-        print(f"{rate / 1e9:>10.0f}{t['bps'] / 1e9:>14.3f}{t['expected_bps'] / 1e9:>14.3f}"
-              f"{t['error_pct']:>+9.2f}")  # fmt: skip
-    lateness = rows["nestbed-linkd"]["lateness"]
-    print("\nlinkd timer lateness:", json.dumps([t["lateness"] for t in lateness]))
+    print(f"{'path':<16}{'rate Gb/s':>10}{'goodput Gb/s':>14}{'allowed Gb/s':>14}{'error %':>9}")
+    linkd = {label: row for label, row in rows.items() if "lateness" in row}
+    for label, row in linkd.items():
+        for rate in SHAPED_RATES_BPS:
+            t = row[f"shaped_{rate}"]
+            print(f"{label:<16}{rate / 1e9:>10.0f}{t['bps'] / 1e9:>14.3f}"
+                  f"{t['expected_bps'] / 1e9:>14.3f}{t['error_pct']:>+9.2f}")  # fmt: skip
+    for label, row in linkd.items():
+        print(f"\n{label} timer lateness:", json.dumps([t["lateness"] for t in row["lateness"]]))
 
 
 if __name__ == "__main__":

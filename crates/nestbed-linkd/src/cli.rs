@@ -2,14 +2,20 @@
 
 use std::path::PathBuf;
 
+use crate::os::Io;
+
 /// Usage text.
 pub const USAGE: &str =
-    "usage: nestbed-linkd --socket PATH [--threads N] [--spin-us N] [--pidfile PATH]
+    "usage: nestbed-linkd --socket PATH [--threads N] [--spin-us N] [--io rings|copy] [--pidfile PATH]
 
   --socket PATH   control socket (Unix stream, JSON lines, created 0600)
   --threads N     worker threads; links are spread over them (default 1, at most 64)
   --spin-us N     busy-wait the last N microseconds before a frame is due
                   instead of sleeping (default 0, at most 10000)
+  --io MODE       how frames are read and written: `rings` (default: memory-mapped
+                  PACKET_MMAP rings while offloads are off) or `copy` (recvmmsg and
+                  sendmmsg always); the environment variable NESTBED_LINKD_IO sets
+                  the default
   --pidfile PATH  write the process id here
 ";
 
@@ -22,6 +28,8 @@ pub struct Options {
     pub threads: usize,
     /// Busy-wait window in microseconds.
     pub spin_us: u64,
+    /// How packet sockets read and write frames.
+    pub io: Io,
     /// Pid file.
     pub pidfile: Option<PathBuf>,
 }
@@ -55,6 +63,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Str
     let mut threads = 1;
     let mut spin_us = 0;
     let mut pidfile = None;
+    let mut io = Io::Rings;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--socket" => {
@@ -67,6 +76,15 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Str
                 }
             }
             "--spin-us" => spin_us = number("--spin-us", args.next(), 10_000)?,
+            "--io" => {
+                io = match args.next().as_deref() {
+                    Some("rings") => Io::Rings,
+                    Some("copy") => Io::Copy,
+                    other => {
+                        return Err(format!("--io: expected `rings` or `copy`, got {other:?}"))
+                    }
+                }
+            }
             "--pidfile" => {
                 pidfile = Some(PathBuf::from(args.next().ok_or("--pidfile: needs a path")?))
             }
@@ -79,6 +97,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Str
         socket: socket.ok_or("--socket: required")?,
         threads,
         spin_us,
+        io,
         pidfile,
     }))
 }
@@ -99,6 +118,7 @@ mod tests {
                 socket: "/run/l.sock".into(),
                 threads: 2,
                 spin_us: 50,
+                io: Io::Rings,
                 pidfile: Some("/run/l.pid".into()),
             })
         );
@@ -122,5 +142,10 @@ mod tests {
             .unwrap_err()
             .contains("--spin-us"));
         assert!(parse("--socket s --bogus").unwrap_err().contains("--bogus"));
+        assert!(matches!(
+            parse("--socket s --io rings --io copy").unwrap(),
+            Command::Run(Options { io: Io::Copy, .. })
+        ));
+        assert!(parse("--socket s --io mmap").unwrap_err().contains("--io"));
     }
 }

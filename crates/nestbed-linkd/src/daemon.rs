@@ -31,7 +31,7 @@ use crate::cli::Options;
 use crate::dispatch::{Action, LinkState, Registry};
 use crate::lateness::Histogram;
 use crate::link::Link;
-use crate::os::{self, PacketSocket};
+use crate::os::{self, Io, PacketSocket};
 use crate::protocol::{error_reply, ok_reply, parse_request, MAX_LINE};
 use crate::trace::Trace;
 use crate::worker::{Command, Reply, WorkerHandle};
@@ -40,6 +40,8 @@ use crate::worker::{Command, Reply, WorkerHandle};
 pub struct Daemon {
     registry: Registry,
     workers: Vec<WorkerHandle>,
+    /// How packet sockets read and write frames.
+    io: Io,
 }
 
 fn ask<T>(worker: &WorkerHandle, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, String> {
@@ -51,13 +53,14 @@ fn ask<T>(worker: &WorkerHandle, make: impl FnOnce(Reply<T>) -> Command) -> Resu
 
 impl Daemon {
     /// Starts `threads` workers.
-    pub fn start(threads: usize, spin_us: u64) -> io::Result<Daemon> {
+    pub fn start(threads: usize, spin_us: u64, io: Io) -> io::Result<Daemon> {
         let workers = (0..threads.max(1))
             .map(|i| WorkerHandle::spawn(i, spin_us))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(Daemon {
             registry: Registry::new(workers.len()),
             workers,
+            io,
         })
     }
 
@@ -85,7 +88,7 @@ impl Daemon {
                 let link = Link::new(spec)?;
                 let mut sockets = Vec::new();
                 for (i, p) in spec.ports.iter().enumerate() {
-                    let s = PacketSocket::open(&p.ifname).map_err(|e| {
+                    let s = PacketSocket::open(&p.ifname, self.io).map_err(|e| {
                         format!("field `ports[{i}].ifname`: cannot open {:?}: {e}", p.ifname)
                     })?;
                     sockets.push(s);
@@ -304,7 +307,11 @@ fn serve_connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>, stop: Arc<At
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT.
 pub fn serve(opts: &Options) -> io::Result<()> {
     os::catch_stop_signals()?;
-    let daemon = Arc::new(Mutex::new(Daemon::start(opts.threads, opts.spin_us)?));
+    let daemon = Arc::new(Mutex::new(Daemon::start(
+        opts.threads,
+        opts.spin_us,
+        opts.io,
+    )?));
     let listener = bind_socket(&opts.socket)?;
     listener.set_nonblocking(true)?;
     if let Some(pid) = &opts.pidfile {

@@ -7,7 +7,15 @@ use std::process::ExitCode;
 use nestbed_linkd::cli::{parse_args, Command, USAGE};
 
 fn main() -> ExitCode {
-    match parse_args(std::env::args().skip(1)) {
+    // The environment's choice goes first, so that an explicit --io wins.
+    let io_default = std::env::var("NESTBED_LINKD_IO")
+        .ok()
+        .map(|mode| ["--io".to_string(), mode]);
+    let args = io_default
+        .into_iter()
+        .flatten()
+        .chain(std::env::args().skip(1));
+    match parse_args(args) {
         Ok(Command::Help) => {
             print!("{USAGE}");
             ExitCode::SUCCESS

@@ -2,9 +2,10 @@
 //!
 //! - [`PacketSocket`]: an AF_PACKET `SOCK_RAW` socket bound to one interface
 //!   for all protocols, non-blocking, ignoring the frames it sends itself,
-//!   read and written in batches with `recvmmsg`/`sendmmsg`, each frame with
-//!   its virtio-net header while the interface has offloads on
-//!   (`PACKET_VNET_HDR`, see [`crate::offload`]).
+//!   read and written through memory-mapped rings ([`ring`], [`Io::Rings`])
+//!   while the interface has offloads off, and otherwise in batches with
+//!   `recvmmsg`/`sendmmsg`, each frame with its virtio-net header while the
+//!   interface has offloads on (`PACKET_VNET_HDR`, see [`crate::offload`]).
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
@@ -14,7 +15,6 @@
 //! interface or object name.
 #![allow(unsafe_code)]
 
-use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::mem;
@@ -22,6 +22,18 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::offload::{header, meta_from_header, HEADER_LEN};
+
+pub mod ring;
+
+/// How packet sockets read and write frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Io {
+    /// Memory-mapped rings while the interface has offloads off (wire-sized
+    /// frames); `recvmmsg`/`sendmmsg` while it has them on.
+    Rings,
+    /// `recvmmsg`/`sendmmsg` always (the path before rings, kept to compare).
+    Copy,
+}
 
 /// `SOL_PACKET` option: do not deliver frames this host sends (Linux ≥ 4.20).
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -155,6 +167,22 @@ pub fn set_link_up(ifname: &str, up: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// The MTU of interface `ifname` (`SIOCGIFMTU`).
+pub fn if_mtu(ifname: &str) -> io::Result<usize> {
+    let sock = control_socket()?;
+    let mut req = ifreq_for(ifname)?;
+    // SAFETY: req is a valid ifreq with a NUL-terminated name.
+    cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFMTU,
+            &mut req as *mut libc::ifreq,
+        )
+    })?;
+    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_mtu }.max(0) as usize)
+}
+
 /// Whether interface `ifname` is administratively up.
 pub fn link_is_up(ifname: &str) -> io::Result<bool> {
     let sock = control_socket()?;
@@ -193,15 +221,20 @@ pub fn offloads_on(ifname: &str) -> io::Result<bool> {
 }
 
 /// A raw packet socket bound to one interface.
-#[derive(Debug)]
 pub struct PacketSocket {
+    /// Declared before `fd`: the rings are unmapped and freed while the
+    /// socket is still open.
+    rings: Option<ring::Rings>,
     fd: OwnedFd,
     ifindex: u32,
+    ifname: String,
+    io: Io,
     /// The kernel drops the frames this host sends before they reach the
     /// socket, so their source address need not be read.
     ignores_outgoing: bool,
-    /// Frames are read and sent after a virtio-net header.
-    vnet: Cell<bool>,
+    /// Frames are read and sent with their offload metadata (the interface
+    /// has offloads on).
+    vnet: bool,
 }
 
 /// Room for the control messages of one received frame (a receive
@@ -335,7 +368,7 @@ fn set_int_option(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::
 impl PacketSocket {
     /// Opens a socket receiving every frame that arrives on `ifname` (but
     /// not the ones sent from this host) and sending frames out of it.
-    pub fn open(ifname: &str) -> io::Result<PacketSocket> {
+    pub fn open(ifname: &str, io: Io) -> io::Result<PacketSocket> {
         let ifindex = if_index(ifname)?;
         // Protocol 0: receive nothing until bound, so no frame of another
         // interface slips in between socket() and bind().
@@ -380,11 +413,14 @@ impl PacketSocket {
                 mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })?;
-        let sock = PacketSocket {
+        let mut sock = PacketSocket {
+            rings: None,
             fd,
             ifindex,
+            ifname: ifname.to_string(),
+            io,
             ignores_outgoing,
-            vnet: Cell::new(false),
+            vnet: false,
         };
         sock.set_vnet(offloads_on(ifname).unwrap_or(true))?;
         Ok(sock)
@@ -392,25 +428,51 @@ impl PacketSocket {
 
     /// Whether frames are read and sent with their offload metadata.
     pub fn vnet(&self) -> bool {
-        self.vnet.get()
+        self.vnet
     }
 
-    /// Reads and sends frames with their virtio-net header, or without.
-    /// With offloads on, super-frames and unfinished checksums need it to
-    /// be sent on; with them off it only costs time (a copy each way), so
-    /// the worker turns it on only while the interface has offloads on. The
-    /// kernel looks at the setting when a frame is read, so a change never
-    /// splits a frame from its header.
-    pub fn set_vnet(&self, on: bool) -> io::Result<()> {
-        if !set_int_option(
-            self.fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            PACKET_VNET_HDR,
-            i32::from(on),
-        ) {
+    /// Whether frames go through memory-mapped rings now.
+    pub fn has_rings(&self) -> bool {
+        self.rings.is_some()
+    }
+
+    /// Reads and sends frames with their virtio-net header (offloads on),
+    /// or without. With offloads on, super-frames and unfinished checksums
+    /// need it to be sent on; with them off it only costs time (a copy
+    /// each way), so the worker turns it on only while the interface has
+    /// offloads on. The kernel looks at the setting when a frame is read,
+    /// so a change never splits a frame from its header.
+    ///
+    /// With [`Io::Rings`], turning it off sets up the rings (whose slots
+    /// hold wire-sized frames) and turning it on frees them: frames still
+    /// in the receive ring then are lost, so the caller reads them first.
+    /// If the rings cannot be set up the socket stays on the copy path for
+    /// good and the error is returned.
+    pub fn set_vnet(&mut self, on: bool) -> io::Result<()> {
+        let raw = self.fd.as_raw_fd();
+        if on == self.vnet && (on || self.has_rings() == (self.io == Io::Rings)) {
+            return Ok(());
+        }
+        // The kernel refuses PACKET_VNET_HDR changes while rings exist.
+        self.rings = None;
+        self.vnet = on;
+        if !on && self.io == Io::Rings {
+            match if_mtu(&self.ifname).and_then(|mtu| ring::Rings::new(raw, mtu)) {
+                Ok(r) => {
+                    self.rings = Some(r);
+                    return Ok(());
+                }
+                Err(e) => {
+                    // Said once: this socket keeps to the copy path.
+                    self.io = Io::Copy;
+                    set_int_option(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 0);
+                    return Err(e);
+                }
+            }
+        }
+        if !set_int_option(raw, libc::SOL_PACKET, PACKET_VNET_HDR, i32::from(on)) {
             return Err(io::Error::last_os_error());
         }
-        self.vnet.set(on);
         Ok(())
     }
 
@@ -423,11 +485,14 @@ impl PacketSocket {
     /// every frame received from the wire. Returns how many were read (0:
     /// nothing pending).
     pub fn recv_batch(
-        &self,
+        &mut self,
         batch: &mut Batch,
         mut each: impl FnMut(Received<'_>),
     ) -> io::Result<usize> {
         let n = batch.overflow.len();
+        if let Some(rings) = &mut self.rings {
+            return Ok(rings.recv(n, !self.ignores_outgoing, each));
+        }
         let Batch {
             slots,
             overflow,
@@ -518,10 +583,13 @@ impl PacketSocket {
     /// took. A refused frame (full buffer, interface down, too big) is
     /// skipped and not counted; the others are still tried.
     pub fn send_batch<'a>(
-        &self,
+        &mut self,
         scratch: &mut SendBatch,
         frames: impl IntoIterator<Item = (&'a [u8], u64)> + Clone,
     ) -> usize {
+        if let Some(rings) = &mut self.rings {
+            return rings.send(frames);
+        }
         let SendBatch {
             headers,
             iovs,
@@ -796,7 +864,7 @@ mod tests {
 
     #[test]
     fn packet_sockets_get_their_buffers_past_the_hosts_limits_when_privileged() {
-        let sock = match PacketSocket::open("lo") {
+        let sock = match PacketSocket::open("lo", Io::Copy) {
             Ok(s) => s,
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => return, // not root: nothing to see
             Err(e) => panic!("{e}"),

@@ -262,17 +262,32 @@ impl Worker {
     /// must be sent with its metadata on another), and without it
     /// elsewhere; checked as often as the clock offset, so a change of
     /// offloads while linkd runs is followed within 100 ms.
+    /// A socket going from its rings to the copy path loses what its
+    /// receive ring holds, so that is read first.
     fn follow_offloads(&mut self) {
-        for s in self.slots.iter_mut().flatten() {
-            let ports = s.link.ports();
-            let on = ports
+        for index in 0..self.slots.len() {
+            let Some(s) = &self.slots[index] else {
+                continue;
+            };
+            let on = s
+                .link
+                .ports()
                 .iter()
                 .any(|p| os::offloads_on(&p.ifname).unwrap_or(true));
-            for (sock, port) in s.sockets.iter().zip(ports) {
-                if on != sock.vnet() {
-                    if let Err(e) = sock.set_vnet(on) {
-                        eprintln!("nestbed-linkd: PACKET_VNET_HDR on {}: {e}", port.ifname);
-                    }
+            for port in 0..s.sockets.len() {
+                if self.slots[index]
+                    .as_ref()
+                    .is_some_and(|s| s.sockets[port].has_rings() && on)
+                {
+                    self.receive(index, port, None);
+                }
+            }
+            let Some(s) = &mut self.slots[index] else {
+                continue;
+            };
+            for (sock, port) in s.sockets.iter_mut().zip(s.link.ports()) {
+                if let Err(e) = sock.set_vnet(on) {
+                    eprintln!("nestbed-linkd: frame I/O on {}: {e}", port.ifname);
                 }
             }
         }
@@ -307,7 +322,7 @@ impl Worker {
         let Some(Some(s)) = self.slots.get_mut(slot) else {
             return;
         };
-        let Some(sock) = s.sockets.get(port) else {
+        let Some(sock) = s.sockets.get_mut(port) else {
             return;
         };
         let clock = &self.clock;
@@ -407,7 +422,8 @@ impl Worker {
                 // One port with offloads on: the link's super-frames must
                 // be sent with their metadata on every port.
                 let vnet = sockets.iter().any(PacketSocket::vnet);
-                for sock in sockets.iter().filter(|s| s.vnet() != vnet) {
+                let mut sockets = sockets;
+                for sock in sockets.iter_mut().filter(|s| s.vnet() != vnet) {
                     if let Err(e) = sock.set_vnet(vnet) {
                         r = Err(format!("PACKET_VNET_HDR: {e}"));
                     }
@@ -468,7 +484,15 @@ impl Worker {
                 let mut links = Vec::new();
                 for name in names {
                     if let Ok(s) = self.find(&name) {
-                        links.push((name, s.link.counters()));
+                        let mut counters = s.link.counters();
+                        // Which frame I/O path each port's socket is on now.
+                        for (port, sock) in s.link.ports().iter().zip(&s.sockets) {
+                            let io = if sock.has_rings() { "rings" } else { "copy" };
+                            if let Some(p) = counters["ports"].get_mut(&port.name) {
+                                p["io"] = io.into();
+                            }
+                        }
+                        links.push((name, counters));
                     }
                 }
                 let _ = reply.send(Ok((links, self.lateness.clone())));

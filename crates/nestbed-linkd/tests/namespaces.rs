@@ -109,7 +109,8 @@ impl Env {
 
     /// A node namespace `<prefix>n<i>` with veth `<prefix>n<i>` (host end
     /// in the switch namespace, `<prefix>h<i>`) addressed `addr/24`, its
-    /// offloads off (wire-sized frames).
+    /// offloads off on both ends (wire-sized frames), as nestbed sets up a
+    /// shaped link.
     fn add_node(&mut self, i: usize, addr: &str) -> (String, String, String) {
         self.add_node_with_offloads(i, addr, false)
     }
@@ -145,6 +146,12 @@ impl Env {
             "ip", "netns", "exec", &ns, "ethtool", "-K", &node_if, "tso", state, "gso", state,
             "gro", state, "tx", state,
         ]);
+        if !offloads {
+            must(&[
+                "ip", "netns", "exec", &sw, "ethtool", "-K", &host, "tso", "off", "gso", "off",
+                "gro", "off", "tx", "off",
+            ]);
+        }
         must(&["ip", "-n", &ns, "link", "set", &node_if, "up"]);
         must(&["ip", "-n", &sw, "link", "set", &host, "up"]);
         (ns, host, node_if)
@@ -244,22 +251,16 @@ impl Client {
 
 /// Pings and returns (received, mean RTT in ms).
 fn ping(ns: &str, addr: &str, count: u32, interval: &str) -> (u32, Option<f64>) {
-    let r = run(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "ping",
-        "-q",
-        "-n",
-        "-c",
-        &count.to_string(),
-        "-i",
-        interval,
-        "-W",
-        "1",
-        addr,
-    ]);
+    ping_with(ns, addr, count, &["-i", interval])
+}
+
+/// Ping with options `how`; returns (received, mean RTT in ms).
+fn ping_with(ns: &str, addr: &str, count: u32, how: &[&str]) -> (u32, Option<f64>) {
+    let count = count.to_string();
+    let mut argv = vec!["ip", "netns", "exec", ns, "ping", "-q", "-n", "-c", &count];
+    argv.extend(how);
+    argv.extend(["-W", "1", addr]);
+    let r = run(&argv);
     let received = r
         .stdout
         .lines()
@@ -304,14 +305,27 @@ const DELAY_NS: u64 = 20_000_000;
 
 #[test]
 fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
+    point_to_point("p", "rings", 7);
+}
+
+/// The same through the recvmmsg/sendmmsg path.
+#[test]
+fn point_to_point_through_the_copy_path() {
+    point_to_point("c", "copy", 10);
+}
+
+/// Everything on one link, with linkd's frame I/O path `io`; `net` picks
+/// the subnet 10.200.`net`.0/24.
+fn point_to_point(tag: &str, io: &str, net: u8) {
     if !is_root() {
         eprintln!("SKIPPED: namespace tests need root");
         return;
     }
-    let mut env = Env::new("p");
-    let (ns_a, host_a, if_a) = env.add_node(0, "10.200.7.1");
-    let (ns_b, host_b, if_b) = env.add_node(1, "10.200.7.2");
-    let mut c = env.start_daemon(&["--spin-us", "200"]);
+    let mut env = Env::new(tag);
+    let (addr_a, addr_b) = (format!("10.200.{net}.1"), format!("10.200.{net}.2"));
+    let (ns_a, host_a, if_a) = env.add_node(0, &addr_a);
+    let (ns_b, host_b, if_b) = env.add_node(1, &addr_b);
+    let mut c = env.start_daemon(&["--spin-us", "200", "--io", io]);
     let delay = json!({"delay": {"delay_ns": DELAY_NS}});
     let added = c.ok(
         json!({"op": "add_link", "link": "link0", "seed": 42, "ports": [
@@ -321,11 +335,8 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
     eprintln!("add_link reply: {added}");
 
     // (1) RTT = 2 × 20 ms. Warm up ARP first.
-    assert!(
-        ping(&ns_a, "10.200.7.2", 1, "0.2").0 == 1,
-        "warm-up ping failed"
-    );
-    let (received, mean) = ping(&ns_a, "10.200.7.2", 20, "0.05");
+    assert!(ping(&ns_a, &addr_b, 1, "0.2").0 == 1, "warm-up ping failed");
+    let (received, mean) = ping(&ns_a, &addr_b, 20, "0.05");
     let mean = mean.expect("no RTT");
     let expected = 2.0 * DELAY_NS as f64 / 1e6;
     let (below, above) = (0.2, 3.0);
@@ -361,6 +372,8 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
     assert_eq!(b["received"], b_tx);
     assert_eq!(a["sent"], a_rx);
     assert_eq!(a["send_failed"], 0);
+    assert_eq!(a["io"], io);
+    assert_eq!(b["io"], io);
     let lateness = &counters["threads"][0]["lateness"];
     assert_eq!(lateness["frames"], a_tx + b_tx);
 
@@ -370,7 +383,7 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
         "params": {"loss": {"model": "bernoulli", "p": 1.0}, "delay": {"delay_ns": DELAY_NS}}}),
     );
     assert_eq!(
-        ping(&ns_a, "10.200.7.2", 5, "0.05").0,
+        ping(&ns_a, &addr_b, 5, "0.05").0,
         0,
         "loss 1.0 let a ping through"
     );
@@ -378,7 +391,7 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
         json!({"op": "set", "link": "link0", "port": "a", "direction": "egress", "params": delay}),
     );
     assert_eq!(
-        ping(&ns_a, "10.200.7.2", 3, "0.05").0,
+        ping(&ns_a, &addr_b, 3, "0.05").0,
         3,
         "ping after loss removed"
     );
@@ -388,9 +401,9 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
 
     // Blackhole: silent loss, counted.
     c.ok(json!({"op": "down", "link": "link0", "mode": "blackhole"}));
-    assert_eq!(ping(&ns_a, "10.200.7.2", 3, "0.05").0, 0);
+    assert_eq!(ping(&ns_a, &addr_b, 3, "0.05").0, 0);
     c.ok(json!({"op": "up", "link": "link0"}));
-    assert_eq!(ping(&ns_a, "10.200.7.2", 3, "0.05").0, 3);
+    assert_eq!(ping(&ns_a, &addr_b, 3, "0.05").0, 3);
     let counters = c.ok(json!({"op": "counters", "link": "link0"}));
     assert!(
         counters["links"]["link0"]["ports"]["a"]["blackholed"]
@@ -410,18 +423,18 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
             && (show.contains("state DOWN") || show.contains("LOWERLAYERDOWN")),
         "{show}"
     );
-    assert_eq!(ping(&ns_a, "10.200.7.2", 2, "0.05").0, 0);
+    assert_eq!(ping(&ns_a, &addr_b, 2, "0.05").0, 0);
     c.ok(json!({"op": "up", "link": "link0"}));
     wait_for("carrier", 5, || {
         !must(&["ip", "-n", &ns_a, "link", "show", &if_a]).contains("NO-CARRIER")
             && !must(&["ip", "-n", &ns_b, "link", "show", &if_b]).contains("NO-CARRIER")
     });
-    assert_eq!(ping(&ns_a, "10.200.7.2", 3, "0.05").0, 3, "ping after up");
+    assert_eq!(ping(&ns_a, &addr_b, 3, "0.05").0, 3, "ping after up");
 
     // Trace: ns-2 lines for the frames of one ping.
     let trace = env.dir.join("link0.tr");
     c.ok(json!({"op": "trace_start", "link": "link0", "path": trace}));
-    assert_eq!(ping(&ns_a, "10.200.7.2", 2, "0.05").0, 2);
+    assert_eq!(ping(&ns_a, &addr_b, 2, "0.05").0, 2);
     let stopped = c.ok(json!({"op": "trace_stop", "link": "link0"}));
     let text = std::fs::read_to_string(&trace).unwrap();
     eprintln!("trace ({} lines):\n{}", stopped["lines"], text);
@@ -463,11 +476,7 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
         status["links"]["link0"]["ports"][0]["egress"]["params"]["delay"]["delay_ns"],
         DELAY_NS
     );
-    assert_eq!(
-        ping(&ns_a, "10.200.7.2", 2, "0.05").0,
-        2,
-        "link still works"
-    );
+    assert_eq!(ping(&ns_a, &addr_b, 2, "0.05").0, 2, "link still works");
 
     // Admin down, then shutdown: linkd sets the interfaces up again.
     c.ok(json!({"op": "down", "link": "link0", "mode": "admin"}));
@@ -478,14 +487,95 @@ fn point_to_point_link_delay_loss_down_counters_and_bad_requests() {
     let host = must(&["ip", "-n", &env.sw(), "link", "show", &host_a]);
     assert!(host.contains(",UP"), "host end not restored: {host}");
 
-    let prefix_env = env.prefix.clone();
+    remove_and_check(env);
+}
+
+/// Removes the test's namespaces (dropping `env`) and checks none is left.
+fn remove_and_check(env: Env) {
+    let prefix = env.prefix.clone();
     drop(env);
     let left: Vec<String> = must(&["ip", "netns", "list"])
         .lines()
-        .filter(|l| l.starts_with(&prefix_env))
+        .filter(|l| l.starts_with(&prefix))
         .map(String::from)
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Sets segmentation and receive offloads of both ends of node `i`'s veth.
+fn set_offloads(env: &Env, i: usize, on: bool) {
+    let state = if on { "on" } else { "off" };
+    let (node, host) = (format!("{}n{i}", env.prefix), format!("{}h{i}", env.prefix));
+    for (ns, ifname) in [
+        (node.clone(), format!("{}e{i}", env.prefix)),
+        (env.sw(), host),
+    ] {
+        must(&[
+            "ip", "netns", "exec", &ns, "ethtool", "-K", &ifname, "tso", state, "gso", state,
+            "gro", state, "tx", state,
+        ]);
+    }
+}
+
+/// A port's frame I/O path, from the counters.
+fn io_of(c: &mut Client, port: &str) -> String {
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    counters["links"]["link0"]["ports"][port]["io"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn rings_go_round_many_times_and_give_way_to_super_frames() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespace tests need root");
+        return;
+    }
+    let mut env = Env::new("r");
+    let (ns_a, host_a, if_a) = env.add_node(0, "10.200.11.1");
+    let (ns_b, host_b, if_b) = env.add_node(1, "10.200.11.2");
+    let mut c = env.start_daemon(&[]);
+    c.ok(
+        json!({"op": "add_link", "link": "link0", "seed": 1, "ports": [
+        {"port": "a", "ifname": host_a}, {"port": "b", "ifname": host_b}]}),
+    );
+    assert_eq!(io_of(&mut c, "a"), "rings");
+    // 6 000 requests and as many replies, 64 in flight: every ring wraps
+    // round several times (2 048 receive and 256 transmit slots).
+    let (got, _) = ping_with(&ns_a, "10.200.11.2", 6000, &["-f", "-l", "64"]);
+    assert_eq!(got, 6000);
+    std::thread::sleep(Duration::from_millis(100));
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    let (a, b) = (
+        &counters["links"]["link0"]["ports"]["a"],
+        &counters["links"]["link0"]["ports"]["b"],
+    );
+    assert_eq!(a["received"], sys_counter(&ns_a, &if_a, "tx_packets"));
+    assert_eq!(b["sent"], sys_counter(&ns_b, &if_b, "rx_packets"));
+    assert_eq!(b["received"], sys_counter(&ns_b, &if_b, "tx_packets"));
+    assert_eq!(a["sent"], sys_counter(&ns_a, &if_a, "rx_packets"));
+    assert_eq!(a["sent_bytes"], sys_counter(&ns_a, &if_a, "rx_bytes"));
+    assert_eq!(a["send_failed"], 0);
+    assert_eq!(b["send_failed"], 0);
+
+    // Offloads on: the sockets leave their rings (within 100 ms) and TCP's
+    // super-frames cross; off again, the rings come back.
+    for i in 0..2 {
+        set_offloads(&env, i, true);
+    }
+    wait_for("copy path", 5, || {
+        io_of(&mut c, "a") == "copy" && io_of(&mut c, "b") == "copy"
+    });
+    assert_eq!(ping(&ns_a, "10.200.11.2", 3, "0.05").0, 3);
+    for i in 0..2 {
+        set_offloads(&env, i, false);
+    }
+    wait_for("rings", 5, || {
+        io_of(&mut c, "a") == "rings" && io_of(&mut c, "b") == "rings"
+    });
+    assert_eq!(ping(&ns_a, "10.200.11.2", 3, "0.05").0, 3);
+    remove_and_check(env);
 }
 
 #[test]
@@ -537,15 +627,8 @@ fn lan_of_three_all_pairs_ping() {
         })
         .collect();
     eprintln!("lan0 pipe seeds: {seeds:?}");
-    let prefix = env.prefix.clone();
     assert!(env.leftovers().len() == 4);
-    drop(env);
-    let left: Vec<String> = must(&["ip", "netns", "list"])
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .map(String::from)
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    remove_and_check(env);
 }
 
 #[test]

@@ -1,0 +1,400 @@
+//! Memory-mapped frame rings of a packet socket (`PACKET_MMAP`,
+//! `TPACKET_V2`): the kernel writes every received frame into a slot of the
+//! receive ring, and sends the slots of the transmit ring that linkd marks,
+//! so a batch of frames costs one `send` and no `recv` at all instead of a
+//! `recvmmsg`/`sendmmsg` pass over one message per frame.
+//!
+//! Why V2 and not V3: a V3 receive ring hands frames over a block at a
+//! time, when the block is full or its timer (1 ms at least) expires, so
+//! at a low rate every frame would wait up to that long before linkd sees
+//! it; a V2 slot is handed over, and the socket woken, per frame.
+//!
+//! The socket has `PACKET_VNET_HDR` on while it has rings: a transmitted
+//! frame is then copied whole into its socket buffer when its header's
+//! `hdr_len` says so. Without it the kernel would attach the ring's page to
+//! the buffer instead of copying, and give the slot back (its destructor
+//! runs when the receiving namespace's IP layer orphans the buffer) while
+//! the frame's bytes still sit in a receiver's socket queue: linkd would
+//! overwrite them with a later frame. The rings hold wire-sized frames
+//! only (their slots fit the interface's MTU), so the worker uses them
+//! while the interface has offloads off; with offloads on (super-frames of
+//! up to 64 KB) the socket goes back to `recvmmsg`/`sendmmsg`.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::atomic::{fence, Ordering};
+
+use super::{cvt, set_int_option, Received, PACKET_OUTGOING, PACKET_VNET_HDR};
+use crate::offload::{header, meta_from_header, HEADER_LEN};
+
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_VERSION: libc::c_int = 10;
+const PACKET_TX_RING: libc::c_int = 13;
+/// `SOL_PACKET` option: a frame the kernel cannot send is dropped and its
+/// slot freed, instead of stopping the ring.
+const PACKET_LOSS: libc::c_int = 14;
+const TPACKET_V2: libc::c_int = 1;
+
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_SEND_REQUEST: u32 = 1;
+const TP_STATUS_SENDING: u32 = 2;
+const TP_STATUS_WRONG_FORMAT: u32 = 4;
+
+/// `struct tpacket2_hdr`: status, len, snaplen, mac, net, sec, nsec, VLAN
+/// TCI and TPID, padding; 32 bytes, so `TPACKET_ALIGN`ed already.
+const V2_HEADER: usize = 32;
+/// Where a transmitted frame starts in its slot (`tp_hdrlen` −
+/// `sizeof(sockaddr_ll)` = the aligned header).
+const TX_DATA: usize = V2_HEADER;
+/// Room in a receive slot before the frame: the header, the
+/// `sockaddr_ll`, the virtio-net header and alignment (the kernel puts the
+/// frame at 76 bytes for Ethernet).
+const RX_HEADROOM: usize = 128;
+/// Bytes beyond the MTU a frame may have: Ethernet header and a VLAN tag.
+const LINK_HEADERS: usize = 18;
+
+/// Receive slots: 2 048 of 2 KB for a 1 500-byte MTU, 4 MB a port, the
+/// bytes the copy path's socket buffer may grow to (allocated at once here).
+/// 4 096 overflow less while linkd waits for a CPU (docs/benchmarks.md) at
+/// twice the memory of every port.
+const RX_FRAMES: usize = 2048;
+/// Transmit slots; a longer batch is sent in parts.
+const TX_FRAMES: usize = 256;
+/// Ring memory is allocated in blocks of this many bytes (at least one slot).
+const BLOCK: usize = 16 * 1024;
+
+/// `struct tpacket_req`.
+#[repr(C)]
+struct Request {
+    block_size: u32,
+    block_nr: u32,
+    frame_size: u32,
+    frame_nr: u32,
+}
+
+fn set_ring(fd: RawFd, opt: libc::c_int, req: &Request) -> io::Result<()> {
+    // SAFETY: req is a valid tpacket_req of the size given.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            opt,
+            req as *const Request as *const libc::c_void,
+            std::mem::size_of::<Request>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+fn option(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    if set_int_option(fd, libc::SOL_PACKET, opt, value) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One ring: `frames` slots of `frame_size` bytes from `base`, and the
+/// next slot linkd looks at.
+struct Ring {
+    base: *mut u8,
+    frame_size: usize,
+    frames: usize,
+    head: usize,
+}
+
+impl Ring {
+    fn slot(&self, i: usize) -> *mut u8 {
+        // SAFETY: i < frames, so the slot lies inside the mapping.
+        unsafe { self.base.add(i * self.frame_size) }
+    }
+
+    fn status(&self, i: usize) -> u32 {
+        // SAFETY: the status word opens every slot; the kernel writes it
+        // concurrently, hence the volatile read.
+        let s = unsafe { ptr::read_volatile(self.slot(i) as *const u32) };
+        // The rest of the slot is read only after its status.
+        fence(Ordering::Acquire);
+        s
+    }
+
+    fn set_status(&self, i: usize, status: u32) {
+        // What was written to the slot is visible before the status is.
+        fence(Ordering::Release);
+        // SAFETY: as in `status`.
+        unsafe { ptr::write_volatile(self.slot(i) as *mut u32, status) };
+    }
+
+    fn u16_at(&self, i: usize, offset: usize) -> u16 {
+        // SAFETY: offset + 2 ≤ the slot's header, inside the slot.
+        unsafe { ptr::read_unaligned(self.slot(i).add(offset) as *const u16) }
+    }
+
+    fn u32_at(&self, i: usize, offset: usize) -> u32 {
+        // SAFETY: as in `u16_at`.
+        unsafe { ptr::read_unaligned(self.slot(i).add(offset) as *const u32) }
+    }
+
+    fn advance(&mut self) {
+        self.head = (self.head + 1) % self.frames;
+    }
+}
+
+/// The receive and transmit rings of one socket, mapped into this process.
+pub struct Rings {
+    fd: RawFd,
+    map: *mut u8,
+    map_len: usize,
+    rx: Ring,
+    tx: Ring,
+    /// Slots marked for sending since the last `send`, in ring order.
+    queued: Vec<usize>,
+}
+
+// SAFETY: the mapping belongs to this value alone; it is only touched
+// through `&mut self` (or `&self` for reads) by the thread that owns it.
+unsafe impl Send for Rings {}
+
+impl Rings {
+    /// Sets up rings on bound packet socket `fd`, sized for frames of up
+    /// to `mtu` bytes of payload. Turns `PACKET_VNET_HDR` on (see the
+    /// module docs); the socket must have no rings yet.
+    pub fn new(fd: RawFd, mtu: usize) -> io::Result<Rings> {
+        option(fd, PACKET_VNET_HDR, 1)?;
+        option(fd, PACKET_VERSION, TPACKET_V2)?;
+        option(fd, PACKET_LOSS, 1)?;
+        let frame_size = (RX_HEADROOM + mtu + LINK_HEADERS)
+            .next_power_of_two()
+            .max(2048);
+        let block_size = frame_size.max(BLOCK);
+        let request = |frames: usize| Request {
+            block_size: block_size as u32,
+            block_nr: (frames * frame_size).div_ceil(block_size) as u32,
+            frame_size: frame_size as u32,
+            frame_nr: ((frames * frame_size).div_ceil(block_size) * block_size / frame_size) as u32,
+        };
+        let (rx_req, tx_req) = (request(RX_FRAMES), request(TX_FRAMES));
+        let bytes = |r: &Request| r.block_size as usize * r.block_nr as usize;
+        set_ring(fd, PACKET_RX_RING, &rx_req)?;
+        if let Err(e) = set_ring(fd, PACKET_TX_RING, &tx_req) {
+            release(fd);
+            return Err(e);
+        }
+        let map_len = bytes(&rx_req) + bytes(&tx_req);
+        // SAFETY: maps the socket's rings (receive, then transmit) as the
+        // kernel lays them out; the result is checked.
+        let map = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            release(fd);
+            return Err(e);
+        }
+        let map = map as *mut u8;
+        Ok(Rings {
+            fd,
+            map,
+            map_len,
+            rx: Ring {
+                base: map,
+                frame_size,
+                frames: rx_req.frame_nr as usize,
+                head: 0,
+            },
+            tx: Ring {
+                // SAFETY: the transmit ring follows the receive ring in the mapping.
+                base: unsafe { map.add(bytes(&rx_req)) },
+                frame_size,
+                frames: tx_req.frame_nr as usize,
+                head: 0,
+            },
+            queued: Vec::with_capacity(TX_FRAMES),
+        })
+    }
+
+    /// Reads up to `n` received frames and calls `each` for every one from
+    /// the wire (not one this host sent, if `skip_outgoing`); returns how
+    /// many slots it read.
+    pub fn recv(
+        &mut self,
+        n: usize,
+        skip_outgoing: bool,
+        mut each: impl FnMut(Received<'_>),
+    ) -> usize {
+        let rx = &mut self.rx;
+        let mut got = 0;
+        while got < n {
+            let i = rx.head;
+            if rx.status(i) & TP_STATUS_USER == 0 {
+                break;
+            }
+            let len = rx.u32_at(i, 4) as usize;
+            let snaplen = rx.u32_at(i, 8) as usize;
+            let mac = usize::from(rx.u16_at(i, 12));
+            let (sec, nsec) = (rx.u32_at(i, 16), rx.u32_at(i, 20));
+            // sll_pkttype: byte 10 of the sockaddr_ll after the header.
+            // SAFETY: inside the slot's headroom.
+            let pkttype = unsafe { *rx.slot(i).add(V2_HEADER + 10) };
+            let fits = mac >= HEADER_LEN && mac + snaplen <= rx.frame_size;
+            if fits && !(skip_outgoing && pkttype == PACKET_OUTGOING) {
+                // SAFETY: the slot is user space's until its status is
+                // given back below; the kernel said the frame (and its
+                // virtio-net header just before it) lie inside it.
+                let (vnet, frame) = unsafe {
+                    (
+                        &*(rx.slot(i).add(mac - HEADER_LEN) as *const [u8; HEADER_LEN]),
+                        std::slice::from_raw_parts(rx.slot(i).add(mac), snaplen),
+                    )
+                };
+                each(Received {
+                    data: (frame, &[]),
+                    truncated: snaplen < len,
+                    meta: meta_from_header(vnet),
+                    kernel_realtime_ns: (sec > 0)
+                        .then(|| u64::from(sec) * 1_000_000_000 + u64::from(nsec)),
+                });
+            }
+            rx.set_status(i, TP_STATUS_KERNEL);
+            rx.advance();
+            got += 1;
+        }
+        if got == 0 {
+            // Woken with nothing to read: the socket holds an error (the
+            // interface went down). recvmmsg would return and clear it; here
+            // it would keep epoll waking the worker, and fail the next send.
+            take_error(self.fd);
+        }
+        got
+    }
+
+    /// Sends `frames` (with their offload metadata); returns how many the
+    /// kernel took. A frame that does not fit a slot, or finds no free slot
+    /// or is refused (interface down, socket buffer full), is not counted.
+    pub fn send<'a>(&mut self, frames: impl IntoIterator<Item = (&'a [u8], u64)>) -> usize {
+        let mut failed = 0;
+        let mut total = 0;
+        let room = self.tx.frame_size - TX_DATA - HEADER_LEN;
+        for (f, meta) in frames {
+            total += 1;
+            // Shorter than an Ethernet header: the kernel would refuse it.
+            if f.len() > room || f.len() < 14 {
+                failed += 1;
+                continue;
+            }
+            if !self.tx_free(self.tx.head) {
+                failed += self.flush();
+                if !self.tx_free(self.tx.head) {
+                    failed += 1;
+                    continue;
+                }
+            }
+            let i = self.tx.head;
+            let mut h = header(f, meta);
+            // hdr_len = the whole frame: the kernel copies it all (module docs).
+            h[2..4].copy_from_slice(&(f.len() as u16).to_le_bytes());
+            let tp_len = (HEADER_LEN + f.len()) as u32;
+            // SAFETY: the slot is free (user space's); header and frame fit
+            // in it (checked against `room`).
+            unsafe {
+                let data = self.tx.slot(i).add(TX_DATA);
+                ptr::copy_nonoverlapping(h.as_ptr(), data, HEADER_LEN);
+                ptr::copy_nonoverlapping(f.as_ptr(), data.add(HEADER_LEN), f.len());
+                ptr::write_unaligned(self.tx.slot(i).add(4) as *mut u32, tp_len);
+            }
+            self.tx.set_status(i, TP_STATUS_SEND_REQUEST);
+            self.queued.push(i);
+            self.tx.advance();
+        }
+        failed += self.flush();
+        total - failed
+    }
+
+    fn tx_free(&self, i: usize) -> bool {
+        self.tx.status(i) & (TP_STATUS_SEND_REQUEST | TP_STATUS_SENDING | TP_STATUS_WRONG_FORMAT)
+            == 0
+    }
+
+    /// Asks the kernel to send the queued slots; returns how many it did
+    /// not take. Those (a suffix: the kernel takes slots in order) are
+    /// taken back and the ring's head moved back to the first of them, where
+    /// the kernel will look next.
+    fn flush(&mut self) -> usize {
+        if self.queued.is_empty() {
+            return 0;
+        }
+        // Twice at most: a pending socket error (the interface was down)
+        // fails the first send and is cleared by it.
+        for _ in 0..2 {
+            // SAFETY: a send without data: the kernel sends the ring's marked slots.
+            let rc = unsafe { libc::send(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT) };
+            if rc >= 0 {
+                break;
+            }
+        }
+        let left = self
+            .queued
+            .iter()
+            .position(|&i| self.tx.status(i) & TP_STATUS_SEND_REQUEST != 0);
+        let failed = match left {
+            Some(first) => {
+                for &i in &self.queued[first..] {
+                    self.tx.set_status(i, TP_STATUS_KERNEL);
+                }
+                self.tx.head = self.queued[first];
+                self.queued.len() - first
+            }
+            None => 0,
+        };
+        self.queued.clear();
+        failed
+    }
+}
+
+/// Reads and so clears the socket's pending error (`SO_ERROR`).
+fn take_error(fd: RawFd) {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid c_int buffer of the length given.
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            &mut err as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+}
+
+/// Frees the rings of socket `fd` (which must not be mapped any more).
+fn release(fd: RawFd) {
+    let none = Request {
+        block_size: 0,
+        block_nr: 0,
+        frame_size: 0,
+        frame_nr: 0,
+    };
+    for opt in [PACKET_RX_RING, PACKET_TX_RING] {
+        let _ = set_ring(fd, opt, &none);
+    }
+}
+
+impl Drop for Rings {
+    /// Unmaps and frees the rings; the socket goes back to plain reads and
+    /// writes (with `PACKET_VNET_HDR` still on: the owner sets it).
+    fn drop(&mut self) {
+        // SAFETY: map and map_len are this value's own mapping.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+        release(self.fd);
+    }
+}
