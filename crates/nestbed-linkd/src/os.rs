@@ -463,10 +463,15 @@ impl PacketSocket {
                     return Ok(());
                 }
                 Err(e) => {
-                    // Said once: this socket keeps to the copy path.
+                    // Said once (unless the budget is spent, which is no fault): this
+                    // socket keeps to the copy path.
                     self.io = Io::Copy;
                     set_int_option(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 0);
-                    return Err(e);
+                    return if ring::budget_spent(&e) {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    };
                 }
             }
         }

@@ -19,11 +19,19 @@
 //! only (their slots fit the interface's MTU), so the worker uses them
 //! while the interface has offloads off; with offloads on (super-frames of
 //! up to 64 KB) the socket goes back to `recvmmsg`/`sendmmsg`.
+//!
+//! Ring memory is allocated and pinned at once (4.5 MB a port), where the
+//! copy path's socket buffers only grow with what is queued: all of linkd's
+//! rings share a budget (`NESTBED_LINKD_RING_MB`, 256 MB by default), and a
+//! port set up once it is spent keeps to the copy path. So a small
+//! experiment gets the fast path on every port and a 1 000-node one does
+//! not pin gigabytes.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::ptr;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use super::{cvt, set_int_option, Received, PACKET_OUTGOING, PACKET_VNET_HDR};
 use crate::offload::{header, meta_from_header, HEADER_LEN};
@@ -64,6 +72,43 @@ const RX_FRAMES: usize = 2048;
 const TX_FRAMES: usize = 256;
 /// Ring memory is allocated in blocks of this many bytes (at least one slot).
 const BLOCK: usize = 16 * 1024;
+
+/// Ring memory held by all of linkd's sockets, in bytes.
+static RING_BYTES: AtomicUsize = AtomicUsize::new(0);
+const DEFAULT_BUDGET_MB: usize = 256;
+const BUDGET_SPENT: &str = "the ring memory budget (NESTBED_LINKD_RING_MB) is spent";
+
+/// The bytes all rings may hold: `NESTBED_LINKD_RING_MB`, or 256 MB.
+fn budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        std::env::var("NESTBED_LINKD_RING_MB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(DEFAULT_BUDGET_MB)
+            << 20
+    })
+}
+
+/// Takes `bytes` of the budget, if that much is left.
+fn reserve(bytes: usize) -> io::Result<()> {
+    RING_BYTES
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            (held + bytes <= budget()).then_some(held + bytes)
+        })
+        .map(|_| ())
+        .map_err(|_| io::Error::new(io::ErrorKind::OutOfMemory, BUDGET_SPENT))
+}
+
+fn unreserve(bytes: usize) {
+    RING_BYTES.fetch_sub(bytes, Ordering::AcqRel);
+}
+
+/// Whether `e` says the ring budget is spent (the port keeps to the copy
+/// path, which is no fault).
+pub fn budget_spent(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::OutOfMemory && e.to_string() == BUDGET_SPENT
+}
 
 /// `struct tpacket_req`.
 #[repr(C)]
@@ -177,12 +222,17 @@ impl Rings {
         };
         let (rx_req, tx_req) = (request(RX_FRAMES), request(TX_FRAMES));
         let bytes = |r: &Request| r.block_size as usize * r.block_nr as usize;
-        set_ring(fd, PACKET_RX_RING, &rx_req)?;
-        if let Err(e) = set_ring(fd, PACKET_TX_RING, &tx_req) {
-            release(fd);
+        let map_len = bytes(&rx_req) + bytes(&tx_req);
+        reserve(map_len)?;
+        if let Err(e) = set_ring(fd, PACKET_RX_RING, &rx_req) {
+            unreserve(map_len);
             return Err(e);
         }
-        let map_len = bytes(&rx_req) + bytes(&tx_req);
+        if let Err(e) = set_ring(fd, PACKET_TX_RING, &tx_req) {
+            release(fd);
+            unreserve(map_len);
+            return Err(e);
+        }
         // SAFETY: maps the socket's rings (receive, then transmit) as the
         // kernel lays them out; the result is checked.
         let map = unsafe {
@@ -198,6 +248,7 @@ impl Rings {
         if map == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
             release(fd);
+            unreserve(map_len);
             return Err(e);
         }
         let map = map as *mut u8;
@@ -396,5 +447,20 @@ impl Drop for Rings {
         // SAFETY: map and map_len are this value's own mapping.
         unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
         release(self.fd);
+        unreserve(self.map_len);
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn rings_beyond_the_budget_are_refused_as_such_and_their_bytes_come_back() {
+        let e = reserve(budget() + 1).unwrap_err();
+        assert!(budget_spent(&e), "{e}");
+        assert!(!budget_spent(&io::Error::from(io::ErrorKind::OutOfMemory)));
+        reserve(4096).unwrap();
+        unreserve(4096);
     }
 }
