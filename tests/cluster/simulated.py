@@ -156,28 +156,44 @@ class Agents:
     """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
 
     def __init__(self, machines: Machines, *, slots: int):
-        from nbtest import until
 
         self.machines, self.slots = machines, slots
+        self.folder = Path(tempfile.mkdtemp(prefix="nb-scheduler-"))
+        self.agents: dict[str, subprocess.Popen] = {}
         # A port the kernel picks, read back from the scheduler's file: a port derived from
         # the pid may be taken (another run's scheduler, or any program).
-        self.folder = Path(tempfile.mkdtemp(prefix="nb-scheduler-"))
+        self.scheduler, self.address = self._scheduler("0")
+
+    def _scheduler(self, port: str) -> tuple[subprocess.Popen, str]:
+        """A scheduler on the underlay's gateway at ``port`` (0: any), once it listens."""
+        from nbtest import until
+
         address_file = self.folder / "scheduler.json"
-        self.scheduler = subprocess.Popen(
+        address_file.unlink(missing_ok=True)
+        scheduler = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
-             machines.gateway_address, "--port", "0", "--no-dashboard",
+             self.machines.gateway_address, "--port", port, "--no-dashboard",
              "--scheduler-file", str(address_file)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        self.agents: dict[str, subprocess.Popen] = {}
         try:
-            until(lambda: address_file.exists() or self.scheduler.poll() is not None,
+            until(lambda: address_file.exists() or scheduler.poll() is not None,
                   "the scheduler to listen")  # fmt: skip
-            assert self.scheduler.poll() is None, "the Dask scheduler exited at start"
-            self.address = _scheduler_address(address_file)
+            assert scheduler.poll() is None, "the Dask scheduler exited at start"
+            return scheduler, _scheduler_address(address_file)
         except BaseException:
-            self.stop()
+            scheduler.kill()
+            scheduler.wait()
+            shutil.rmtree(self.folder, ignore_errors=True)
             raise
+
+    def restart_scheduler(self) -> None:
+        """The scheduler stopped and a new one started at the same address: every agent's
+        connection to it breaks."""
+        self.scheduler.terminate()
+        self.scheduler.wait(timeout=30)
+        self.scheduler, address = self._scheduler(self.address.rsplit(":", 1)[1])
+        assert address == self.address, (address, self.address)
 
     def start(self, host: str) -> None:
         argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,

@@ -5,6 +5,7 @@ swapping it out; a host that fails its part leaves nothing on the others."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
@@ -217,3 +218,23 @@ def test_a_nodes_cpu_time_and_memory_on_another_host_are_read_through_its_agent(
     assert cgroup.memory_bytes() > 0
     other = backend.node_cgroup(p, "h1")  # another host's node, its own counters
     assert other is not None and other.cpu_seconds() < after
+
+
+def test_agents_join_a_scheduler_that_restarted_and_keep_their_hosts_parts(swapped, cluster):
+    """An agent whose scheduler connection broke (here: the scheduler restarted; in CI once,
+    a busy machine) joins again, keeping the host's parts of experiments: before, it ended,
+    and the host had no agent until someone started one."""
+    machines, backend, agents = cluster
+    exp = experiment(DUMBBELL, "i21rejoin")
+    p = swapped(plan(exp))
+    agents.restart_scheduler()
+
+    def joined() -> bool:
+        with contextlib.suppress(Exception):  # the back end's client reconnects meanwhile
+            return backend.hosts() == machines.hosts
+        return False
+
+    until(joined, "every agent to join the new scheduler")
+    assert all(process.poll() is None for process in agents.agents.values())
+    assert backend.exec_in(p, "h3", ["true"]).returncode == 0
+    # (the fixture's swap-out through the rejoined agents removes everything, and checks it)

@@ -76,6 +76,25 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
 
 
 async def _serve(scheduler: str, config: AgentConfig, listen: str | None) -> None:
+    """Serves as a Dask worker, and joins again whenever the worker closes: its connection
+    to the scheduler broke (a loaded machine, a network blip, a restarted scheduler) and
+    the host's parts of experiments, kept in this process, are still here. A scheduler gone
+    for good fails the join within CONNECT_TIMEOUT_S, and the agent ends with that error."""
+    lost_at: float | None = None  # when the worker last closed; None: never joined yet
+    while True:
+        try:
+            await _work(scheduler, config, listen)
+        except (OSError, TimeoutError, RuntimeError, ValueError):
+            if lost_at is None or time.monotonic() - lost_at > CONNECT_TIMEOUT_S:
+                raise  # never reached, or gone for good
+            # The scheduler may still hold the old worker's name a moment ("name taken").
+            await asyncio.sleep(1)
+            continue
+        lost_at = time.monotonic()
+        print(f"the agent of host {config.host} lost its scheduler; joining again", flush=True)
+
+
+async def _work(scheduler: str, config: AgentConfig, listen: str | None) -> None:
     from distributed import Worker
 
     async with Worker(
