@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nestbed import places
 from nestbed.backend import netlink, offloads, processes, sim
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.confine import confined_argv, hand_over, private_folder
@@ -40,9 +41,7 @@ from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
 from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
-# linkd busy-waits this long before a frame is due: waking from a timer on a shared VM takes
-# longer than 50 µs, and the delay target is 50 µs (see docs/benchmarks.md).
-RUN_DIR = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed"))
+RUN_DIR = places.RUN_DIR
 NETNS_ETC = Path("/etc/netns")
 NETNS_RUN_DIR = Path("/run/netns")  # named network namespaces, as iproute2 keeps them
 # Threads for the steps of a swap-out that mostly wait for the kernel (removing namespaces

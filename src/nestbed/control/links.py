@@ -105,8 +105,8 @@ class LinkStates:
                 else:
                     continue  # a cable: neither events nor the next run change it
                 self.state[name], self.links[name] = "up", link
-                done.append(f"{name}: {'up' if down else ''}{' and ' if down and changed else ''}"
-                            f"{'reshaped' if changed else ''}")  # fmt: skip
+                what = [w for w, on in (("up", down), ("reshaped", changed)) if on]
+                done.append(f"{name}: {' and '.join(what)}")
         return done
 
     def now(self) -> dict[str, Any]:

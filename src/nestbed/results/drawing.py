@@ -32,6 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from nestbed import places
 from nestbed.results import manifest
 from nestbed.results.folder import RunFolder
 
@@ -76,11 +77,11 @@ def draw(folder: Path, drawn_by: str = ON_DEMAND) -> Path | None:
 
 
 def drawer_home() -> Path:
-    """The drawer's lock and socket: root's under /run/nestbed (nestbed's, mode 0700); another
+    """The drawer's lock and socket: root's in nestbed's state folder (mode 0700); another
     user's in a folder of its own under the temporary directory, so nobody else can pose as
     the drawer and take the folders."""
     uid = os.geteuid()
-    home = Path("/run/nestbed") if uid == 0 else Path(tempfile.gettempdir()) / f"nestbed-{uid}"
+    home = places.RUN_DIR if uid == 0 else Path(tempfile.gettempdir()) / f"nestbed-{uid}"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     if home.stat().st_uid != uid:
         raise OSError(f"{home} belongs to another user; remove it")

@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nestbed import places
 from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.cluster import agent, clocks, host, remote, timeservice
@@ -54,7 +55,7 @@ from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
-STATE_ROOT = Path(os.environ.get("NESTBED_RUN_DIR", "/run/nestbed")) / ".cluster"
+STATE_ROOT = places.RUN_DIR / ".cluster"
 PLACEMENT = "placement.json"
 CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experiment, if any
 # What start_in passes on to the node's host; anything else is a bug of the caller's.
