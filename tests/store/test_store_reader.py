@@ -32,6 +32,10 @@ def test_the_reader_sees_what_the_store_sees(tmp_path):
         assert reader.runs("alpha") == store.runs("alpha")
         assert reader.history("alpha") == store.history("alpha")
         assert reader.runs("alpha")[-1].ended_at is None
+        assert reader.runs("alpha", open_only=True) == store.runs("alpha", open_only=True)
+        assert [r.results_dir for r in reader.runs("alpha", open_only=True)] == [
+            "/tmp/results/alpha-2"
+        ]
 
 
 def test_what_the_reader_cannot_read_goes_to_the_store(tmp_path):

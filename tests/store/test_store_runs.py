@@ -48,6 +48,19 @@ def test_runs_are_listed_oldest_first_and_per_experiment(
     assert len({*ids, other}) == len(ids) + 1
 
 
+def test_the_open_runs_alone_leave_the_ended_ones_unread(
+    store: Store, experiment: str, tmp_path: Path
+) -> None:
+    # A swap-in reads its experiment's open runs at every command; the soak's thousandth
+    # cycle read all 999 ended ones too (1.2x the first cycles' CPU time).
+    ids = [store.start_run(experiment, tmp_path / f"r{i}") for i in range(3)]
+    store.end_run(ids[0], "ok")
+    store.end_run(ids[2], "failed")
+    (still,) = store.runs(experiment, open_only=True)
+    assert still.id == ids[1] and still.ended_at is None
+    assert [r.id for r in store.runs(experiment)] == ids
+
+
 def test_a_run_ends_only_once(store: Store, experiment: str, tmp_path: Path) -> None:
     run_id = store.start_run(experiment, tmp_path)
     first = store.end_run(run_id, "ok")

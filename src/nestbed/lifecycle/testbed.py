@@ -134,7 +134,7 @@ class Testbed:
             p, exp = kept_plan, functools.partial(self._swapped_in, name)
         else:
             exp, p = self._kept(name)
-        runs = [r for r in self.store.runs(name) if r.ended_at is None]
+        runs = self.store.runs(name, open_only=True)
         results = Path(runs[-1].results_dir) if runs else None
         run_id = runs[-1].id if runs else None
         return Active(name, p, exp, self.backend, results, run_id)
@@ -287,7 +287,7 @@ class Testbed:
         A controller that is gone (crashed, killed) cannot write its tables; the manifest then
         says so and keeps everything measured until then.
         """
-        open_runs = [r for r in self.store.runs(name) if r.ended_at is None]
+        open_runs = self.store.runs(name, open_only=True)
         final = outcome
         try:
             ended = active.request("finish", timeout=300, outcome=outcome, reason=reason)

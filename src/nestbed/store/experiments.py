@@ -269,11 +269,16 @@ class Store:
                 raise rules.ended_twice(run_id, run.name, run.ended_at, run.outcome)
         return _run_record(run)
 
-    def runs(self, name: str) -> builtins.list[RunRecord]:
-        """Every run of an experiment, oldest first."""
+    def runs(self, name: str, *, open_only: bool = False) -> builtins.list[RunRecord]:
+        """Every run of an experiment, oldest first; with ``open_only`` those not ended (a
+        swap-in's own, read at every command: an experiment's thousandth run costs what its
+        first did)."""
         with self._transaction(read_only=True) as conn:
             row = _lock(conn, name)
-            rows = _run(conn, runs.c.experiment_id == row.id).all()
+            where = runs.c.experiment_id == row.id
+            if open_only:
+                where = where & runs.c.ended_at.is_(None)
+            rows = _run(conn, where).all()
         return [_run_record(r) for r in rows]
 
     # -- plumbing --------------------------------------------------------------------------

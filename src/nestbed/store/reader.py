@@ -90,18 +90,23 @@ class Reader:
             for i, who, was, now, at, why in rows
         ]  # fmt: skip
 
-    def runs(self, name: str) -> builtins.list[RunRecord]:
-        rows = self._of(name, "id, started_at, ended_at, outcome, results_dir", "runs")
+    def runs(self, name: str, *, open_only: bool = False) -> builtins.list[RunRecord]:
+        rows = self._of(name, "id, started_at, ended_at, outcome, results_dir", "runs",
+                        "ended_at IS NULL" if open_only else None)  # fmt: skip
         return [
             RunRecord(id=i, experiment=name, started_at=_time(started), ended_at=_time(ended),
                       outcome=outcome, results_dir=folder)
             for i, started, ended, outcome, folder in rows
         ]  # fmt: skip
 
-    def _of(self, name: str, columns: str, table: str) -> builtins.list[tuple[Any, ...]]:
-        """The experiment's rows of ``table``, oldest first; UserError for no experiment."""
+    def _of(
+        self, name: str, columns: str, table: str, also: str | None = None
+    ) -> builtins.list[tuple[Any, ...]]:
+        """The experiment's rows of ``table`` (that meet ``also``, a fixed condition of the
+        caller's), oldest first; UserError for no experiment."""
         experiment = self.get(name)
-        query = f"SELECT {columns} FROM {table} WHERE experiment_id = ? ORDER BY id"
+        where = "experiment_id = ?" + (f" AND {also}" if also else "")
+        query = f"SELECT {columns} FROM {table} WHERE {where} ORDER BY id"
         return self._conn.execute(query, (experiment.id,)).fetchall()
 
 
