@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nestbed.backend.cluster.clocks import one_way_correction_ns
 from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import EnvironmentProblem, NestbedError, Refused
 from nestbed.model import Agent, Application
@@ -290,9 +291,9 @@ class CbrFlow(Flow):
         if len(log):
             # The stamps are the sender's host's clock when sent and the receiver's when
             # received: on a cluster each is corrected by its host's offset.
-            sender_ns = self.ctl.clock_offset_ns(self.source)
             receiver_ns = self.ctl.clock_offset_ns(self.destination)
-            delay_ms = (log[:, 2] - (receiver_ns - sender_ns)) / 1e6
+            skew_ns = one_way_correction_ns(self.ctl.clock_offset_ns(self.source), receiver_ns)
+            delay_ms = (log[:, 2] - skew_ns) / 1e6
             # Arrival time on this machine's CLOCK_MONOTONIC (mod 2^48, as in the probe
             # header) since t0.
             arrival = (log[:, 0] + log[:, 2] - receiver_ns - t0_ns) % (1 << 48) / 1e9
