@@ -149,3 +149,30 @@ def test_swapping_out_what_was_never_swapped_in_creates_nothing():
     assert set(netns.listnetns()) == before
     with pytest.raises(FileNotFoundError), linux.inside(p.namespaces[0]):
         pass
+
+
+def test_ports_beyond_the_ring_budget_keep_to_the_copy_path_and_carry_frames(swapped, monkeypatch):
+    # A ring pins about 4.5 MB a port; linkd's budget of 10 MB gives some ports rings and
+    # the rest the copy path, which is no error: every frame still crosses the chain.
+    monkeypatch.setenv("NESTBED_LINKD_RING_MB", "10")
+    monkeypatch.delenv("NESTBED_LINKD_IO", raising=False)
+    chain = """
+routing: static
+nodes: [{name: a}, {name: b}, {name: c}, {name: d}]
+links:
+  - {name: l0, members: [a, b], bandwidth: 100Mb, delay: 1ms}
+  - {name: l1, members: [b, c], bandwidth: 100Mb, delay: 1ms}
+  - {name: l2, members: [c, d], bandwidth: 100Mb, delay: 1ms}
+"""
+    p = swapped(experiment(chain, "ringb"))
+    done = linux.exec_in(p, "a", ["ping", "-c", "5", "-i", "0.05", "-W", "2", "d"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    with linux.linkd(p) as client:
+        counters = client.request("counters")
+    ports = {(link, port): data for link, found in counters["links"].items()
+             for port, data in found["ports"].items()}  # fmt: skip
+    paths = sorted(data["io"] for data in ports.values())
+    assert len(paths) == 6 and "rings" in paths and "copy" in paths, paths
+    # Each of a's five requests and d's five replies crossed every port, whatever its path.
+    assert all(data["received"] >= 5 and data["sent"] >= 5 for data in ports.values()), ports
