@@ -50,7 +50,10 @@ def test_a_confined_run_confines_programs_and_tools_and_not_captures(fake, monke
     experiment = fake(CONFINED)
     start = experiment.launch(run_as=PROJECT, capture=True)
     client = experiment.client
-    wait_for(lambda: client.request("status")["pending_events"] == 0, "the last event")
+    # Its program has ended (no pending event is not enough: the start may still be under
+    # way, and a loaded machine then saw the run end before the program did).
+    wait_for(lambda: [p["state"] for p in client.request("status")["programs"]] == ["ended"],
+             "the program's end")  # fmt: skip
     client.request("finish", outcome="completed")
     folder = RunFolder(start.results)
     journal = experiment.backend.journal()
