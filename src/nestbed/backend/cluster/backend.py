@@ -137,12 +137,19 @@ class ClusterBackend:
             )
 
     def _on_hosts(
-        self, function: Callable[..., Any], args: dict[str, tuple[Any, ...]], *, light: bool = False
+        self,
+        function: Callable[..., Any],
+        args: dict[str, tuple[Any, ...]],
+        *,
+        light: bool = False,
+        leave_queued: bool = False,
     ) -> dict:
         """``function(*args[h])`` on every host ``h`` at once; each host's result or the
         exception it raised (or a timeout). Work for a host takes its one slot, so that a
         host builds one share at a time; ``light`` work (a timed link change) goes to the
-        host's agent without it, and is not held up by a swap-in there."""
+        host's agent without it, and is not held up by a swap-in there. Work a host has
+        not done in time is called off, or with ``leave_queued`` left to run there when its
+        turn comes (``_Queued``)."""
         client = self.client()
         live = set(self.hosts())
         results: dict[str, Any] = {
@@ -163,8 +170,14 @@ class ClusterBackend:
             wait(list(futures.values()), timeout=self.timeout_s)
         for h, future in futures.items():
             if not future.done():
-                future.cancel()
-                results[h] = TimeoutError(f"no answer within {self.timeout_s:g} s")
+                if leave_queued:
+                    from distributed import fire_and_forget
+
+                    fire_and_forget(future)
+                    results[h] = _Queued(f"no answer within {self.timeout_s:g} s; left queued")
+                else:
+                    future.cancel()
+                    results[h] = TimeoutError(f"no answer within {self.timeout_s:g} s")
                 continue
             try:
                 results[h] = future.result()
@@ -224,11 +237,22 @@ class ClusterBackend:
         answers = self._on_hosts(host.swap_in, {h: (part,) for h, part in parts.items()})
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
-            undone = self._on_hosts(host.swap_out, {h: (part,) for h, part in parts.items()})
-            stuck = sorted(h for h, a in undone.items() if isinstance(a, BaseException))
+            # A host still building when its answer was due removes its part once the build
+            # is done: the removal is left queued there behind it.
+            undone = self._on_hosts(
+                host.swap_out, {h: (part,) for h, part in parts.items()}, leave_queued=True
+            )
+            late = sorted(h for h, a in undone.items() if isinstance(a, _Queued))
+            stuck = sorted(h for h, a in undone.items()
+                           if isinstance(a, BaseException) and h not in late)  # fmt: skip
             if stuck:  # the placement stays, so that swap-out can try again
                 after = (f"host {', '.join(stuck)} could not remove its part; run "
                          "`nestbed swapout` again")  # fmt: skip
+            elif late:
+                shutil.rmtree(directory, ignore_errors=True)
+                after = (f"host {', '.join(late)} did not answer in time: "
+                         + ("it removes its part" if len(late) == 1 else "each removes its part")
+                         + " once it has finished building it")  # fmt: skip
             else:
                 shutil.rmtree(directory, ignore_errors=True)
                 after = "every host removed what it had created"
@@ -531,6 +555,10 @@ class ClusterBackend:
     def traces(self) -> list[str]:
         answers = self._on_hosts(agent.traces, {h: () for h in self.hosts()})
         return [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+
+
+class _Queued(TimeoutError):
+    """Work a host did not do in time, left to run there when its turn comes."""
 
 
 def _reason(exc: BaseException) -> str:
