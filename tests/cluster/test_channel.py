@@ -24,10 +24,17 @@ UNDERLAY = Underlay(
 
 
 class Hosts:
-    """What each host's linkd was asked, and its canned counters."""
+    """What each host's linkd was asked, and its canned counters; timed requests say when
+    each host applied them (a host ``late_s`` behind the others)."""
 
-    def __init__(self):
+    def __init__(self, late_s: float = 0.25):
         self.asked: list[tuple[str, str, dict]] = []
+        self.timed: list[tuple[float, dict]] = []
+        self.late_s = late_s
+
+    def at(self, asked, due):
+        self.timed.append((due, asked))
+        return {h: due + (self.late_s if h == "right" else 0.0) for h in asked}
 
     def __call__(self, hosts, op, fields):
         self.asked += [(h, op, fields) for h in hosts]
@@ -42,7 +49,8 @@ class Hosts:
 @pytest.fixture
 def channel():
     hosts = Hosts()
-    return ClusterChannel(shares(plan(build(DUMBBELL)), LEFT_RIGHT, UNDERLAY), hosts), hosts
+    parts = shares(plan(build(DUMBBELL)), LEFT_RIGHT, UNDERLAY)
+    return ClusterChannel(parts, hosts, hosts.at), hosts
 
 
 def test_a_port_goes_to_its_host_a_link_to_all_its_hosts(channel):
@@ -68,6 +76,22 @@ def test_a_new_delay_on_a_cut_links_sending_pipe_stays_compensated(channel):
     ch.request("set", link="bottleneck", port="r1", direction="egress", params=params)
     (_, _, fields), = hosts.asked  # fmt: skip
     assert fields["params"] == {"delay": {"delay_ns": 49_500_000}, "bandwidth": {"rate_bps": 1}}
+
+
+def test_a_timed_change_goes_to_each_host_once_with_its_own_requests_and_their_time(channel):
+    ch, hosts = channel
+    params = {"delay": {"delay_ns": 50_000_000}}
+    requests = [("down", {"link": "bottleneck", "mode": "blackhole"}),
+                ("set", {"link": "bottleneck", "port": "r1", "direction": "egress",
+                         "params": params})]  # fmt: skip
+    applied = ch.request_at(123.5, requests)
+    (due, asked), = hosts.timed  # fmt: skip
+    assert due == 123.5 and not hosts.asked  # one message per host, nothing sent untimed
+    assert [op for op, _ in asked["left"]] == ["down", "set"]
+    assert [op for op, _ in asked["right"]] == ["down"]
+    # The cut link's sending pipe keeps the underlay's time off, as untimed changes do.
+    assert asked["left"][1][1]["params"] == {"delay": {"delay_ns": 49_500_000}}
+    assert applied == 123.75  # when the last host applied it
 
 
 def started(pid: int) -> Future:

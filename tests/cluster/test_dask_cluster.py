@@ -15,6 +15,7 @@ import pytest
 from simulated import DUMBBELL, namespaces, processes
 
 from nbtest import EXAMPLES, experiment, until
+from nestbed.backend.cluster import host as host_part
 from nestbed.backend.cluster.backend import ClusterBackend
 from nestbed.backend.cluster.host import BUILDING
 from nestbed.backend.cluster.placement import place
@@ -200,6 +201,40 @@ def test_an_agent_killed_while_building_its_part_has_its_successor_remove_that_p
     assert not note.exists()
     assert not processes(str(machines.run_dir(victim) / p.experiment))
     backend.swap_out(p)  # the controller's placement, kept for a swap-out, goes too
+    assert not backend.run_dir(p).exists()
+
+
+class Hasty(ClusterBackend):
+    """A back end that waits 50 ms for each host's part of a swap-in or swap-out: no host
+    builds its part that fast."""
+
+    def _on_hosts(self, function, args, **options):  # type: ignore[no-untyped-def]
+        self.timeout_s = 0.05 if function in (host_part.swap_in, host_part.swap_out) else 300
+        return super()._on_hosts(function, args, **options)
+
+
+def test_a_host_that_answers_after_the_swap_ins_deadline_removes_its_part_once_built(cluster):
+    """Before, the removal sent to a host still building was called off with it, and the
+    part it then finished stayed until someone ran `nestbed cleanup NAME`."""
+    machines, backend, _ = cluster
+    p = plan(experiment(DUMBBELL, "i21late"))
+    hasty = Hasty(backend.scheduler, state_root=backend.state_root)
+    try:
+        with pytest.raises(EnvironmentProblem) as caught:
+            hasty.swap_in(p)
+    finally:
+        hasty.close()
+    said = str(caught.value)
+    print(said)
+    assert "no answer within 0.05 s" in said
+    assert "did not answer in time: " in said and "once it has finished building it" in said
+    until(lambda: not [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
+              and not any(processes(str(machines.run_dir(h) / p.experiment))
+                          for h in machines.hosts),
+          "the late hosts to remove their parts")  # fmt: skip
+    for h in machines.hosts:
+        until(lambda h=h: not (machines.run_dir(h) / p.experiment).exists(),
+              f"host {h}'s state of the experiment to go")  # fmt: skip
     assert not backend.run_dir(p).exists()
 
 

@@ -28,6 +28,9 @@ class Backend(Protocol):
 
     name: str  # "linux", "fake": recorded with the experiment, read by its controller
     state_root: Path  # where run_dir()s and the life cycle's locks live
+    # How long ahead of its time a link event is handed to the link emulators, which take it
+    # with its time (``linkd.TimedChannel``): 0 where they are on this machine.
+    link_lead_s: float
 
     def require_ready(self) -> None:
         """One sentence (EnvironmentProblem) if this back end cannot build networks here."""

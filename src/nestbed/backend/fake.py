@@ -42,6 +42,7 @@ class FakeBackend:
     """A machine that only writes down what it was asked to do."""
 
     name = "fake"
+    link_lead_s = 0.0  # its link emulator records requests at once
 
     def __init__(self, root: Path | None = None, fail: Iterable[str] = ()):
         found = root or os.environ.get(ROOT_ENV) or Path(tempfile.gettempdir()) / "nestbed-fake"

@@ -4,7 +4,7 @@ pipes' counters, and setting the pipes a link change touched."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from nestbed.backend.plan import PipeSettings
 from nestbed.errors import NestbedError
@@ -18,6 +18,34 @@ class Channel(Protocol):
     def request(self, op: str, **fields: Any) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+Request = tuple[str, dict[str, Any]]  # op and fields, as Channel.request takes them
+
+
+@runtime_checkable
+class TimedChannel(Channel, Protocol):
+    """Link emulators a hop away (a cluster's hosts): a change is handed over ahead of its
+    time, with the time, and each emulator's host applies it then."""
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        """Carries out ``requests`` in order when this machine's time.monotonic() reads
+        ``due`` (at once if it has passed); when the last host applied them, on that clock."""
+        ...
+
+
+class Requests:
+    """A Channel that keeps the requests asked of it, to send them later in one go."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.requests.append((op, fields))
+        return {}
+
+    def close(self) -> None:
+        """Nothing is open."""
 
 
 def pipe_counters(client: Channel) -> dict[Pipe, dict[str, Any]]:

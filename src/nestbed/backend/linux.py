@@ -693,6 +693,7 @@ class LinuxBackend:
     """This machine: network namespaces, veth pairs, bridges, cgroups and nestbed-linkd."""
 
     name = "linux"
+    link_lead_s = 0.0  # linkd is a socket away
     state_root = RUN_DIR
 
     def require_ready(self) -> None:

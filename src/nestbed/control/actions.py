@@ -50,8 +50,11 @@ class Actions:
         self.sequence_steps = {s.name: s for s in exp.sequences}
         self.agents = {a.name for a in exp.agents}
 
-    def perform(self, action: Action, source: str, planned_s: float | None) -> dict[str, Any]:
-        """Carries out ``action`` now and records it in events.csv; the row.
+    def perform(
+        self, action: Action, source: str, planned_s: float | None, due: float | None = None
+    ) -> dict[str, Any]:
+        """Carries out ``action`` now, or at ``due`` (time.monotonic()) where it was handed
+        over ahead of its time, and records it in events.csv; the row.
 
         An action refused (or one the machine could not do) is an event that failed: its
         row says why and the run goes on. Anything else is a bug of nestbed: the row says
@@ -59,7 +62,13 @@ class Actions:
         """
         actual = self.scheduler.now_s()
         try:
-            message, outcome = self.execute(action, source), "ok"
+            if due is not None:  # a link a hop away: its time is when its hosts applied it
+                message = self.links.apply(action.object, action.verb, action.args, due)
+                applied = self.links.applied.pop(action.object, None)
+                actual = self.scheduler.now_s() if applied is None else applied - self.scheduler.t0
+            else:
+                message = self.execute(action, source)
+            outcome = "ok"
         except (NestbedError, OSError, UnitError) as exc:
             message, outcome = str(exc), "error"
         except Exception as exc:

@@ -4,10 +4,11 @@ a link event on the link emulator through one connection kept open for the run."
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from nestbed.backend.base import Backend
-from nestbed.backend.linkd import Channel, set_changed_pipes
+from nestbed.backend.linkd import Channel, Requests, TimedChannel, set_changed_pipes
 from nestbed.backend.plan import PipeSettings, Plan, pipe_params
 from nestbed.control.simulated import SimulatedPart
 from nestbed.errors import Refused
@@ -29,12 +30,27 @@ class LinkStates:
         self.emulated = {e.link for e in plan.emulated}
         self.lock = threading.Lock()
         self.channel: Channel | None = None  # opened by the first link event
+        # Changes handed over ahead of their time (a cluster's) are planned before they are
+        # applied: a link's next event starts from the planned link, and a change that comes
+        # back is kept unless a later one came back first.
+        self.planned = dict(self.links)
+        self.kept_due: dict[str, float] = {}
+        # When a link's hosts applied its last change handed over ahead (time.monotonic()
+        # here), for the event's row.
+        self.applied: dict[str, float] = {}
+
+    def lead_s(self, name: str) -> float:
+        """How long ahead of its time an event on ``name`` is handed over: its link
+        emulators' hop (a cluster's), or 0 where the link is not emulated there."""
+        simulated = self.simulated is not None and name in self.simulated.links
+        return self.backend.link_lead_s if name in self.emulated and not simulated else 0.0
 
     def __contains__(self, name: str) -> bool:
         return name in self.links
 
-    def apply(self, name: str, verb: str, args: tuple[str, ...]) -> str:
-        """Carries out a link event now; what it did."""
+    def apply(self, name: str, verb: str, args: tuple[str, ...], due: float | None = None) -> str:
+        """Carries out a link event now, or at ``due`` (time.monotonic()) where the link
+        emulators take changes ahead of their time; what it did."""
         if self.simulated is not None and name in self.simulated.links:
             with self.lock:
                 return self._apply_simulated(self.simulated, name, verb, args)
@@ -46,24 +62,49 @@ class LinkStates:
         with self.lock:
             if self.channel is None:
                 self.channel = self.backend.linkd(self.plan)
-            try:
-                return self._apply(self.channel, name, verb, args)
-            except OSError:
-                self.channel.close()  # broken: the next event opens a new one
-                self.channel = None
-                raise
+            channel = self.channel
+            if due is None or not isinstance(channel, TimedChannel):
+                try:
+                    message, state, after = self._apply(channel, name, verb, args)
+                except OSError:
+                    channel.close()  # broken: the next event opens a new one
+                    self.channel = None
+                    raise
+                self._keep(name, state, after, time.monotonic())
+                return message
+            asked = Requests()
+            message, state, after = self._apply(asked, name, verb, args)
+        # Outside the lock: the hosts wait for the time, and other links' events go on.
+        applied = channel.request_at(due, asked.requests)
+        with self.lock:
+            self._keep(name, state, after, due)
+            self.applied[name] = applied
+        return message
 
-    def _apply(self, client: Channel, name: str, verb: str, args: tuple[str, ...]) -> str:
+    def _apply(
+        self, client: Channel, name: str, verb: str, args: tuple[str, ...]
+    ) -> tuple[str, str | None, Link]:
+        """Sends ``client`` the requests of a link event on the link as planned, and plans
+        its shaping after it; what it did, its state after it (None: unchanged) and its
+        shaping after it."""
+        before = self.planned[name]
         if verb in ("up", "down"):
             fields = {"mode": "blackhole"} if verb == "down" else {}
             client.request(verb, link=name, **fields)
-            self.state[name] = verb
-            return f"link {name} is {verb}"
-        before = self.links[name]
+            return f"link {name} is {verb}", verb, before
         after = link_after_event(before, self.original[name], verb, args)
-        self.links[name] = after
+        self.planned[name] = after
         changed = set_changed_pipes(client, name, _settings(before), _settings(after))
-        return f"{changed} pipes of {name} changed"
+        return f"{changed} pipes of {name} changed", None, after
+
+    def _keep(self, name: str, state: str | None, link: Link, due: float) -> None:
+        """The link as a change due at ``due`` left it, unless a later one came back first."""
+        if due < self.kept_due.get(name, float("-inf")):
+            return
+        self.kept_due[name] = due
+        self.links[name] = link
+        if state is not None:
+            self.state[name] = state
 
     def _apply_simulated(
         self, simulated: SimulatedPart, name: str, verb: str, args: tuple[str, ...]
@@ -74,7 +115,7 @@ class LinkStates:
             return f"simulated link {name} is {verb}"
         after = link_after_event(self.links[name], self.original[name], verb, args)
         simulated.shape(after)
-        self.links[name] = after
+        self.links[name] = self.planned[name] = after
         return f"simulated link {name} changed"
 
     def reset(self, exp: Experiment) -> list[str]:
@@ -104,7 +145,7 @@ class LinkStates:
                                       _settings(link))  # fmt: skip
                 else:
                     continue  # a cable: neither events nor the next run change it
-                self.state[name], self.links[name] = "up", link
+                self.state[name], self.links[name], self.planned[name] = "up", link, link
                 what = [w for w, on in (("up", down), ("reshaped", changed)) if on]
                 done.append(f"{name}: {' and '.join(what)}")
         return done

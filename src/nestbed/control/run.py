@@ -72,7 +72,7 @@ class Run:
             node: (facts.get("monotonic_offset_s") or 0.0) * 1e9
             for facts in placement.get("hosts", {}).values() for node in facts.get("nodes", [])
         }  # fmt: skip
-        self.scheduler = Scheduler(self._perform)
+        self.scheduler = Scheduler(self._perform, lambda action: self.links.lead_s(action.object))
         self.events = Table(self.folder.events, EVENT_COLUMNS)
         self.program_rows = Table(self.folder.programs_table, PROGRAM_COLUMNS)
         found = {n.name: backend.node_cgroup(self.plan, n.name) for n in self.plan.nodes}
@@ -249,8 +249,10 @@ class Run:
         self.t0_unix = time.time()  # captures are stamped in Unix time
         self.sampler.start(self.scheduler.t0)
 
-    def _perform(self, action: Action, source: str, planned_s: float | None) -> object:
-        return self.actions.perform(action, source, planned_s)
+    def _perform(
+        self, action: Action, source: str, planned_s: float | None, due: float | None
+    ) -> object:
+        return self.actions.perform(action, source, planned_s, due)
 
     # -- requests ---------------------------------------------------------------------------
 

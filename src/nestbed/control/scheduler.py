@@ -1,6 +1,15 @@
 """The run's event list: actions due at a time, carried out on time by one worker thread per
 object, so events due together on different objects all begin on time and the events of one
-object stay in order."""
+object stay in order.
+
+An action whose object is a hop away (a link emulated on a cluster's hosts) is handed to its
+own thread ``lead_s`` ahead of its time, with the time it is due, and takes effect there then:
+the hop's own delay (a Dask round trip, over a second on a loaded machine) no longer makes
+it late. Such an action is in flight until its answer is back, and the run's end waits for
+it. An action due after a pending end of the run (``$ns halt``) is not handed
+over early, so it is skipped as on one host; one due within ``lead_s`` after an end nobody
+scheduled (`nestbed halt`, a signal) takes effect after that end, and its row says when.
+"""
 
 from __future__ import annotations
 
@@ -17,26 +26,43 @@ from nestbed.model import Action
 
 _SPIN_S = 0.002  # the scheduler sleeps until this close to an event, then spins
 
-Perform = Callable[[Action, str, float | None], object]  # action, source, planned_s
+# action, source, planned_s, and the time.monotonic() it is due at where it was handed over
+# ahead of that time (None: it is due now)
+Perform = Callable[[Action, str, float | None, float | None], object]
+Lead = Callable[[Action], float]  # how long ahead of its time an action is handed over
+ENDS = ("halt", "terminate", "swapout")  # the verbs of ``ns`` that end the run
 
 
 @dataclass(order=True)
 class Pending:
     """An action waiting for its time."""
 
-    due: float  # time.monotonic()
+    release: float  # time.monotonic() it goes to its worker: ``due`` less its lead
     seq: int
+    due: float = field(compare=False)  # time.monotonic() it takes effect
     action: Action = field(compare=False)
     source: str = field(compare=False)  # static, timeline, dynamic, sequence
     planned_s: float = field(compare=False)  # since the run's t0
     timeline: str | None = field(compare=False, default=None)
+    lead_s: float = field(compare=False, default=0.0)
+
+    def at(self, due: float) -> None:
+        self.due, self.release = due, due - self.lead_s
+
+
+def _no_lead(_: Action) -> float:
+    return 0.0
+
+
+def _by_time(item: Pending) -> tuple[float, int]:
+    return item.due, item.seq
 
 
 class Scheduler:
     """Holds pending actions and hands each to its object's worker when it is due."""
 
-    def __init__(self, perform: Perform):
-        self.perform = perform
+    def __init__(self, perform: Perform, lead: Lead = _no_lead):
+        self.perform, self.lead = perform, lead
         self.t0 = time.monotonic()
         self.lock = threading.RLock()
         self.wake = threading.Condition(self.lock)
@@ -45,6 +71,7 @@ class Scheduler:
         self.timelines_pending: dict[str, int] = {}
         self.seq = itertools.count()
         self.ending = False
+        self.in_flight: dict[int, Pending] = {}  # by seq: handed over ahead of time, not done
 
     def now_s(self) -> float:
         """Seconds since the run's t0."""
@@ -55,7 +82,7 @@ class Scheduler:
         with self.wake:
             self.t0 = time.monotonic()
             for item in self.queue:
-                item.due = self.t0 + item.planned_s
+                item.at(self.t0 + item.planned_s)
             heapq.heapify(self.queue)
             for item in self.queue:
                 self._worker(item.action.object)  # threads ready before their first event
@@ -66,7 +93,9 @@ class Scheduler:
         with self.wake:
             if self.ending:
                 raise Refused("the run has ended; no more events are accepted")
-            item = Pending(self.t0 + at_s, next(self.seq), action, source, at_s, timeline)
+            lead = self.lead(action)
+            due = self.t0 + at_s
+            item = Pending(due - lead, next(self.seq), due, action, source, at_s, timeline, lead)
             heapq.heappush(self.queue, item)
             if timeline:
                 self.timelines_pending[timeline] = self.timelines_pending.get(timeline, 0) + 1
@@ -75,7 +104,7 @@ class Scheduler:
     def upcoming(self) -> list[Pending]:
         """Every pending action, soonest first."""
         with self.lock:
-            return sorted(self.queue)
+            return sorted(self.queue, key=_by_time)
 
     def wait_timeline(self, name: str) -> None:
         """Returns when every event of timeline ``name`` pushed so far has been carried out."""
@@ -95,13 +124,15 @@ class Scheduler:
 
     def end(self) -> list[Pending] | None:
         """Stops handing out actions; what was still pending, soonest first (None when the
-        scheduler had already ended)."""
+        scheduler had already ended). Actions in flight are waited for: they take effect at
+        their time, and their rows are in before the run's tables close."""
         with self.wake:
             if self.ending:
                 return None
             self.ending = True
-            skipped, self.queue = sorted(self.queue), []
+            skipped, self.queue = sorted(self.queue, key=_by_time), []
             self.wake.notify_all()
+            self.wake.wait_for(lambda: not self.in_flight)
         return skipped
 
     def retire(self) -> None:
@@ -113,16 +144,35 @@ class Scheduler:
         while True:
             with self.wake:
                 while not self.ending and (
-                    not self.queue or self.queue[0].due - time.monotonic() > _SPIN_S
+                    not self.queue or self.queue[0].release - time.monotonic() > _SPIN_S
                 ):
-                    wait = self.queue[0].due - time.monotonic() - _SPIN_S if self.queue else None
+                    wait = (
+                        self.queue[0].release - time.monotonic() - _SPIN_S if self.queue else None
+                    )
                     self.wake.wait(wait)
                 if self.ending:
                     return
                 item = heapq.heappop(self.queue)
-            while time.monotonic() < item.due:
+                if item.lead_s and self._ends_before(item.due):
+                    item.lead_s = 0.0  # at its time, when the run will have ended: skipped
+                    item.at(item.due)
+                    heapq.heappush(self.queue, item)
+                    continue
+                if item.lead_s:
+                    self.in_flight[item.seq] = item
+            while time.monotonic() < item.release:
                 pass
-            self._worker(item.action.object).put(item)
+            if item.lead_s:
+                # A thread of its own: the object's next event need not wait for this one's
+                # answer, which comes back a hop after its time (its hosts keep the order).
+                threading.Thread(target=self._perform, args=(item,), daemon=True).start()
+            else:
+                self._worker(item.action.object).put(item)
+
+    def _ends_before(self, due: float) -> bool:
+        """Whether an end of the run is pending at or before ``due``."""
+        return any(p.due <= due and p.action.object == "ns" and p.action.verb in ENDS
+                   for p in self.queue)  # fmt: skip
 
     def _worker(self, obj: str) -> queue.SimpleQueue[Pending | None]:
         # Starting a process takes milliseconds; with a thread per object, events due at the
@@ -136,12 +186,16 @@ class Scheduler:
             return self.workers[obj]
 
     def _work(self, items: queue.SimpleQueue[Pending | None]) -> None:
-        while True:
-            item = items.get()
-            if item is None:
-                return
-            self.perform(item.action, item.source, item.planned_s)
-            if item.timeline:
-                with self.wake:
+        while (item := items.get()) is not None:
+            self._perform(item)
+
+    def _perform(self, item: Pending) -> None:
+        try:
+            self.perform(item.action, item.source, item.planned_s,
+                         item.due if item.lead_s else None)  # fmt: skip
+        finally:
+            with self.wake:
+                self.in_flight.pop(item.seq, None)
+                if item.timeline:
                     self.timelines_pending[item.timeline] -= 1
-                    self.wake.notify_all()
+                self.wake.notify_all()

@@ -25,6 +25,7 @@ RESOURCE_PREFIX = "host-"
 DEFAULT_SLOTS = 64
 DEFAULT_NIC_BPS = 1_000_000_000
 CONNECT_TIMEOUT_S = 60  # an agent that cannot reach its scheduler this long gives up
+_SPIN_S = 0.002  # a timed link change sleeps until this close to its time, then spins
 
 
 def resource(host: str) -> str:
@@ -156,6 +157,23 @@ def linkd_request(p: Plan, op: str, fields: dict[str, Any]) -> dict[str, Any]:
     """One request to this host's link emulator of the experiment (run on the agent)."""
     with linux.linkd(p) as client:
         return client.request(op, **fields)
+
+
+async def linkd_requests_at(p: Plan, due_ns: int, requests: list[tuple[str, dict]]) -> int:
+    """Sends this host's link emulator of the experiment ``requests`` when this host's
+    monotonic clock reads ``due_ns`` (at once if it has passed); when it sent them, on that
+    clock. Run on the agent's event loop: waiting holds none of its threads, and a host's
+    other work (another experiment's swap-in) does not hold it up."""
+    with linux.linkd(p) as client:  # connected before the wait, which then ends in a send
+        wait_s = (due_ns - time.monotonic_ns()) / 1e9 - _SPIN_S
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        while time.monotonic_ns() < due_ns:  # the last moments: a timer wakes too late
+            pass
+        sent_ns = time.monotonic_ns()
+        for op, fields in requests:
+            client.request(op, **fields)
+    return sent_ns
 
 
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:

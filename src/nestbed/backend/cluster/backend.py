@@ -51,7 +51,7 @@ from nestbed.backend.cluster.share import (
 )
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
-from nestbed.backend.linkd import Channel
+from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
@@ -61,12 +61,18 @@ CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experime
 # What start_in passes on to the node's host; anything else is a bug of the caller's.
 _POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
+# A link event goes to its hosts this long ahead of its time, and they apply it then. A Dask
+# round trip to a simulated host took 1.5 s at load 9 on 2 cores (events landed that late,
+# and one second of lead was not enough); a run's end waits at most this long for events
+# handed over before an end nobody scheduled.
+LINK_LEAD_S = 3.0
 
 
 class ClusterBackend:
     """Experiments over the hosts whose agents are connected to the scheduler at ``scheduler``."""
 
     name = "cluster"
+    link_lead_s = LINK_LEAD_S
 
     def __init__(
         self,
@@ -130,9 +136,20 @@ class ClusterBackend:
                 f"`nestbed agent --scheduler {self.scheduler}` on each host"
             )
 
-    def _on_hosts(self, function: Callable[..., Any], args: dict[str, tuple[Any, ...]]) -> dict:
+    def _on_hosts(
+        self,
+        function: Callable[..., Any],
+        args: dict[str, tuple[Any, ...]],
+        *,
+        light: bool = False,
+        leave_queued: bool = False,
+    ) -> dict:
         """``function(*args[h])`` on every host ``h`` at once; each host's result or the
-        exception it raised (or a timeout)."""
+        exception it raised (or a timeout). Work for a host takes its one slot, so that a
+        host builds one share at a time; ``light`` work (a timed link change) goes to the
+        host's agent without it, and is not held up by a swap-in there. Work a host has
+        not done in time is called off, or with ``leave_queued`` left to run there when its
+        turn comes (``_Queued``)."""
         client = self.client()
         live = set(self.hosts())
         results: dict[str, Any] = {
@@ -141,18 +158,26 @@ class ClusterBackend:
             if h not in live
         }  # rather than wait for one until the timeout: work for it would never start
         futures = {
-            h: client.submit(function, *a, resources={agent.resource(h): 1}, pure=False)
+            h: client.submit(function, *a, pure=False, **(
+                {"workers": [agent.resource(h)], "allow_other_workers": False} if light
+                else {"resources": {agent.resource(h): 1}}))
             for h, a in args.items()
             if h in live
-        }
+        }  # fmt: skip
         from distributed import wait
 
         with contextlib.suppress(TimeoutError):  # one deadline for all hosts together
             wait(list(futures.values()), timeout=self.timeout_s)
         for h, future in futures.items():
             if not future.done():
-                future.cancel()
-                results[h] = TimeoutError(f"no answer within {self.timeout_s:g} s")
+                if leave_queued:
+                    from distributed import fire_and_forget
+
+                    fire_and_forget(future)
+                    results[h] = _Queued(f"no answer within {self.timeout_s:g} s; left queued")
+                else:
+                    future.cancel()
+                    results[h] = TimeoutError(f"no answer within {self.timeout_s:g} s")
                 continue
             try:
                 results[h] = future.result()
@@ -212,11 +237,22 @@ class ClusterBackend:
         answers = self._on_hosts(host.swap_in, {h: (part,) for h, part in parts.items()})
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
-            undone = self._on_hosts(host.swap_out, {h: (part,) for h, part in parts.items()})
-            stuck = sorted(h for h, a in undone.items() if isinstance(a, BaseException))
+            # A host still building when its answer was due removes its part once the build
+            # is done: the removal is left queued there behind it.
+            undone = self._on_hosts(
+                host.swap_out, {h: (part,) for h, part in parts.items()}, leave_queued=True
+            )
+            late = sorted(h for h, a in undone.items() if isinstance(a, _Queued))
+            stuck = sorted(h for h, a in undone.items()
+                           if isinstance(a, BaseException) and h not in late)  # fmt: skip
             if stuck:  # the placement stays, so that swap-out can try again
                 after = (f"host {', '.join(stuck)} could not remove its part; run "
                          "`nestbed swapout` again")  # fmt: skip
+            elif late:
+                shutil.rmtree(directory, ignore_errors=True)
+                after = (f"host {', '.join(late)} did not answer in time: "
+                         + ("it removes its part" if len(late) == 1 else "each removes its part")
+                         + " once it has finished building it")  # fmt: skip
             else:
                 shutil.rmtree(directory, ignore_errors=True)
                 after = "every host removed what it had created"
@@ -438,7 +474,21 @@ class ClusterBackend:
                 h: (agent.state_only(parts[h].plan), op, fields) for h in hosts
             })  # fmt: skip
 
-        return ClusterChannel(parts, on_hosts)
+        # Each host's monotonic clock less this machine's, measured at swap-in: a change due
+        # at this machine's time t is due at t + offset there.
+        hosts = self.placement_facts(plan).get("hosts", {})
+        offset_ns = {h: (f.get("monotonic_offset_s") or 0.0) * 1e9 for h, f in hosts.items()}
+
+        def at_hosts(asked: dict[str, list[Request]], due: float) -> dict[str, Any]:
+            answers = self._on_hosts(agent.linkd_requests_at, {
+                h: (agent.state_only(parts[h].plan), round(due * 1e9 + offset_ns.get(h, 0.0)),
+                    requests)
+                for h, requests in asked.items()
+            }, light=True)  # fmt: skip
+            return {h: a if isinstance(a, BaseException) else (a - offset_ns.get(h, 0.0)) / 1e9
+                    for h, a in answers.items()}  # fmt: skip
+
+        return ClusterChannel(parts, on_hosts, at_hosts)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         """The node's cgroup on its host, as its CPU time and memory read through the
@@ -505,6 +555,10 @@ class ClusterBackend:
     def traces(self) -> list[str]:
         answers = self._on_hosts(agent.traces, {h: () for h in self.hosts()})
         return [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
+
+
+class _Queued(TimeoutError):
+    """Work a host did not do in time, left to run there when its turn comes."""
 
 
 def _reason(exc: BaseException) -> str:

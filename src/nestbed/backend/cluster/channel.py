@@ -17,18 +17,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nestbed.backend.cluster.share import TUNNEL_PORT, HostShare, less_delay
+from nestbed.backend.linkd import Request
 from nestbed.errors import EnvironmentProblem
 
 # Runs ``linkd_request(host, op, fields)`` on each host given, at once: each host's reply or
 # the exception it raised.
 OnHosts = Callable[[list[str], str, dict[str, Any]], dict[str, Any]]
+# Runs each host's requests when this machine's time.monotonic() reads ``due``, at once on
+# every host given: when each host applied them (on this machine's clock), or the exception.
+AtHosts = Callable[[dict[str, list[Request]], float], dict[str, Any]]
 
 
 class ClusterChannel:
     """linkd's protocol over the link emulators of every host of one experiment."""
 
-    def __init__(self, parts: Mapping[str, HostShare], on_hosts: OnHosts):
-        self.on_hosts = on_hosts
+    def __init__(self, parts: Mapping[str, HostShare], on_hosts: OnHosts, at_hosts: AtHosts):
+        self.on_hosts, self.at_hosts = on_hosts, at_hosts
         self.hosts = sorted(h for h, part in parts.items() if part.plan.needs_linkd)
         self.port_host: dict[tuple[str, str], str] = {}
         self.link_hosts: dict[str, list[str]] = {}
@@ -57,22 +61,44 @@ class ClusterChannel:
         return self.hosts
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        hosts, fields = self._routed(op, fields)
+        replies = _answered(self.on_hosts(hosts, op, fields), hosts)
+        if op == "counters":
+            return merge_counters([replies[h] for h in hosts])
+        return replies[hosts[0]]
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        """Each host's part of ``requests`` (in their order), applied there at ``due``."""
+        asked: dict[str, list[Request]] = {}
+        for op, fields in requests:
+            hosts, fields = self._routed(op, fields)
+            for h in hosts:
+                asked.setdefault(h, []).append((op, fields))
+        if not asked:
+            return due
+        return max(_answered(self.at_hosts(asked, due), list(asked)).values())
+
+    def _routed(self, op: str, fields: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """The hosts a request goes to, and its fields as they go (a cut link's sending
+        pipe keeps the underlay's time off its delay)."""
         hosts = self.targets(op, fields)
         if not hosts:
             raise EnvironmentProblem("no host of this experiment runs a link emulator")
         by_s = self.compensated.get((fields.get("link"), fields.get("port")))  # type: ignore[arg-type]
         if op == "set" and fields.get("direction") == "egress" and by_s:
             fields = {**fields, "params": less_delay(fields["params"], by_s)}
-        replies = self.on_hosts(hosts, op, fields)
-        for h in hosts:
-            if isinstance(replies[h], BaseException):
-                raise replies[h]
-        if op == "counters":
-            return merge_counters([replies[h] for h in hosts])
-        return replies[hosts[0]]
+        return hosts, fields
 
     def close(self) -> None:
         """Nothing stays open: each request is its own task."""
+
+
+def _answered(replies: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
+    """The hosts' replies, once none of them is an exception (the first is raised)."""
+    for h in hosts:
+        if isinstance(replies[h], BaseException):
+            raise replies[h]
+    return replies
 
 
 def merge_counters(replies: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,9 +14,12 @@ removes what the note names before it serves (``remove_unfinished``), since no o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from nestbed.backend import linux, offloads
@@ -45,6 +48,11 @@ def _ip(argv: list[str], what: str) -> str:
 
 def swap_in(part: HostShare) -> None:
     """Builds the share on this host; on failure removes what it made and re-raises."""
+    with _building(part):
+        _swap_in(part)
+
+
+def _swap_in(part: HostShare) -> None:
     check_underlay(part)
     note = _note(part)
     note.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -56,10 +64,25 @@ def swap_in(part: HostShare) -> None:
 
 
 def swap_out(part: HostShare) -> None:
-    """Removes everything of the share from this host (safe on a partial or absent one)."""
-    commands.forget(linux.run_dir(part.plan))
-    linux.swap_out(part.plan)
-    _note(part).unlink(missing_ok=True)
+    """Removes everything of the share from this host (safe on a partial or absent one),
+    once a build of it under way here has ended."""
+    with _building(part):
+        commands.forget(linux.run_dir(part.plan))
+        linux.swap_out(part.plan)
+        _note(part).unlink(missing_ok=True)
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _building(part: HostShare) -> Iterator[None]:
+    """The experiment's share on this host, one swap-in or swap-out of it at a time."""
+    with _locks_lock:
+        lock = _locks.setdefault(part.plan.experiment, threading.Lock())
+    with lock:
+        yield
 
 
 def _note(part: HostShare) -> Path:

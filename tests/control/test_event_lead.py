@@ -1,0 +1,171 @@
+"""Link events on emulators a hop away (a cluster's hosts) are handed over ahead of their
+time, with that time, and take effect then; the run's end waits for them, and one due after
+a pending end of the run is not handed over early. Without root: a scheduler, the run's link
+states and its actions over a recording back end."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nbtest import build
+from nestbed.backend.linkd import Request
+from nestbed.backend.plan import plan
+from nestbed.control.actions import Actions
+from nestbed.control.links import LinkStates
+from nestbed.control.scheduler import Scheduler
+from nestbed.model import Action
+from nestbed.results.tables import EVENT_COLUMNS, Table
+
+LINKED = """
+nodes: [{name: a}, {name: b}]
+links: [{name: l0, members: [a, b], bandwidth: 10Mb, delay: 5ms}]
+"""
+LEAD_S = 30.0  # far longer than any stall of a loaded machine: "ahead" is never in doubt
+
+
+def _link(verb: str) -> Action:
+    return Action(object="l0", verb=verb)
+
+
+class Recorded:
+    """What the scheduler handed over, in order, with the due time given."""
+
+    def __init__(self, hold: threading.Event | None = None):
+        self.handed: list[tuple[str, float | None]] = []
+        self.hold = hold
+
+    def perform(self, action: Action, source: str, planned_s: Any, due: float | None) -> None:
+        self.handed.append((f"{action.object} {action.verb}", due))
+        if self.hold is not None and due is not None:
+            self.hold.wait()
+
+
+def _lead(action: Action) -> float:
+    return LEAD_S if action.object == "l0" else 0.0
+
+
+def test_a_link_event_is_handed_over_ahead_of_its_time_with_that_time():
+    done = Recorded()
+    scheduler = Scheduler(done.perform, _lead)
+    scheduler.push(_link("down"), "static", 5.0)
+    scheduler.push(Action(object="p", verb="start"), "static", 0.3)
+    scheduler.begin()
+    deadline = time.monotonic() + 60
+    while len(done.handed) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    scheduler.end()
+    # The link's event, due at 5 s, went before the program's at 0.3 s; the program's is
+    # handed over at its time, with none.
+    assert done.handed == [("l0 down", scheduler.t0 + 5.0), ("p start", None)]
+
+
+def test_the_runs_end_waits_for_a_link_event_in_flight():
+    hold = threading.Event()
+    done = Recorded(hold)
+    scheduler = Scheduler(done.perform, _lead)
+    scheduler.push(_link("down"), "static", 1.0)
+    scheduler.begin()
+    while not done.handed:
+        time.sleep(0.01)
+    ended = threading.Event()
+    threading.Thread(target=lambda: (scheduler.end(), ended.set()), daemon=True).start()
+    assert not ended.wait(0.3)  # its hosts have not applied it yet
+    hold.set()
+    assert ended.wait(60)
+
+
+def test_a_link_event_due_after_a_pending_halt_is_not_handed_over_early():
+    done = Recorded()
+    scheduler = Scheduler(done.perform, _lead)
+    scheduler.push(Action(object="ns", verb="halt"), "static", 20.0)
+    scheduler.push(_link("down"), "static", 25.0)
+    scheduler.begin()
+    time.sleep(0.3)
+    skipped = scheduler.end()
+    assert done.handed == []
+    assert [f"{p.action.object} {p.action.verb}" for p in skipped] == ["ns halt", "l0 down"]
+
+
+class TimedLinkd:
+    """A cluster's link emulators as the controller sees them: requests taken with their
+    time, applied there ``late_s`` after it."""
+
+    def __init__(self, late_s: float):
+        self.late_s = late_s
+        self.timed: list[tuple[float, list[Request]]] = []
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        raise AssertionError(f"{op} sent untimed")
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        self.timed.append((due, requests))
+        return due + self.late_s
+
+    def close(self) -> None:
+        pass
+
+
+class HopAway:
+    link_lead_s = LEAD_S
+
+    def __init__(self, linkd: TimedLinkd):
+        self.channel = linkd
+
+    def linkd(self, _plan):
+        return self.channel
+
+
+def test_a_timed_link_events_row_says_when_its_hosts_applied_it(tmp_path: Path):
+    exp = build(LINKED)
+    linkd = TimedLinkd(late_s=0.004)
+    links = LinkStates(exp, plan(exp), HopAway(linkd))  # type: ignore[arg-type]
+    assert links.lead_s("l0") == LEAD_S and links.lead_s("elsewhere") == 0.0
+    scheduler = Scheduler(lambda *a: None)
+    events = Table(tmp_path / "events.csv", EVENT_COLUMNS)
+    rows: list[dict[str, Any]] = []
+    events.add = rows.append  # type: ignore[method-assign]
+    actions = Actions(exp, scheduler, links, {}, {}, None, events, lambda *a: None)  # type: ignore[arg-type]
+    due = scheduler.t0 + 2.0
+    actions.perform(_link("down"), "static", 2.0, due)
+    ((asked_due, requests),) = linkd.timed
+    assert asked_due == due and requests == [("down", {"link": "l0", "mode": "blackhole"})]
+    assert links.state["l0"] == "down"
+    (row,) = rows
+    assert row["outcome"] == "ok"
+    assert abs(row["actual_s"] - 2.004) < 1e-9 and abs(row["error_ms"] - 4.0) < 1e-6
+
+
+def test_a_links_next_change_starts_from_the_planned_one_and_a_late_answer_keeps_the_later(
+    tmp_path: Path,
+):
+    exp = build(LINKED)
+    linkd = TimedLinkd(late_s=0.0)
+    links = LinkStates(exp, plan(exp), HopAway(linkd))  # type: ignore[arg-type]
+    t = time.monotonic()
+    # Both are handed over before either comes back: the second is planned on the first.
+    first = threading.Thread(target=links.apply, args=("l0", "delay", ("50ms",), t + 1))
+    release = threading.Event()
+    linkd.request_at = _held(linkd.request_at, release, t + 1)  # type: ignore[method-assign]
+    first.start()
+    while not linkd.timed:
+        time.sleep(0.01)
+    links.apply("l0", "bandwidth", ("1Mb",), t + 2)  # comes back first
+    release.set()
+    first.join()
+    sent = [fields["params"] for _, requests in linkd.timed for _, fields in requests]
+    assert [p["delay"]["delay_ns"] for p in sent] == [50_000_000] * 2 + [50_000_000] * 2
+    kept = [port.egress for port in links.links["l0"].ports]  # the later change, on the earlier
+    assert [(e.bandwidth_bps, e.delay_s) for e in kept] == [(1_000_000, 0.05)] * 2
+
+
+def _held(request_at, release: threading.Event, due_held: float):
+    def held(due, requests):
+        answer = request_at(due, requests)
+        if due == due_held:
+            release.wait()
+        return answer
+
+    return held
