@@ -155,9 +155,8 @@ class Machines:
 class Agents:
     """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
 
-    def __init__(self, machines: Machines, *, slots: int):
-
-        self.machines, self.slots = machines, slots
+    def __init__(self, machines: Machines, *, slots: int, options: tuple[str, ...] = ()):
+        self.machines, self.slots, self.options = machines, slots, options
         self.folder = Path(tempfile.mkdtemp(prefix="nb-scheduler-"))
         self.agents: dict[str, subprocess.Popen] = {}
         # A port the kernel picks, read back from the scheduler's file: a port derived from
@@ -197,7 +196,7 @@ class Agents:
 
     def start(self, host: str) -> None:
         argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
-                "--host", host, "--slots", str(self.slots)]  # fmt: skip
+                "--host", host, "--slots", str(self.slots), *self.options]  # fmt: skip
         self.agents[host] = subprocess.Popen(
             self.machines.argv(host, *argv), env=self.machines.env(host),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -237,9 +236,12 @@ def _scheduler_address(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def started(count: int, slots: int) -> Iterator[tuple[Machines, Agents]]:
-    """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes, joined
-    to a scheduler on the underlay; all stopped and removed at the end, however it ends."""
+def started(
+    count: int, slots: int, options: tuple[str, ...] = ()
+) -> Iterator[tuple[Machines, Agents]]:
+    """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes (and
+    its other ``options``), joined to a scheduler on the underlay; all stopped and removed
+    at the end, however it ends."""
     from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
 
@@ -247,7 +249,7 @@ def started(count: int, slots: int) -> Iterator[tuple[Machines, Agents]]:
     agents = None
     try:
         machines.start()
-        agents = Agents(machines, slots=slots)
+        agents = Agents(machines, slots=slots, options=options)
         for host in machines.hosts:
             agents.start(host)
         with ClusterBackend(agents.address) as probe:
