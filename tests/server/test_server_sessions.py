@@ -12,6 +12,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -87,8 +89,13 @@ def test_exec_and_shell_run_in_the_node_as_the_project(served, people):
         assert lines[-1].endswith("/work/a"), done.stdout  # the node's working folder
         assert done.stderr == "oops\n"
         # Its input is ours when piped; a timeout stops it (124, as timeout(1)).
-        piped = served.nestbed("exec", NAME, "b", "--", "wc", "-l", **env)
-        assert piped.returncode == 0 and piped.stdout.strip() == "0"
+        empty = served.nestbed("exec", NAME, "b", "--", "wc", "-l", **env)
+        assert empty.returncode == 0 and empty.stdout.strip() == "0"
+        many = 3 * 2**20  # more than any pipe holds: the command reads it as it comes
+        argv = [sys.executable, "-m", "nestbed", "exec", NAME, "b", "--", "wc", "-c"]
+        piped = subprocess.run(argv, input=b"x" * many, capture_output=True, timeout=120,
+                               env=served.env(**env), cwd=served.root)  # fmt: skip
+        assert piped.returncode == 0 and piped.stdout.strip() == str(many).encode(), piped
         slow = served.nestbed("exec", "--timeout", "1", NAME, "a", "--", "sleep", "60", **env)
         assert slow.returncode == 124 and "ran out of its 1 s" in slow.stderr, slow.stderr
         missing = served.nestbed("exec", NAME, "z", "--", "true", **env)

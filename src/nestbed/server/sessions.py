@@ -189,6 +189,7 @@ class Process:
         else:
             env = environ | {"HOME": str(where.home)}
         self.master: int | None = None
+        self.stdin: int | None = None  # the command's input, while it is open (no pty)
         popen: dict[str, Any] = {"env": env, "cwd": str(where.home)}
         if start.tty:
             self.master, slave = os.openpty()
@@ -200,6 +201,10 @@ class Process:
         try:
             with who.server.actives.of(who.server.testbed, where.stored) as active:
                 self.popen = active.start(where.node, argv, **popen)
+        except BaseException:
+            if self.master is not None:
+                os.close(self.master)
+            raise
         finally:
             if self.master is not None:
                 os.close(slave)
@@ -208,29 +213,31 @@ class Process:
             self.outputs = [(self.master, STDOUT)]
         else:
             assert self.popen.stdout is not None and self.popen.stderr is not None
+            assert self.popen.stdin is not None
             self.outputs = [(self.popen.stdout.fileno(), STDOUT),
                             (self.popen.stderr.fileno(), STDERR)]  # fmt: skip
-            for fd, _ in self.outputs:
+            self.stdin = self.popen.stdin.fileno()
+            for fd in (self.stdin, *(fd for fd, _ in self.outputs)):
                 os.set_blocking(fd, False)
         self.pidfd = os.pidfd_open(self.popen.pid)
 
-    def write(self, data: bytes) -> None:
-        """Input for the command (blocking: called in a thread)."""
-        if self.master is not None:
-            fd = self.master
-            os.set_blocking(fd, True)  # the master's output side is read by the loop, not here
-            try:
-                os.write(fd, data)
-            finally:
-                os.set_blocking(fd, False)
-        elif self.popen.stdin is not None and not self.popen.stdin.closed:
-            self.popen.stdin.write(data)
-            self.popen.stdin.flush()
+    async def write(self, data: bytes) -> None:
+        """Input for the command, as fast as it reads it. Input it no longer reads (it
+        closed its end, or exited) is dropped, as a pipe's reader would."""
+        fd = self.master if self.master is not None else self.stdin
+        view = memoryview(data)
+        with contextlib.suppress(OSError):
+            while view and fd is not None:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    await _ready(fd, write=True)
 
-    def end_input(self) -> None:
+    async def end_input(self) -> None:
         if self.master is not None:
-            os.write(self.master, b"\x04")  # the terminal's end of file
+            await self.write(b"\x04")  # the terminal's end of file
         elif self.popen.stdin is not None:
+            self.stdin = None
             with contextlib.suppress(OSError):
                 self.popen.stdin.close()
 
@@ -262,21 +269,24 @@ def resize(master: int, cols: int, rows: int) -> None:
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-async def _readable(fd: int) -> None:
+async def _ready(fd: int, *, write: bool = False) -> None:
+    """Until ``fd`` may be read (or written) without blocking."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    add = loop.add_writer if write else loop.add_reader
+    remove = loop.remove_writer if write else loop.remove_reader
+    add(fd, lambda: ready.done() or ready.set_result(None))
     try:
         await ready
     finally:
-        loop.remove_reader(fd)
+        remove(fd)
 
 
 async def _forward(websocket: WebSocket, fd: int, stream: int) -> None:
     """The command's output on ``fd`` to the client until its end of file (a pty's master
     says EIO once the last process holding the terminal is gone)."""
     while True:
-        await _readable(fd)
+        await _ready(fd)
         try:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
@@ -295,24 +305,27 @@ async def _input(websocket: WebSocket, process: Process) -> None:
         if message["type"] == "websocket.disconnect":
             return
         if message.get("bytes"):
-            await asyncio.to_thread(process.write, message["bytes"])
+            await process.write(message["bytes"])
             continue
         try:
             said = json.loads(message.get("text") or "{}")
         except ValueError:
             continue  # nothing a well-behaved client sends
-        if isinstance(said, dict) and "resize" in said and process.master is not None:
-            cols, rows = (max(1, min(1000, int(x))) for x in said["resize"][:2])
-            resize(process.master, cols, rows)
-        elif isinstance(said, dict) and said.get("eof"):
-            process.end_input()
+        if not isinstance(said, dict):
+            continue
+        if "resize" in said and process.master is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                cols, rows = (max(1, min(1000, int(x))) for x in said["resize"][:2])
+                resize(process.master, cols, rows)
+        elif said.get("eof"):
+            await process.end_input()
 
 
 async def run(websocket: WebSocket, process: Process, timeout_s: float | None) -> dict[str, Any]:
     """Carries the session until the command exits, the client leaves or the timeout
     passes; what the last message says."""
     forwarding = asyncio.gather(*(_forward(websocket, fd, s) for fd, s in process.outputs))
-    exited = asyncio.ensure_future(_readable(process.pidfd))
+    exited = asyncio.ensure_future(_ready(process.pidfd))
     inputs = asyncio.ensure_future(_input(websocket, process))
     try:
         done, _ = await asyncio.wait({exited, inputs}, timeout=timeout_s,
