@@ -8,15 +8,20 @@ experiment from being swapped out as idle, and once it ends the experiment idles
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import select
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -70,6 +75,43 @@ def _until(ws, wanted: bytes, seen: bytearray) -> bytes:
     return bytes(seen)
 
 
+@dataclass
+class Terminal:
+    """A command of ours in a pty of 24 rows and 80 columns (as a person's terminal)."""
+
+    process: subprocess.Popen
+    master: int
+    seen: bytearray = field(default_factory=bytearray)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def until(self, wanted: bytes) -> None:
+        deadline = time.monotonic() + 30
+        while wanted not in self.seen:
+            assert time.monotonic() < deadline, f"no {wanted!r} in {bytes(self.seen)!r}"
+            if select.select([self.master], [], [], 1)[0]:
+                self.seen += os.read(self.master, 65536)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.master)
+
+
+def _in_a_terminal(served: Served, env: dict[str, str], args: list[str]) -> Terminal:
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "nestbed", *args], stdin=slave,
+                                   stdout=slave, stderr=slave, env=served.env(**env),
+                                   cwd=served.root, start_new_session=True)  # fmt: skip
+    finally:
+        os.close(slave)
+    return Terminal(process, master)
+
+
 @linux
 def test_exec_and_shell_run_in_the_node_as_the_project(served, people):
     _swapped_in(served, people["ada"])
@@ -120,6 +162,22 @@ def test_exec_and_shell_run_in_the_node_as_the_project(served, people):
             while isinstance(last := ws.recv(timeout=30), bytes):
                 pass
             assert json.loads(last) == {"exit": 7}
+
+        # `nestbed shell` in a terminal: raw mode, the node's shell in a pty of the
+        # terminal's size; Ctrl-C goes to the node, exit's status is the command's.
+        shell = _in_a_terminal(served, env, ["shell", NAME, "b"])
+        try:
+            shell.until(b"$ ")  # the node's shell's prompt
+            shell.type(b"stty size; id -u\n")
+            shell.until(f"24 80\r\n{net_uid}".encode())
+            shell.type(b"sleep 60\n")
+            time.sleep(0.5)
+            shell.type(b"\x03echo back-$?\n")
+            shell.until(b"back-130")
+            shell.type(b"exit 4\n")
+            assert shell.process.wait(60) == 4
+        finally:
+            shell.close()
 
         # Another project's leader is refused as on every route (404: no such project for
         # them), and a page of another site with a portal session cookie never opens one.

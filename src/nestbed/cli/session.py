@@ -46,7 +46,7 @@ def shell(name: str, node: str) -> int:
 
     remote = Remote()
     tty = sys.stdin.isatty() and sys.stdout.isatty()
-    cols, rows = shutil.get_terminal_size()
+    cols, rows = _size(tty)
     start = {"tty": tty, "cols": cols, "rows": rows,
              "term": os.environ.get("TERM") or "xterm-256color"}  # fmt: skip
     with remote.client.session(remote.project, name, node) as ws:
@@ -97,6 +97,15 @@ def _output(ws: Any, what: str, timeout_s: float | None) -> int:
     raise EnvironmentProblem(f"the server closed the session of {what} before its end")
 
 
+def _size(tty: bool) -> tuple[int, int]:
+    """This terminal's columns and rows, as the terminal says (not $COLUMNS, which a
+    resize leaves behind)."""
+    if tty:
+        with contextlib.suppress(OSError):
+            return tuple(os.get_terminal_size(sys.stdout.fileno()))  # type: ignore[return-value]
+    return tuple(shutil.get_terminal_size())  # type: ignore[return-value]
+
+
 @contextlib.contextmanager
 def _raw(tty: bool) -> Iterator[None]:
     """This terminal in raw mode while the remote shell has it."""
@@ -123,7 +132,7 @@ def _resizing(ws: Any, tty: bool) -> Iterator[None]:
         return
 
     def resized(_signum: int, _frame: Any) -> None:
-        cols, rows = shutil.get_terminal_size()
+        cols, rows = _size(tty)
         with contextlib.suppress(Exception):
             ws.send(json.dumps({"resize": [cols, rows]}))
 
