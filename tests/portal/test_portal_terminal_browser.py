@@ -10,13 +10,12 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from browser import browser, needs_chromium
-from server_helpers import LINE, Served, wait_for
+from server_helpers import LINE, open_root, wait_for
 from test_portal_csrf_browser import other_origin
 
 from nestbed.server.confinement import PROJECT_ID_BASE
@@ -40,16 +39,8 @@ def serve_backend() -> str:
 
 @pytest.fixture
 def serve_root() -> Iterator[Path]:
-    """A folder others may enter (the project's identity reaches its node's folder); the
-    experiment cleaned up at the end."""
-    root = Path(tempfile.mkdtemp(prefix="i22x-"))
-    root.chmod(0o711)
-    try:
+    with open_root("i22x-", (f"net--{NAME}",)) as root:
         yield root
-    finally:
-        server = Served(root, backend="linux")
-        server.nestbed("--db", str(server.db), "cleanup", "--all", "--yes", f"net--{NAME}")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_the_web_terminal_runs_a_command_in_the_node(served, people):

@@ -17,7 +17,6 @@ import sqlite3
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from server_helpers import LINE, Served, wait_for
+from server_helpers import LINE, Served, open_root, wait_for
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -47,16 +46,8 @@ def serve_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def serve_root() -> Iterator[Path]:
-    """A folder every user may enter (as a server's /var/lib/nestbed is), so the project's
-    identity reaches its node's working folder; the test's experiment cleaned up at the end."""
-    root = Path(tempfile.mkdtemp(prefix="i22x-"))
-    root.chmod(0o711)
-    try:
+    with open_root("i22x-", (f"net--{NAME}",)) as root:
         yield root
-    finally:
-        server = Served(root, backend="linux")
-        server.nestbed("--db", str(server.db), "cleanup", "--all", "--yes", f"net--{NAME}")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _swapped_in(served: Served, token: str) -> None:
