@@ -154,6 +154,11 @@ def test_exec_and_shell_run_in_the_node_as_the_project(served, people):
                 pass
             assert json.loads(last) == {"exit": 7}
 
+        # Output comes as it is written, not at the command's end; a client that leaves
+        # ends the command.
+        with served.client(people["ada"]).session("net", NAME, "a") as ws:
+            ws.send(json.dumps({"argv": ["sh", "-c", "echo first; exec sleep 600"]}))
+            assert ws.recv(timeout=30) == b"\x01first\n"
         # `nestbed shell` in a terminal: raw mode, the node's shell in a pty of the
         # terminal's size; Ctrl-C goes to the node, exit's status is the command's.
         shell = _in_a_terminal(served, env, ["shell", NAME, "b"])
@@ -197,6 +202,9 @@ def test_exec_and_shell_run_in_the_node_as_the_project(served, people):
             (a, b, c.rsplit(" after ", 1)[0]) for a, b, c in said
         ]
         assert any(a == "bob" and o.startswith("denied:") for a, _, o in said), said
+        left = "node a: exec sh -c 'echo first; exec sleep 600': exit 137 (the client left)"
+        assert ("ada", "session.end", left) in [(a, b, c.rsplit(" after ", 1)[0])
+                                                 for a, b, c in said]  # fmt: skip
     finally:
         with contextlib.suppress(Exception):
             served.client(people["ada"]).request("POST", f"{NET}/{NAME}/swapout")
