@@ -44,7 +44,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from nestbed.errors import NestbedError, UserError
+from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.results.folder import RunFolder
 from nestbed.server import confinement
 from nestbed.server.accounts import AccountName
@@ -180,7 +180,10 @@ def _open(who: Caller, project: str, name: str, node: str, start: Start) -> tupl
     with who.audited("session", project=project, experiment=name) as entry:
         where = target(who, project, name, node)
         entry.outcome = f"ok: node {node}: {start.said()}"
-        return where, Process(who, where, start)
+        try:
+            return where, Process(who, where, start)
+        except OSError as exc:  # the machine's tools (setpriv, setsid, ip) or its limits
+            raise EnvironmentProblem(f"cannot start {start.said()} in node {node} ({exc})") from exc
 
 
 async def _deny(websocket: WebSocket, status: int, detail: str) -> None:
