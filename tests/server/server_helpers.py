@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,3 +147,20 @@ def wait_for(client: Client, path: str, kind: str, *, failed: bool = False) -> d
             return found
         time.sleep(0.1)
     raise AssertionError(f"{kind} did not end: {found}")
+
+
+@contextlib.contextmanager
+def open_root(prefix: str, stored: tuple[str, ...]) -> Iterator[Path]:
+    """A server's folder every user may enter (unlike pytest's, 0700), as a server's
+    /var/lib/nestbed is, so the projects' identities reach their nodes' working folders; at
+    the end the experiments ``stored`` (by stored name) are cleaned up on the Linux back end
+    and the folder removed."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o711)
+    try:
+        yield root
+    finally:
+        server = Served(root, backend="linux")
+        for name in stored:
+            server.nestbed("--db", str(server.db), "cleanup", "--all", "--yes", name)
+        shutil.rmtree(root, ignore_errors=True)

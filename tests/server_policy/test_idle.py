@@ -152,6 +152,16 @@ def test_sessions_count_while_open_and_the_fake_sampler_replays():
     assert [fake.sample().sessions, fake.sample().sessions] == [0, 1]
 
 
+def test_a_session_that_ended_between_two_samples_is_seen_by_the_second():
+    sessions = Sessions()
+    with sessions.opened("x"):
+        assert sessions.seen("x") == 1
+    with sessions.opened("x"):
+        pass  # a short exec between two samples
+    # Both were open in the interval: the first until it ended, and the short one.
+    assert [sessions.count("x"), sessions.seen("x"), sessions.seen("x")] == [0, 2, 0]
+
+
 def test_spans_below_a_minute_are_said_in_seconds():
     from nestbed.server.idle import _hours
 

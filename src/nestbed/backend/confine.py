@@ -23,13 +23,19 @@ node's ``net.ipv4.ping_group_range`` allows (a raw socket stays refused).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nestbed.backend.base import Backend
     from nestbed.model.options import RunAs
 
 SETPRIV = "setpriv"
+# What of the starter's environment an experiment's process on a server keeps: the server's
+# own (its store's URL, its settings) is none of a program's business.
+USER_ENV = {"PATH", "LANG", "TZ", "TERM", "PYTHONPATH", "NESTBED_PROGRAM_DIR", "NESTBED_NODE",
+            "NESTBED_PYTHON"}  # fmt: skip
 
 
 def confined_argv(run_as: RunAs, argv: list[str]) -> list[str]:
@@ -39,6 +45,17 @@ def confined_argv(run_as: RunAs, argv: list[str]) -> list[str]:
         "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all,+net_raw", "--no-new-privs",
         "--", *argv,
     ]  # fmt: skip
+
+
+def user_command(
+    backend: Backend, run_as: RunAs, argv: list[str], env: Mapping[str, str], home: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of one of the experiment's own processes on a server, for
+    the back end's ``start_in``: its programs (the controller's ``spawn_user``) and the
+    server's exec and shell sessions alike. ``env`` is cut to ``USER_ENV`` (and ``LC_*``),
+    with ``HOME`` the node's working folder."""
+    kept = {k: v for k, v in env.items() if k in USER_ENV or k.startswith("LC_")}
+    return backend.confine(run_as, argv), kept | {"HOME": str(home)}
 
 
 def hand_over(path: Path, run_as: RunAs) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,8 @@ import typer
 
 from nestbed.cli.common import JsonOption, app, err, out, print_json, reader, remote, testbed
 from nestbed.errors import UserError
+
+TIMED_OUT = 124  # the exit status of a command that ran out of time, as timeout(1)'s
 
 
 def active(name: str, node: str | None = None):  # type: ignore[no-untyped-def]
@@ -25,12 +28,30 @@ def exec_(
     name: Annotated[str, typer.Argument(help="Experiment name.")],
     node: Annotated[str, typer.Argument(help="Node name.")],
     command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout", help="Stop the command after SECONDS (exit status 124).", min=0.001
+        ),
+    ] = None,
 ) -> None:
-    """Run a command inside a node of an active experiment; its exit status is passed on."""
-    found = active(name, node)
+    """Run a command inside a node of an active experiment; its exit status is passed on
+    (through the server's API with --server or NESTBED_SERVER)."""
     if command[:1] == ["--"]:
         command = command[1:]
-    raise typer.Exit(found.exec(node, command).returncode)
+    if not command:
+        raise UserError("no command given; write it after the node, e.g. -- ping -c 1 b")
+    if remote() is not None:
+        from nestbed.cli import session
+
+        raise typer.Exit(session.exec_(name, node, command, timeout))
+    found = active(name, node)
+    try:
+        done = found.exec(node, command, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        err.print(f"{' '.join(command)} in node {node} ran out of its {timeout:g} s; stopped")
+        raise typer.Exit(TIMED_OUT) from None
+    raise typer.Exit(done.returncode)
 
 
 @app.command()
@@ -38,9 +59,14 @@ def shell(
     name: Annotated[str, typer.Argument(help="Experiment name.")],
     node: Annotated[str, typer.Argument(help="Node name.")],
 ) -> None:
-    """Open an interactive shell inside a node of an active experiment."""
+    """Open an interactive shell inside a node of an active experiment (through the
+    server's API with --server or NESTBED_SERVER)."""
     import os
 
+    if remote() is not None:
+        from nestbed.cli import session
+
+        raise typer.Exit(session.shell(name, node))
     found = active(name, node)
     user_shell = os.environ.get("SHELL") or "/bin/sh"
     raise typer.Exit(found.exec(node, [user_shell]).returncode)

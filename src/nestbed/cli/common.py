@@ -99,7 +99,7 @@ def main(
             "--server",
             envvar="NESTBED_SERVER",
             help="Work on a nestbed server (URL) instead of this machine: list, show, create, "
-            "swapin, swapout, status, delete.",
+            "swapin, swapout, status, event, exec, shell, delete.",
         ),
     ] = None,
     project: Annotated[

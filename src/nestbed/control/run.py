@@ -17,6 +17,7 @@ from typing import Any
 from nestbed.backend import kept
 from nestbed.backend.base import Backend
 from nestbed.backend.cgroups import NodeCgroup
+from nestbed.backend.confine import user_command
 from nestbed.binaries import built_binary
 from nestbed.control.actions import Actions
 from nestbed.control.captures import Captures
@@ -40,10 +41,6 @@ from nestbed.results.folder import RunFolder
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, Table
 
 STARTCMD = "startcmd-"  # a node's startcmd runs as the program startcmd-NODE at t0
-# What of the controller's environment an experiment's process on a server keeps: the
-# server's own (its store's URL, its settings) is none of a program's business.
-USER_ENV = {"PATH", "LANG", "TZ", "TERM", "PYTHONPATH", "NESTBED_PROGRAM_DIR", "NESTBED_NODE",
-            "NESTBED_PYTHON"}  # fmt: skip
 
 
 class Run:
@@ -162,9 +159,8 @@ class Run:
         if run_as is None or node in self.simulated.nodes:  # there nestbed-sim plays it
             return self.spawn(node, argv, output, **kwargs)
         given = kwargs.get("env") or os.environ
-        env = {k: v for k, v in given.items() if k in USER_ENV or k.startswith("LC_")}
-        kwargs["env"] = env | {"HOME": str(self.workdirs[node])}
-        return self.spawn(node, self.backend.confine(run_as, argv), output, **kwargs)
+        argv, kwargs["env"] = user_command(self.backend, run_as, argv, given, self.workdirs[node])
+        return self.spawn(node, argv, output, **kwargs)
 
     def writable(self, path: Path, *, folder: bool = False) -> None:
         """Makes ``path`` (a folder, or an empty file) for one of the experiment's own

@@ -14,9 +14,10 @@ from nestbed.server.auth import Forbidden, NotFound
 
 
 def mount(app: FastAPI) -> None:
-    from nestbed.portal import pages
+    from nestbed.portal import pages, terminal
 
     app.include_router(pages.router)
+    app.include_router(terminal.router)  # the web terminal (its page and its WebSocket)
     app.mount("/portal/static", StaticFiles(directory=HERE / "static"), name="portal-static")
     api_error = app.exception_handlers.get(NestbedError)
 

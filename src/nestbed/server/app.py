@@ -35,6 +35,7 @@ from nestbed.server import confinement
 from nestbed.server.actives import Actives
 from nestbed.server.auth import Forbidden, Invalid, NotFound, Who
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
+from nestbed.server.idle import Sessions
 from nestbed.server.loop import Loop, reconcile
 from nestbed.server.operations import Operation, Operations
 from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut, capacity_of
@@ -57,6 +58,7 @@ class Server:
     operations: Operations
     loop: Loop
     admission: Admission
+    sessions: Sessions  # exec and shell sessions open (``sessions``), seen by idle swap-out
     actives: Actives = field(default_factory=Actives)  # the live pages' experiments, open
 
     @classmethod
@@ -78,10 +80,11 @@ class Server:
             raise
         operations = Operations(lambda op: _audit_done(accounts, op))
         admission = Admission(operations, capacity)
+        sessions = Sessions()
         policies = (BatchRunner(admission, config),
-                    IdleSwapOut(config.idle))  # fmt: skip
+                    IdleSwapOut(config.idle, sessions))  # fmt: skip
         loop = Loop(testbed, accounts, operations, config.tick_s, policies=policies)
-        return cls(config, store, accounts, testbed, operations, loop, admission)
+        return cls(config, store, accounts, testbed, operations, loop, admission, sessions)
 
     def close(self) -> None:
         self.operations.stop()
@@ -103,6 +106,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The API, serving the store and machine ``config`` names once started."""
     from nestbed.portal import mount
     from nestbed.server import accounts, batches, exemptions, experiments, live, runs, settings
+    from nestbed.server import sessions as node_sessions
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,6 +135,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(live.router)
     app.include_router(settings.router)
     app.include_router(exemptions.router)
+    app.include_router(node_sessions.router)  # exec and shell in nodes (WebSocket)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     timings = Timings()
     app.state.timings = timings
@@ -166,8 +171,13 @@ _STATUS: tuple[tuple[type[NestbedError], int], ...] = (
 )
 
 
+def status_of(exc: NestbedError) -> int:
+    """The HTTP status of one of nestbed's errors (the module's docstring)."""
+    return next(code for kind, code in _STATUS if isinstance(exc, kind))
+
+
 async def _error_reply(_request: Request, exc: Exception) -> JSONResponse:
-    status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+    status = status_of(exc)  # type: ignore[arg-type]
     body: dict[str, Any] = {"detail": str(exc)}
     if isinstance(exc, SpecError):
         body["problems"] = [{"file": p.file, "line": p.line, "message": p.message}

@@ -82,22 +82,49 @@ class Client:
                 f"{SERVER_ENV} and that the server runs"
             ) from None
 
-    def _refusal(self, exc: urllib.error.HTTPError) -> Exception:
+    def session(self, project: str, name: str, node: str) -> Any:
+        """A WebSocket to an exec or shell session in ``node`` (``server.sessions``): a
+        ``websockets`` sync connection, whose refusal comes back as the API's."""
+        from websockets.exceptions import InvalidStatus, WebSocketException
+        from websockets.sync.client import connect
+
+        scheme, rest = self.url.split("://", 1)
+        path = self.experiments_path(project, name, f"nodes/{urllib.parse.quote(node)}/session")
+        url = f"{'wss' if scheme == 'https' else 'ws'}://{rest}{path}"
         try:
-            reply = json.loads(exc.read() or b"{}")
+            # No per-message compression: it halved a session's output rate (bench/sessions.py).
+            return connect(url, additional_headers={"Authorization": f"Bearer {self._token}"},
+                           open_timeout=self.timeout_s, max_size=2**22,
+                           compression=None)  # fmt: skip
+        except InvalidStatus as exc:
+            reply = exc.response
+            raise self.refusal(reply.status_code, reply.reason_phrase, reply.body) from None
+        except (WebSocketException, OSError, TimeoutError) as exc:
+            raise EnvironmentProblem(
+                f"cannot open a session on the nestbed server at {self.url} ({exc}); check "
+                f"--server or {SERVER_ENV} and that the server runs"
+            ) from None
+
+    def _refusal(self, exc: urllib.error.HTTPError) -> Exception:
+        return self.refusal(exc.code, exc.reason, exc.read())
+
+    def refusal(self, code: int, reason: str, body: bytes | None) -> Exception:
+        """The error of a refusal with HTTP status ``code`` and ``body`` (the API's JSON)."""
+        try:
+            reply = json.loads(body or b"{}")
         except ValueError:
             reply = {}
         detail = reply.get("detail") if isinstance(reply, dict) else None
         if isinstance(detail, list):  # pydantic's validation errors
             detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"
                                for d in detail)  # fmt: skip
-        detail = detail or exc.reason
-        if exc.code == 401:
+        detail = detail or reason
+        if code == 401:
             return UserError(
                 f"the nestbed server at {self.url} refused the token ({detail}); set "
                 f"{TOKEN_ENV} or {token_file()} to a valid token"
             )
-        if exc.code >= 500:
+        if code >= 500:
             return EnvironmentProblem(f"the nestbed server at {self.url} failed: {detail}")
         problems = reply.get("problems") if isinstance(reply, dict) else None
         if problems:

@@ -52,17 +52,29 @@ def run_options(accounts: Accounts, config: ServerConfig, project: str, experime
     """A run of ``experiment`` of ``project``: its folder under the project's (made with its
     modes, see the module), as the project's identity (as root if the admin said the project
     is trusted), with the caller's other ``options``."""
+    run_as = identity_of(accounts, project)
+    folder = project_folder(config.results_root, project, run_as)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = folder / f"{experiment}-{stamp}"
+    return RunOptions.model_validate(
+        {"results": results, "run_as": runs_as(accounts, config, project), **options}
+    )
+
+
+def identity_of(accounts: Accounts, project: str) -> RunAs:
+    """The identity of ``project`` (``project_identity``)."""
     found = accounts.project(project)
     if found is None:
         raise InternalError(f"no project {project!r}")  # the caller checked membership
-    run_as = project_identity(found.id)
-    folder = project_folder(config.results_root, project, run_as)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    trusted = project in config.trusted_projects
-    results = folder / f"{experiment}-{stamp}"
-    return RunOptions.model_validate(
-        {"results": results, "run_as": None if trusted else run_as, **options}
-    )
+    return project_identity(found.id)
+
+
+def runs_as(accounts: Accounts, config: ServerConfig, project: str) -> RunAs | None:
+    """Who the project's programs, exec and shell sessions run as: its identity, or root
+    (None) if the admin said the project is trusted."""
+    if project in config.trusted_projects:
+        return None
+    return identity_of(accounts, project)
 
 
 def project_folder(results_root: Path, project: str, run_as: RunAs) -> Path:

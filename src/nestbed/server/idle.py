@@ -96,7 +96,7 @@ class Sample:
     packets: int  # sent by the nodes into their links, since swap-in
     bytes: int
     cpu_s: Mapping[str, float]  # CPU seconds per node since swap-in (none without a cgroup)
-    sessions: int  # shell and exec sessions open now
+    sessions: int  # shell and exec sessions open now or since the last sample
 
     def to_dict(self) -> dict[str, Any]:
         return {"t_s": self.t_s, "packets": self.packets, "bytes": self.bytes,
@@ -274,10 +274,13 @@ def _warn_reason(why: Why, elapsed: float, due: float) -> str:
 
 class Sessions:
     """The shell and exec sessions the server has open, per experiment (thread-safe). Only
-    sessions opened through the server are seen; a root user's own `nestbed shell` is not."""
+    sessions opened through the server (``server.sessions``) are seen; a root user's own
+    `nestbed shell` is not. A session that opened and ended between two samples is seen by
+    the second (``seen``): a short exec a minute is use, though none is open at any sample."""
 
     def __init__(self) -> None:
         self._open: Counter[str] = Counter()
+        self._ended: Counter[str] = Counter()  # since the last ``seen``
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -289,12 +292,19 @@ class Sessions:
         finally:
             with self._lock:
                 self._open[experiment] -= 1
+                self._ended[experiment] += 1
                 if not self._open[experiment]:
                     del self._open[experiment]
 
     def count(self, experiment: str) -> int:
+        """The experiment's sessions open now."""
         with self._lock:
             return self._open[experiment]
+
+    def seen(self, experiment: str) -> int:
+        """The experiment's sessions open now or ended since the last call (the sampler's)."""
+        with self._lock:
+            return self._open[experiment] + self._ended.pop(experiment, 0)
 
 
 class Sampler(Protocol):
@@ -338,7 +348,7 @@ class ActiveSampler:
                         f"cannot read the CPU time of node {node} of experiment "
                         f"{self.active.name} ({exc})"
                     ) from exc
-        return Sample(t, packets, sent_bytes, cpu, self.sessions.count(self.active.name))
+        return Sample(t, packets, sent_bytes, cpu, self.sessions.seen(self.active.name))
 
     def _emulated(self) -> tuple[int, int]:
         plan = self.active.plan
