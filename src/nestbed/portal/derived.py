@@ -117,7 +117,7 @@ def topology(
             at = {**graph.layered(found.ir), **at}
         elements = graph.elements(found.ir, at, hosts)
         rows = graph.rows(found.ir, hosts)
-        return Topology(elements_json=htmlsafe_json_dumps(elements, separators=(",", ":")),
+        return Topology(elements_json=htmlsafe_json_dumps(elements),
                         node_rows=rows, node_table=node_table(rows), preset=bool(at))  # fmt: skip
 
     return TOPOLOGIES.get(key, make)
