@@ -35,3 +35,60 @@ def test_the_whole_report_is_rendered_once_and_kept_until_report_md_changes(
     os.utime(report, ns=(1, 1))  # a new version even where the clock is coarse
     assert "<p>DRAWN AGAIN</p>" in reports.whole(cache, report)
     assert len(list(cache.glob("*.html"))) == 2
+
+
+TRICKY = """\
+# run 1
+
+- a list | with a pipe
+- `code | in it`
+
+| plain | right | centre | left |
+|---|---:|:---:|:--|
+| l1 | 10 | a b  c | x→y 2 Mb/s |
+|  | 0 B | (1.5%) | n0, n1 |
+
+| marked | cell |
+|---|---|
+| *em* | <b>raw</b> |
+| a & b | "quoted" |
+
+text before a table with no blank line
+| a | b |
+|---|---|
+| 1 | 2 |
+
+```
+| in | a fence |
+|---|---|
+| 1 | 2 |
+```
+
+| uneven | row |
+|---|---|
+| 1 | 2 | 3 |
+
+| head only | x |
+|---|---|
+
+> | quoted | table |
+> |---|---|
+> | 1 | 2 |
+| last | table |
+|-|-|
+| 1 | 2 |
+"""
+
+
+def test_reports_render_as_markdown_it_renders_them() -> None:
+    from markdown_it import MarkdownIt
+
+    render = MarkdownIt("commonmark", {"html": False}).enable("table").render
+    rows = "".join(f"| l{i} | n{i // 4} | egress | {i} | {i * 1500} B | 0 |\n" for i in range(400))
+    report = "# r\n\n## Links\n\n| Link | Node | Direction | Packets | Bytes | Drops |\n"
+    report += f"|---|---|---|---:|---:|---:|\n{rows}\n## Plots\n\n![links](plots/links.png)\n"
+    assert reports._table(report.splitlines(), 4) is not None  # written here, not by markdown-it
+    for text in (TRICKY, report, table(5, "END"), report.replace("\n", "\r\n"), "", "| a |\n"):
+        assert reports.markdown(text) == render(text), text[:80]
+    referenced = TRICKY + "\n[x]\n\n[x]: http://example.com\n"  # definitions: all markdown-it
+    assert reports.markdown(referenced) == render(referenced)

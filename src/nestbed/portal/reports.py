@@ -19,6 +19,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -91,10 +92,81 @@ def _prune(cache: Path) -> None:
 
 @functools.lru_cache(maxsize=16)
 def markdown(text: str) -> str:
-    """Markdown as HTML (raw HTML in it is not passed through), CommonMark with tables."""
+    """Markdown as HTML (raw HTML in it is not passed through), CommonMark with tables.
+
+    A report's big tables (a row per pipe) are most of its text and of markdown-it's time:
+    a table whose cells are plain text (no character Markdown or HTML gives a meaning to)
+    is written here, as markdown-it writes it, and the rest of the text is left to
+    markdown-it, cut at the blank lines around those tables (so nothing spans the cuts;
+    a text with link reference definitions, which could, goes to markdown-it whole)."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    render = MarkdownIt("commonmark", {"html": False}).enable("table").render
+    if REFERENCE.search(text):
+        return render(text)
+    lines = text.splitlines()
+    parts, plain, fenced, i = [], [], False, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        table = None if fenced or (plain and plain[-1].strip()) else _table(lines, i)
+        if table is None:
+            plain.append(line)
+            i += 1
+            continue
+        html, i = table
+        parts += [render("\n".join(plain) + "\n") if plain else "", html]
+        plain = []
+    parts.append(render("\n".join(plain) + "\n") if plain else "")
+    return "".join(parts)
+
+
+REFERENCE = re.compile(r"^ {0,3}\[[^\]]*\]:", re.MULTILINE)
+PLAIN_CELL = re.compile(r"[^\\`*_\[\]!<>&~|\"'\x00-\x1f]*")
+DELIMITER = re.compile(r"\s*(:?)-+(:?)\s*")
+
+
+def _cells(line: str) -> list[str] | None:
+    line = line.strip()
+    if len(line) < 2 or line[0] != "|" or line[-1] != "|":
+        return None
+    cells = [c.strip() for c in line[1:-1].split("|")]
+    return cells if all(PLAIN_CELL.fullmatch(c) for c in cells) else None
+
+
+def _table(lines: list[str], start: int) -> tuple[str, int] | None:
+    """The plain table at ``start`` as HTML and the line after it (None: not one, or not
+    plain: markdown-it's). It is followed by a blank line or the end."""
+    head = _cells(lines[start])
+    if head is None or start + 1 >= len(lines):
+        return None
+    rule = lines[start + 1].strip()
+    aligns = []
+    for cell in rule[1:-1].split("|") if rule.startswith("|") and rule.endswith("|") else [""]:
+        found = DELIMITER.fullmatch(cell)
+        if found is None:
+            return None
+        left, right = found.groups()
+        aligns.append("center" if left and right else "right" if right else "left" if left else "")
+    rows, end = [], start + 2
+    while end < len(lines) and lines[end].strip():
+        row = _cells(lines[end])
+        if row is None or len(row) != len(head):
+            return None
+        rows.append(row)
+        end += 1
+    if len(aligns) != len(head) or not rows:
+        return None
+    tags = [f' style="text-align:{a}"' if a else "" for a in aligns]
+
+    def row_html(cells: list[str], tag: str) -> str:
+        said = "".join(f"<{tag}{t}>{c}</{tag}>\n" for t, c in zip(tags, cells, strict=True))
+        return f"<tr>\n{said}</tr>\n"
+
+    body = "".join(row_html(r, "td") for r in rows)
+    head_html = row_html(head, "th")
+    return f"<table>\n<thead>\n{head_html}</thead>\n<tbody>\n{body}</tbody>\n</table>\n", end
 
 
 def render_to(report: Path, path: Path) -> None:
