@@ -211,5 +211,6 @@
       table.querySelectorAll("tbody tr").forEach((tr) => { tr.hidden = needle !== "" && !tr.textContent.toLowerCase().includes(needle); });
       view.find(needle);
     });
+    if (search.value.trim()) view.find(search.value.trim().toLowerCase()); // a search sent as a form
   }
 })();
