@@ -9,10 +9,12 @@ run, then swapped in again, so the live page has a controller to ask. Each page 
 REPEATS times over loopback by a logged-in session; the figure is the median of the time
 from request to the last byte (on loopback, the server's time). Then Debian's chromium
 (Playwright, 1280×800) opens the topology page REPEATS times: the time from navigation to
-Cytoscape's layout done (``performance.now()`` at ``cy.ready``), median, and any console
-error. Goals: every page under 300 ms, the drawing under 2 s. The run's page is measured
-once its report (a row per pipe: some 230 kB of Markdown) is drawn; the whole report, which
-that page renders only the first part of, is measured apart.
+the graph drawn with its layout (``performance.now()`` then: a large graph comes laid out
+from the server and is drawn on a canvas, a small one by Cytoscape at ``cy.ready``),
+median, and any console error. Goals: every page under 300 ms, the drawing under 2 s. The
+run's page is measured once its report (a row per pipe: some 230 kB of Markdown) is drawn;
+the whole report, which that page renders only the first part of, is measured apart (the
+run's page starts its rendering in the background: its first view here may wait for it).
 """
 
 from __future__ import annotations
@@ -61,13 +63,18 @@ def main() -> None:
             admin.request("POST", f"{path}/{kind}")
             wait_for(admin, path, kind)
         # The run's report is drawn after it, detached: the run page is measured with it.
-        for _ in range(1200):
+        # The machine's drawer draws one at a time; behind other runs', it is drawn now, as
+        # the run's page offers ("Draw the report now").
+        session = Session.login(served.url, served.admin_token)
+        base = "/portal/p/bench/e/tree"
+        waited = time.monotonic()
+        while time.monotonic() - waited < 60:
             manifest = admin.request("GET", path + "/runs/1")["manifest"] or {}
             if (manifest.get("report") or {}).get("state") != "drawing":
                 break
-            time.sleep(0.1)
-        session = Session.login(served.url, served.admin_token)
-        base = "/portal/p/bench/e/tree"
+            time.sleep(0.2)
+        else:
+            assert session.post(base + "/runs/1/report", {}).status == 200
         pages = {
             "experiments": "/portal/",
             "experiment": base,
@@ -118,9 +125,9 @@ def main() -> None:
         ms = statistics.median(drawn)
         print()
         print(
-            f"Topology of {args.nodes} nodes in Chromium, navigation to layout done, median of "
+            f"Topology of {args.nodes} nodes in Chromium, navigation to drawn, median of "
             f"{args.repeats}: {ms:.0f} ms (goal {DRAW_GOAL_MS} ms: "
-            f"{'met' if ms < DRAW_GOAL_MS else 'MISSED'}), of which Cytoscape "
+            f"{'met' if ms < DRAW_GOAL_MS else 'MISSED'}), of which the script's drawing "
             f"{statistics.median(layout):.0f} ms; console errors: {len(errors)}"
         )
         for e in errors:

@@ -219,14 +219,22 @@ def test_a_large_topology_is_a_table_beside_a_simplified_graph(big: Served) -> N
         assert b.page.locator("#node-table tbody tr:not([hidden])").count() == 11  # n29, n290-n299
         b.shot("topology-large")
         box = b.page.locator("#graph").bounding_box()
-        at = b.page.evaluate("window.nestbedTopology.cy.$id('n:n5').renderedPosition()")
+        assert b.page.locator("#graph canvas.plain").count() == 1  # drawn plain, not by Cytoscape
+        at = b.page.evaluate("window.nestbedTopology.renderedPosition('n:n5')")
         x, y = box["x"] + at["x"], box["y"] + at["y"]
         b.page.mouse.move(x, y)
         b.page.mouse.down()
         b.page.mouse.move(x + 60, y + 40, steps=5)
         b.page.mouse.up()
         b.page.get_by_text("Position saved.").wait_for()
+        moved = b.page.evaluate("window.nestbedTopology.renderedPosition('n:n5')")
+        b.page.get_by_label("Layout").select_option("grid")  # Cytoscape takes the graph over
+        b.page.wait_for_function("window.nestbedTopology.cy?.nodes().length === 300")
+        assert b.page.locator("#graph canvas.plain").count() == 0
+        b.page.get_by_label("Search nodes").fill("n29")  # the search marks Cytoscape's nodes
+        assert b.page.evaluate("window.nestbedTopology.cy.$('node.found').length") == 11
         assert b.errors == []
+    assert moved != at
     kept = big.root / "results" / ".portal" / "positions" / "i23--star.json"
     saved = json.loads(kept.read_text())  # the node under the pointer (300 lie close together)
     assert len(saved) == 1 and next(iter(saved)) in {f"n{i}" for i in range(300)}

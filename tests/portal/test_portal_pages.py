@@ -10,6 +10,7 @@ import json
 import os
 import re
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from unittest.mock import ANY
@@ -209,8 +210,27 @@ def test_dragged_positions_are_kept_for_the_experiments_own_nodes(
     assert ada.post(PAGE + "/positions", {"positions": json.dumps(sent)}).status == 204
     kept = served.root / "results" / ".portal" / "positions" / "net--line.json"
     assert json.loads(kept.read_text()) == {"a": {"x": 10.0, "y": 20.0}}
-    assert '"position": {"x": 10.0, "y": 20.0}' in ada.get(PAGE + "/topology").text
+    assert placed(ada) == {"n:a": {"x": 10.0, "y": 20.0}}
     assert sorted(os.listdir(kept.parent)) == ["net--line.json"]
+    # The page's topology is kept between requests: a new drag and a new definition show.
+    ada.post(PAGE + "/positions", {"positions": json.dumps({"b": {"x": 5, "y": 6}})})
+    assert placed(ada) == {"n:a": {"x": 10.0, "y": 20.0}, "n:b": {"x": 5.0, "y": 6.0}}
+    wider = LINE.replace("[{name: a}, {name: b}]", "[{name: a}, {name: b}, {name: c}]")
+    served.client(people["ada"]).request("PUT", EXP, {"file_name": "line.yaml", "text": wider})
+    assert set(placed(ada, every=True)) == {"n:a", "n:b", "n:c", "e:link0"}
+    assert "3 nodes, 1 links" in ada.get(PAGE).text
+
+
+def placed(session: Session, every: bool = False) -> dict[str, object]:
+    """The topology page's elements (as its script reads them): their positions by id,
+    or (``every``) each element by id."""
+    text = session.get(PAGE + "/topology").text
+    found = re.search(r'<script type="application/json" id="elements">(.*?)</script>', text, re.S)
+    assert found, text[:300]
+    elements = json.loads(found.group(1))
+    if every:
+        return {e["data"]["id"]: e for e in elements}
+    return {e["data"]["id"]: e["position"] for e in elements if "position" in e}
 
 
 def test_events_and_counters_through_the_api(served: Served, people: People) -> None:
@@ -289,6 +309,12 @@ def test_a_long_report_shows_its_first_part_and_the_whole_on_demand(
     long_report(ran(served, people), served.client(people["ada"]))
     run = ada.get(PAGE + "/runs/1").text
     assert "<td>l0</td>" in run and "<td>l4999</td>" not in run and "THE END" not in run
+    kept = served.root / "results" / ".portal" / "reports"
+    for _ in range(600):  # the run's page started the whole one rendering, to be kept
+        if list(kept.glob("*.html")):
+            break
+        time.sleep(0.1)
+    assert "<td>l4999</td>" in next(kept.glob("*.html")).read_text()
     assert "<th>link</th>" in run  # the cut table keeps its head
     more = re.search(r'<a href="([^"]+)" hx-get="([^"]+)"[^>]*>Show the whole report', run)
     assert more and more.group(1) == more.group(2) == PAGE + "/runs/1/report"

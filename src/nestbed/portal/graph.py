@@ -4,6 +4,7 @@ view of large experiments. Pure: the IR, positions and hosts in, plain data out.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from nestbed.units import format_bandwidth, format_delay
@@ -135,7 +136,7 @@ def link_rows(ir: dict[str, Any]) -> list[dict[str, str]]:
             for kind in ("links", "lans") for link in ir.get(kind, [])]  # fmt: skip
 
 
-def clean_positions(sent: Any, names: set[str]) -> dict[str, dict[str, float]]:
+def clean_positions(sent: Any, names: AbstractSet[str]) -> dict[str, dict[str, float]]:
     """The positions a page sent, kept only for the experiment's own node and LAN keys
     (``NODE`` or ``lan:NAME``) with finite numbers."""
     import math

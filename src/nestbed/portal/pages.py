@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +26,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from nestbed.errors import NestbedError, SpecError, UserError
-from nestbed.portal import forms, graph, results
+from nestbed.portal import derived, forms, graph, reports, results
 from nestbed.portal.render import page
 from nestbed.portal.session import (
     COOKIE,
@@ -42,6 +43,7 @@ from nestbed.server.auth import NotFound
 from nestbed.server.experiments import ExperimentName, owned_experiment
 from nestbed.store import State
 from nestbed.store.queue import BatchQueue
+from nestbed.store.records import ExperimentRecord
 
 router = APIRouter(prefix="/portal", include_in_schema=False)
 
@@ -186,13 +188,17 @@ def _said(exc: ValueError) -> str:
 @router.get(E)
 def experiment(request: Request, project: AccountName, name: ExperimentName,
                who: Viewer) -> HTMLResponse:  # fmt: skip
-    shown = experiments.show(project, name, who)
-    record = runs.experiment_runs(who, project, name)
+    seen = experiments.seen_experiment(who, project, name)
+    record = seen[1].experiment
+    found = derived.definition(record.ir_sha256, record.ir_json)
+    # As the API's ``show`` answers, from the definition read once rather than per request.
+    shown = experiments._reply(who, seen, schemas.ExperimentDetail, ir={}, runs=[],
+                               warnings=found.warnings)  # fmt: skip
     busy = shown.state in LIVE_STATES or (shown.operation and shown.operation.status == "running")
-    ir = shown.ir
-    counts = {k: len(ir.get(k, [])) for k in ("nodes", "links", "lans", "programs", "events")}
-    return page(request, "experiment.html", who=who, title=name, e=shown, runs=record,
-                base=base(project, name), counts=counts, refresh=bool(busy),
+    WARMING.submit(topology_of, who, record)  # its errors are the topology page's to show
+    return page(request, "experiment.html", who=who, title=name, e=shown,
+                runs=list(reversed(who.server.store.runs(record.name))),
+                base=base(project, name), counts=found.counts, refresh=bool(busy),
                 sweeps=runs.sweeps(who, project))  # fmt: skip
 
 
@@ -234,6 +240,15 @@ def load_positions(who: Caller, stored: str) -> dict[str, dict[str, float]]:
     return found if isinstance(found, dict) else {}
 
 
+def positions_stamp(who: Caller, stored: str) -> tuple[int, int, int] | None:
+    """The positions file's identity: a new one (a save replaces it) is read anew."""
+    try:
+        info = positions_file(who, stored).stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
 def hosts_of(who: Caller, stored: str, state: str) -> dict[str, str]:
     """The host each node runs on, when swapped in on a cluster (else empty)."""
     if state != State.ACTIVE:
@@ -241,45 +256,51 @@ def hosts_of(who: Caller, stored: str, state: str) -> dict[str, str]:
     placement = getattr(who.server.testbed.backend, "placement", None)
     if placement is None:
         return {}
-    try:
-        active = who.server.testbed.active(stored)
-        try:
+    try:  # the live pages' open Active: its plan is read once per swap-in, not per page
+        with who.server.actives.of(who.server.testbed, stored) as active:
             kept = placement(active.plan)
-        finally:
-            active.close()
     except (NestbedError, OSError):
         return {}
     return dict(kept[0]) if kept else {}
+
+
+def topology_of(
+    who: Caller, record: ExperimentRecord
+) -> tuple[derived.Definition, dict[str, str], derived.Topology]:
+    """The experiment's definition, its nodes' hosts and its topology (kept, or made)."""
+    found = derived.definition(record.ir_sha256, record.ir_json)
+    hosts = hosts_of(who, record.name, record.state)
+    drawn = derived.topology(record.ir_sha256, found, hosts,
+                             lambda: load_positions(who, record.name),
+                             positions_stamp(who, record.name))  # fmt: skip
+    return found, hosts, drawn
+
+
+WARMING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="portal-topology")
+"""Makes an experiment's topology while its overview page is read, so that the topology
+page, likely next, finds it kept (a 1 000-node one is some 70 ms on an idle machine)."""
 
 
 @router.get(E + "/topology")
 def topology(request: Request, project: AccountName, name: ExperimentName, who: Viewer,
              q: str = "") -> HTMLResponse:  # fmt: skip
     owned = owned_experiment(who, project, name)
-    stored = owned.experiment.name
-    ir = json.loads(owned.experiment.ir_json)
-    hosts = hosts_of(who, stored, owned.experiment.state)
-    saved = load_positions(who, stored)
-    large = len(ir.get("nodes", [])) > graph.LARGE
-    at = {**graph.layered(ir), **saved} if large else saved
-    elements = graph.elements(ir, at, hosts)
-    node_rows = graph.rows(ir, hosts)
+    found, hosts, drawn = topology_of(who, owned.experiment)
+    table = drawn.node_table
     needle = q.strip().lower()
     if needle:
-        node_rows = [r for r in node_rows if needle in " ".join(r.values()).lower()]
+        table = derived.node_table([r for r in drawn.node_rows
+                                    if needle in " ".join(r.values()).lower()])  # fmt: skip
     return page(request, "topology.html", who=who, title=f"{name}: topology",
-                e=owned, base=base(project, name), elements=elements, large=large,
-                node_rows=node_rows, link_rows=graph.link_rows(ir), q=q,
-                hosts=sorted(set(hosts.values())), layout="breadthfirst" if large else "cose",
-                preset=bool(at))  # fmt: skip
+                e=owned, base=base(project, name), elements_json=drawn.elements_json,
+                large=found.large, node_table=table, link_rows=found.link_rows, q=q,
+                hosts=sorted(set(hosts.values())),
+                layout="breadthfirst" if found.large else "cose", preset=drawn.preset)  # fmt: skip
 
 
 def save_positions(project: str, name: str, who: Caller, form: forms.Form) -> Response:
     owned = owned_experiment(who, project, name)
-    ir = json.loads(owned.experiment.ir_json)
-    keys = {n["name"] for n in ir.get("nodes", [])} | {
-        f"lan:{x['name']}" for x in ir.get("lans", [])
-    }
+    keys = derived.definition(owned.experiment.ir_sha256, owned.experiment.ir_json).keys
     try:
         sent = json.loads(form.get("positions") or "{}")
     except ValueError:
@@ -362,11 +383,19 @@ def run_page(
     url = f"{base(project, name)}/runs/{run_id}"
     head, cut = results.report_head(shown["report_text"])
     report = results.report_html(head, url + "/files")
+    if cut:  # the whole report is rendered meanwhile, to be there when asked for
+        with contextlib.suppress(OSError):
+            reports.start(reports_cache(who), runs.folder_of(run).report)
     drawing = ((shown["manifest"] or {}).get("report") or {}).get("state") == "drawing"
     return page(request, "run.html", who=who, title=f"{name}: run {run_id}", run=shown,
                 base=base(project, name), url=url, name=name, report_html=report,
                 report_cut=cut, report_bytes=len(shown["report_text"].encode()),
                 drawing=drawing, refresh=drawing or run.ended_at is None)  # fmt: skip
+
+
+def reports_cache(who: Caller) -> Path:
+    """Where the runs' whole reports are kept as HTML: the server's own results root."""
+    return who.server.config.results_root / ".portal" / "reports"
 
 
 @router.get(E + "/runs/{run_id}/report")
@@ -375,13 +404,16 @@ def whole_report(request: Request, project: AccountName, name: ExperimentName, r
     """The whole report (the run's page renders its first part): swapped into the run's
     page by htmx, or a page of its own."""
     run = runs.run_of(who, project, name, run_id)
-    text = ""
-    with contextlib.suppress(OSError):
-        text = runs.folder_of(run).report.read_text()
-    if not text:
+    path = runs.folder_of(run).report
+    try:
+        written = path.stat().st_size > 0
+    except OSError:
+        written = False
+    if not written:
         raise NotFound(f"run {run_id} of {name!r} has no report")
+    html = reports.whole(reports_cache(who), path)
     url = f"{base(project, name)}/runs/{run_id}"
-    report = results.report_html(text, url + "/files")
+    report = results.with_files(html, url + "/files")
     if is_htmx(request):
         return page(request, "report.html", report_html=report)
     return page(request, "run_report.html", who=who, title=f"{name}: run {run_id}: report",

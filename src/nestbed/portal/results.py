@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nestbed.portal import reports
 from nestbed.server import runs
 from nestbed.store.records import RunRecord
 
@@ -44,17 +45,15 @@ def sorted_table(path: Path, column: str, descending: bool) -> dict[str, Any]:
     return found
 
 
-@functools.lru_cache(maxsize=16)
-def _markdown(text: str) -> str:
-    from markdown_it import MarkdownIt
-
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-
-
 def report_html(text: str, files_url: str) -> str:
     """The report's Markdown as HTML (raw HTML in it is not passed through; rendered once
     per text), its relative images pointing at the run's files."""
-    return _markdown(text).replace('src="plots/', f'src="{files_url}/plots/')
+    return with_files(reports.markdown(text), files_url)
+
+
+def with_files(html: str, files_url: str) -> str:
+    """A report's HTML with its relative images pointing at the run's files."""
+    return html.replace('src="plots/', f'src="{files_url}/plots/')
 
 
 REPORT_HEAD_BYTES = 16_000
