@@ -30,7 +30,9 @@ def exec_(
     found = active(name, node)
     if command[:1] == ["--"]:
         command = command[1:]
-    raise typer.Exit(found.exec(node, command).returncode)
+    code = found.exec(node, command).returncode
+    # Killed by signal N: 128 + N, as the shell reports it (and as the fast path's exec does).
+    raise typer.Exit(code if code >= 0 else 128 - code)
 
 
 @app.command()
