@@ -193,13 +193,16 @@ def short_commands(runs: int, env: dict[str, str], tmp: Path, before: dict | Non
             print(row + (f"   before {median(theirs):.3f} s" if theirs else ""), flush=True)
         alone = median([_timed(["ip", "netns", "exec", netns, "true"]) for _ in range(runs)])
         print(f"{'ip netns exec NS true (the command alone)':<44}{alone:>8.3f} s", flush=True)
+        # The floor of any Python command: the interpreter's own start (site, this venv).
+        floor = median([_timed([sys.executable, "-c", "pass"], env) for _ in range(runs)])
+        print(f"{'python -c pass (the interpreter alone)':<44}{floor:>8.3f} s", flush=True)
     finally:
         nestbed("swapout", name, env=env)
 
 
-def _timed(argv: list[str]) -> float:
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, check=True)
+    subprocess.run(argv, check=True, env=env)
     return time.perf_counter() - start
 
 

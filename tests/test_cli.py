@@ -199,3 +199,21 @@ def test_every_command_is_found_in_its_own_module_and_loads_no_other():
                               text=True, check=True)  # fmt: skip
         loaded = set(done.stdout.split()) - {"common"}
         assert loaded == {expected}, (argv, loaded)
+
+
+@pytest.mark.parametrize("example", ["pubsub", "lan"])  # Gilbert-Elliott loss; a LAN
+def test_show_prints_the_summary_it_printed_from_the_models_without_loading_them(tmp_path, example):
+    # tests/golden: `nestbed parse` of the example as printed from the IR's models (before
+    # `show` and `parse` printed from its JSON).
+    expected = (REPO / "tests" / "golden" / f"summary-{example}.txt").read_text()
+    source = REPO / "examples" / f"{example}.ns"
+    assert nestbed("parse", str(source)).stdout == expected
+    db = tmp_path / "store.db"
+    assert nestbed("create", str(source), db=db).returncode == 0
+    env = dict(os.environ, COLUMNS="200", NESTBED_DB=str(db))
+    shown = subprocess.run([sys.executable, "-X", "importtime", "-m", "nestbed", "show", example],
+                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    header, _, summary = shown.stdout.partition("\n")
+    assert header.startswith(f"{example}: defined (from {source}, sha256 ")
+    assert summary == expected
+    assert " pydantic" not in shown.stderr

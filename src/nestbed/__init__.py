@@ -1,10 +1,13 @@
 """nestbed: a network experimentation testbed for one Linux machine."""
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not typing's: a plain `nestbed exec` imports nothing it need not
 if TYPE_CHECKING:
+    from typing import Any
+
     from nestbed.api import Experiment
 
 __all__ = ["Experiment", "__version__", "swapin"]

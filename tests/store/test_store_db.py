@@ -137,3 +137,23 @@ def test_unsupported_backend_is_a_user_error() -> None:
 )
 def test_redact_keeps_the_url_as_given_but_the_password(url: str, shown: str) -> None:
     assert redact(url) == shown
+
+
+@pytest.mark.parametrize(
+    "given", [None, "a/b.db", "~/q.db", "/abs/../q.db", "./x//y.db", "postgresql://u@h/db"]
+)
+def test_the_store_file_is_named_as_pathlib_names_it(env, given) -> None:
+    # store.paths works with os.path (`nestbed exec` does not import pathlib): the same
+    # file as Path(value).expanduser().absolute(), or the default, or None for a URL.
+    from nestbed.store.paths import sqlite_file, sqlite_path
+
+    expected = (
+        default_db_path()
+        if given is None
+        else None
+        if "://" in given
+        else Path(given).expanduser().absolute()
+    )
+    assert sqlite_file(given) == expected
+    found = sqlite_path(given)
+    assert (found if found is None else Path(found)) == expected

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 
-from nestbed.backend.base import Backend
-from nestbed.errors import UserError
+TYPE_CHECKING = False  # not typing's: `nestbed exec` imports this package (backend.entry)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nestbed.backend.base import Backend
 
 NAMES = ("linux", "fake", "cluster")
 ENV = "NESTBED_BACKEND"  # the default back end's name (tests choose the fake one)
@@ -21,6 +24,8 @@ CLUSTER_ENV = "NESTBED_CLUSTER"  # the cluster's scheduler (tcp://HOST:8786): it
 def get(name: str | None = None) -> Backend:
     """The back end called ``name`` (default: $NESTBED_BACKEND, else the cluster when
     $NESTBED_CLUSTER names one, else linux)."""
+    from nestbed.errors import UserError  # here: `nestbed exec` imports this package, not it
+
     name = name or os.environ.get(ENV) or ("cluster" if os.environ.get(CLUSTER_ENV) else "linux")
     if name == "linux":
         from nestbed.backend.linux import LinuxBackend
@@ -41,3 +46,12 @@ def get(name: str | None = None) -> Backend:
 
         return ClusterBackend(scheduler)
     raise UserError(f"there is no back end called {name!r}; use one of {', '.join(NAMES)}")
+
+
+def __getattr__(name: str) -> Any:
+    # On first use: `nestbed exec` reaches ``backend.entry`` without the plan's modules.
+    if name == "Backend":
+        from nestbed.backend.base import Backend
+
+        return Backend
+    raise AttributeError(f"module 'nestbed.backend' has no attribute {name!r}")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shlex
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nestbed.backend import entry
 from nestbed.errors import EnvironmentProblem, InternalError, UserError
 
 CGROUP_PREFIX = "nb-"
@@ -83,15 +83,8 @@ class NodeCgroup:
         self.paths = list(dict.fromkeys(dirs.values()))
 
     def entered(self, argv: list[str]) -> list[str]:
-        """argv as a command that first joins this cgroup, then execs argv in its place.
-
-        So not even argv's first instruction runs outside the node's limits, which moving the
-        pid in after the start cannot promise, with no fork of a threaded Python process (as a
-        preexec_fn would be). If the cgroup refuses it, argv does not run.
-        """
-        # pid 0 is the writer itself, on v1 and v2 alike
-        joins = " && ".join(f"echo 0 > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.paths)
-        return ["sh", "-c", f'{joins} && exec "$0" "$@"', *argv]
+        """argv as a command that first joins this cgroup, then execs argv in its place."""
+        return entry.joined(self.paths, argv)
 
     def add(self, pid: int) -> None:
         for d in self.paths:

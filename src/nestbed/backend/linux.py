@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nestbed import places
-from nestbed.backend import netlink, offloads, processes, sim
+from nestbed.backend import entry, netlink, offloads, processes, sim
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.confine import confined_argv, hand_over, private_folder
 from nestbed.backend.plan import (
@@ -41,7 +41,7 @@ from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
 from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
-RUN_DIR = places.RUN_DIR
+RUN_DIR = Path(places.run_root())
 NETNS_ETC = Path("/etc/netns")
 NETNS_RUN_DIR = Path("/run/netns")  # named network namespaces, as iproute2 keeps them
 # Threads for the steps of a swap-out that mostly wait for the kernel (removing namespaces
@@ -205,7 +205,9 @@ def _create(plan: Plan, step: list[str], created: list[str], attach: Attach | No
     if attach is not None:
         attach(step)
     step[0] = "creating the nodes' cgroups"
-    _create_cgroups(plan)
+    cgroups = _create_cgroups(plan)
+    # What `nestbed exec` needs to enter a node, without loading the plan (backend.entry).
+    entry.write(run_dir(plan), {n.name: (n.netns, cgroups.get(n.name, [])) for n in plan.nodes})
     if plan.needs_linkd:
         step[0] = "starting nestbed-linkd"
         _start_linkd(plan)
@@ -409,17 +411,20 @@ def _hierarchy(required: bool) -> Cgroups | None:
     return _detected[0]
 
 
-def _create_cgroups(plan: Plan) -> None:
-    """A cgroup per node: its CPU and memory limits, and the controller's CPU accounting.
+def _create_cgroups(plan: Plan) -> dict[str, list[str]]:
+    """A cgroup per node: its CPU and memory limits, and the controller's CPU accounting;
+    each node's cgroup directories.
 
     Without a usable cgroup hierarchy nodes without limits still work (unaccounted).
     """
     hierarchy = _hierarchy(required=any(n.limited for n in plan.nodes))
     if hierarchy is None:
-        return
+        return {}
+    made = {}
     for node in plan.nodes:
         limits = Limits(node.cpu_cores, node.cpu_pin, node.memory_bytes)
-        hierarchy.create(plan.tag, node.name, limits)
+        made[node.name] = [str(d) for d in hierarchy.create(plan.tag, node.name, limits).paths]
+    return made
 
 
 def _start_linkd(plan: Plan) -> None:
@@ -495,11 +500,11 @@ def _kill_processes_in(namespaces: Iterable[str], spare: Iterable[int] = ()) -> 
     if not inodes:
         return
     victims = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+    for process in Path("/proc").iterdir():
+        if process.name.isdigit():
             with contextlib.suppress(OSError):
-                if os.stat(entry / "ns" / "net").st_ino in inodes:
-                    victims.append(int(entry.name))
+                if os.stat(process / "ns" / "net").st_ino in inodes:
+                    victims.append(int(process.name))
     for pid in set(victims) - set(spare):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -654,14 +659,10 @@ def node_cgroup(plan: Plan, node: str) -> NodeCgroup | None:
 
 
 def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
-    """argv in the node's namespace and cgroup, both from its first instruction on.
-
-    `ip netns exec` also bind-mounts the node's /etc/hosts, then execs argv in place. The
-    cgroup is joined before it, since the fresh /sys it mounts has no cgroup file system.
-    """
-    command = ["ip", "netns", "exec", plan.node(node).netns, *argv]
+    """argv in the node's namespace and cgroup, both from its first instruction on (as
+    `nestbed exec` enters it: ``backend.entry``)."""
     cgroup = node_cgroup(plan, node)
-    return cgroup.entered(command) if cgroup is not None else command
+    return entry.argv(plan.node(node).netns, [str(d) for d in cgroup.paths] if cgroup else [], argv)
 
 
 def open_socket(plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
-from nestbed.cli.common import err, state
-from nestbed.errors import NestbedError
-from nestbed.lifecycle import signals
+TYPE_CHECKING = False  # not typing's: a plain `nestbed exec` imports nothing it need not
+if TYPE_CHECKING:
+    from typing import Any
 
 # The module of each top-level command. A command imports and builds its own module's
 # commands only: typer builds a click command of every registered one at each call (40-100
@@ -98,8 +97,15 @@ def main_entry() -> None:
     """Entry point: run the app, turning nestbed's errors into one-line messages.
 
     Usage errors are click's (exit 2); anything not a ``NestbedError`` is a bug and keeps its
-    traceback.
+    traceback. A plain `nestbed exec` becomes its command before any of that is loaded.
     """
+    from nestbed.cli import fastexec
+
+    fastexec.run(sys.argv[1:])
+    from nestbed.cli.common import err, state
+    from nestbed.errors import NestbedError
+    from nestbed.lifecycle import signals
+
     # SIGTERM and SIGHUP (timeout, systemd, a closed SSH session) stop a command as Ctrl-C
     # does: what was measured is kept, the experiment swapped out.
     signals.install()

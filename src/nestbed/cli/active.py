@@ -47,11 +47,12 @@ def exec_(
         raise typer.Exit(session.exec_(name, node, command, timeout))
     found = active(name, node)
     try:
-        done = found.exec(node, command, timeout=timeout)
+        code = found.exec(node, command, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         err.print(f"{' '.join(command)} in node {node} ran out of its {timeout:g} s; stopped")
         raise typer.Exit(TIMED_OUT) from None
-    raise typer.Exit(done.returncode)
+    # Killed by signal N: 128 + N, as the shell reports it (and as the fast path's exec does).
+    raise typer.Exit(code if code >= 0 else 128 - code)
 
 
 @app.command()

@@ -39,7 +39,7 @@ def parse(
         return
     from nestbed.cli.render import print_summary
 
-    print_summary(loaded.experiment, out)
+    print_summary(json.loads(loaded.experiment.to_json()), out)
 
 
 @app.command()
@@ -149,8 +149,6 @@ def show(
     """Show a stored experiment: its state and what it describes."""
     if (server := remote()) is not None:
         return server.show(name, as_json)
-    from nestbed.model import Experiment
-
     with reader() as db:
         record = db.get(name)
     if as_json:
@@ -162,7 +160,7 @@ def show(
         f"{record.name}: {record.state} (from {record.source_file}, sha256 "
         f"{record.source_sha256[:12]})"
     )
-    print_summary(Experiment.from_json(record.ir_json), out)
+    print_summary(json.loads(record.ir_json), out)  # as stored: no models to load
 
 
 @app.command()

@@ -86,10 +86,9 @@ def show(name: str, as_json: bool) -> None:
         print_json(found)
         return
     from nestbed.cli.render import print_summary
-    from nestbed.model import Experiment
 
     out.print(_row(found) + f", sha256 {found['source_sha256'][:12]}")
-    print_summary(Experiment.model_validate(found["ir"]), out)
+    print_summary(found["ir"], out)
 
 
 def create(file: Path, name: str | None, params: list[str] | None, as_json: bool) -> None:

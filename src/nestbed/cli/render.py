@@ -2,117 +2,132 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from nestbed.model.formulas import stationary_loss
 from nestbed.units import format_bandwidth, format_delay, format_time
 
-if TYPE_CHECKING:
-    from nestbed.model import Experiment, Shaping  # status and linktest tables need no IR
 
-
-def shaping_text(s: Shaping) -> str:
+def shaping_text(s: dict[str, Any]) -> str:
     """`10Mb 20ms loss 0.01 droptail/100` — the parts of one direction that are set."""
-    parts = [format_bandwidth(s.bandwidth_bps) if s.bandwidth_bps else "unlimited"]
-    parts.append(format_delay(s.delay_s))
-    if s.jitter_s:
-        parts.append(f"±{format_delay(s.jitter_s)} {s.jitter_distribution}")
-    if s.loss:
-        parts.append(f"loss {s.loss:g}")
-    if s.gilbert_elliott:
-        g = s.gilbert_elliott
-        parts.append(f"GE p={g.p:g} r={g.r:g} (loss {g.loss_rate:.4g})")
-    if s.drop_ordinals:
-        parts.append("drop #" + ",".join(map(str, s.drop_ordinals)))
-    q = s.queue
-    limit = f"{q.limit} {q.limit_unit}" if q.limit else "auto"
-    parts.append(f"{q.kind} {limit}")
+    parts = [format_bandwidth(s["bandwidth_bps"]) if s.get("bandwidth_bps") else "unlimited"]
+    parts.append(format_delay(s.get("delay_s", 0.0)))
+    if s.get("jitter_s"):
+        parts.append(f"±{format_delay(s['jitter_s'])} {s.get('jitter_distribution', 'uniform')}")
+    if s.get("loss"):
+        parts.append(f"loss {s['loss']:g}")
+    if g := s.get("gilbert_elliott"):
+        rate = stationary_loss(g["p"], g["r"], g.get("loss_bad", 1.0), g.get("loss_good", 0.0))
+        parts.append(f"GE p={g['p']:g} r={g['r']:g} (loss {rate:.4g})")
+    if s.get("drop_ordinals"):
+        parts.append("drop #" + ",".join(map(str, s["drop_ordinals"])))
+    q = s.get("queue") or {}
+    limit = f"{q['limit']} {q.get('limit_unit', 'packets')}" if q.get("limit") else "auto"
+    parts.append(f"{q.get('kind', 'droptail')} {limit}")
     return " ".join(parts)
 
 
-def experiment_summary(exp: Experiment) -> Group:
+def experiment_summary(exp: dict[str, Any]) -> Group:
+    """The summary of an experiment, from its IR as JSON data (``Experiment.to_json``'s, as
+    the store keeps it): `show` prints it without loading the IR's models."""
+    all_links = [*exp.get("links", ()), *exp.get("lans", ())]
+    node_list = exp.get("nodes", ())
     nodes = Table(
-        title=f"experiment {exp.name}: {len(exp.nodes)} nodes, routing {exp.routing}",
+        title=f"experiment {exp['name']}: {len(node_list)} nodes, routing "
+        f"{exp.get('routing', 'none')}",
         title_justify="left",
     )
     for col in ("node", "interfaces", "settings"):
         nodes.add_column(col)
-    for n in exp.nodes:
+    for n in node_list:
         ifaces = [
-            f"{p.ip}/{p.interface.network.prefixlen} ({link.name})"
-            for link in exp.all_links
-            for p in link.ports
-            if p.node == n.name
+            f"{p['ip']}/{_prefixlen(p)} ({link['name']})"
+            for link in all_links
+            for p in link["ports"]
+            if p["node"] == n["name"]
         ]
         settings = [
             f"{k} {v}"
             for k, v in (
-                ("os", n.os),
-                ("hw", n.hardware_type),
-                ("cpu", n.cpu_cores),
-                ("mem", n.memory_bytes),
-                ("startcmd", n.startcmd),
+                ("os", n.get("os")),
+                ("hw", n.get("hardware_type")),
+                ("cpu", n.get("cpu_cores")),
+                ("mem", n.get("memory_bytes")),
+                ("startcmd", n.get("startcmd")),
             )
             if v
         ]
-        if n.routes:
-            settings.append(f"{len(n.routes)} manual routes")
-        nodes.add_row(n.name, "\n".join(ifaces), ", ".join(settings))
+        if n.get("routes"):
+            settings.append(f"{len(n['routes'])} manual routes")
+        nodes.add_row(n["name"], "\n".join(ifaces), ", ".join(settings))
     links = Table(title="links and LANs (per direction)", title_justify="left")
     for col in ("name", "direction", "shaping"):
         links.add_column(col)
-    for link in exp.all_links:
-        label = link.name if link.kind == "link" else f"{link.name} (LAN)"
-        for i, p in enumerate(link.ports):
-            if link.kind == "link":
-                other = link.ports[1 - i].node
-                links.add_row(
-                    label if i == 0 else "", f"{p.node} → {other}", shaping_text(p.egress)
-                )
+    for link in all_links:
+        label = link["name"] if link["kind"] == "link" else f"{link['name']} (LAN)"
+        ports = link["ports"]
+        for i, p in enumerate(ports):
+            egress, ingress = p.get("egress") or {}, p.get("ingress") or {}
+            first = label if i == 0 else ""
+            if link["kind"] == "link":
+                other = ports[1 - i]["node"]
+                links.add_row(first, f"{p['node']} → {other}", shaping_text(egress))
             else:
-                links.add_row(label if i == 0 else "", f"{p.node} → switch", shaping_text(p.egress))
-                links.add_row("", f"switch → {p.node}", shaping_text(p.ingress))
+                links.add_row(first, f"{p['node']} → switch", shaping_text(egress))
+                links.add_row("", f"switch → {p['node']}", shaping_text(ingress))
     parts: list = [nodes, links]
-    if exp.agents or exp.applications or exp.programs:
+    agents, applications = exp.get("agents", ()), exp.get("applications", ())
+    programs = exp.get("programs", ())
+    if agents or applications or programs:
         traffic = Table(title="traffic and programs", title_justify="left")
         for col in ("name", "kind", "where", "settings"):
             traffic.add_column(col)
-        for a in exp.agents:
+        for a in agents:
             traffic.add_row(
-                a.name,
-                a.kind + (f"/{a.variant}" if a.variant else ""),
-                a.node,
-                f"peer {a.peer}" if a.peer else "",
+                a["name"],
+                a["kind"] + (f"/{a['variant']}" if a.get("variant") else ""),
+                a["node"],
+                f"peer {a['peer']}" if a.get("peer") else "",
             )
-        for app in exp.applications:
+        for app in applications:
             rate = (
-                f"every {format_delay(app.interval_s)}"
-                if app.interval_s
-                else format_bandwidth(app.rate_bps)
+                f"every {format_delay(app['interval_s'])}"
+                if app.get("interval_s")
+                else format_bandwidth(app.get("rate_bps", 100_000_000))
             )
-            detail = f"{app.packet_size_bytes} B at {rate}" if app.kind == "cbr" else ""
-            traffic.add_row(app.name, app.kind, f"on {app.agent}", detail)
-        for p in exp.programs:
-            traffic.add_row(p.name, "program", p.node, p.command)
+            size = app.get("packet_size_bytes", 210)
+            detail = f"{size} B at {rate}" if app["kind"] == "cbr" else ""
+            traffic.add_row(app["name"], app["kind"], f"on {app['agent']}", detail)
+        for p in programs:
+            traffic.add_row(p["name"], "program", p["node"], p["command"])
         parts.append(traffic)
-    if exp.events:
+    if exp.get("events"):
         events = Table(title="event timeline", title_justify="left")
         for col in ("time (s)", "object", "action"):
             events.add_column(col)
-        for e in exp.events:
-            events.add_row(format_time(e.time_s), e.object, " ".join([e.verb, *e.args]))
+        for e in exp["events"]:
+            action = " ".join([e["verb"], *e.get("args", ())])
+            events.add_row(format_time(e["time_s"]), e["object"], action)
         parts.append(events)
-    for w in exp.warnings:
-        where = f"{w.where.file}:{w.where.line}: " if w.where and w.where.line else ""
-        parts.append(Text(f"warning: {where}{w.message}", style="yellow"))
+    for w in exp.get("warnings", ()):
+        where = w.get("where") or {}
+        place = f"{where['file']}:{where['line']}: " if where.get("line") else ""
+        parts.append(Text(f"warning: {place}{w['message']}", style="yellow"))
     return Group(*parts)
 
 
-def print_summary(exp: Experiment, console: Console) -> None:
+def _prefixlen(port: dict[str, Any]) -> int:
+    return ipaddress.IPv4Interface(f"{port['ip']}/{port['netmask']}").network.prefixlen
+
+
+def print_summary(exp: dict[str, Any], console: Console) -> None:
+    """Prints the summary of an experiment given as its IR's JSON data."""
     console.print(experiment_summary(exp))
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from nestbed.model.base import NAME_PATTERN, OBJECT_NAME_PATTERN, Frozen
+from nestbed.model.formulas import stationary_loss
 
 IR_VERSION = 1
 
@@ -46,10 +47,7 @@ class GilbertElliott(Frozen):
     @property
     def loss_rate(self) -> float:
         """Stationary loss probability."""
-        if self.p + self.r == 0:
-            return self.loss_good
-        bad = self.p / (self.p + self.r)
-        return bad * self.loss_bad + (1 - bad) * self.loss_good
+        return stationary_loss(self.p, self.r, self.loss_bad, self.loss_good)
 
 
 class Queue(Frozen):

@@ -81,7 +81,7 @@ def drawer_home() -> Path:
     user's in a folder of its own under the temporary directory, so nobody else can pose as
     the drawer and take the folders."""
     uid = os.geteuid()
-    home = places.RUN_DIR if uid == 0 else Path(tempfile.gettempdir()) / f"nestbed-{uid}"
+    home = Path(places.run_root()) if uid == 0 else Path(tempfile.gettempdir()) / f"nestbed-{uid}"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     if home.stat().st_uid != uid:
         raise OSError(f"{home} belongs to another user; remove it")

@@ -9,20 +9,27 @@ versioned with alembic and brought up to date whenever a store is opened.
         store.transition("dumbbell", State.SWAPPING_IN, expect_from=State.DEFINED)
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
-from nestbed.store.definitions import SOURCE_FORMATS
-from nestbed.store.paths import ENV_VAR, default_db_path
-from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
-from nestbed.store.states import DELETABLE, EDITABLE, TRANSITIONS, State
-
+TYPE_CHECKING = False  # not typing's: `nestbed exec` reads store.paths, under this package
 if TYPE_CHECKING:
-    from nestbed.store.db import redact, resolve_db_url
-    from nestbed.store.experiments import Store
+    from typing import Any
 
-# SQLAlchemy loads on first use of these: the commands that only read a SQLite store
-# (store.reader) do without it.
-_LAZY = {"Store": "experiments", "redact": "db", "resolve_db_url": "db"}
+    from nestbed.store.db import redact, resolve_db_url
+    from nestbed.store.definitions import SOURCE_FORMATS
+    from nestbed.store.experiments import Store
+    from nestbed.store.paths import ENV_VAR, default_db_path
+    from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
+    from nestbed.store.states import DELETABLE, EDITABLE, TRANSITIONS, State
+
+# Every name loads on first use: SQLAlchemy only with ``Store`` (the commands that only read
+# a SQLite store, store.reader, do without it), and `nestbed exec` finds the store through
+# ``store.paths`` alone.
+_LAZY = {"Store": "experiments", "redact": "db", "resolve_db_url": "db",
+         "SOURCE_FORMATS": "definitions", "ENV_VAR": "paths", "default_db_path": "paths",
+         "ExperimentRecord": "records", "RunRecord": "records", "StateChange": "records",
+         "DELETABLE": "states", "EDITABLE": "states", "TRANSITIONS": "states",
+         "State": "states"}  # fmt: skip
 
 __all__ = [
     "DELETABLE",

@@ -55,7 +55,7 @@ from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
-STATE_ROOT = places.RUN_DIR / ".cluster"
+STATE_ROOT = Path(places.run_root()) / ".cluster"
 PLACEMENT = "placement.json"
 CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experiment, if any
 # What start_in passes on to the node's host; anything else is a bug of the caller's.
