@@ -7,14 +7,19 @@ the experiment's state, room on the machine for a swap-in or run (``policies.Adm
 no other operation running), starts the work in a worker thread
 (``operations``) and answers 202 with the experiment's state; ``status`` says how the
 operation went. An experiment of a project the caller is not in is answered 404.
+
+Requests that change experiments take a turn first (``write_turn``): at most
+``WRITE_TURNS`` of them hold a worker thread at once, the others wait in the event loop,
+so reads keep threads free while the store's single writer serialises the writes anyway.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi import Path as PathParam
 
 from nestbed.errors import NestbedError, UserError
@@ -34,7 +39,19 @@ router = APIRouter(prefix="/v1/projects/{project}/experiments", tags=["experimen
 NOTICES = 5  # the server's own newest audit rows of an experiment that status shows
 WARNINGS = 200  # the newest idle warnings of a project that its list looks through
 
+WRITE_TURNS = 4  # the writes that may hold worker threads at once (of anyio's 40)
+
 ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
+
+
+async def write_turn() -> AsyncIterator[None]:
+    """A write's turn, held around its handler: FastAPI lets ``WRITE_TURNS`` in at once and
+    keeps the others waiting in the event loop, where waiting takes no worker thread."""
+    yield
+
+
+# One object for every writing route (its first dependency): they share the one limit.
+Writes = [Depends(write_turn, scope="function", max_concurrency=WRITE_TURNS)]
 
 
 def owned_experiment(who: Caller, project: str, name: str) -> OwnedExperiment:
@@ -110,7 +127,7 @@ def _warning(owned: OwnedExperiment, rows: list[AuditRecord]) -> str | None:
     return found[-1].outcome if found else None
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, dependencies=Writes)
 def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> schemas.Experiment:
     """Parses the file (ns-2 in the Tcl sandbox, or YAML) and stores a new experiment;
     a bad file is a 422 listing each problem with its file and line."""
@@ -124,7 +141,7 @@ def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> sche
     return _reply(who, (None, owned))
 
 
-@router.put("/{name}")
+@router.put("/{name}", dependencies=Writes)
 def define(
     project: AccountName, name: ExperimentName, body: schemas.ExperimentFile, who: Who,
     response: Response,
@@ -184,7 +201,7 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
                   warning=_warning(owned, rows))  # fmt: skip
 
 
-@router.post("/{name}/swapin", status_code=202)
+@router.post("/{name}/swapin", status_code=202, dependencies=Writes)
 def swapin(
     project: AccountName, name: ExperimentName, who: Who, body: schemas.SwapIn | None = None
 ) -> schemas.Experiment:
@@ -197,7 +214,7 @@ def swapin(
     return _start(who, project, name, "swapin", work, options=options)
 
 
-@router.post("/{name}/run", status_code=202)
+@router.post("/{name}/run", status_code=202, dependencies=Writes)
 def run(
     project: AccountName, name: ExperimentName, who: Who, body: schemas.Run | None = None
 ) -> schemas.Experiment:
@@ -211,7 +228,7 @@ def run(
     return _start(who, project, name, "run", work, options=options)
 
 
-@router.post("/{name}/swapout", status_code=202)
+@router.post("/{name}/swapout", status_code=202, dependencies=Writes)
 def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experiment:
     """Starts ending the run and tearing the network down (results are kept)."""
 
@@ -225,7 +242,7 @@ def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Exp
     return _start(who, project, name, "swapout", work, check)
 
 
-@router.delete("/{name}")
+@router.delete("/{name}", dependencies=Writes)
 def delete(project: AccountName, name: ExperimentName, who: Who) -> dict[str, bool]:
     """Deletes the experiment with its history (not while it is swapped in)."""
     with who.audited("delete", project=project, experiment=name):
