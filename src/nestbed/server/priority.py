@@ -1,0 +1,50 @@
+"""The server's CPU priority beside what it starts: the server's own threads run ``AHEAD``
+nice steps ahead of the machine's other work, and everything it starts for an experiment
+(controllers, linkd, the experiment's programs, the commands of a swap-in or swap-out) at
+the priority the server was started with, as before.
+
+Why (docs/server.md, "The server beside its experiments"): the server answers people, and
+on one machine it competes for the cores with the experiments it runs; a request takes a
+few milliseconds of CPU, and behind a busy machine's run queue it waits for hundreds. Nice
+is per thread on Linux and a new thread or process inherits its creator's: the event
+loop's thread is put ahead when the server starts (``serve_ahead``), so every thread of the
+server is, and an operation's thread steps back (``step_back``) before it starts anything.
+A server that may not raise its priority (not root, no CAP_SYS_NICE) runs as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+log = logging.getLogger("nestbed.server")
+
+AHEAD = 5
+"""Nice steps ahead: at -5 against 0 a busy thread gets about 3 times the share of the CPU
+(CFS weights 3 121 and 1 024), not all of it, so nothing else starves."""
+
+_base: int | None = None  # the nice the server was started with, once it is ahead
+
+
+def serve_ahead() -> bool:
+    """Puts the calling thread (and every thread it starts from now on) ``AHEAD`` steps
+    ahead; whether it could."""
+    global _base
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base - AHEAD)
+    except PermissionError:
+        log.info("the server runs at nice %d: it may not put itself ahead of its experiments "
+                 "(it needs root or CAP_SYS_NICE)", base)  # fmt: skip
+        return False
+    _base = base
+    log.info("the server's threads run at nice %d, what it starts at %d", base - AHEAD, base)
+    return True
+
+
+def step_back() -> None:
+    """Puts the calling thread back at the server's starting priority (a thread about to
+    start an experiment's processes, which inherit it)."""
+    if _base is not None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _base)
