@@ -15,7 +15,10 @@ models are printed by name in the first line. Every request's latency is recorde
 error is any answer other than the one the request should get (a refusal by admission control
 counts separately: it is the server working). The server runs on the fake back end, which
 records swap-ins without namespaces (each swap-in still starts a real controller process), so
-the figures are the server's, not the machine's.
+the figures are the server's, not the machine's. The server puts its threads ahead of the
+controllers it starts (``nestbed.server.priority``); the clients, which stand for people on
+other machines, put theirs at the server's priority once it runs, so that the server does
+not starve its own measurement (the first line shows the nice values).
 Prints a table of latencies (p50, p99, max) per kind, reads and writes, and the errors;
 then the server's own account of each route (``GET /v1/server/timings``): its time inside
 the server and the part of it spent waiting before the handler's work began, so a client's
@@ -26,6 +29,7 @@ difference). The machine's load average is printed beside the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -153,6 +157,11 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _nice(pid: int) -> int:
+    """A process's nice value, from /proc."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -191,6 +200,10 @@ def main() -> int:
             if admin.seen.errors:
                 print("setting up failed:", *admin.seen.errors, sep="\n  ")
                 return 1
+            base = os.getpriority(os.PRIO_PROCESS, 0)  # the server's start, its controllers'
+            nice = _nice(served.process.pid) if served.process else base
+            with contextlib.suppress(PermissionError):  # threads started now inherit it
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
             until = time.monotonic() + args.seconds
             done: list[int] = []
 
@@ -216,6 +229,8 @@ def main() -> int:
         if args.think_s > 0
         else "no think time (closed loop, back to back)"
     )
+    print(f"nice: the server {nice}, the clients {os.getpriority(os.PRIO_PROCESS, 0)}, "
+          f"the controllers {base}")  # fmt: skip
     print(f"{args.clients} clients, {model}, for {elapsed:.0f} s on the fake back end: "
           f"{requests} requests ({requests / elapsed:.1f}/s), {sum(done)} swap-in/out cycles, "
           f"{seen.refused} swap-ins refused, {len(seen.errors)} errors")  # fmt: skip

@@ -9,7 +9,8 @@ few milliseconds of CPU, and behind a busy machine's run queue it waits for hund
 is per thread on Linux and a new thread or process inherits its creator's: the event
 loop's thread is put ahead when the server starts (``serve_ahead``), so every thread of the
 server is, and an operation's thread steps back (``step_back``) before it starts anything.
-A server that may not raise its priority (not root, no CAP_SYS_NICE) runs as before.
+A server that may not raise its priority (not root, no CAP_SYS_NICE) runs as before, and
+``NESTBED_SERVER_AHEAD=0`` keeps it level with its experiments.
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ import logging
 import os
 import threading
 
+from nestbed.errors import UserError
+
 log = logging.getLogger("nestbed.server")
 
+ENV_VAR = "NESTBED_SERVER_AHEAD"
+
 AHEAD = 5
-"""Nice steps ahead: at -5 against 0 a busy thread gets about 3 times the share of the CPU
-(CFS weights 3 121 and 1 024), not all of it, so nothing else starves."""
+"""Nice steps ahead, unless $NESTBED_SERVER_AHEAD says otherwise: at -5 against 0 a busy
+thread gets about 3 times the share of a core (weights 3 121 and 1 024), not all of it, so
+nothing else starves."""
 
 _base: int | None = None  # the nice the server was started with, once it is ahead
 
@@ -31,16 +37,27 @@ def serve_ahead() -> bool:
     """Puts the calling thread (and every thread it starts from now on) ``AHEAD`` steps
     ahead; whether it could."""
     global _base
+    ahead = _ahead()
     base = os.getpriority(os.PRIO_PROCESS, 0)
+    if ahead == 0:
+        return False
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base - AHEAD)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base - ahead)
     except PermissionError:
         log.info("the server runs at nice %d: it may not put itself ahead of its experiments "
                  "(it needs root or CAP_SYS_NICE)", base)  # fmt: skip
         return False
     _base = base
-    log.info("the server's threads run at nice %d, what it starts at %d", base - AHEAD, base)
+    log.info("the server's threads run at nice %d, what it starts at %d", base - ahead, base)
     return True
+
+
+def _ahead() -> int:
+    said = os.environ.get(ENV_VAR, str(AHEAD))
+    if not said.isdigit() or int(said) > 19:
+        raise UserError(f"{ENV_VAR}={said!r} is not a number of nice steps from 0 to 19; "
+                        f"unset it for {AHEAD}")  # fmt: skip
+    return int(said)
 
 
 def step_back() -> None:

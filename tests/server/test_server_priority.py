@@ -1,0 +1,35 @@
+"""The server's threads run ahead of what it starts: every thread of the server 5 nice steps
+ahead of the priority it was started with, the controller of an experiment it swapped in
+at that priority."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from server_helpers import LINE, People, Served, wait_for
+
+EXP = "/v1/projects/net/experiments/line"
+
+
+def _nice(task: Path) -> int:
+    """A task's nice, from its /proc stat (the 19th field)."""
+    return int(task.read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may put a process ahead")
+def test_the_servers_threads_run_ahead_of_its_experiments(served: Served, people: People) -> None:
+    assert served.process is not None
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # the server inherits the test's
+    ada = served.client(people["ada"])
+    ada.request("PUT", EXP, {"file_name": "line.yaml", "text": LINE})
+    ada.request("POST", EXP + "/swapin")
+    wait_for(ada, EXP, "swapin")
+    threads = list(Path(f"/proc/{served.process.pid}/task").glob("*/stat"))
+    assert len(threads) > 2
+    assert {_nice(t) for t in threads} == {base - 5}
+    controller = served.controllers()["net--line"]
+    assert _nice(Path(f"/proc/{controller}/stat")) == base
+    ada.request("POST", EXP + "/swapout")
+    wait_for(ada, EXP, "swapout")
