@@ -9,6 +9,9 @@ few milliseconds of CPU, and behind a busy machine's run queue it waits for hund
 is per thread on Linux and a new thread or process inherits its creator's: the event
 loop's thread is put ahead when the server starts (``serve_ahead``), so every thread of the
 server is, and an operation's thread steps back (``step_back``) before it starts anything.
+A process started straight from a request's thread (not through ``operations``) inherits
+the server's priority: code that starts one for an experiment (a shell, an exec) must start
+it from a thread that has stepped back, or the experiment's process runs ahead too.
 A server that may not raise its priority (not root, no CAP_SYS_NICE) runs as before, and
 ``NESTBED_SERVER_AHEAD=0`` keeps it level with its experiments.
 """
