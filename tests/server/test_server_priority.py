@@ -5,6 +5,8 @@ at that priority."""
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,26 @@ def test_the_servers_threads_run_ahead_of_its_experiments(served: Served, people
     assert _nice(Path(f"/proc/{controller}/stat")) == base
     ada.request("POST", EXP + "/swapout")
     wait_for(ada, EXP, "swapout")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may put a thread ahead")
+def test_a_block_behind_starts_its_processes_at_the_starting_priority(monkeypatch) -> None:
+    from nestbed.server import priority
+
+    monkeypatch.setattr(priority, "_base", None)
+    monkeypatch.delenv(priority.ENV_VAR, raising=False)
+    seen: dict[str, int] = {}
+
+    def in_a_thread() -> None:  # a thread of its own: the test's keeps its priority
+        base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert priority.serve_ahead()
+        seen["ahead"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - base
+        with priority.behind():
+            child = subprocess.run(["nice"], capture_output=True, text=True, check=True)
+        seen["child"] = int(child.stdout) - base
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - base
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"ahead": -5, "child": 0, "after": -5}

@@ -10,17 +10,19 @@ is per thread on Linux and a new thread or process inherits its creator's: the e
 loop's thread is put ahead when the server starts (``serve_ahead``), so every thread of the
 server is, and an operation's thread steps back (``step_back``) before it starts anything.
 A process started straight from a request's thread (not through ``operations``) inherits
-the server's priority: code that starts one for an experiment (a shell, an exec) must start
-it from a thread that has stepped back, or the experiment's process runs ahead too.
+the server's priority: code that starts one for an experiment (a shell, an exec) starts it
+inside ``behind()``, or the experiment's process runs ahead too.
 A server that may not raise its priority (not root, no CAP_SYS_NICE) runs as before, and
 ``NESTBED_SERVER_AHEAD=0`` keeps it level with its experiments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 
 from nestbed.errors import UserError
 
@@ -68,3 +70,16 @@ def step_back() -> None:
     start an experiment's processes, which inherit it)."""
     if _base is not None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _base)
+
+
+@contextlib.contextmanager
+def behind() -> Iterator[None]:
+    """The block runs at the server's starting priority, so that a process it starts for an
+    experiment inherits that; the thread is put ahead again after it."""
+    ahead = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    step_back()
+    try:
+        yield
+    finally:
+        if _base is not None:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ahead)
