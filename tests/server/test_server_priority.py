@@ -58,3 +58,30 @@ def test_a_block_behind_starts_its_processes_at_the_starting_priority(monkeypatc
     thread.start()
     thread.join()
     assert seen == {"ahead": -5, "child": 0, "after": -5}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may put a thread ahead")
+def test_what_a_request_does_with_an_active_experiment_runs_behind(monkeypatch, tmp_path) -> None:
+    """A process a request starts in a node (an exec, a shell) is the experiment's."""
+    from types import SimpleNamespace
+
+    from nestbed.server import priority
+    from nestbed.server.actives import Actives
+
+    monkeypatch.setattr(priority, "_base", None)
+    monkeypatch.delenv(priority.ENV_VAR, raising=False)
+    testbed = SimpleNamespace(backend=SimpleNamespace(state_root=tmp_path),
+                              active=lambda _stored: SimpleNamespace(close=lambda: None))  # fmt: skip
+    seen: dict[str, int] = {}
+
+    def in_a_thread() -> None:
+        base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert priority.serve_ahead()
+        with Actives().of(testbed, "net--line"):  # type: ignore[arg-type]
+            seen["inside"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - base
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - base
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"inside": 0, "after": -5}
