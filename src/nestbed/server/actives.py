@@ -5,6 +5,11 @@ Opening an experiment's ``Active`` reads its kept plan (a pickle of a few megaby
 every live page otherwise. One ``Active`` per experiment is kept while its kept plan is the
 same file: a new swap-in writes a new one, and the next request opens that. Its controller
 client serialises the requests of concurrent viewers on its one connection.
+
+What a request does with an ``Active`` runs at the server's starting priority
+(``priority.behind``): a process it starts in a node (an exec or a shell) is the
+experiment's, and must not run ahead of the experiment's other processes as the server's
+own threads do.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 from nestbed.backend import kept
 from nestbed.lifecycle import Testbed
+from nestbed.server import priority
 
 
 class Actives:
@@ -27,8 +33,9 @@ class Actives:
 
     @contextlib.contextmanager
     def of(self, testbed: Testbed, stored: str) -> Iterator[Any]:
-        """The experiment's ``Active`` (``testbed.active``'s errors if it is not active).
-        One that fails while in use is closed and forgotten: the next is opened afresh."""
+        """The experiment's ``Active`` (``testbed.active``'s errors if it is not active),
+        used behind the server's priority (module docstring). One that fails while in use
+        is closed and forgotten: the next is opened afresh."""
         try:
             found = (testbed.backend.state_root / stored / kept.PLAN).stat()
             key: tuple[int, int] | None = (found.st_ino, found.st_mtime_ns)
@@ -46,7 +53,8 @@ class Actives:
                 if key is not None:
                     self.kept[stored] = (key, active)
         try:
-            yield active
+            with priority.behind():
+                yield active
         except BaseException:
             self.forget(stored)
             active.close()

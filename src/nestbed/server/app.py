@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse
 from nestbed import __version__
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, SpecError
 from nestbed.lifecycle import Testbed
-from nestbed.server import confinement
+from nestbed.server import confinement, priority
 from nestbed.server.actives import Actives
 from nestbed.server.auth import Forbidden, Invalid, NotFound, Who
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
@@ -110,6 +110,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        priority.serve_ahead()  # first: the threads started from here on inherit it
         server = await asyncio.to_thread(Server.open, config)
         app.state.server = server
         ticking = asyncio.create_task(server.loop.run())

@@ -7,15 +7,21 @@ the experiment's state, room on the machine for a swap-in or run (``policies.Adm
 no other operation running), starts the work in a worker thread
 (``operations``) and answers 202 with the experiment's state; ``status`` says how the
 operation went. An experiment of a project the caller is not in is answered 404.
+
+Requests that change experiments take a turn first (``write_turn``): at most
+``WRITE_TURNS`` of them hold a worker thread at once, the others wait in the event loop,
+so reads keep threads free while the store's single writer serialises the writes anyway.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi import Path as PathParam
+from pydantic import BaseModel, TypeAdapter
 
 from nestbed.errors import NestbedError, UserError
 from nestbed.model.options import RunOptions
@@ -34,7 +40,19 @@ router = APIRouter(prefix="/v1/projects/{project}/experiments", tags=["experimen
 NOTICES = 5  # the server's own newest audit rows of an experiment that status shows
 WARNINGS = 200  # the newest idle warnings of a project that its list looks through
 
+WRITE_TURNS = 4  # the writes that may hold worker threads at once (of anyio's 40)
+
 ExperimentName = Annotated[str, PathParam(pattern=schemas.EXPERIMENT_NAME_PATTERN)]
+
+
+async def write_turn() -> AsyncIterator[None]:
+    """A write's turn, held around its handler: FastAPI lets ``WRITE_TURNS`` in at once and
+    keeps the others waiting in the event loop, where waiting takes no worker thread."""
+    yield
+
+
+# One object for every writing route (its first dependency): they share the one limit.
+Writes = [Depends(write_turn, scope="function", max_concurrency=WRITE_TURNS)]
 
 
 def owned_experiment(who: Caller, project: str, name: str) -> OwnedExperiment:
@@ -88,15 +106,26 @@ def _parse(who: Caller, project: str, body: schemas.ExperimentFile) -> definitio
         raise
 
 
-@router.get("")
-def list_experiments(project: AccountName, who: Who) -> list[schemas.Experiment]:
+_EXPERIMENTS = TypeAdapter(list[schemas.Experiment])
+
+
+def _json(value: BaseModel | list[schemas.Experiment]) -> Response:
+    """``value``, built of the reply's own models, as its JSON: the hot reads skip FastAPI's
+    second validation of what they have just built, and its detour through Python's json
+    (their routes name their models for the OpenAPI schema)."""
+    data = _EXPERIMENTS.dump_json(value) if isinstance(value, list) else value.model_dump_json()
+    return Response(data, media_type="application/json")
+
+
+@router.get("", response_model=list[schemas.Experiment])
+def list_experiments(project: AccountName, who: Who) -> Response:
     """The project's experiments, by name."""
     who.role(project)
     ops = who.server.operations.seen_all()  # before the records: see ``seen_experiment``
     owned = who.server.accounts.experiments(project)
     warned = who.server.accounts.audit_log(project, WARNINGS, by_server=True, action="idle.warn")
-    return [_reply(who, (ops.get(o.experiment.name), o), warning=_warning(o, warned))
-            for o in owned]  # fmt: skip
+    return _json([_reply(who, (ops.get(o.experiment.name), o), warning=_warning(o, warned))
+                  for o in owned])  # fmt: skip
 
 
 def _warning(owned: OwnedExperiment, rows: list[AuditRecord]) -> str | None:
@@ -110,7 +139,7 @@ def _warning(owned: OwnedExperiment, rows: list[AuditRecord]) -> str | None:
     return found[-1].outcome if found else None
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, dependencies=Writes)
 def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> schemas.Experiment:
     """Parses the file (ns-2 in the Tcl sandbox, or YAML) and stores a new experiment;
     a bad file is a 422 listing each problem with its file and line."""
@@ -124,7 +153,7 @@ def create(project: AccountName, body: schemas.ExperimentFile, who: Who) -> sche
     return _reply(who, (None, owned))
 
 
-@router.put("/{name}")
+@router.put("/{name}", dependencies=Writes)
 def define(
     project: AccountName, name: ExperimentName, body: schemas.ExperimentFile, who: Who,
     response: Response,
@@ -148,7 +177,8 @@ def define(
 
 @router.get("/{name}")
 def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.ExperimentDetail:
-    """The experiment with its IR, runs and the front end's warnings."""
+    """The experiment with its IR, runs and the front end's warnings (the portal's page of
+    the experiment builds on it: it answers the model, not its JSON)."""
     import json
 
     seen = seen_experiment(who, project, name)
@@ -160,8 +190,8 @@ def show(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experi
     return _reply(who, seen, schemas.ExperimentDetail, ir=ir, runs=runs, warnings=warnings)
 
 
-@router.get("/{name}/status")
-def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Status:
+@router.get("/{name}/status", response_model=schemas.Status)
+def status(project: AccountName, name: ExperimentName, who: Who) -> Response:
     """The experiment's state and last operation, what the server itself last did to it or
     warned of (idle warnings and swap-outs, reconciliation), and while it is active its
     controller's status (links with their counters, programs, traffic)."""
@@ -180,11 +210,11 @@ def status(project: AccountName, name: ExperimentName, who: Who) -> schemas.Stat
             live = {"error": _said(str(exc), owned)}
     rows = who.server.accounts.audit_log(project, NOTICES, experiment=name, by_server=True)
     notices = [schemas.AuditRow.model_validate(r, from_attributes=True) for r in rows]
-    return _reply(who, seen, schemas.Status, live=live, notices=notices,
-                  warning=_warning(owned, rows))  # fmt: skip
+    return _json(_reply(who, seen, schemas.Status, live=live, notices=notices,
+                        warning=_warning(owned, rows)))  # fmt: skip
 
 
-@router.post("/{name}/swapin", status_code=202)
+@router.post("/{name}/swapin", status_code=202, dependencies=Writes)
 def swapin(
     project: AccountName, name: ExperimentName, who: Who, body: schemas.SwapIn | None = None
 ) -> schemas.Experiment:
@@ -197,7 +227,7 @@ def swapin(
     return _start(who, project, name, "swapin", work, options=options)
 
 
-@router.post("/{name}/run", status_code=202)
+@router.post("/{name}/run", status_code=202, dependencies=Writes)
 def run(
     project: AccountName, name: ExperimentName, who: Who, body: schemas.Run | None = None
 ) -> schemas.Experiment:
@@ -211,7 +241,7 @@ def run(
     return _start(who, project, name, "run", work, options=options)
 
 
-@router.post("/{name}/swapout", status_code=202)
+@router.post("/{name}/swapout", status_code=202, dependencies=Writes)
 def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Experiment:
     """Starts ending the run and tearing the network down (results are kept)."""
 
@@ -225,7 +255,7 @@ def swapout(project: AccountName, name: ExperimentName, who: Who) -> schemas.Exp
     return _start(who, project, name, "swapout", work, check)
 
 
-@router.delete("/{name}")
+@router.delete("/{name}", dependencies=Writes)
 def delete(project: AccountName, name: ExperimentName, who: Who) -> dict[str, bool]:
     """Deletes the experiment with its history (not while it is swapped in)."""
     with who.audited("delete", project=project, experiment=name):

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from nestbed.errors import NestbedError, UserError
 from nestbed.lifecycle import signals
+from nestbed.server import priority
 
 
 class Busy(UserError):
@@ -88,6 +89,7 @@ class Operations:
         return op
 
     def _run(self, op: Operation, work: Callable[[], object]) -> None:
+        priority.step_back()  # what the work starts runs behind the server (``priority``)
         try:
             work()
         except (NestbedError, KeyboardInterrupt) as exc:

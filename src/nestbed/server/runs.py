@@ -17,6 +17,7 @@ import json
 import os
 import stat
 import tarfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +25,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, StreamingResponse
-from starlette.background import BackgroundTask
 
 from nestbed.results.folder import RunFolder
 from nestbed.server.accounts import AccountName
@@ -97,17 +97,35 @@ _UNTRUSTED = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "n
 def served(root: Path, relative: str) -> FileResponse:
     """A file of a run, shown in the browser but sandboxed: no script of it runs. It is
     served from the descriptor ``open_inside`` opened (its /proc/self/fd name reopens that
-    very file), closed once the response is sent."""
+    very file), closed once the response ends, however it ends (``FromDescriptor``)."""
     fd = open_inside(root, relative)
     try:
-        return FileResponse(
-            f"/proc/self/fd/{fd}", filename=relative.rsplit("/", 1)[-1],
-            content_disposition_type="inline", headers=_UNTRUSTED,
-            background=BackgroundTask(os.close, fd),
-        )  # fmt: skip
+        return FromDescriptor(fd, filename=relative.rsplit("/", 1)[-1],
+                              content_disposition_type="inline", headers=_UNTRUSTED)  # fmt: skip
     except BaseException:
         os.close(fd)
         raise
+
+
+class FromDescriptor(FileResponse):
+    """A file response read from an open descriptor, which it closes when it has been sent
+    or given up: a client that goes away mid-download ends the sending with an error, and a
+    background task would then never run (Starlette runs it only after a whole send), so the
+    descriptor is closed in ``finally``; one never sent at all closes when collected."""
+
+    def __init__(self, fd: int, **options: Any) -> None:
+        super().__init__(f"/proc/self/fd/{fd}", **options)
+        self._close = weakref.finalize(self, os.close, fd)
+
+    def close(self) -> None:
+        """Closes the descriptor, once."""
+        self._close()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.close()
 
 
 def files(root: Path) -> Iterator[tuple[str, int]]:

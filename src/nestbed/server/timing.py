@@ -1,8 +1,8 @@
 """Where a request's time goes inside the server: an ASGI middleware that times every request
 from its arrival at the application to its last byte, by route, split into the wait before its
-handler's work began (reading the body, validation, a worker thread of the pool, the token
-check's turn) and the rest; what a client measures beyond that is uvicorn's own queue and the
-network.
+work began (reading the body, validation, the event loop's turn to check its token) and the
+rest (its handler, with its wait for a worker thread, and sending the reply); what a client
+measures beyond that is uvicorn's own queue and the network.
 
 The figures are kept in memory (the newest ``KEEP`` per route), served to admins at
 ``GET /v1/server/timings`` (``bench/server_load.py`` prints them beside its own), and a
@@ -26,7 +26,7 @@ WORK_STARTED = "nestbed.work_started"  # the scope key the token check stamps (`
 
 
 def work_started(scope: dict[str, Any]) -> None:
-    """Marks the moment a request's handler work begins (called in its worker thread)."""
+    """Marks the moment a request's work begins (its token check, ``auth.caller``)."""
     scope.setdefault(WORK_STARTED, time.perf_counter())
 
 

@@ -9,6 +9,10 @@ Tokens are stored as the SHA-256 of the token, never the token itself: a token i
 bytes (``secrets.token_urlsafe(32)``), so unlike a password it cannot be guessed from a
 dictionary and needs no salt or slow hash; a plain hash makes a stolen database useless for
 logging in while letting a request's token be found with one indexed lookup.
+
+Whose a token is and a user's role in a project, asked at every request of a server, are
+answered from a cache (``recent``): for ``recent.TTL_S`` at most, and forgotten at once by
+every change to users, tokens, projects or members made through the same ``Accounts``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from sqlalchemy import Connection
 
 from nestbed.errors import InternalError, UserError
 from nestbed.store.experiments import Store, insert_experiment, utc_now
+from nestbed.store.recent import Recent
 from nestbed.store.records import (
     AuditRecord,
     ExperimentRecord,
@@ -94,11 +99,13 @@ class Accounts:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.recent = Recent()  # tokens' users and members' roles (module docstring)
 
     # -- users and tokens --------------------------------------------------------------------
 
     def add_user(self, name: str, *, admin: bool = False) -> UserRecord:
         """A new user; ``UserError`` if the name is taken."""
+        self.recent.clear()
         check_account_name("user", name)
         try:
             with self.store.transaction() as conn:
@@ -120,6 +127,7 @@ class Accounts:
     def add_token(self, user: str, label: str | None = None) -> tuple[TokenRecord, str]:
         """A new token for ``user``: its record and the token itself, which is not kept
         and cannot be shown again."""
+        self.recent.clear()
         token = new_token()
         with self.store.transaction() as conn:
             owner = _one(conn, users, user, "user")
@@ -142,6 +150,7 @@ class Accounts:
 
     def revoke_token(self, user: str, token_id: int) -> None:
         """Removes a token of ``user``; ``UserError`` if the user has no such token."""
+        self.recent.clear()
         with self.store.transaction() as conn:
             owner = _one(conn, users, user, "user")
             done = conn.execute(
@@ -154,11 +163,16 @@ class Accounts:
 
     def user_for_token(self, token: str) -> UserRecord | None:
         """The user whose token this is, or None for an unknown (or revoked) token."""
+        digest = token_hash(token)
+        return self.recent.get(("token", digest),  # type: ignore[no-any-return]
+                               lambda: self._user_for_hash(digest))  # fmt: skip
+
+    def _user_for_hash(self, digest: str) -> UserRecord | None:
         with self.store.reading() as conn:
             row = conn.execute(
                 users.select()
                 .join(api_tokens, api_tokens.c.user_id == users.c.id)
-                .where(api_tokens.c.token_sha256 == token_hash(token))
+                .where(api_tokens.c.token_sha256 == digest)
             ).first()
         return None if row is None else _user(row)
 
@@ -166,6 +180,7 @@ class Accounts:
 
     def add_project(self, name: str, leader: str) -> ProjectRecord:
         """A new project whose first member, ``leader``, leads it."""
+        self.recent.clear()
         check_account_name("project", name)
         try:
             with self.store.transaction() as conn:
@@ -196,6 +211,7 @@ class Accounts:
 
     def set_member(self, project: str, user: str, role: str = "member") -> Membership:
         """Adds ``user`` to ``project`` with ``role``, or changes their role."""
+        self.recent.clear()
         if role not in ROLES:
             raise UserError(f"role {role!r} is not one of {', '.join(ROLES)}")
         with self.store.transaction() as conn:
@@ -214,6 +230,7 @@ class Accounts:
 
     def remove_member(self, project: str, user: str) -> None:
         """Removes ``user`` from ``project``; its last leader stays."""
+        self.recent.clear()
         with self.store.transaction() as conn:
             p = _one(conn, projects, project, "project")
             u = _one(conn, users, user, "user")
@@ -249,6 +266,10 @@ class Accounts:
     def role(self, project: str, user: str) -> str | None:
         """``user``'s role in ``project``, or None when they are not a member (or either
         does not exist)."""
+        return self.recent.get(("role", project, user),  # type: ignore[no-any-return]
+                               lambda: self._role(project, user))  # fmt: skip
+
+    def _role(self, project: str, user: str) -> str | None:
         with self.store.reading() as conn:
             row = conn.execute(
                 _members().where(projects.c.name == project, users.c.name == user)

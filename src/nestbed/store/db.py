@@ -170,9 +170,14 @@ def _make_sqlite_transactional(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         # A transaction that only reads (``READ_ONLY``) takes no write lock: in WAL mode
-        # (the server's) it then neither waits for writers nor holds them up.
-        read_only = conn.get_execution_options().get(READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        # (the server's) it then neither waits for writers nor holds them up. It issues no
+        # BEGIN either: each of its statements reads the last commit on its own, and its
+        # end commits nothing. A read is then one statement, not three (BEGIN, SELECT,
+        # COMMIT), each of which lets go of the interpreter's lock and waits to take it
+        # back: on a busy server those waits were most of a read's time. The store's reads
+        # are one statement each, or two that need not agree (``Store.runs``).
+        if not conn.get_execution_options().get(READ_ONLY, False):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def use_wal(engine: Engine) -> None:
