@@ -16,6 +16,16 @@ from nestbed.results import drawing
 EVENTS = "index,source,planned_s,actual_s,error_ms,object,verb,args,outcome,message"
 
 
+@pytest.fixture(autouse=True)
+def own_drawer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's own drawer (its socket and lock in a state folder of the test's): the
+    machine's drawer may be busy with another test's runs, and what happens to those is
+    not this test's."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    monkeypatch.setenv("NESTBED_RUN_DIR", str(state))
+
+
 @pytest.fixture
 def run(tmp_path: Path) -> Path:
     folder = tmp_path / "run-1"
@@ -68,6 +78,25 @@ def test_runs_ending_faster_than_reports_are_drawn_queue_with_one_drawer(tmp_pat
         assert not (folder / drawing.LOCK).exists()
     for process in started:
         assert process.wait() == 0
+
+
+def test_a_folder_removed_while_queued_costs_the_drawer_none_of_the_others(tmp_path, monkeypatch):
+    gone, *others = _runs(tmp_path, 4)
+    held = os.open(gone / drawing.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # an earlier drawing of it: the drawer waits for it
+    try:
+        first = drawing.draw_detached(gone)
+        assert first is not None
+        assert [drawing.draw_detached(folder) for folder in others] == [None] * 3  # queued
+    finally:
+        import shutil
+
+        shutil.rmtree(gone)  # its run's folder removed while the drawer waited on it
+        os.close(held)
+    for folder in others:
+        _until_drawn(folder)
+        assert _manifest(folder)["report"] == {"state": "written", "drawn_by": drawing.DETACHED}
+    assert first.wait() == 1  # it says one folder failed
 
 
 def test_a_detached_drawing_writes_the_report_and_the_manifest_says_so(run):

@@ -311,7 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     drawer.add(RunFolder(args.folder).root, None if args.take_lock else args.lock_fd)
     ok = True
     while (item := drawer.next()) is not None:
-        ok = _draw_one(*item) and ok
+        try:
+            ok = _draw_one(*item) and ok
+        except Exception:  # one folder (gone, unwritable) is not the queue's
+            # Before, a folder removed while it waited ended the drawer, and every folder
+            # queued behind it stayed "drawing" for good.
+            traceback.print_exc()
+            ok = False
     return 0 if ok else 1  # the drawer lock goes with the process
 
 
