@@ -3,6 +3,7 @@ went), or again on demand; a failed drawing keeps its traceback and the results.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -97,6 +98,32 @@ def test_a_folder_removed_while_queued_costs_the_drawer_none_of_the_others(tmp_p
         _until_drawn(folder)
         assert _manifest(folder)["report"] == {"state": "written", "drawn_by": drawing.DETACHED}
     assert first.wait() == 1  # it says one folder failed
+
+
+def test_the_drawer_draws_at_the_lowest_priority_and_takes_folders_at_its_starters(run):
+    # Before, the whole drawer ran at SCHED_IDLE: on a busy machine its socket was answered
+    # after the sender's timeout, and a run's swap-out waited minutes.
+    held = os.open(run / drawing.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the drawer waits on it, drawing nothing meanwhile
+    try:
+        drawer = drawing.draw_detached(run)
+        assert drawer is not None
+        policies: dict[int, int] = {}
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            policies = {}
+            for task in os.listdir(f"/proc/{drawer.pid}/task"):
+                with contextlib.suppress(OSError):
+                    policies[int(task)] = os.sched_getscheduler(int(task))
+            if policies.get(drawer.pid) == os.SCHED_IDLE and len(policies) > 1:
+                break
+            time.sleep(0.05)
+        assert policies.get(drawer.pid) == os.SCHED_IDLE, policies  # the drawing
+        others = [p for tid, p in policies.items() if tid != drawer.pid]
+        assert os.SCHED_OTHER in others, policies  # the thread that takes folders
+    finally:
+        os.close(held)
+    assert drawer.wait() == 0
 
 
 def test_a_detached_drawing_writes_the_report_and_the_manifest_says_so(run):

@@ -284,6 +284,8 @@ def note_off(folder: Path) -> None:
 
 
 def _lowest_priority() -> None:
+    """The calling thread (on Linux, nice and the scheduling policy are a thread's) at the
+    lowest priority; threads it starts later inherit it."""
     with contextlib.suppress(OSError):
         os.nice(19)
     with contextlib.suppress(OSError, AttributeError):
@@ -298,7 +300,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alone-fd", type=int, help="the drawer lock, taken by the starter")
     parser.add_argument("--listen-fd", type=int, help="the drawer's socket, bound by the starter")
     args = parser.parse_args(argv)
-    _lowest_priority()
     home = drawer_home()
     if args.alone_fd is None:
         # Started while another drawer held the lock: wait for it, then bind the socket.
@@ -308,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         listener = socket.socket(fileno=args.listen_fd)
     drawer = _Drawer(home, listener)
+    # Only the drawing runs at the lowest priority: the thread that takes folders keeps the
+    # starter's, so a run's end is answered at once however busy the machine is. Before, a
+    # drawer starved by a busy machine answered after the sender's 10 s timeout, which the
+    # sender tried again, and a run's swap-out waited minutes (a fresh clone's full run).
+    _lowest_priority()
     drawer.add(RunFolder(args.folder).root, None if args.take_lock else args.lock_fd)
     ok = True
     while (item := drawer.next()) is not None:
