@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nbtest import build
 from nestbed.backend.linkd import Request
 from nestbed.backend.plan import plan
@@ -169,3 +171,17 @@ def _held(request_at, release: threading.Event, due_held: float):
         return answer
 
     return held
+
+
+def test_a_timed_change_its_hosts_did_not_apply_is_not_planned_on():
+    exp = build(LINKED)
+    linkd = TimedLinkd(late_s=0.0)
+    links = LinkStates(exp, plan(exp), HopAway(linkd))  # type: ignore[arg-type]
+
+    def unanswered(due, requests):
+        raise TimeoutError("no answer within 300 s")
+
+    linkd.request_at = unanswered  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError):
+        links.apply("l0", "delay", ("50ms",), time.monotonic() + 1)
+    assert links.planned["l0"] == links.links["l0"] == links.original["l0"]

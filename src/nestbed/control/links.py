@@ -75,7 +75,13 @@ class LinkStates:
             asked = Requests()
             message, state, after = self._apply(asked, name, verb, args)
         # Outside the lock: the hosts wait for the time, and other links' events go on.
-        applied = channel.request_at(due, asked.requests)
+        try:
+            applied = channel.request_at(due, asked.requests)
+        except BaseException:
+            with self.lock:  # never applied: the link's next change starts from what is
+                if self.planned[name] is after:
+                    self.planned[name] = self.links[name]
+            raise
         with self.lock:
             self._keep(name, state, after, due)
             self.applied[name] = applied
