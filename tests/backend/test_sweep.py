@@ -35,8 +35,11 @@ def test_every_point_is_a_whole_run_and_a_bad_point_fails_alone(tmp_path: Path):
     assert "'fast' is not a valid bandwidth" in by_bw["fast"]["reason"]
     assert by_bw["10Mb"]["outcome"] == by_bw["50Mb"]["outcome"] == "completed"
     times = transfer_times(r for r in rows if r["outcome"] == "completed")
-    # 2 MB at 10 Mb/s cannot take less than 1.68 s; at 50 Mb/s it must take less than that.
-    assert times["10Mb"] > 1.6 > times["50Mb"]
+    # 2 MiB at 10 Mb/s take 1.68 s on the wire, at 50 Mb/s 0.34 s. The program's time ends
+    # when iperf3 has written its last byte, not when the byte arrives: what its socket and the
+    # link's queue still hold then (up to about 0.4 s at 10 Mb/s) is not counted, and setting
+    # up adds round trips of 40 ms to both.
+    assert times["10Mb"] > 1.2 and times["10Mb"] > 2 * times["50Mb"]
     manifest = json.loads(Path(by_bw["10Mb"]["results"], "manifest.json").read_text())
     assert manifest["outcome"] == "completed" and by_bw["10Mb"]["seeds"]
 
