@@ -70,8 +70,9 @@ def test_points_that_change_only_links_reuse_one_network(tmp_path: Path):
     rows = execute.run_sweep(sweep, tmp_path)
     assert all(r["reused_network"] and r["outcome"] == "completed" for r in rows)
     times = transfer_times(rows)
-    # Were the link left at 10 Mb/s, the second transfer could not take less than 1.68 s.
-    assert times["10Mb"] > 1.6 > times["100Mb"]
+    # Were the link left at 10 Mb/s, the second transfer would take as long as the first (the
+    # bounds of the first test: iperf3's time ends at its last byte written).
+    assert times["10Mb"] > 1.2 and times["10Mb"] > 2 * times["100Mb"]
     second = json.loads(Path(rows[1]["results"], "manifest.json").read_text())
     assert second["options"]["reused_network_runs_before"] == 1
 
