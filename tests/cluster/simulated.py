@@ -241,9 +241,10 @@ def started(
 ) -> Iterator[tuple[Machines, Agents]]:
     """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes (and
     its other ``options``), joined to a scheduler on the underlay; all stopped and removed
-    at the end, however it ends."""
+    at the end, however it ends (a second signal waits until all is removed)."""
     from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
+    from nestbed.lifecycle import signals
 
     machines = Machines(count)
     agents = None
@@ -256,9 +257,12 @@ def started(
             until(lambda: probe.hosts() == machines.hosts, "the agents to join")
         yield machines, agents
     finally:
-        if agents is not None:
-            agents.stop()
-        machines.stop()
+        with signals.deferred():
+            try:
+                if agents is not None:
+                    agents.stop()
+            finally:
+                machines.stop()
     assert not set(machines.namespaces.values()) & namespaces()
 
 
