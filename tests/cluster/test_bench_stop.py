@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,10 @@ def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
                 subprocess.run(["ip", "netns", "delete", name], capture_output=True)
         for folder in Path("/run").glob(f"nestbed-{made}*"):
             shutil.rmtree(folder, ignore_errors=True)
+        for folder in Path(tempfile.gettempdir()).glob("nb-scheduler-*"):  # its scheduler's
+            with contextlib.suppress(OSError):
+                if agents.removeprefix("--scheduler ") in (folder / "scheduler.json").read_text():
+                    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _pids(needle: str) -> list[int]:
