@@ -74,11 +74,17 @@ def test_the_runs_end_waits_for_a_link_event_in_flight():
     scheduler.begin()
     while not done.handed:
         time.sleep(0.01)
-    ended = threading.Event()
-    threading.Thread(target=lambda: (scheduler.end(), ended.set()), daemon=True).start()
+    ended = _ending(scheduler)
     assert not ended.wait(0.3)  # its hosts have not applied it yet
     hold.set()
     assert ended.wait(60)
+
+
+def _ending(scheduler: Scheduler) -> threading.Event:
+    """Set once ``scheduler.end()``, called now in a thread of its own, has returned."""
+    ended = threading.Event()
+    threading.Thread(target=lambda: (scheduler.end(), ended.set()), daemon=True).start()
+    return ended
 
 
 def test_a_link_event_due_after_a_pending_halt_is_not_handed_over_early():
@@ -240,16 +246,16 @@ def test_the_runs_end_gives_up_on_a_link_event_its_hosts_do_not_answer_and_its_l
     monkeypatch.setattr(scheduler_module, "END_GRACE_S", 0.1)
     linkd = Silent()
     run: dict[str, Actions] = {}
-    scheduler = Scheduler(lambda *a: run["actions"].perform(*a), lambda a: 0.2)
+    answered = threading.Event()
+    scheduler = Scheduler(lambda *a: (run["actions"].perform(*a), answered.set()),
+                          lambda a: 0.2)  # fmt: skip
     actions, _, rows = _actions(tmp_path, linkd, scheduler)
     run["actions"] = actions
     scheduler.push(_link("down"), "static", 0.5)
     scheduler.begin()
     while not linkd.timed:
         time.sleep(0.01)
-    ended = threading.Event()
-    threading.Thread(target=lambda: (scheduler.end(), ended.set()), daemon=True).start()
-    assert ended.wait(60)
+    assert _ending(scheduler).wait(60)
     (item,) = scheduler.unanswered
     assert not scheduler.in_flight and item.action == _link("down")
     actions.unanswered(item.action, item.source, item.planned_s, item.due)
@@ -257,9 +263,7 @@ def test_the_runs_end_gives_up_on_a_link_event_its_hosts_do_not_answer_and_its_l
     assert row["outcome"] == "error" and "had not answered" in row["message"]
     assert row["error_ms"] >= 0.0
     linkd.answer.set()  # the answer comes after all: its row was written already
-    handed = [t for t in threading.enumerate() if t.name.startswith("Thread")]
-    for thread in handed:
-        thread.join(60)
+    assert answered.wait(60)
     assert len(rows) == 1
 
 
