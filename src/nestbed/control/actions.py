@@ -89,7 +89,7 @@ class Actions:
             "outcome": outcome,
             "message": message,
         }
-        if due is None or self.scheduler.settle(action, due):
+        if due is None or self.scheduler.settle():
             self.events.add(row)  # (a late answer's row was written when the end gave up)
         return row
 

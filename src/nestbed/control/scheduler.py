@@ -87,6 +87,8 @@ class Scheduler:
         self.in_flight: dict[int, Pending] = {}  # by seq: handed over ahead of time, not done
         self.answered: set[int] = set()  # of in_flight: answered, its row being written
         self.unanswered: list[Pending] = []  # in flight when the run's end gave up on them
+        self.given_up: set[int] = set()  # their seqs
+        self.carrying = threading.local()  # .seq: the action a thread handed over early has
         # The pending ends of the run (``$ns halt``), soonest first, for an action handed
         # over early to ask whether the run ends before it: a heap whose entries no longer
         # in ``ends_pending`` (handed out, dropped) are removed when they come to its top.
@@ -160,28 +162,28 @@ class Scheduler:
             skipped, self.queue = sorted(self.queue, key=_by_time), []
             self.ends, self.ends_pending = [], set()
             self.wake.notify_all()
+            # Nothing enters the flight once ending: the last to be given up are known.
+            deadlines = [(p.given_up_at(), seq) for seq, p in self.in_flight.items()]
+            heapq.heapify(deadlines)
             while self.in_flight:
-                now = time.monotonic()
-                for seq, item in list(self.in_flight.items()):
-                    if seq not in self.answered and item.given_up_at() <= now:
-                        del self.in_flight[seq]
-                        self.unanswered.append(item)
-                awaited = [p.given_up_at() for seq, p in self.in_flight.items()
-                           if seq not in self.answered]  # fmt: skip
+                while deadlines and deadlines[0][0] <= time.monotonic():
+                    _, seq = heapq.heappop(deadlines)
+                    if seq in self.in_flight and seq not in self.answered:
+                        self.unanswered.append(self.in_flight.pop(seq))
+                        self.given_up.add(seq)
                 if self.in_flight:  # the answered ones write their rows meanwhile
-                    self.wake.wait(min(awaited) - now if awaited else None)
+                    self.wake.wait(deadlines[0][0] - time.monotonic() if deadlines else None)
         return skipped
 
-    def settle(self, action: Action, due: float) -> bool:
-        """Whether the answer of ``action``, handed over for ``due``, is still awaited (and
-        from now on the run's end waits for its row): False once the end gave up on it and
-        its row says so."""
+    def settle(self) -> bool:
+        """Whether the answer of the action this thread carries out, handed over ahead of
+        its time, is still awaited (and from now on the run's end waits for its row): False
+        once the end gave up on it and its row says so. True outside the scheduler's threads."""
+        seq = getattr(self.carrying, "seq", None)
         with self.lock:
-            for seq, item in self.in_flight.items():
-                if item.action is action and item.due == due:
-                    self.answered.add(seq)
-                    return True
-            return not any(p.action is action and p.due == due for p in self.unanswered)
+            if seq in self.in_flight:
+                self.answered.add(seq)
+            return seq not in self.given_up
 
     def retire(self) -> None:
         """Ends the worker threads (the next run of this process has its own)."""
@@ -247,6 +249,7 @@ class Scheduler:
             self._perform(item)
 
     def _perform(self, item: Pending) -> None:
+        self.carrying.seq = item.seq if item.lead_s else None
         try:
             self.perform(item.action, item.source, item.planned_s,
                          item.due if item.lead_s else None)  # fmt: skip
