@@ -64,8 +64,8 @@ _POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
 # A link event goes to its hosts this long ahead of its time, and they apply it then. A Dask
 # round trip to a simulated host took 1.5 s at load 9 on 2 cores (events landed that late,
-# and one second of lead was not enough); a run's end waits at most this long for events
-# handed over before an end nobody scheduled.
+# and one second of lead was not enough); a run's end waits for the events handed over
+# before an end nobody scheduled: this long until their time, and LINK_ANSWER_S after it.
 LINK_LEAD_S = 3.0
 # A host's answer to a timed link change is given up this long after its time (the hop
 # back, as long as the hop there may be): a host whose agent went is named in the event's
