@@ -24,15 +24,17 @@ def test_a_minimal_study_runs_through_the_sweep_and_writes_its_report(tmp_path: 
         qos="best-effort", repetitions=3, local_repetitions=2, delay=f"{DELAY_S * 1e3:g}ms",
         shape=Shape(alternates=1, waypoints=10, trajectory_points=40, sectors=4,
                     remarks_chars=200),
-        timeout_s=1.0,
     )  # fmt: skip
+    # The echo timeout is the study's own (3 s, 300 round trips here), not a shorter one: on
+    # a lossless link a message is counted lost only when its echo is late, and a loaded
+    # 2-core machine has held the echoer or the publisher past 1 s.
     outcome = study.run(settings, tmp_path)
     assert outcome.runs == {"none": "completed", "high": "completed"}
 
     messages = pd.read_csv(tmp_path / "delivery.csv")
     assert len(messages) == 2 * 2 * 2 * 3  # scenarios × formats × compressors × repetitions
     lossless = messages[messages["scenario"] == "none"]
-    assert lossless["lost"].sum() == 0
+    assert lossless["lost"].sum() == 0, lossless[lossless["lost"] > 0]
     # A round trip crosses the link twice: it cannot take less than twice its delay.
     assert (lossless["delivery_s"] >= 2 * DELAY_S).all()
 

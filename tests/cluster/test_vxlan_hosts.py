@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from simulated import UNDERLAY_DELAY_S, interfaces, namespaces, processes
@@ -18,6 +19,8 @@ from nestbed.backend.cluster.share import Underlay, shares
 from nestbed.backend.plan import plan
 from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import UserError
+from nestbed.linktest.expect import wire_bits
+from nestbed.linktest.run import _block_rate
 
 pytestmark = pytest.mark.root
 
@@ -79,11 +82,13 @@ def _ping(p, node, dst, *options):
     return linux.exec_in(p, node, argv, capture_output=True, text=True)
 
 
-def _stream(p, exp, *options: str) -> dict:
-    """nestbed-probe's summary of a stream from h1 to h3 (OPTIONS: its size, rate, count)."""
+def _stream(p, exp, *options: str, log: Path | None = None) -> dict:
+    """nestbed-probe's summary of a stream from h1 to h3 (OPTIONS: its size, rate, count),
+    its receiver's per-packet log kept at LOG if given."""
     to = f"{exp.links[2].port('h3').ip}:5201"
+    logging = ("--log", str(log)) if log else ()
     receiver = linux.start_in(
-        p, "h3", probe_recv(to, "--idle", "3"), stdout=subprocess.PIPE, text=True
+        p, "h3", probe_recv(to, "--idle", "3", *logging), stdout=subprocess.PIPE, text=True
     )
     try:
         linux.wait_listening(receiver, 5201, "udp")
@@ -183,11 +188,11 @@ def test_an_underlay_narrower_than_configured_fails_the_swap_in_before_anything_
     assert not set(parts["h1"].plan.namespaces) & namespaces()
 
 
-def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster):
+def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster, tmp_path):
     """The same stream over the one-host build and over two hosts: the tunnel adds its
     crossing of the underlay (its delay, and the work of encapsulating) to the delay and
-    nothing to the rate. Printed side by side; judged with loose tolerances (the machine is
-    shared)."""
+    nothing to the rate. Printed side by side; judged by what a loaded machine does not
+    move: the fastest packet's delay, and the median rate over blocks of arrivals."""
     _, swap_in = cluster
     results = {}
     for where in ("one host", "two hosts"):
@@ -199,23 +204,36 @@ def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster):
             p, _ = swap_in(exp)
         try:
             paced = _stream(p, exp, "--size", "100", "--pps", "200", "--count", "1000")
+            log = tmp_path / f"{exp.name}.csv"
             flood = _stream(
-                p, exp, "--size", "1000", "--rate", str(2 * RATE_BPS), "--count", "2000"
+                p, exp, "--size", "1000", "--rate", str(2 * RATE_BPS), "--count", "2000", log=log
             )
         finally:
             if where == "one host":
                 linux.swap_out(p)
-        results[where] = (paced["delay"], flood["rate"]["wire_bps"])
-    print("\n| build | delay median (ms) | delay mean (ms) | p99 (ms) | rate (Mb/s) |")
-    for where, (delay, rate) in results.items():
-        print(f"| {where} | {delay['median_ns'] / 1e6:.3f} | {delay['mean_ns'] / 1e6:.3f} | "
-              f"{delay['p99_ns'] / 1e6:.3f} | {rate / 1e6:.3f} |")  # fmt: skip
-    (one, one_rate), (two, two_rate) = results.values()
-    added_s = (two["median_ns"] - one["median_ns"]) / 1e9
-    print(f"crossing the underlay added {added_s * 1e3:.3f} ms to the median "
+        block_bps = _block_rate(log, wire_bits(1000))
+        assert block_bps is not None, f"{where}: no arrivals logged"
+        results[where] = (paced["delay"], flood["rate"]["wire_bps"], block_bps)
+    print("\n| build | delay min (ms) | median (ms) | mean (ms) | p99 (ms) | rate first to last "
+          "(Mb/s) | median block rate (Mb/s) |")  # fmt: skip
+    for where, (delay, rate, block_bps) in results.items():
+        print(f"| {where} | {delay['min_ns'] / 1e6:.3f} | {delay['median_ns'] / 1e6:.3f} | "
+              f"{delay['mean_ns'] / 1e6:.3f} | {delay['p99_ns'] / 1e6:.3f} | {rate / 1e6:.3f} | "
+              f"{block_bps / 1e6:.3f} |")  # fmt: skip
+    (one, _, one_bps), (two, _, two_bps) = results.values()
+    # The fastest of 1000 packets is the one a busy machine held up least, in each build:
+    # their difference is the crossing itself (medians, taken a few seconds apart, also
+    # carry what the machine was doing then; CI saw +6.5 ms). No sooner than the underlay's
+    # delay (less what one build's fastest packet may still carry, 0.2 ms); above it, the
+    # work of encapsulating, well under 1 ms.
+    added_s = (two["min_ns"] - one["min_ns"]) / 1e9
+    print(f"crossing the underlay added {added_s * 1e3:.3f} ms to the fastest packet's delay, "
+          f"{(two['median_ns'] - one['median_ns']) / 1e6:.3f} ms to the median "
           f"(its delay {UNDERLAY_DELAY_S * 1e3:.3f} ms)")  # fmt: skip
     assert UNDERLAY_DELAY_S - 0.0002 < added_s < UNDERLAY_DELAY_S + 0.001
-    assert abs(two_rate - one_rate) / RATE_BPS < 0.05
+    # The rate over first to last arrival counts a receiver held at the first packet as a
+    # shorter span (a higher rate); the median over blocks of 20 ms leaves such blocks out.
+    assert abs(two_bps - one_bps) / RATE_BPS < 0.05
 
 
 def test_one_hosts_swap_out_leaves_the_other_hosts_nodes_alone(cluster):

@@ -211,16 +211,22 @@ def test_exec_and_shell_run_in_the_node_as_the_project(served, people):
             wait_for(served.client(people["ada"]), f"{NET}/{NAME}", "swapout")
 
 
-@pytest.mark.parametrize("serve_options", [("--idle-s", "1", "--idle-warn-s", "0.5",
-                                            "--tick-s", "0.2")])  # fmt: skip
+@pytest.mark.parametrize("serve_options", [("--tick-s", "0.2")])
 def test_an_open_session_keeps_the_experiment_from_idling(served, people):
     ada = served.client(people["ada"])
     ada.request("POST", NET, {"file_name": "line.yaml", "text": LINE, "name": NAME})
     ada.request("POST", f"{NET}/{NAME}/swapin")
     assert wait_for(ada, f"{NET}/{NAME}", "swapin")["state"] == "active"
-    # Idle for 1 s, it would be swapped out within 1.5 s: an open session holds it for 4 s.
+    # The session opens under the server's default idle time (hours), so however long a
+    # loaded machine takes to start it, the experiment cannot idle out before; once its
+    # command echoes, the session is open for every sample. Only then does the project's
+    # idle time drop to 1 s (swapped out within 1.5 s of that if the session did not hold
+    # it, its idle time counted from the first sample): the open session holds it for 4 s.
     with ada.session("net", NAME, "a") as ws:
         ws.send(json.dumps({"argv": ["cat"]}))  # reads its input until the session ends
+        ws.send(b"open\n")
+        assert ws.recv(timeout=30) == b"\x01open\n"
+        ada.request("PATCH", "/v1/projects/net/settings", {"idle_s": 1, "warn_before_s": 0.5})
         for _ in range(8):
             time.sleep(0.5)
             assert ada.request("GET", f"{NET}/{NAME}")["state"] == "active"
@@ -230,5 +236,5 @@ def test_an_open_session_keeps_the_experiment_from_idling(served, people):
         time.sleep(0.1)
     assert ada.request("GET", f"{NET}/{NAME}")["state"] == "swapped"
     actions = [r["action"] for r in ada.request("GET", "/v1/projects/net/audit")]
-    assert actions[-5:] == ["session", "session.end", "idle.warn", "idle.swapout",
-                            "swapout.end"], actions  # fmt: skip
+    assert actions[-6:] == ["session", "settings.set", "session.end", "idle.warn",
+                            "idle.swapout", "swapout.end"], actions  # fmt: skip
