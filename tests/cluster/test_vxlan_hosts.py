@@ -20,7 +20,7 @@ from nestbed.backend.plan import plan
 from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import UserError
 from nestbed.linktest.expect import wire_bits
-from nestbed.linktest.run import _block_rate
+from nestbed.linktest.run import block_rate
 
 pytestmark = pytest.mark.root
 
@@ -211,7 +211,7 @@ def test_the_cut_link_is_as_accurate_as_the_same_link_on_one_host(cluster, tmp_p
         finally:
             if where == "one host":
                 linux.swap_out(p)
-        block_bps = _block_rate(log, wire_bits(1000))
+        block_bps = block_rate(log, wire_bits(1000))
         assert block_bps is not None, f"{where}: no arrivals logged"
         results[where] = (paced["delay"], flood["rate"]["wire_bps"], block_bps)
     print("\n| build | delay min (ms) | median (ms) | mean (ms) | p99 (ms) | rate first to last "

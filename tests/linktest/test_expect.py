@@ -15,7 +15,7 @@ from nestbed.linktest.run import (
     Check,
     Report,
     _bandwidth_payload,
-    _block_rate,
+    block_rate,
     _Tester,
     markdown,
     set_aside,
@@ -189,7 +189,7 @@ def test_block_rate_ignores_an_idle_gap_and_a_backlog(tmp_path: Path):
     log = tmp_path / "r.csv"
     rows = [f"{i},0,0,{int(t * 1e9)},1472,0" for i, t in enumerate(times)]
     log.write_text("seq,burst,send_ns,recv_ns,size,delay_ns\n" + "\n".join(rows) + "\n")
-    assert _block_rate(log, bits) == pytest.approx(10e6, rel=0.002)
+    assert block_rate(log, bits) == pytest.approx(10e6, rel=0.002)
     whole = (times.size - 1) * bits / (times[-1] - times[0])
     assert whole < 0.985 * 10e6  # goodput over the whole test would have been 2 % low
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nestbed.lifecycle import signals
-from nestbed.linktest.run import _block_rate
+from nestbed.linktest.run import block_rate
 from nestbed.studies import validate
 
 pytestmark = pytest.mark.root
@@ -77,7 +77,7 @@ def test_validate_measures_the_configured_link(tmp_path, monkeypatch):
     # Rate over 20 ms blocks of arrivals, their median: a receiver held at the first packet
     # shortens the first-to-last span the table's figure is taken over (2 % of 1.5 s is a
     # 30 ms hold), and only the blocks around a hold.
-    block_bps = _block_rate(log, (1518 - 4 + 24) * 8)
+    block_bps = block_rate(log, (1518 - 4 + 24) * 8)
     print(f"bandwidth: {bandwidth['measured_bps'] / 1e6:.4f} Mb/s first to last, "
           f"{block_bps / 1e6:.4f} Mb/s median over blocks")  # fmt: skip
     assert abs(block_bps - 2_000_000) / 2_000_000 < 0.02

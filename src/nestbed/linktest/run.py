@@ -574,11 +574,11 @@ class _Tester:
             for p in probes:
                 self._round([p])
         bits = [expect.wire_bits(payload) for _, payload, _ in tests]
-        return [(p, _block_rate(logs / f"{k}.csv", bits[k])) for k, p in enumerate(probes)]
+        return [(p, block_rate(logs / f"{k}.csv", bits[k])) for k, p in enumerate(probes)]
 
     def _bandwidth_check(self, d: Direction, payload: int, offered: float, p: _Probe,
                          measured: float | None) -> Check:  # fmt: skip
-        """``measured`` is the median goodput of blocks of arrivals (see _block_rate); the
+        """``measured`` is the median goodput of blocks of arrivals (see block_rate); the
         expected one is the narrowest stage's rate, thinned by any loss after it."""
         received = p.received or {}
         goodput = (received.get("rate") or {}).get("wire_bps")
@@ -608,7 +608,7 @@ class _Tester:
                           numbers=numbers)  # fmt: skip
 
 
-def _block_rate(log: Path, bits: int) -> float | None:
+def block_rate(log: Path, bits: int) -> float | None:
     """Median goodput (wire bits per second) over blocks of consecutive arrivals, each block
     spanning at least BLOCK_SECONDS, from a receiver log. A block in which a descheduled sender
     left the queue empty, or the receiver read a backlog at once, is an outlier the median
