@@ -15,8 +15,8 @@ from nestbed.linktest.run import (
     Check,
     Report,
     _bandwidth_payload,
-    block_rate,
     _Tester,
+    block_rate,
     markdown,
     set_aside,
 )
