@@ -35,7 +35,8 @@ from nestbed.spec import load
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MININET_PYTHON = "/usr/bin/python3"  # Debian's mininet package is for the system Python
-NAME = "bench18"  # the experiments' name prefix (unique on a shared machine)
+# The experiments' name prefix (unique on a shared machine; NESTBED_BENCH_NAME sets another).
+NAME = os.environ.get("NESTBED_BENCH_NAME", "bench18")
 
 # Builds the topology from hosts only, starts it, prints the monotonic time (shared by every
 # process on the host) after start and after stop.

@@ -497,12 +497,37 @@ impl Drop for Rings {
 mod budget_tests {
     use super::*;
 
+    /// The budget is the process's: its tests take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn rings_beyond_the_budget_are_refused_as_such_and_their_bytes_come_back() {
+        let _turn = TURN.lock().unwrap();
         let e = reserve(budget() + 1).unwrap_err();
         assert!(budget_spent(&e), "{e}");
         assert!(!budget_spent(&io::Error::from(io::ErrorKind::OutOfMemory)));
         reserve(4096).unwrap();
         unreserve(4096);
+    }
+
+    #[test]
+    fn a_port_keeps_its_share_of_the_budget_from_its_request_until_its_rings_go() {
+        let _turn = TURN.lock().unwrap();
+        let held = RING_BYTES.load(Ordering::Acquire);
+        let first = Reserved::take(1500).unwrap();
+        // 2 048 receive and 256 transmit slots of 2 KB for a 1 500-byte MTU.
+        assert_eq!(first.map_len, (2048 + 256) * 2048);
+        assert_eq!(RING_BYTES.load(Ordering::Acquire), held + first.map_len);
+        // What is left is all a later request can have.
+        let left = budget() - held - first.map_len;
+        let e = reserve(left + 1).unwrap_err();
+        assert!(budget_spent(&e), "{e}");
+        drop(first);
+        assert_eq!(RING_BYTES.load(Ordering::Acquire), held);
+        // Rings that cannot be built (no socket) give their share back too.
+        let second = Reserved::take(9000).unwrap();
+        assert_eq!(second.frame_size, 16384, "a jumbo frame's slot");
+        assert!(second.build(-1).is_err());
+        assert_eq!(RING_BYTES.load(Ordering::Acquire), held);
     }
 }
