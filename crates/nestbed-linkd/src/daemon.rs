@@ -7,7 +7,11 @@
 //! then carried out here: opening packet sockets, setting interfaces up or
 //! down, opening trace files, and messaging the worker that owns the link.
 //! A failed action changes nothing and gets an error reply; the daemon
-//! keeps running.
+//! keeps running. A new link's sockets are started (rings set up, bound)
+//! off the lock ([`crate::starter`]): `add_link` answers when they are, or
+//! at once with `"wait": false`, and then `ready` waits for all of them; a
+//! link whose ports failed to start then stays, carrying no frames, and
+//! `ready` says which.
 //!
 //! On `shutdown`, SIGTERM or SIGINT, interfaces set down by `down admin`
 //! are set up again, traces are flushed, and the socket and pid file are

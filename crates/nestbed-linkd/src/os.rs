@@ -6,6 +6,8 @@
 //!   while the interface has offloads off, and otherwise in batches with
 //!   `recvmmsg`/`sendmmsg`, each frame with its virtio-net header while the
 //!   interface has offloads on (`PACKET_VNET_HDR`, see [`crate::offload`]).
+//!   Opened in two steps: [`Unstarted::open`] (cheap, in request order) and
+//!   [`Unstarted::start`] (the rings, which wait for the kernel, then bind).
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
