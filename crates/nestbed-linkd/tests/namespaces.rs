@@ -523,6 +523,23 @@ fn set_offloads(env: &Env, i: usize, on: bool) {
     }
 }
 
+/// link0's counters once its pipes have drained, after checking that
+/// ports a and b received every frame their node's interface (namespace,
+/// name) sent and sent it every frame it received.
+fn crossed_once(c: &mut Client, (ns_a, if_a): (&str, &str), (ns_b, if_b): (&str, &str)) -> Value {
+    std::thread::sleep(Duration::from_millis(100));
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    let (a, b) = (
+        &counters["links"]["link0"]["ports"]["a"],
+        &counters["links"]["link0"]["ports"]["b"],
+    );
+    assert_eq!(a["received"], sys_counter(ns_a, if_a, "tx_packets"));
+    assert_eq!(b["sent"], sys_counter(ns_b, if_b, "rx_packets"));
+    assert_eq!(b["received"], sys_counter(ns_b, if_b, "tx_packets"));
+    assert_eq!(a["sent"], sys_counter(ns_a, if_a, "rx_packets"));
+    counters
+}
+
 /// A port's frame I/O path, from the counters.
 fn io_of(c: &mut Client, port: &str) -> String {
     let counters = c.ok(json!({"op": "counters", "link": "link0"}));
@@ -551,16 +568,11 @@ fn rings_go_round_many_times_and_give_way_to_super_frames() {
     // round several times (2 048 receive and 256 transmit slots).
     let (got, _) = ping_with(&ns_a, "10.200.11.2", 6000, &["-f", "-l", "64"]);
     assert_eq!(got, 6000);
-    std::thread::sleep(Duration::from_millis(100));
-    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    let counters = crossed_once(&mut c, (&ns_a, &if_a), (&ns_b, &if_b));
     let (a, b) = (
         &counters["links"]["link0"]["ports"]["a"],
         &counters["links"]["link0"]["ports"]["b"],
     );
-    assert_eq!(a["received"], sys_counter(&ns_a, &if_a, "tx_packets"));
-    assert_eq!(b["sent"], sys_counter(&ns_b, &if_b, "rx_packets"));
-    assert_eq!(b["received"], sys_counter(&ns_b, &if_b, "tx_packets"));
-    assert_eq!(a["sent"], sys_counter(&ns_a, &if_a, "rx_packets"));
     assert_eq!(a["sent_bytes"], sys_counter(&ns_a, &if_a, "rx_bytes"));
     assert_eq!(a["send_failed"], 0);
     assert_eq!(b["send_failed"], 0);
@@ -764,18 +776,10 @@ fn links_added_without_waiting_take_requests_at_once_and_carry_frames_once_ready
         rtt.is_some_and(|ms| ms >= 5.0),
         "the egress delay set while starting: {rtt:?}"
     );
-    std::thread::sleep(Duration::from_millis(100));
+    // Every frame each node sent crossed, read once, on either path.
+    crossed_once(&mut c, (&ns_a, &if_a), (&ns_b, &if_b));
     let counters = c.ok(json!({"op": "counters"}));
     assert!(counters["links"].get("link1").is_none(), "{counters}");
-    let (a, b) = (
-        &counters["links"]["link0"]["ports"]["a"],
-        &counters["links"]["link0"]["ports"]["b"],
-    );
-    // Every frame each node sent crossed, read once, on either path.
-    assert_eq!(a["received"], sys_counter(&ns_a, &if_a, "tx_packets"));
-    assert_eq!(b["sent"], sys_counter(&ns_b, &if_b, "rx_packets"));
-    assert_eq!(b["received"], sys_counter(&ns_b, &if_b, "tx_packets"));
-    assert_eq!(a["sent"], sys_counter(&ns_a, &if_a, "rx_packets"));
     let lines = c.ok(json!({"op": "trace_stop", "link": "link0"}))["lines"]
         .as_u64()
         .unwrap();
