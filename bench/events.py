@@ -1,10 +1,13 @@
 """Benchmark: planned-vs-actual time of static events (issue 4's target: p99 <= 1 ms), over
 3 runs of an experiment with 400 link events and 20 program starts, 5 of them at once. Needs
-root."""
+root.
+
+NESTBED_BENCH_NAME sets the experiment's name (unique on a shared machine; default benchevents)."""
 
 from __future__ import annotations
 
 import csv
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -17,7 +20,7 @@ RUNS = 3
 
 
 def experiment() -> Experiment:
-    exp = Experiment("benchevents")
+    exp = Experiment(os.environ.get("NESTBED_BENCH_NAME", "benchevents"))
     a, b = exp.node("a"), exp.node("b")
     link = exp.link(a, b, name="link0", bandwidth="100Mb", delay="1ms")
     for i in range(400):

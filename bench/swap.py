@@ -9,7 +9,7 @@ its process; the ratio is printed. Then `nestbed run` of a file whose events end
 the short commands (--help, list, show, status, exec). Last, the back end alone in this
 process (namespaces, veths, routes, linkd), as before. Needs root.
 
-    .venv/bin/python bench/swap.py [--runs N] [--quick] [--before TREE]
+    .venv/bin/python bench/swap.py [--runs N] [--quick] [--before TREE] [--swaps-only]
 
 With ``--before TREE`` (another checkout, e.g. the main branch) every whole command is also
 run from TREE's sources, alternating with this one's, and both medians are printed.
@@ -35,7 +35,8 @@ from nestbed.spec import load
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MININET_PYTHON = "/usr/bin/python3"  # Debian's mininet package is for the system Python
-NAME = "bench18"  # the experiments' name prefix (unique on a shared machine)
+# The experiments' name prefix (unique on a shared machine; NESTBED_BENCH_NAME sets another).
+NAME = os.environ.get("NESTBED_BENCH_NAME", "bench18")
 
 # Builds the topology from hosts only, starts it, prints the monotonic time (shared by every
 # process on the host) after start and after stop.
@@ -158,7 +159,7 @@ def whole_process(
         if theirs:
             b_in, b_out = median([a for a, _ in theirs]), median([b for _, b in theirs])
             row += f"{f'{b_in:.2f} / {b_out:.2f}':>18}"
-        print(row, flush=True)
+        print(f"{row}   load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def short_commands(runs: int, env: dict[str, str], tmp: Path, before: dict | None) -> None:
@@ -265,6 +266,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="without the 1000-node chain")
     parser.add_argument("--before", type=Path, help="another checkout to alternate with")
+    parser.add_argument("--swaps-only", action="store_true",
+                        help="only the whole commands' swap-in and swap-out table")  # fmt: skip
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="nestbed-bench-") as name:
@@ -280,6 +283,8 @@ def main() -> None:
             cases["chain, 1000 nodes, 999 shaped links"] = chain(1000)
         before = before_env(env, args.before, tmp)
         whole_process(cases, args.runs, env, tmp, before)
+        if args.swaps_only:
+            return
         whole_run(args.runs, env, tmp, before)
         short_commands(args.runs, env, tmp, before)
     back_end(args.runs, args.quick)

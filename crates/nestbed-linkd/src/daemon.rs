@@ -7,7 +7,11 @@
 //! then carried out here: opening packet sockets, setting interfaces up or
 //! down, opening trace files, and messaging the worker that owns the link.
 //! A failed action changes nothing and gets an error reply; the daemon
-//! keeps running.
+//! keeps running. A new link's sockets are started (rings set up, bound)
+//! off the lock ([`crate::starter`]): `add_link` answers when they are, or
+//! at once with `"wait": false`, and then `ready` waits for all of them; a
+//! link whose ports failed to start then stays, carrying no frames, and
+//! `ready` says which.
 //!
 //! On `shutdown`, SIGTERM or SIGINT, interfaces set down by `down admin`
 //! are set up again, traces are flushed, and the socket and pid file are
@@ -20,7 +24,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,8 +35,9 @@ use crate::cli::Options;
 use crate::dispatch::{Action, LinkState, Registry};
 use crate::lateness::Histogram;
 use crate::link::Link;
-use crate::os::{self, Io, PacketSocket};
+use crate::os::{self, Io, Unstarted};
 use crate::protocol::{error_reply, ok_reply, parse_request, MAX_LINE};
+use crate::starter;
 use crate::trace::Trace;
 use crate::worker::{Command, Reply, WorkerHandle};
 
@@ -42,6 +47,11 @@ pub struct Daemon {
     workers: Vec<WorkerHandle>,
     /// How packet sockets read and write frames.
     io: Io,
+    /// The id of the last link handed to a worker.
+    last_id: u64,
+    /// Links added with `"wait": false` whose ports may still be starting
+    /// ([`crate::starter`]), and where their outcome will come.
+    starting: Vec<(String, Receiver<Result<(), String>>)>,
 }
 
 fn ask<T>(worker: &WorkerHandle, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, String> {
@@ -61,6 +71,8 @@ impl Daemon {
             registry: Registry::new(workers.len()),
             workers,
             io,
+            last_id: 0,
+            starting: Vec::new(),
         })
     }
 
@@ -86,15 +98,40 @@ impl Daemon {
         match action {
             Action::AddLink { thread, spec } => {
                 let link = Link::new(spec)?;
+                // One port with offloads on: the link's super-frames must be
+                // sent with their metadata on every port.
+                let vnet = spec
+                    .ports
+                    .iter()
+                    .any(|p| os::offloads_on(&p.ifname).unwrap_or(true));
                 let mut sockets = Vec::new();
                 for (i, p) in spec.ports.iter().enumerate() {
-                    let s = PacketSocket::open(&p.ifname, self.io).map_err(|e| {
+                    let s = Unstarted::open(&p.ifname, self.io, vnet).map_err(|e| {
                         format!("field `ports[{i}].ifname`: cannot open {:?}: {e}", p.ifname)
                     })?;
                     sockets.push(s);
                 }
                 let worker = &self.workers[*thread];
-                ask(worker, |r| Command::AddLink(Box::new(link), sockets, r))?;
+                self.last_id += 1;
+                let id = self.last_id;
+                ask(worker, |r| Command::AddLink(Box::new(link), id, r))?;
+                let started = starter::start(id, sockets, worker.mailbox())
+                    .map_err(|e| format!("cannot start a thread: {e}"));
+                let outcome = match started {
+                    Ok(done) if !spec.wait => {
+                        self.starting.push((spec.link.clone(), done));
+                        Ok(())
+                    }
+                    Ok(done) => done
+                        .recv()
+                        .unwrap_or_else(|_| Err("its ports' thread ended unheard".into())),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = outcome {
+                    // Nothing changed: the worker forgets the link.
+                    let _ = ask(worker, |r| Command::RemoveLink(spec.link.clone(), r));
+                    return Err(e);
+                }
                 reply.insert("thread".into(), (*thread).into());
                 let seeds: Vec<Value> = spec
                     .ports
@@ -195,6 +232,27 @@ impl Daemon {
                 reply.insert("lines".into(), lines.into());
             }
             Action::Status => reply = self.registry.status(),
+            Action::Ready => {
+                let waited = self.starting.len();
+                let failed: Vec<String> = self
+                    .starting
+                    .drain(..)
+                    .filter_map(|(link, done)| {
+                        let outcome = done
+                            .recv()
+                            .unwrap_or_else(|_| Err("its ports' thread ended unheard".into()));
+                        outcome.err().map(|e| format!("link {link:?}: {e}"))
+                    })
+                    .collect();
+                if !failed.is_empty() {
+                    return Err(format!(
+                        "ready: these links carry no frames, their ports did not start \
+                         (remove them and add them again): {}",
+                        failed.join("; ")
+                    ));
+                }
+                reply.insert("waited_for".into(), waited.into());
+            }
             Action::Shutdown => {}
         }
         Ok(reply)

@@ -136,6 +136,8 @@ pub enum Action {
     },
     /// Reply with [`Registry::status`].
     Status,
+    /// Wait for the links still starting.
+    Ready,
     /// Shut down.
     Shutdown,
 }
@@ -374,6 +376,7 @@ impl Registry {
                 }
             }
             Request::Status => Action::Status,
+            Request::Ready => Action::Ready,
             Request::Shutdown => Action::Shutdown,
         })
     }
@@ -438,7 +441,7 @@ impl Registry {
                     e.trace = None;
                 }
             }
-            Action::Counters { .. } | Action::Status | Action::Shutdown => {}
+            Action::Counters { .. } | Action::Status | Action::Ready | Action::Shutdown => {}
         }
     }
 

@@ -35,6 +35,7 @@ pub mod offload;
 pub mod os;
 pub mod protocol;
 pub mod seed;
+pub mod starter;
 pub mod switch;
 pub mod trace;
 pub mod worker;

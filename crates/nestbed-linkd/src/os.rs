@@ -6,6 +6,8 @@
 //!   while the interface has offloads off, and otherwise in batches with
 //!   `recvmmsg`/`sendmmsg`, each frame with its virtio-net header while the
 //!   interface has offloads on (`PACKET_VNET_HDR`, see [`crate::offload`]).
+//!   Opened in two steps: [`Unstarted::open`] (cheap, in request order) and
+//!   [`Unstarted::start`] (the rings, which wait for the kernel, then bind).
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
@@ -365,13 +367,26 @@ fn set_int_option(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::
     }
 }
 
-impl PacketSocket {
-    /// Opens a socket receiving every frame that arrives on `ifname` (but
-    /// not the ones sent from this host) and sending frames out of it.
-    pub fn open(ifname: &str, io: Io) -> io::Result<PacketSocket> {
+/// A packet socket for one interface that is not bound yet (it receives
+/// nothing), with its frame I/O path chosen: the cheap part of opening,
+/// done in request order, so which ports get rings from the budget is
+/// decided in that order. [`Unstarted::start`] does the slow part (the
+/// rings) and binds the socket; many sockets can start at once, on threads
+/// of their own, and then share the kernel's waits.
+pub struct Unstarted {
+    sock: PacketSocket,
+    reserved: Option<ring::Reserved>,
+}
+
+impl Unstarted {
+    /// Opens the socket, with its offload metadata (`vnet`: some port of
+    /// its link has offloads on) or on the rings if `io` allows and the
+    /// budget has room. Fails if `ifname` does not exist.
+    pub fn open(ifname: &str, io: Io, vnet: bool) -> io::Result<Unstarted> {
         let ifindex = if_index(ifname)?;
         // Protocol 0: receive nothing until bound, so no frame of another
-        // interface slips in between socket() and bind().
+        // interface slips in between socket() and bind(), nor any before the
+        // socket's rings exist.
         // SAFETY: plain socket call.
         let fd = owned(unsafe {
             libc::socket(
@@ -400,19 +415,6 @@ impl PacketSocket {
         // (CLOCK_REALTIME), so a frame's arrival does not depend on when the
         // worker gets round to reading it.
         set_int_option(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
-        // SAFETY: sockaddr_ll is plain old data.
-        let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = ETH_P_ALL.to_be();
-        addr.sll_ifindex = ifindex as i32;
-        // SAFETY: addr is a valid sockaddr_ll of the given size.
-        cvt(unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
-                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        })?;
         let mut sock = PacketSocket {
             rings: None,
             fd,
@@ -420,12 +422,60 @@ impl PacketSocket {
             ifname: ifname.to_string(),
             io,
             ignores_outgoing,
-            vnet: false,
+            vnet,
         };
-        sock.set_vnet(offloads_on(ifname).unwrap_or(true))?;
-        Ok(sock)
+        let mut reserved = None;
+        if !vnet && io == Io::Rings {
+            match if_mtu(ifname).and_then(ring::Reserved::take) {
+                Ok(r) => reserved = Some(r),
+                Err(e) if ring::budget_spent(&e) => sock.io = Io::Copy,
+                Err(e) => return Err(e),
+            }
+        } else if vnet && !set_int_option(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 1) {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Unstarted { sock, reserved })
     }
 
+    /// The interface's name.
+    pub fn ifname(&self) -> &str {
+        &self.sock.ifname
+    }
+
+    /// Sets up the rings reserved for the socket, if any (the slow part:
+    /// see [`ring::Reserved::build`]), and binds it: from here it receives
+    /// every frame that arrives on its interface. If the rings cannot be
+    /// set up the error is returned (the socket is closed).
+    pub fn start(self) -> io::Result<PacketSocket> {
+        let Unstarted { mut sock, reserved } = self;
+        let raw = sock.fd.as_raw_fd();
+        if let Some(r) = reserved {
+            sock.rings = Some(r.build(raw)?);
+        }
+        // SAFETY: sockaddr_ll is plain old data.
+        let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = ETH_P_ALL.to_be();
+        addr.sll_ifindex = sock.ifindex as i32;
+        // SAFETY: addr is a valid sockaddr_ll of the given size.
+        cvt(unsafe {
+            libc::bind(
+                raw,
+                &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(sock)
+    }
+}
+
+impl PacketSocket {
+    /// Opens a socket receiving every frame that arrives on `ifname` (but
+    /// not the ones sent from this host) and sending frames out of it: an
+    /// [`Unstarted`] socket, then [`Unstarted::start`].
+    pub fn open(ifname: &str, io: Io) -> io::Result<PacketSocket> {
+        Unstarted::open(ifname, io, offloads_on(ifname).unwrap_or(true))?.start()
+    }
     /// Whether frames are read and sent with their offload metadata.
     pub fn vnet(&self) -> bool {
         self.vnet

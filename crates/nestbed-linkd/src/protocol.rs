@@ -57,6 +57,15 @@ pub struct AddLink {
     pub seed: u64,
     /// The member ports, at least 2.
     pub ports: Vec<PortSpec>,
+    /// Answer once the link carries frames (the default); `false`: once it
+    /// is registered (its state, pipes and trace can be changed at once),
+    /// its ports starting in the background (`ready` waits for them).
+    #[serde(default = "yes")]
+    pub wait: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl AddLink {
@@ -128,6 +137,8 @@ pub enum Request {
     },
     /// Links, ports, parameters in force, seeds, version.
     Status,
+    /// Wait until every link added with `"wait": false` carries frames.
+    Ready,
     /// Restore interfaces, stop every link and exit.
     Shutdown,
 }
@@ -173,7 +184,7 @@ struct TraceStartFields {
 struct NoFields {}
 
 /// The ops, in the order they are documented.
-pub const OPS: [&str; 10] = [
+pub const OPS: [&str; 11] = [
     "add_link",
     "remove_link",
     "set",
@@ -183,6 +194,7 @@ pub const OPS: [&str; 10] = [
     "trace_start",
     "trace_stop",
     "status",
+    "ready",
     "shutdown",
 ];
 
@@ -212,7 +224,7 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
     let op = match map.remove("op") {
         Some(Value::String(op)) => op,
         Some(_) => return Err("field `op`: must be a string".into()),
-        None => return Err("field `op`: missing (one of add_link, remove_link, set, up, down, counters, trace_start, trace_stop, status, shutdown)".into()),
+        None => return Err("field `op`: missing (one of add_link, remove_link, set, up, down, counters, trace_start, trace_stop, status, ready, shutdown)".into()),
     };
     let op = op.as_str();
     Ok(match op {
@@ -256,6 +268,10 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
             fields::<NoFields>(op, map)?;
             Request::Status
         }
+        "ready" => {
+            fields::<NoFields>(op, map)?;
+            Request::Ready
+        }
         "shutdown" => {
             fields::<NoFields>(op, map)?;
             Request::Shutdown
@@ -298,6 +314,17 @@ mod tests {
         assert!(!a.is_lan());
         assert_eq!(a.ports[0].egress.delay.delay_ns, 20_000_000);
         assert_eq!(a.ports[1].ingress, PipeParams::default());
+        assert!(
+            a.wait,
+            "add_link answers once the link carries frames unless told"
+        );
+        let later = add
+            .replace('\n', "")
+            .replace(r#""seed":42,"#, r#""seed":42,"wait":false,"#);
+        let Request::AddLink(a) = parse_request(&later).unwrap() else {
+            panic!()
+        };
+        assert!(!a.wait);
         assert_eq!(
             parse_request(r#"{"op":"remove_link","link":"x"}"#).unwrap(),
             Request::RemoveLink { link: "x".into() }
@@ -336,6 +363,7 @@ mod tests {
             parse_request(r#"{"op":"status"}"#).unwrap(),
             Request::Status
         );
+        assert_eq!(parse_request(r#"{"op":"ready"}"#).unwrap(), Request::Ready);
         assert_eq!(
             parse_request(r#"{"op":"shutdown"}"#).unwrap(),
             Request::Shutdown

@@ -54,8 +54,17 @@ pub type Reply<T> = Sender<Result<T, String>>;
 
 /// What the control thread asks a worker to do.
 pub enum Command {
-    /// Start serving a link on these sockets (one per port, in order).
-    AddLink(Box<Link>, Vec<PacketSocket>, Reply<()>),
+    /// Take a link, known by this id, whose sockets are being started: its
+    /// state, pipes and trace are served at once, its frames once
+    /// [`Command::Attach`] brings the sockets.
+    AddLink(Box<Link>, u64, Reply<()>),
+    /// Start serving the link of this id on these sockets (one per port,
+    /// in order), bound and ready; or, on `Err`, say its ports failed to
+    /// start. The reply says whether the link now carries frames, and gives
+    /// back the sockets it does not use (its link was removed meanwhile, or
+    /// they cannot be watched), to be closed by the sender: closing waits
+    /// for the kernel, which a worker must not.
+    Attach(u64, Result<Vec<PacketSocket>, String>, Sender<Attached>),
     /// Stop serving a link (its trace is flushed).
     RemoveLink(String, Reply<()>),
     /// Change one pipe.
@@ -72,11 +81,32 @@ pub enum Command {
     Shutdown,
 }
 
+/// The answer to [`Command::Attach`]: whether the link carries frames, and
+/// the sockets given back.
+pub type Attached = (Result<(), String>, Vec<PacketSocket>);
+
 /// The control thread's handle on a worker.
 pub struct WorkerHandle {
+    mailbox: Mailbox,
+    join: Option<JoinHandle<()>>,
+}
+
+/// Where commands to a worker are sent, from any thread.
+#[derive(Clone)]
+pub struct Mailbox {
     tx: Sender<Command>,
     wake: Arc<EventFd>,
-    join: Option<JoinHandle<()>>,
+}
+
+impl Mailbox {
+    /// Sends a command and wakes the worker.
+    pub fn send(&self, cmd: Command) -> Result<(), String> {
+        self.tx
+            .send(cmd)
+            .map_err(|_| "worker thread is gone".to_string())?;
+        self.wake.notify();
+        Ok(())
+    }
 }
 
 impl WorkerHandle {
@@ -89,19 +119,19 @@ impl WorkerHandle {
             .name(format!("linkd-worker-{index}"))
             .spawn(move || worker.run())?;
         Ok(WorkerHandle {
-            tx,
-            wake,
+            mailbox: Mailbox { tx, wake },
             join: Some(join),
         })
     }
 
     /// Sends a command and wakes the worker.
     pub fn send(&self, cmd: Command) -> Result<(), String> {
-        self.tx
-            .send(cmd)
-            .map_err(|_| "worker thread is gone".to_string())?;
-        self.wake.notify();
-        Ok(())
+        self.mailbox.send(cmd)
+    }
+
+    /// Where other threads send this worker commands.
+    pub fn mailbox(&self) -> Mailbox {
+        self.mailbox.clone()
     }
 
     /// Asks the worker to stop and waits for it.
@@ -115,7 +145,12 @@ impl WorkerHandle {
 
 struct Slot {
     link: Link,
+    /// Which [`Command::AddLink`] made it.
+    id: u64,
+    /// One per port once attached; none while they start (or if they failed).
     sockets: Vec<PacketSocket>,
+    /// Why the ports have no sockets: "starting", or "failed".
+    unattached: &'static str,
 }
 
 struct Worker {
@@ -396,6 +431,27 @@ impl Worker {
         next
     }
 
+    /// Starts reading the started sockets of the link in slot `index`
+    /// (frames that arrived since they were bound wait in them); gives the
+    /// sockets back if they cannot be watched, and the link stays without.
+    fn attach(&mut self, index: usize, sockets: Vec<PacketSocket>) -> Attached {
+        for (port, sock) in sockets.iter().enumerate() {
+            if let Err(e) = self.epoll.add(sock.as_raw_fd(), token(index, port)) {
+                for sock in &sockets[..port] {
+                    let _ = self.epoll.delete(sock.as_raw_fd());
+                }
+                if let Some(s) = &mut self.slots[index] {
+                    s.unattached = "failed";
+                }
+                return (Err(format!("epoll_ctl: {e}")), sockets);
+            }
+        }
+        if let Some(s) = &mut self.slots[index] {
+            s.sockets = sockets;
+        }
+        (Ok(()), Vec::new())
+    }
+
     fn find(&mut self, name: &str) -> Result<&mut Slot, String> {
         self.slots
             .iter_mut()
@@ -407,43 +463,36 @@ impl Worker {
     fn command(&mut self, cmd: Command) {
         let now = Instant::from_nanos(os::monotonic_ns());
         match cmd {
-            Command::AddLink(link, sockets, reply) => {
+            Command::AddLink(link, id, reply) => {
+                let slot = Some(Slot {
+                    link: *link,
+                    id,
+                    sockets: Vec::new(),
+                    unattached: "starting",
+                });
+                match self.slots.iter().position(Option::is_none) {
+                    Some(index) => self.slots[index] = slot,
+                    None => self.slots.push(slot),
+                }
+                let _ = reply.send(Ok(()));
+            }
+            Command::Attach(id, started, back) => {
                 let index = self
                     .slots
                     .iter()
-                    .position(Option::is_none)
-                    .unwrap_or(self.slots.len());
-                let mut r = Ok(());
-                for (port, sock) in sockets.iter().enumerate() {
-                    if let Err(e) = self.epoll.add(sock.as_raw_fd(), token(index, port)) {
-                        r = Err(format!("epoll_ctl: {e}"));
+                    .position(|s| s.as_ref().is_some_and(|s| s.id == id));
+                let attached = match (index, started) {
+                    (Some(index), Ok(sockets)) => self.attach(index, sockets),
+                    (Some(index), Err(e)) => {
+                        if let Some(s) = &mut self.slots[index] {
+                            s.unattached = "failed";
+                        }
+                        (Err(e), Vec::new())
                     }
-                }
-                // One port with offloads on: the link's super-frames must
-                // be sent with their metadata on every port.
-                let vnet = sockets.iter().any(PacketSocket::vnet);
-                let mut sockets = sockets;
-                for sock in sockets.iter_mut().filter(|s| s.vnet() != vnet) {
-                    if let Err(e) = sock.set_vnet(vnet) {
-                        r = Err(format!("PACKET_VNET_HDR: {e}"));
-                    }
-                }
-                if r.is_ok() {
-                    let slot = Some(Slot {
-                        link: *link,
-                        sockets,
-                    });
-                    if index == self.slots.len() {
-                        self.slots.push(slot);
-                    } else {
-                        self.slots[index] = slot;
-                    }
-                } else {
-                    for sock in &sockets {
-                        let _ = self.epoll.delete(sock.as_raw_fd());
-                    }
-                }
-                let _ = reply.send(r);
+                    // Removed while its ports started: nothing to report.
+                    (None, started) => (Ok(()), started.unwrap_or_default()),
+                };
+                let _ = back.send(attached);
             }
             Command::RemoveLink(name, reply) => {
                 let pos = self
@@ -486,8 +535,12 @@ impl Worker {
                     if let Ok(s) = self.find(&name) {
                         let mut counters = s.link.counters();
                         // Which frame I/O path each port's socket is on now.
-                        for (port, sock) in s.link.ports().iter().zip(&s.sockets) {
-                            let io = if sock.has_rings() { "rings" } else { "copy" };
+                        for (i, port) in s.link.ports().iter().enumerate() {
+                            let io = match s.sockets.get(i) {
+                                Some(sock) if sock.has_rings() => "rings",
+                                Some(_) => "copy",
+                                None => s.unattached,
+                            };
                             if let Some(p) = counters["ports"].get_mut(&port.name) {
                                 p["io"] = io.into();
                             }

@@ -162,6 +162,11 @@ impl Env {
     }
 
     fn start_daemon(&mut self, extra: &[&str]) -> Client {
+        self.start_daemon_with(extra, &[])
+    }
+
+    /// The daemon with `extra` arguments and `envs` in its environment.
+    fn start_daemon_with(&mut self, extra: &[&str], envs: &[(&str, &str)]) -> Client {
         let sock = self.socket();
         let child = Command::new("ip")
             .args([
@@ -173,6 +178,7 @@ impl Env {
             .arg("--socket")
             .arg(&sock)
             .args(extra)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .spawn()
             .expect("start nestbed-linkd");
@@ -522,6 +528,23 @@ fn set_offloads(env: &Env, i: usize, on: bool) {
     }
 }
 
+/// link0's counters once its pipes have drained, after checking that
+/// ports a and b received every frame their node's interface (namespace,
+/// name) sent and sent it every frame it received.
+fn crossed_once(c: &mut Client, (ns_a, if_a): (&str, &str), (ns_b, if_b): (&str, &str)) -> Value {
+    std::thread::sleep(Duration::from_millis(100));
+    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    let (a, b) = (
+        &counters["links"]["link0"]["ports"]["a"],
+        &counters["links"]["link0"]["ports"]["b"],
+    );
+    assert_eq!(a["received"], sys_counter(ns_a, if_a, "tx_packets"));
+    assert_eq!(b["sent"], sys_counter(ns_b, if_b, "rx_packets"));
+    assert_eq!(b["received"], sys_counter(ns_b, if_b, "tx_packets"));
+    assert_eq!(a["sent"], sys_counter(ns_a, if_a, "rx_packets"));
+    counters
+}
+
 /// A port's frame I/O path, from the counters.
 fn io_of(c: &mut Client, port: &str) -> String {
     let counters = c.ok(json!({"op": "counters", "link": "link0"}));
@@ -550,16 +573,11 @@ fn rings_go_round_many_times_and_give_way_to_super_frames() {
     // round several times (2 048 receive and 256 transmit slots).
     let (got, _, _) = ping_with(&ns_a, "10.200.11.2", 6000, &["-f", "-l", "64"]);
     assert_eq!(got, 6000);
-    std::thread::sleep(Duration::from_millis(100));
-    let counters = c.ok(json!({"op": "counters", "link": "link0"}));
+    let counters = crossed_once(&mut c, (&ns_a, &if_a), (&ns_b, &if_b));
     let (a, b) = (
         &counters["links"]["link0"]["ports"]["a"],
         &counters["links"]["link0"]["ports"]["b"],
     );
-    assert_eq!(a["received"], sys_counter(&ns_a, &if_a, "tx_packets"));
-    assert_eq!(b["sent"], sys_counter(&ns_b, &if_b, "rx_packets"));
-    assert_eq!(b["received"], sys_counter(&ns_b, &if_b, "tx_packets"));
-    assert_eq!(a["sent"], sys_counter(&ns_a, &if_a, "rx_packets"));
     assert_eq!(a["sent_bytes"], sys_counter(&ns_a, &if_a, "rx_bytes"));
     assert_eq!(a["send_failed"], 0);
     assert_eq!(b["send_failed"], 0);
@@ -714,4 +732,65 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+#[test]
+fn links_added_without_waiting_take_requests_at_once_and_carry_frames_once_ready() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespace tests need root");
+        return;
+    }
+    let mut env = Env::new("w");
+    let (ns_a, host_a, if_a) = env.add_node(0, "10.200.12.1");
+    let (ns_b, host_b, if_b) = env.add_node(1, "10.200.12.2");
+    let (_, host_c, _) = env.add_node(2, "10.200.12.3");
+    let (_, host_d, _) = env.add_node(3, "10.200.12.4");
+    // Room for one port's rings (4.5 MB): the first port asked for gets
+    // them, whichever port's start finishes first.
+    let mut c = env.start_daemon_with(&[], &[("NESTBED_LINKD_RING_MB", "5")]);
+    for (link, a, b) in [("link0", &host_a, &host_b), ("link1", &host_c, &host_d)] {
+        c.ok(
+            json!({"op": "add_link", "link": link, "wait": false, "ports": [
+            {"port": "a", "ifname": a}, {"port": "b", "ifname": b}]}),
+        );
+    }
+    // While the ports may still be starting: every request about the links
+    // is served, by the link's worker, in order.
+    let io = io_of(&mut c, "a");
+    assert!(io == "starting" || io == "rings", "{io}");
+    let delay = json!({"delay": {"delay_ns": 5_000_000}});
+    c.ok(
+        json!({"op": "set", "link": "link0", "port": "a", "direction": "egress", "params": delay}),
+    );
+    c.ok(json!({"op": "down", "link": "link0", "mode": "blackhole"}));
+    c.ok(json!({"op": "up", "link": "link0"}));
+    let trace = env.dir.join("link0.tr");
+    c.ok(json!({"op": "trace_start", "link": "link0", "path": trace}));
+    c.ok(json!({"op": "remove_link", "link": "link1"}));
+    let ready = c.ok(json!({"op": "ready"}));
+    assert_eq!(ready["waited_for"], 2, "{ready}");
+    assert_eq!(c.ok(json!({"op": "ready"}))["waited_for"], 0);
+    assert_eq!(
+        (io_of(&mut c, "a").as_str(), io_of(&mut c, "b").as_str()),
+        ("rings", "copy")
+    );
+
+    let (got, rtt) = ping(&ns_a, "10.200.12.2", 5, "0.05");
+    assert_eq!(got, 5);
+    assert!(
+        rtt.is_some_and(|ms| ms >= 5.0),
+        "the egress delay set while starting: {rtt:?}"
+    );
+    // Every frame each node sent crossed, read once, on either path.
+    crossed_once(&mut c, (&ns_a, &if_a), (&ns_b, &if_b));
+    let counters = c.ok(json!({"op": "counters"}));
+    assert!(counters["links"].get("link1").is_none(), "{counters}");
+    let lines = c.ok(json!({"op": "trace_stop", "link": "link0"}))["lines"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        lines >= 20,
+        "5 requests and 5 replies, enqueued and delivered twice: {lines}"
+    );
+    remove_and_check(env);
 }

@@ -442,8 +442,12 @@ def _start_linkd(plan: Plan) -> None:
     # `ip netns exec` execs linkd in place, so this is linkd's own pid.
     (directory / "linkd.pid").write_text(f"{process.pid}\n")
     with SocketClient(sock) as client:
+        # Each link is answered once registered; its ports' packet rings are set up meanwhile,
+        # all at once (each waits for the kernel, ~25 ms, and concurrent ones share the wait):
+        # `ready` returns once every link carries frames.
         for link in plan.emulated:
-            client.request(**link.request())
+            client.request(**link.request(), wait=False)
+        client.request("ready")
 
 
 def _start_simulator(plan: Plan) -> None:

@@ -202,14 +202,27 @@ pub struct Rings {
 // through `&mut self` (or `&self` for reads) by the thread that owns it.
 unsafe impl Send for Rings {}
 
-impl Rings {
-    /// Sets up rings on bound packet socket `fd`, sized for frames of up
-    /// to `mtu` bytes of payload. Turns `PACKET_VNET_HDR` on (see the
-    /// module docs); the socket must have no rings yet.
-    pub fn new(fd: RawFd, mtu: usize) -> io::Result<Rings> {
-        option(fd, PACKET_VNET_HDR, 1)?;
-        option(fd, PACKET_VERSION, TPACKET_V2)?;
-        option(fd, PACKET_LOSS, 1)?;
+/// Ring memory taken from the budget for one socket, before its rings
+/// exist: taken in request order (which ports get rings is decided there),
+/// while the rings themselves can be set up later and elsewhere
+/// ([`Reserved::build`]); given back when dropped unbuilt.
+pub struct Reserved {
+    frame_size: usize,
+    rx: Request,
+    tx: Request,
+    map_len: usize,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        unreserve(self.map_len);
+    }
+}
+
+impl Reserved {
+    /// Takes the budget for rings holding frames of up to `mtu` bytes of
+    /// payload; fails with [`budget_spent`] if it is spent.
+    pub fn take(mtu: usize) -> io::Result<Reserved> {
         let frame_size = (RX_HEADROOM + mtu + LINK_HEADERS)
             .next_power_of_two()
             .max(2048);
@@ -220,27 +233,41 @@ impl Rings {
             frame_size: frame_size as u32,
             frame_nr: ((frames * frame_size).div_ceil(block_size) * block_size / frame_size) as u32,
         };
-        let (rx_req, tx_req) = (request(RX_FRAMES), request(TX_FRAMES));
-        let bytes = |r: &Request| r.block_size as usize * r.block_nr as usize;
-        let map_len = bytes(&rx_req) + bytes(&tx_req);
+        let (rx, tx) = (request(RX_FRAMES), request(TX_FRAMES));
+        let map_len = bytes(&rx) + bytes(&tx);
         reserve(map_len)?;
-        if let Err(e) = set_ring(fd, PACKET_RX_RING, &rx_req) {
-            unreserve(map_len);
-            return Err(e);
-        }
-        if let Err(e) = set_ring(fd, PACKET_TX_RING, &tx_req) {
+        Ok(Reserved {
+            frame_size,
+            rx,
+            tx,
+            map_len,
+        })
+    }
+
+    /// Sets up the rings on packet socket `fd` (bound or not) and maps
+    /// them. Turns `PACKET_VNET_HDR` on (see the module docs); the socket
+    /// must have no rings yet. Slow whatever the size: each ring the kernel
+    /// sets up waits for an RCU grace period (`synchronize_net`), some
+    /// 10-15 ms each here, but concurrent set-ups share their waits.
+    pub fn build(self, fd: RawFd) -> io::Result<Rings> {
+        option(fd, PACKET_VNET_HDR, 1)?;
+        option(fd, PACKET_VERSION, TPACKET_V2)?;
+        option(fd, PACKET_LOSS, 1)?;
+        set_ring(fd, PACKET_RX_RING, &self.rx)?;
+        if let Err(e) = set_ring(fd, PACKET_TX_RING, &self.tx) {
             release(fd);
-            unreserve(map_len);
             return Err(e);
         }
+        // No MAP_POPULATE: the kernel inserts every page of a packet
+        // socket's rings when they are mapped.
         // SAFETY: maps the socket's rings (receive, then transmit) as the
         // kernel lays them out; the result is checked.
         let map = unsafe {
             libc::mmap(
                 ptr::null_mut(),
-                map_len,
+                self.map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                libc::MAP_SHARED,
                 fd,
                 0,
             )
@@ -248,9 +275,12 @@ impl Rings {
         if map == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
             release(fd);
-            unreserve(map_len);
             return Err(e);
         }
+        // From here the rings own the reservation (given back when they drop).
+        let me = std::mem::ManuallyDrop::new(self);
+        let (frame_size, map_len, rx_bytes) = (me.frame_size, me.map_len, bytes(&me.rx));
+        let (rx_frames, tx_frames) = (me.rx.frame_nr as usize, me.tx.frame_nr as usize);
         let map = map as *mut u8;
         Ok(Rings {
             fd,
@@ -259,18 +289,30 @@ impl Rings {
             rx: Ring {
                 base: map,
                 frame_size,
-                frames: rx_req.frame_nr as usize,
+                frames: rx_frames,
                 head: 0,
             },
             tx: Ring {
                 // SAFETY: the transmit ring follows the receive ring in the mapping.
-                base: unsafe { map.add(bytes(&rx_req)) },
+                base: unsafe { map.add(rx_bytes) },
                 frame_size,
-                frames: tx_req.frame_nr as usize,
+                frames: tx_frames,
                 head: 0,
             },
             queued: Vec::with_capacity(TX_FRAMES),
         })
+    }
+}
+
+fn bytes(r: &Request) -> usize {
+    r.block_size as usize * r.block_nr as usize
+}
+
+impl Rings {
+    /// Sets up rings on packet socket `fd`, sized for frames of up to
+    /// `mtu` bytes of payload: [`Reserved::take`] then [`Reserved::build`].
+    pub fn new(fd: RawFd, mtu: usize) -> io::Result<Rings> {
+        Reserved::take(mtu)?.build(fd)
     }
 
     /// Reads up to `n` received frames and calls `each` for every one from
@@ -455,12 +497,37 @@ impl Drop for Rings {
 mod budget_tests {
     use super::*;
 
+    /// The budget is the process's: its tests take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn rings_beyond_the_budget_are_refused_as_such_and_their_bytes_come_back() {
+        let _turn = TURN.lock().unwrap();
         let e = reserve(budget() + 1).unwrap_err();
         assert!(budget_spent(&e), "{e}");
         assert!(!budget_spent(&io::Error::from(io::ErrorKind::OutOfMemory)));
         reserve(4096).unwrap();
         unreserve(4096);
+    }
+
+    #[test]
+    fn a_port_keeps_its_share_of_the_budget_from_its_request_until_its_rings_go() {
+        let _turn = TURN.lock().unwrap();
+        let held = RING_BYTES.load(Ordering::Acquire);
+        let first = Reserved::take(1500).unwrap();
+        // 2 048 receive and 256 transmit slots of 2 KB for a 1 500-byte MTU.
+        assert_eq!(first.map_len, (2048 + 256) * 2048);
+        assert_eq!(RING_BYTES.load(Ordering::Acquire), held + first.map_len);
+        // What is left is all a later request can have.
+        let left = budget() - held - first.map_len;
+        let e = reserve(left + 1).unwrap_err();
+        assert!(budget_spent(&e), "{e}");
+        drop(first);
+        assert_eq!(RING_BYTES.load(Ordering::Acquire), held);
+        // Rings that cannot be built (no socket) give their share back too.
+        let second = Reserved::take(9000).unwrap();
+        assert_eq!(second.frame_size, 16384, "a jumbo frame's slot");
+        assert!(second.build(-1).is_err());
+        assert_eq!(RING_BYTES.load(Ordering::Acquire), held);
     }
 }
