@@ -775,7 +775,7 @@ fn links_added_without_waiting_take_requests_at_once_and_carry_frames_once_ready
         ("rings", "copy")
     );
 
-    let (got, rtt) = ping(&ns_a, "10.200.12.2", 5, "0.05");
+    let (got, rtt, _) = ping(&ns_a, "10.200.12.2", 5, "0.05");
     assert_eq!(got, 5);
     assert!(
         rtt.is_some_and(|ms| ms >= 5.0),
