@@ -53,7 +53,7 @@ def chain(routers: int) -> str:
     for i in range(routers - 1):
         a, b = divmod(i, 250)
         lines.append(
-            f"p2p c{i} r{i} 10.{a}.{b}.1/30 r{i + 1} 10.{a}.{b}.2/30 2000000 2000000 0.05 50 0 0"
+            f"p2p c{i} r{i} 10.{a}.{b}.1/30 r{i + 1} 10.{a}.{b}.2/30 2000000 2000000 0.05 50 50 0 0"
         )
     return "\n".join([*lines, "end"]) + "\n"
 

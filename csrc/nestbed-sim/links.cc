@@ -102,6 +102,91 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
 
 } // namespace
 
+bool
+Loss::None() const
+{
+    return gilbert ? p == 0 && lossGood == 0 : rate == 0;
+}
+
+Loss
+ParseLoss(const std::string& word)
+{
+    Loss loss;
+    std::string text = word;
+    if (text.rfind("ge/", 0) == 0)
+    {
+        for (char& c : text)
+        {
+            c = c == '/' ? ' ' : c;
+        }
+        std::istringstream fields(text.substr(3));
+        loss.gilbert = true;
+        if (!(fields >> loss.p >> loss.r >> loss.lossBad >> loss.lossGood))
+        {
+            throw std::invalid_argument("Gilbert-Elliott loss " + word + " is not ge/P/R/BAD/GOOD");
+        }
+    }
+    else
+    {
+        std::istringstream fields(text);
+        if (!(fields >> loss.rate))
+        {
+            throw std::invalid_argument("loss " + word + " is not a probability");
+        }
+    }
+    for (double v : {loss.rate, loss.p, loss.r, loss.lossBad, loss.lossGood})
+    {
+        if (!(v >= 0 && v <= 1))
+        {
+            throw std::invalid_argument("loss " + word + " has a probability outside [0, 1]");
+        }
+    }
+    return loss;
+}
+
+TypeId
+LinkLoss::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::LinkLoss")
+                            .SetParent<ErrorModel>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<LinkLoss>();
+    return tid;
+}
+
+LinkLoss::LinkLoss()
+    : m_random(CreateObject<UniformRandomVariable>())
+{
+}
+
+bool
+LinkLoss::DoCorrupt(Ptr<Packet>)
+{
+    if (*down)
+    {
+        return true;
+    }
+    if (!loss.gilbert)
+    {
+        // No random draw per packet when nothing is lost.
+        return loss.rate > 0 && m_random->GetValue() < loss.rate;
+    }
+    double lost = m_bad ? loss.lossBad : loss.lossGood;
+    double leave = m_bad ? loss.r : loss.p;
+    bool dropped = m_random->GetValue() < lost;
+    if (m_random->GetValue() < leave)
+    {
+        m_bad = !m_bad;
+    }
+    return dropped;
+}
+
+void
+LinkLoss::DoReset()
+{
+    m_bad = false;
+}
+
 void
 WatchNode(Ptr<Node> node)
 {
@@ -136,15 +221,15 @@ SimLink::Lan() const
 }
 
 void
-SimLink::Add(const std::string& node, Ptr<NetDevice> device, double loss)
+SimLink::Add(const std::string& node, Ptr<NetDevice> device, const Loss& loss)
 {
     auto m = std::make_unique<Member>();
     m->node = node;
     m->device = device;
-    m->loss = loss;
     m->down = &m_down;
-    m->error = CreateObject<RateErrorModel>();
-    m->error->SetAttribute("ErrorUnit", EnumValue(RateErrorModel::ERROR_UNIT_PACKET));
+    m->error = CreateObject<LinkLoss>();
+    m->error->loss = loss;
+    m->error->down = &m_down;
     device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
     if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
     {
@@ -163,46 +248,29 @@ SimLink::Add(const std::string& node, Ptr<NetDevice> device, double loss)
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
-    Apply(*m);
     m_members.push_back(std::move(m));
-}
-
-void
-SimLink::Apply(Member& m)
-{
-    double rate = m_down ? 1.0 : m.loss;
-    m.error->SetRate(rate);
-    if (rate > 0)
-    {
-        m.error->Enable();
-    }
-    else
-    {
-        m.error->Disable(); // no random draw per packet when nothing is lost
-    }
 }
 
 void
 SimLink::Set(const std::vector<double>& rates,
              double delayS,
-             uint32_t queuePackets,
-             const std::vector<double>& losses)
+             const std::vector<uint32_t>& queuePackets,
+             const std::vector<Loss>& losses)
 {
-    if (!m_lan && (rates.size() != m_members.size() || losses.size() != m_members.size()))
+    size_t n = m_members.size();
+    if (!m_lan && (rates.size() != n || losses.size() != n || queuePackets.size() != n))
     {
-        throw std::invalid_argument("a rate and a loss for each end of " + m_name);
+        throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
     }
-    for (size_t i = 0; i < m_members.size(); ++i)
+    for (size_t i = 0; i < n; ++i)
     {
         Member& m = *m_members[i];
-        double rate = rates[m_lan ? 0 : i];
-        m.loss = losses[m_lan ? 0 : (i + 1) % m_members.size()]; // loss from the other end
-        m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets) + "p"));
+        m.error->loss = losses[m_lan ? 0 : (i + 1) % n]; // loss from the other end
+        m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets[m_lan ? 0 : i]) + "p"));
         if (!m_lan)
         {
-            DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rate)));
+            DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
         }
-        Apply(m);
     }
     Ptr<Channel> channel = m_members[0]->device->GetChannel();
     channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));
@@ -216,10 +284,6 @@ void
 SimLink::SetDown(bool down)
 {
     m_down = down;
-    for (auto& m : m_members)
-    {
-        Apply(*m);
-    }
 }
 
 std::string

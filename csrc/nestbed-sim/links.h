@@ -2,8 +2,9 @@
 // see them.
 //
 // Every member of a link (a node's device on it) has a queue, a rate, and a receive error
-// model that drops what the link loses on the way to that member; `down` makes that model
-// drop everything, as linkd's blackhole does, and `up` gives back the link's loss. The
+// model that drops what the link loses on the way to that member, Bernoulli or
+// Gilbert-Elliott as linkd's loss stage draws them; `down` makes that model drop
+// everything, as linkd's blackhole does, and `up` gives back the link's loss. The
 // counters of each member mirror linkd's pipes: "egress" is what the member's device sends
 // (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
 // what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
@@ -40,14 +41,50 @@ struct Counters
     uint64_t dropsDown = 0;
 };
 
+// A direction's random loss, as linkd's loss stage decides it: Bernoulli with probability
+// `rate`, or a Gilbert-Elliott chain (p = P(good→bad), r = P(bad→good), the loss probability
+// in each state) that decides a packet's loss in its state, then moves.
+struct Loss
+{
+    double rate = 0;
+    bool gilbert = false;
+    double p = 0;
+    double r = 0;
+    double lossBad = 1;
+    double lossGood = 0;
+
+    bool None() const;
+};
+
+// A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD".
+Loss ParseLoss(const std::string& word);
+
+// The receive side of a member: drops what its Loss decides, everything while the link is
+// down. The chain's state carries on across changes of its parameters, as in linkd.
+class LinkLoss : public ns3::ErrorModel
+{
+  public:
+    static ns3::TypeId GetTypeId();
+    LinkLoss();
+
+    Loss loss;
+    const bool* down = nullptr;
+
+  private:
+    bool DoCorrupt(ns3::Ptr<ns3::Packet> p) override;
+    void DoReset() override;
+
+    bool m_bad = false;
+    ns3::Ptr<ns3::UniformRandomVariable> m_random;
+};
+
 struct Member
 {
     std::string node;
     uint32_t header = 0; // bytes the link adds to an IP packet
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
-    ns3::Ptr<ns3::RateErrorModel> error;
-    double loss = 0; // what this member's receive side loses while the link is up
+    ns3::Ptr<LinkLoss> error; // what this member's receive side loses
     const bool* down = nullptr;
     Counters egress;
     Counters ingress;
@@ -59,23 +96,21 @@ class SimLink
     SimLink(std::string name, bool lan);
 
     // A member: its device and the node it belongs to; the loss on the way to it.
-    void Add(const std::string& node, ns3::Ptr<ns3::NetDevice> device, double loss);
+    void Add(const std::string& node, ns3::Ptr<ns3::NetDevice> device, const Loss& loss);
 
     bool Lan() const;
-    // Rate of each member's device, the delay, the queue limit, the loss towards each
-    // member; for a LAN, rates[0] and losses[0] stand for all.
+    // Rate and queue limit of each member's device, the delay, the loss of what each member
+    // sends; for a LAN, rates[0], queues[0] and losses[0] stand for all.
     void Set(const std::vector<double>& rates,
              double delayS,
-             uint32_t queuePackets,
-             const std::vector<double>& losses);
+             const std::vector<uint32_t>& queuePackets,
+             const std::vector<Loss>& losses);
     void SetDown(bool down);
     // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
     // of linkd's counters reply.
     std::string CountersJson() const;
 
   private:
-    void Apply(Member& m);
-
     std::string m_name;
     bool m_lan;
     bool m_down = false;

@@ -11,8 +11,9 @@
 //   tick_s SECONDS                    how often the lag is sampled
 //   control FD                        a listening Unix socket for commands (below)
 //   node NAME
-//   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_PACKETS LOSS_A LOSS_B
-//       (RATE_A and LOSS_A act on packets from A to B)
+//   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
+//       (RATE_A, QUEUE_A (packets) and LOSS_A act on packets from A to B; a loss is "P",
+//       Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it)
 //   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
 //       (LOSS: of every packet between two members)
 //   attach LINK NODE ADDR FD
@@ -33,7 +34,7 @@
 //                                                                  CONGESTION - : default)
 //   stop ID                           stops a tool; it writes its summary to OUT
 //   state ID                          {"done": true|false}
-//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_PACKETS LOSS_A LOSS_B
+//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
 //   lan-set LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
@@ -123,6 +124,21 @@ Word(std::istringstream& words, const char* what)
         throw BadLine(std::string("missing or bad ") + what);
     }
     return value;
+}
+
+// A loss word (links.h's ParseLoss).
+Loss
+LossWord(std::istringstream& words)
+{
+    auto word = Word<std::string>(words, "loss");
+    try
+    {
+        return ParseLoss(word);
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw BadLine(e.what());
+    }
 }
 
 // A path of a command, percent-encoded so that it is one word.
@@ -294,15 +310,19 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto rateA = Word<double>(words, "rate");
         auto rateB = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
-        auto queue = Word<uint32_t>(words, "queue limit");
-        auto lossA = Word<double>(words, "loss");
-        auto lossB = Word<double>(words, "loss");
+        auto queueA = Word<uint32_t>(words, "queue limit");
+        auto queueB = Word<uint32_t>(words, "queue limit");
+        Loss lossA = LossWord(words);
+        Loss lossB = LossWord(words);
         PointToPointHelper p2p;
         p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
-        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(QueueSize(queue)));
+        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(QueueSize(queueA)));
         NetDeviceContainer devices = p2p.Install(a, b);
         devices.Get(0)->SetAttribute("DataRate", StringValue(Rate(rateA)));
         devices.Get(1)->SetAttribute("DataRate", StringValue(Rate(rateB)));
+        DynamicCast<PointToPointNetDevice>(devices.Get(1))
+            ->GetQueue()
+            ->SetMaxSize(ns3::QueueSize(std::to_string(queueB) + "p"));
         auto link = std::make_unique<SimLink>(name, false);
         link->Add(nodeA, devices.Get(0), lossB); // A receives what B sends
         link->Add(nodeB, devices.Get(1), lossA);
@@ -316,7 +336,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto rate = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
         auto queue = Word<uint32_t>(words, "queue limit");
-        auto loss = Word<double>(words, "loss");
+        Loss loss = LossWord(words);
         CsmaHelper csma;
         csma.SetChannelAttribute("DataRate", StringValue(Rate(rate)));
         csma.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
@@ -542,13 +562,17 @@ Simulation::Command(const std::string& line)
                 rates.push_back(Word<double>(words, "rate"));
             }
             auto delay = Word<double>(words, "delay");
-            auto queue = Word<uint32_t>(words, "queue limit");
-            std::vector<double> losses{Word<double>(words, "loss")};
+            std::vector<uint32_t> queues{Word<uint32_t>(words, "queue limit")};
             if (!link.Lan())
             {
-                losses.push_back(Word<double>(words, "loss"));
+                queues.push_back(Word<uint32_t>(words, "queue limit"));
             }
-            link.Set(rates, delay, queue, losses);
+            std::vector<Loss> losses{LossWord(words)};
+            if (!link.Lan())
+            {
+                losses.push_back(LossWord(words));
+            }
+            link.Set(rates, delay, queues, losses);
             return Reply("");
         }
         if (verb == "link")

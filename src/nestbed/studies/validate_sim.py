@@ -122,7 +122,15 @@ class SimulatedBench(validate.Bench):
         delay_s = params.get("delay", {}).get("delay_ns", 0) / 1e9
         loss = params.get("loss", {}).get("p", 0.0)
         self.simulator.request(
-            "p2p-set", "link0", rate, rate, repr(delay_s), QUEUE_PACKETS, repr(loss), repr(loss)
+            "p2p-set",
+            "link0",
+            rate,
+            rate,
+            repr(delay_s),
+            QUEUE_PACKETS,
+            QUEUE_PACKETS,
+            repr(loss),
+            repr(loss),
         )
 
     def counters(self) -> dict[str, Any]:
