@@ -220,8 +220,28 @@ SimLink::Lan() const
     return m_lan;
 }
 
+namespace
+{
+
+// The gap after each packet a member sends at RATE: the wire bytes its header lacks.
 void
-SimLink::Add(const std::string& node, Ptr<NetDevice> device, const Loss& loss)
+Pace(Member& m, double bps)
+{
+    Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
+    if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
+    {
+        p2p->SetInterframeGap(gap);
+    }
+    else
+    {
+        DynamicCast<CsmaNetDevice>(m.device)->SetInterframeGap(gap);
+    }
+}
+
+} // namespace
+
+void
+SimLink::Add(const std::string& node, Ptr<NetDevice> device, double rateBps, const Loss& loss)
 {
     auto m = std::make_unique<Member>();
     m->node = node;
@@ -248,6 +268,7 @@ SimLink::Add(const std::string& node, Ptr<NetDevice> device, const Loss& loss)
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
+    Pace(*m, rateBps);
     m_members.push_back(std::move(m));
 }
 
@@ -271,6 +292,7 @@ SimLink::Set(const std::vector<double>& rates,
         {
             DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
         }
+        Pace(m, rates[m_lan ? 0 : i]);
     }
     Ptr<Channel> channel = m_members[0]->device->GetChannel();
     channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));

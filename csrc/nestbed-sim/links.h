@@ -95,8 +95,12 @@ class SimLink
   public:
     SimLink(std::string name, bool lan);
 
-    // A member: its device and the node it belongs to; the loss on the way to it.
-    void Add(const std::string& node, ns3::Ptr<ns3::NetDevice> device, const Loss& loss);
+    // A member: its device and the node it belongs to, the rate it sends at, the loss on the
+    // way to it.
+    void Add(const std::string& node,
+             ns3::Ptr<ns3::NetDevice> device,
+             double rateBps,
+             const Loss& loss);
 
     bool Lan() const;
     // Rate and queue limit of each member's device, the delay, the loss of what each member
@@ -120,6 +124,12 @@ class SimLink
 // Counts the packets NODE's traffic-control layer drops for a full queue of its member
 // devices; once per node, when all links are built.
 void WatchNode(ns3::Ptr<ns3::Node> node);
+
+// A packet's bytes on an emulated link beside its IP packet: linkd counts an Ethernet frame
+// on the wire (header 14, FCS 4, preamble 8, gap 12). A simulated link's device leaves the
+// difference to its own header as a gap after each packet, so that a rate means as many
+// packets a second as on an emulated link.
+constexpr uint32_t WIRE_BYTES = 38;
 
 // ns-3 needs a rate; an unshaped link (0) gets one far above any emulated traffic.
 std::string Rate(double bps);

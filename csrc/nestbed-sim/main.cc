@@ -324,8 +324,8 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
             ->GetQueue()
             ->SetMaxSize(ns3::QueueSize(std::to_string(queueB) + "p"));
         auto link = std::make_unique<SimLink>(name, false);
-        link->Add(nodeA, devices.Get(0), lossB); // A receives what B sends
-        link->Add(nodeB, devices.Get(1), lossA);
+        link->Add(nodeA, devices.Get(0), rateA, lossB); // A receives what B sends
+        link->Add(nodeB, devices.Get(1), rateB, lossA);
         m_links[name] = std::move(link);
         Address(a, devices.Get(0), addrA);
         Address(b, devices.Get(1), addrB);
@@ -356,7 +356,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto lan = std::make_unique<SimLink>(name, true);
         for (uint32_t i = 0; i < members.size(); ++i)
         {
-            lan->Add(members[i].first, devices.Get(i), loss);
+            lan->Add(members[i].first, devices.Get(i), rate, loss);
             Address(nodes.Get(i), devices.Get(i), members[i].second);
         }
         m_links[name] = std::move(lan);

@@ -1,0 +1,172 @@
+"""linktest's probes in simulated nodes (make-simulated): nestbed-sim's UDP tools do what
+nestbed-probe does in an emulated node (the same header, log and summary counts), so
+latency, loss and bandwidth are measured along every direction with a simulated end as along
+any other. A ``SimulatedProbe`` gives such a tool the face of the probe's process that
+linktest reads (poll, wait, terminate, communicate), its summary completed with what
+nestbed-probe would report and nestbed-sim's tool does not count itself (one-way delays,
+from its log; the sender's rate, from its first and last send)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nestbed.backend.linkd import Pipe, pipe_counters
+from nestbed.backend.plan import Plan
+from nestbed.backend.sim import SimChannel, word
+from nestbed.errors import InternalError, NestbedError
+
+_POLL_S = 0.02
+
+
+class SimulatedProbes:
+    """Starts probes in the simulated nodes of a swapped-in experiment, through its
+    nestbed-sim (one connection, opened when first needed)."""
+
+    def __init__(self, plan: Plan, run_dir: Path, wire_bits: Any):
+        self.nodes = set(plan.simulation.nodes) if plan.simulation else set()
+        self.run_dir = run_dir
+        self.wire_bits = wire_bits  # payload bytes -> bits on the wire, linktest's measure
+        self.channel: SimChannel | None = None
+        self.prefix = f"linktest-{uuid.uuid4().hex[:8]}"
+        self.started = 0
+
+    def start(self, node: str, argv: Sequence[str]) -> SimulatedProbe:
+        """``argv``, nestbed-probe's (``recv --bind IP:PORT ...`` or ``send --to IP:PORT
+        ...``, as linktest gives them), run by nestbed-sim in simulated node ``node``."""
+        if self.channel is None:
+            self.channel = SimChannel(self.run_dir)
+        self.started += 1
+        tool = f"{self.prefix}-{self.started}"
+        role, options = argv[1], _options(argv[2:])
+        out = self.run_dir / f"{tool}.json"
+        log = Path(options.get("--log") or self.run_dir / f"{tool}.csv")
+        if role == "recv":
+            port = options["--bind"].rpartition(":")[2]
+            line = f"udp-recv {tool} {node} {port} {word(log)} {word(out)}"
+        elif role == "send":
+            address, _, port = options["--to"].rpartition(":")
+            size = int(options["--size"])
+            interval = _interval(options, self.wire_bits(size))
+            if "--count" in options:
+                count = int(options["--count"])
+            else:
+                count = max(1, round(float(options["--duration"]) / interval))
+            line = (
+                f"udp-send {tool} {node} {address} {port} {size} {interval!r} {count} {word(out)}"
+            )
+        else:
+            raise InternalError(f"linktest asked a simulated node for nestbed-probe {role}")
+        self.channel.request(line)
+        seconds = (
+            float(options["--duration"]) if role == "recv" and "--duration" in options else None
+        )
+        return SimulatedProbe(self.channel, tool, list(argv), out, log, seconds, self.wire_bits)
+
+    def counters(self) -> dict[Pipe, dict[str, Any]]:
+        """The simulated links' counters, as linkd's pipes."""
+        if self.channel is None:
+            self.channel = SimChannel(self.run_dir)
+        return pipe_counters(self.channel)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+def _options(words: Sequence[str]) -> dict[str, str]:
+    return dict(zip(words[::2], words[1::2], strict=False))
+
+
+def _interval(options: dict[str, str], wire_bits: int) -> float:
+    """Seconds between datagrams, from the pace nestbed-probe was given."""
+    if "--interval" in options:
+        return float(options["--interval"])
+    if "--pps" in options:
+        return 1 / float(options["--pps"])
+    return wire_bits / float(options["--rate"])
+
+
+class SimulatedProbe:
+    """A probe tool in nestbed-sim, as linktest sees a probe's process. A receiver given a
+    duration ends when it has passed; others end when linktest terminates them (a receiver)
+    or when they have sent their count (a sender)."""
+
+    def __init__(self, channel: SimChannel, tool: str, argv: list[str], out: Path, log: Path,
+                 seconds: float | None, wire_bits: Any):  # fmt: skip
+        self.channel, self.tool, self.args = channel, tool, argv
+        self.out, self.log, self.wire_bits = out, log, wire_bits
+        self.ends = None if seconds is None else time.monotonic() + seconds
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if self.ends is not None and time.monotonic() >= self.ends:
+                self.terminate()
+            else:
+                try:
+                    if self.channel.request("state", self.tool)["done"]:
+                        self.returncode = 0
+                except (OSError, NestbedError):
+                    self.returncode = 1
+        return self.returncode
+
+    def terminate(self) -> None:
+        """Stops the tool, which writes its summary before the reply."""
+        if self.returncode is None:
+            try:
+                self.channel.request("stop", self.tool)
+                self.returncode = 0
+            except (OSError, NestbedError):
+                self.returncode = 1
+
+    kill = terminate
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(_POLL_S)
+        return code
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Its summary, as nestbed-probe's stdout (after it ends)."""
+        self.wait(timeout)
+        try:
+            summary = json.loads(self.out.read_text())
+        except (OSError, ValueError):
+            return "", ""
+        if summary.get("role") == "recv":
+            summary |= _arrivals(self.log)
+        elif summary.get("packets_sent", 0) > 1:
+            span_s = (summary["last_send_ns"] - summary["first_send_ns"]) / 1e9
+            bits = self.wire_bits(summary["payload_bytes"])
+            if span_s > 0:
+                summary["achieved_wire_rate_bps"] = (summary["packets_sent"] - 1) * bits / span_s
+        return json.dumps(summary), ""
+
+
+def _arrivals(log: Path) -> dict[str, Any]:
+    """What nestbed-probe's receiver summary has beside nestbed-sim's: the one-way delays of
+    the datagrams in its log, and no datagrams dropped by a socket (ns-3's have no limit)."""
+    try:
+        rows = log.read_text().splitlines()[1:]
+    except OSError:
+        rows = []
+    delays = [int(row.split(",")[5]) for row in rows if row.count(",") == 5]
+    found: dict[str, Any] = {"kernel_drops": 0}
+    if delays:
+        found["delay"] = {
+            "mean_ns": statistics.fmean(delays),
+            "stdev_ns": statistics.stdev(delays) if len(delays) > 1 else 0.0,
+            "median_ns": statistics.median(delays),
+        }
+    return found
