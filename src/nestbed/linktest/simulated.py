@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,10 @@ class SimulatedProbes:
     """Starts probes in the simulated nodes of a swapped-in experiment, through its
     nestbed-sim (one connection, opened when first needed)."""
 
-    def __init__(self, plan: Plan, run_dir: Path, wire_bits: Any):
-        self.nodes = set(plan.simulation.nodes) if plan.simulation else set()
-        self.run_dir = run_dir
+    def __init__(self, plan: Plan | None, run_dir: Callable[[], Path], wire_bits: Any):
+        simulation = plan.simulation if plan is not None else None
+        self.nodes = set(simulation.nodes) if simulation is not None else set()
+        self.run_dir = run_dir  # the experiment's, where nestbed-sim's socket is
         self.wire_bits = wire_bits  # payload bytes -> bits on the wire, linktest's measure
         self.channel: SimChannel | None = None
         self.prefix = f"linktest-{uuid.uuid4().hex[:8]}"
@@ -40,13 +41,12 @@ class SimulatedProbes:
     def start(self, node: str, argv: Sequence[str]) -> SimulatedProbe:
         """``argv``, nestbed-probe's (``recv --bind IP:PORT ...`` or ``send --to IP:PORT
         ...``, as linktest gives them), run by nestbed-sim in simulated node ``node``."""
-        if self.channel is None:
-            self.channel = SimChannel(self.run_dir)
+        channel = self._channel()
         self.started += 1
         tool = f"{self.prefix}-{self.started}"
         role, options = argv[1], _options(argv[2:])
-        out = self.run_dir / f"{tool}.json"
-        log = Path(options.get("--log") or self.run_dir / f"{tool}.csv")
+        out = self.run_dir() / f"{tool}.json"
+        log = Path(options.get("--log") or self.run_dir() / f"{tool}.csv")
         if role == "recv":
             port = options["--bind"].rpartition(":")[2]
             line = f"udp-recv {tool} {node} {port} {word(log)} {word(out)}"
@@ -63,17 +63,20 @@ class SimulatedProbes:
             )
         else:
             raise InternalError(f"linktest asked a simulated node for nestbed-probe {role}")
-        self.channel.request(line)
+        channel.request(line)
         seconds = (
             float(options["--duration"]) if role == "recv" and "--duration" in options else None
         )
-        return SimulatedProbe(self.channel, tool, list(argv), out, log, seconds, self.wire_bits)
+        return SimulatedProbe(channel, tool, list(argv), out, log, seconds, self.wire_bits)
 
     def counters(self) -> dict[Pipe, dict[str, Any]]:
         """The simulated links' counters, as linkd's pipes."""
+        return pipe_counters(self._channel())
+
+    def _channel(self) -> SimChannel:
         if self.channel is None:
-            self.channel = SimChannel(self.run_dir)
-        return pipe_counters(self.channel)
+            self.channel = SimChannel(self.run_dir())
+        return self.channel
 
     def close(self) -> None:
         if self.channel is not None:
