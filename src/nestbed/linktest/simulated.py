@@ -8,21 +8,25 @@ from its log; the sender's rate, from its first and last send)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from nestbed.backend import sim
 from nestbed.backend.linkd import Pipe, pipe_counters
 from nestbed.backend.plan import Plan
 from nestbed.backend.sim import SimChannel, word
 from nestbed.errors import InternalError, NestbedError
 
 _POLL_S = 0.02
+# nestbed-sim writes a lag line every simulated second; a little more than one is waited for.
+_LAG_WAIT_S = 1.5
 
 
 class SimulatedProbes:
@@ -68,6 +72,29 @@ class SimulatedProbes:
             float(options["--duration"]) if role == "recv" and "--duration" in options else None
         )
         return SimulatedProbe(channel, tool, list(argv), out, log, seconds, self.wire_bits)
+
+    @contextlib.contextmanager
+    def lag(self) -> Iterator[list[float]]:
+        """The lags nestbed-sim reports for the seconds the block spans (none without
+        simulated nodes): it reports a second's worst lag once that second is over, so the
+        block ends when the second it ended in has been reported."""
+        lags: list[float] = []
+        if not self.nodes:
+            yield lags
+            return
+        log = self.run_dir() / sim.LOG
+        before = sim.lag(log.read_text(errors="replace")).per_second_s
+        # The second in progress began before the block: its line is not written yet.
+        first = before[-1][0] + 1 if before else 0
+        yield lags
+        ended = len(sim.lag(log.read_text(errors="replace")).per_second_s)
+        deadline = time.monotonic() + _LAG_WAIT_S
+        while True:
+            seconds = sim.lag(log.read_text(errors="replace")).per_second_s
+            if len(seconds) > ended or time.monotonic() > deadline:
+                break
+            time.sleep(_POLL_S)
+        lags += [lag for second, lag in seconds if second >= first]
 
     def counters(self) -> dict[Pipe, dict[str, Any]]:
         """The simulated links' counters, as linkd's pipes."""
