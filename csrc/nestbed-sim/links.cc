@@ -220,17 +220,15 @@ SimLink::Lan() const
     return m_lan;
 }
 
-namespace
-{
-
-// The gap after each packet a member sends at RATE: the wire bytes its header lacks.
 void
-Pace(Member& m, double bps)
+SimLink::Pace(size_t member, double bps)
 {
+    Member& m = *m_members[member];
     Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
     if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
     {
         p2p->SetInterframeGap(gap);
+        DynamicCast<WireChannel>(p2p->GetChannel())->SetDirection(member, gap, m.jitter);
     }
     else
     {
@@ -238,10 +236,12 @@ Pace(Member& m, double bps)
     }
 }
 
-} // namespace
-
 void
-SimLink::Add(const std::string& node, Ptr<NetDevice> device, double rateBps, const Loss& loss)
+SimLink::Add(const std::string& node,
+             Ptr<NetDevice> device,
+             double rateBps,
+             const Loss& loss,
+             const Jitter& jitter)
 {
     auto m = std::make_unique<Member>();
     m->node = node;
@@ -250,6 +250,7 @@ SimLink::Add(const std::string& node, Ptr<NetDevice> device, double rateBps, con
     m->error = CreateObject<LinkLoss>();
     m->error->loss = loss;
     m->error->down = &m_down;
+    m->jitter = jitter;
     device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
     if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
     {
@@ -268,15 +269,16 @@ SimLink::Add(const std::string& node, Ptr<NetDevice> device, double rateBps, con
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
-    Pace(*m, rateBps);
     m_members.push_back(std::move(m));
+    Pace(m_members.size() - 1, rateBps);
 }
 
 void
 SimLink::Set(const std::vector<double>& rates,
              double delayS,
              const std::vector<uint32_t>& queuePackets,
-             const std::vector<Loss>& losses)
+             const std::vector<Loss>& losses,
+             const std::vector<Jitter>& jitters)
 {
     size_t n = m_members.size();
     if (!m_lan && (rates.size() != n || losses.size() != n || queuePackets.size() != n))
@@ -291,8 +293,9 @@ SimLink::Set(const std::vector<double>& rates,
         if (!m_lan)
         {
             DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
+            m.jitter = i < jitters.size() ? jitters[i] : Jitter{};
         }
-        Pace(m, rates[m_lan ? 0 : i]);
+        Pace(i, rates[m_lan ? 0 : i]);
     }
     Ptr<Channel> channel = m_members[0]->device->GetChannel();
     channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));

@@ -20,6 +20,7 @@
 #include "ns3/core-module.h"
 #include "ns3/error-model.h"
 #include "ns3/network-module.h"
+#include "wire.h"
 
 #include <cstdint>
 #include <map>
@@ -85,6 +86,7 @@ struct Member
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
     ns3::Ptr<LinkLoss> error; // what this member's receive side loses
+    Jitter jitter;            // of what this member sends (point-to-point links)
     const bool* down = nullptr;
     Counters egress;
     Counters ingress;
@@ -100,21 +102,28 @@ class SimLink
     void Add(const std::string& node,
              ns3::Ptr<ns3::NetDevice> device,
              double rateBps,
-             const Loss& loss);
+             const Loss& loss,
+             const Jitter& jitter = {});
 
     bool Lan() const;
     // Rate and queue limit of each member's device, the delay, the loss of what each member
-    // sends; for a LAN, rates[0], queues[0] and losses[0] stand for all.
+    // sends, and the jitter of what each member sends (point-to-point links only); for a
+    // LAN, rates[0], queues[0] and losses[0] stand for all.
     void Set(const std::vector<double>& rates,
              double delayS,
              const std::vector<uint32_t>& queuePackets,
-             const std::vector<Loss>& losses);
+             const std::vector<Loss>& losses,
+             const std::vector<Jitter>& jitters);
     void SetDown(bool down);
     // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
     // of linkd's counters reply.
     std::string CountersJson() const;
 
   private:
+    // The gap a member leaves after each packet it sends at RATE (the wire bytes its header
+    // lacks), and on a point-to-point link its direction of the channel.
+    void Pace(size_t member, double bps);
+
     std::string m_name;
     bool m_lan;
     bool m_down = false;

@@ -12,8 +12,10 @@
 //   control FD                        a listening Unix socket for commands (below)
 //   node NAME
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
-//       (RATE_A, QUEUE_A (packets) and LOSS_A act on packets from A to B; a loss is "P",
-//       Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it)
+//       [JITTER_A JITTER_B]
+//       (RATE_A, QUEUE_A (packets), LOSS_A and JITTER_A act on packets from A to B; a loss is
+//       "P", Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it; a
+//       jitter "0" or "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
 //   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
 //       (LOSS: of every packet between two members)
 //   attach LINK NODE ADDR FD
@@ -34,7 +36,7 @@
 //                                                                  CONGESTION - : default)
 //   stop ID                           stops a tool; it writes its summary to OUT
 //   state ID                          {"done": true|false}
-//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
+//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B]
 //   lan-set LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
@@ -139,6 +141,30 @@ LossWord(std::istringstream& words)
     {
         throw BadLine(e.what());
     }
+}
+
+// The jitter words that may end a p2p statement or command: none without them.
+std::vector<Jitter>
+JitterWords(std::istringstream& words)
+{
+    std::vector<Jitter> jitters;
+    std::string word;
+    while (words >> word)
+    {
+        try
+        {
+            jitters.push_back(ParseJitter(word));
+        }
+        catch (const std::invalid_argument& e)
+        {
+            throw BadLine(e.what());
+        }
+    }
+    if (!jitters.empty() && jitters.size() != 2)
+    {
+        throw BadLine("a jitter for each direction, or none");
+    }
+    return jitters.empty() ? std::vector<Jitter>(2) : jitters;
 }
 
 // A path of a command, percent-encoded so that it is one word.
@@ -314,18 +340,29 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto queueB = Word<uint32_t>(words, "queue limit");
         Loss lossA = LossWord(words);
         Loss lossB = LossWord(words);
-        PointToPointHelper p2p;
-        p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
-        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(QueueSize(queueA)));
-        NetDeviceContainer devices = p2p.Install(a, b);
-        devices.Get(0)->SetAttribute("DataRate", StringValue(Rate(rateA)));
-        devices.Get(1)->SetAttribute("DataRate", StringValue(Rate(rateB)));
-        DynamicCast<PointToPointNetDevice>(devices.Get(1))
-            ->GetQueue()
-            ->SetMaxSize(ns3::QueueSize(std::to_string(queueB) + "p"));
+        std::vector<Jitter> jitters = JitterWords(words);
+        // As PointToPointHelper::Install, with the channel of wire.h.
+        Ptr<WireChannel> channel = CreateObject<WireChannel>();
+        channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
+        NetDeviceContainer devices;
+        for (auto [node, rate, queue] : {std::tuple{a, rateA, queueA}, std::tuple{b, rateB, queueB}})
+        {
+            Ptr<PointToPointNetDevice> device = CreateObject<PointToPointNetDevice>();
+            device->SetAddress(Mac48Address::Allocate());
+            device->SetDataRate(DataRate(Rate(rate)));
+            node->AddDevice(device);
+            Ptr<Queue<Packet>> packets = CreateObject<DropTailQueue<Packet>>();
+            packets->SetMaxSize(ns3::QueueSize(QueueSize(queue)));
+            device->SetQueue(packets);
+            device->Attach(channel);
+            Ptr<NetDeviceQueueInterface> flow = CreateObject<NetDeviceQueueInterface>();
+            flow->GetTxQueue(0)->ConnectQueueTraces(packets);
+            device->AggregateObject(flow);
+            devices.Add(device);
+        }
         auto link = std::make_unique<SimLink>(name, false);
-        link->Add(nodeA, devices.Get(0), rateA, lossB); // A receives what B sends
-        link->Add(nodeB, devices.Get(1), rateB, lossA);
+        link->Add(nodeA, devices.Get(0), rateA, lossB, jitters[0]); // A receives what B sends
+        link->Add(nodeB, devices.Get(1), rateB, lossA, jitters[1]);
         m_links[name] = std::move(link);
         Address(a, devices.Get(0), addrA);
         Address(b, devices.Get(1), addrB);
@@ -572,7 +609,7 @@ Simulation::Command(const std::string& line)
             {
                 losses.push_back(LossWord(words));
             }
-            link.Set(rates, delay, queues, losses);
+            link.Set(rates, delay, queues, losses, link.Lan() ? std::vector<Jitter>{} : JitterWords(words));
             return Reply("");
         }
         if (verb == "link")

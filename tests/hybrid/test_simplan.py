@@ -257,7 +257,6 @@ def _core(options: str) -> str:
 @pytest.mark.parametrize(
     ("options", "what"),
     [
-        ("delay: 20ms,\n     jitter: 2ms", "jitter"),
         ("delay: 20ms,\n     queue: {type: red}", "RED queues"),
         ("delay: 20ms,\n     queue: {limit: 9000, limit_unit: bytes}", "queue limits in bytes"),
         ("delay: 20ms,\n     duplicate: 0.01", "duplication"),
@@ -313,3 +312,13 @@ def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_refused_on_a_lan()
     from nestbed.model.events import link_after_event
 
     assert simplan.settings(link_after_event(core, core, "plr", ("0.1",))).endswith(" 0.1 0.1")
+
+
+def test_jitter_is_the_simulators_on_a_link_each_way_and_refused_on_a_lan():
+    exp = build(_core("delay: 20ms, jitter: 2ms, jitter_distribution: normal"))
+    assert plan(exp).simulation.links[0].endswith(" 0.0 0.0 0.002/normal/0 0.002/normal/0")
+    text = HYBRID.replace(
+        "links:\n", "lans:\n  - {name: ether, members: [r1, r2], jitter: 1ms}\nlinks:\n"
+    )
+    with pytest.raises(UserError, match="simulated lan ether asks for jitter on a LAN"):
+        build(text)

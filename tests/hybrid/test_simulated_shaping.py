@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import statistics
+import time
 from contextlib import closing
 
 import pytest
@@ -93,3 +96,53 @@ def test_gilbert_elliott_loss_on_a_simulated_link_comes_in_bursts(tmp_path):
     # 0.016 (its packets' states are correlated); the bursts' mean about 0.3.
     assert abs(rate - stationary) < 0.065
     assert 2.8 < mean_burst < 5.3
+
+
+JITTERY = """
+routing: static
+nodes: [{name: h1}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+links:
+  - {name: a1, members: [h1, r1]}
+  - {name: core, members: [r1, r2], bandwidth: 1Mb, delay: 10ms, jitter: 2ms}
+"""
+
+
+def test_jitter_on_a_simulated_link_is_linkds(tmp_path):
+    """Probes from simulated r1 to simulated r2, all in simulated time: each arrives after
+    its frame's time on the wire and the delay, give or take uniform jitter of 2 ms, and in
+    the order sent (10 ms apart, more than the jitter's span)."""
+    exp = build(JITTERY).model_copy(update={"name": f"i25djit{os.getpid()}"})
+    r2 = exp.links[1].port("r2").ip
+    log, count = tmp_path / "recv.csv", 500
+    with swapping() as swap:
+        p = swap(exp)
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            channel.request("udp-recv", "jr", "r2", 9000, sim.word(log),
+                            sim.word(tmp_path / "recv.json"))  # fmt: skip
+            channel.request("udp-send", "js", "r1", r2, 9000, 64, "0.01", count,
+                            sim.word(tmp_path / "send.json"))  # fmt: skip
+            while not channel.request("state", "js")["done"]:
+                time.sleep(0.1)
+            # The last probe is on its way for the delay and the jitter at most; the log
+            # is written as probes arrive (the count below catches one that never does).
+            for _ in range(100):
+                if len(log.read_text().splitlines()) > count:
+                    break
+                time.sleep(0.05)
+            channel.request("stop", "jr")
+    with log.open() as f:
+        rows = [(int(r["seq"]), int(r["delay_ns"]) / 1e9) for r in csv.DictReader(f)]
+    # The first probes wait for r1 to resolve r2's address; the rest are the link's.
+    seqs = [seq for seq, _ in rows]
+    delays = [delay for seq, delay in rows if seq >= 5]
+    wire_s = (64 + 28 + 38) * 8 / 1e6  # the probe's Ethernet frame on the wire, as linkd
+    base, jitter = 0.010 + wire_s, 0.002
+    mean, sd = statistics.fmean(delays), statistics.stdev(delays)
+    print(f"{len(rows)} of {count} arrived; delay {min(delays) * 1e3:.3f} to "
+          f"{max(delays) * 1e3:.3f} ms, mean {mean * 1e3:.4f} (expected {base * 1e3:.4f}), "
+          f"sd {sd * 1e3:.4f} (uniform: {jitter / math.sqrt(3) * 1e3:.4f})")  # fmt: skip
+    assert len(rows) == count and seqs == sorted(seqs)
+    assert base - jitter - 1e-6 <= min(delays) and max(delays) <= base + jitter + 1e-6
+    # Of 495 draws: the mean's standard error 0.05 ms, the deviation's about 0.03 ms.
+    assert abs(mean - base) < 0.15e-3
+    assert abs(sd - jitter / math.sqrt(3)) < 0.15e-3

@@ -175,14 +175,26 @@ def _shaping(port: Port, link: Link) -> tuple[Shaping, Shaping]:
     return port.egress, port.ingress
 
 
+def _jitter(sender: Shaping, receiver: Shaping) -> str:
+    """nestbed-sim's jitter word for one direction (``gaps`` leaves at most one half with
+    jitter)."""
+    s = sender if sender.jitter_s else receiver
+    if not s.jitter_s:
+        return "0"
+    return f"{s.jitter_s!r}/{s.jitter_distribution}/{int(s.reorder)}"
+
+
 def _p2p_parameters(link: Link) -> str:
-    """RATE_A RATE_B DELAY QUEUE_A QUEUE_B LOSS_A LOSS_B of a point-to-point link (A, B: its
-    ports; ``gaps`` has checked that both ways have one delay)."""
+    """RATE_A RATE_B DELAY QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B] of a
+    point-to-point link (A, B: its ports; ``gaps`` has checked that both ways have one
+    delay); the jitters only where either way has one."""
     (a_out, a_in), (b_out, b_in) = (_shaping(p, link) for p in link.ports)
     rate_ab, delay = rate_and_delay(a_out, b_in)
     rate_ba, _ = rate_and_delay(b_out, a_in)
     queues = f"{_queue(a_out, rate_ab, delay)} {_queue(b_out, rate_ba, delay)}"
-    return f"{rate_ab} {rate_ba} {delay!r} {queues} {_loss(a_out, b_in)} {_loss(b_out, a_in)}"
+    words = f"{rate_ab} {rate_ba} {delay!r} {queues} {_loss(a_out, b_in)} {_loss(b_out, a_in)}"
+    jitters = (_jitter(a_out, b_in), _jitter(b_out, a_in))
+    return words if jitters == ("0", "0") else f"{words} {' '.join(jitters)}"
 
 
 def _lan_parameters(link: Link) -> str:

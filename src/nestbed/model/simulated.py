@@ -1,8 +1,8 @@
 """What a simulated link (or LAN) between simulated nodes can do of what its options ask.
 
 nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with DropTail queues in
-packets, Bernoulli loss, and Gilbert-Elliott loss on point-to-point links, drawn as linkd
-draws them. Every other option would mean something else there or nothing, so it is
+packets, Bernoulli loss, and Gilbert-Elliott loss and jitter on point-to-point links, drawn
+as linkd draws them. Every other option would mean something else there or nothing, so it is
 refused, never ignored: by the front ends with its place in the file (``spec.resolve``),
 and by the back end when an event asks for it during a run (``backend.simplan``). Links
 between an emulated and a simulated node pass through linkd and can do everything.
@@ -34,8 +34,8 @@ _FIX = "remove it or move the {kind} out of make-simulated"
 def _options(s: Shaping, lan: bool) -> list[tuple[str, str]]:
     """(option, what) of one direction's shaping that simulated links do not have."""
     found = []
-    if s.jitter_s:
-        found.append(("jitter", "jitter"))
+    if lan and s.jitter_s:
+        found.append(("jitter", "jitter on a LAN"))
     if s.drop_ordinals:
         found.append(("drop_packets", "drops by ordinal"))
     if s.duplicate:
@@ -83,6 +83,15 @@ def gaps(link: Link) -> list[Gap]:
     pairs = [(a, b) for a in link.ports for b in link.ports if a is not b]
     for a, b in pairs:
         halves = (a.egress, b.ingress)
+        if all(h.jitter_s for h in halves):
+            found.setdefault(
+                "two jitters",
+                Gap(
+                    f"simulated {link.kind} {link.name} has jitter on both halves of the way "
+                    f"from {a.node} to {b.node}; give that direction one jitter",
+                    "jitter",
+                ),
+            )
         if sum(1 for h in halves if h.loss or h.gilbert_elliott) > 1 and any(
             h.gilbert_elliott for h in halves
         ):
