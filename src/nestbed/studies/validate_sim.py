@@ -9,9 +9,10 @@ stable packet rate, 4000 packets/s: delay is the round trip of echoed packets (s
 rate crosses the simulator), bandwidth the receiver's rate while the sender offers 5 % more,
 loss the received proportion against a 99 % binomial interval. Delay is also given
 *adjusted* (the 0 ms row's round trip, the path's own overhead, taken off), as the paper
-adjusts it. A simulated link serializes the IP packet and its 2-byte PPP header, so that is
-what the measured rate counts. The paper's nse figures are printed beside ours, with the ratio
-of their error to ours (the goal: at least 10).
+adjusts it. A simulated link, like an emulated one, carries each IP packet as an Ethernet
+frame on the wire (38 bytes more), so that is what the measured rate counts. The paper's
+nse figures are printed beside ours, with the ratio of their error to ours (the goal: at
+least 10).
 """
 
 from __future__ import annotations
