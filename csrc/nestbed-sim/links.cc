@@ -7,6 +7,7 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -97,22 +98,32 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
       << ",\"packets_out\":" << c.packetsOut << ",\"bytes_out\":" << c.bytesOut
       << ",\"queue_packets\":" << queuePackets << ",\"queue_bytes\":" << queueBytes
       << ",\"drops\":{\"loss\":" << c.dropsLoss << ",\"queue_full\":" << c.dropsQueue
-      << ",\"red_early\":0,\"red_forced\":0,\"ordinal\":0,\"down\":" << c.dropsDown << "}}}";
+      << ",\"red_early\":0,\"red_forced\":0,\"ordinal\":" << c.dropsOrdinal
+      << ",\"down\":" << c.dropsDown << "}}}";
 }
 
 } // namespace
-
-bool
-Loss::None() const
-{
-    return gilbert ? p == 0 && lossGood == 0 : rate == 0;
-}
 
 Loss
 ParseLoss(const std::string& word)
 {
     Loss loss;
-    std::string text = word;
+    std::string text = word.substr(0, word.find('@'));
+    if (word.find('@') != std::string::npos)
+    {
+        std::string list = word.substr(word.find('@') + 1);
+        std::replace(list.begin(), list.end(), ',', ' ');
+        std::istringstream numbers(list);
+        uint64_t n;
+        while (numbers >> n)
+        {
+            loss.ordinals.insert(n);
+        }
+        if (!numbers.eof() || loss.ordinals.count(0))
+        {
+            throw std::invalid_argument("ordinals in " + word + " are not numbers from 1");
+        }
+    }
     if (text.rfind("ge/", 0) == 0)
     {
         for (char& c : text)
@@ -144,28 +155,14 @@ ParseLoss(const std::string& word)
     return loss;
 }
 
-TypeId
-LinkLoss::GetTypeId()
-{
-    static TypeId tid = TypeId("nestbed::LinkLoss")
-                            .SetParent<ErrorModel>()
-                            .SetGroupName("nestbed")
-                            .AddConstructor<LinkLoss>();
-    return tid;
-}
-
-LinkLoss::LinkLoss()
+LossDraw::LossDraw()
     : m_random(CreateObject<UniformRandomVariable>())
 {
 }
 
 bool
-LinkLoss::DoCorrupt(Ptr<Packet>)
+LossDraw::Lost(const Loss& loss)
 {
-    if (*down)
-    {
-        return true;
-    }
     if (!loss.gilbert)
     {
         // No random draw per packet when nothing is lost.
@@ -181,10 +178,55 @@ LinkLoss::DoCorrupt(Ptr<Packet>)
     return dropped;
 }
 
+TypeId
+LinkLoss::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::LinkLoss")
+                            .SetParent<ErrorModel>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<LinkLoss>();
+    return tid;
+}
+
+bool
+LinkLoss::DoCorrupt(Ptr<Packet>)
+{
+    return *down || m_draw.Lost(loss);
+}
+
 void
 LinkLoss::DoReset()
 {
-    m_bad = false;
+}
+
+TypeId
+SendQueue::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::SendQueue")
+                            .SetParent<DropTailQueue<Packet>>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<SendQueue>();
+    return tid;
+}
+
+bool
+SendQueue::Enqueue(Ptr<Packet> p)
+{
+    ++m_ordinal;
+    Member& m = *member;
+    bool lost = m_draw.Lost(m.sendLoss);
+    uint64_t* cause = *m.down                           ? &m.egress.dropsDown
+                      : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
+                      : lost                            ? &m.egress.dropsLoss
+                                                        : nullptr;
+    if (!cause)
+    {
+        return DropTailQueue<Packet>::Enqueue(p);
+    }
+    ++m.egress.packetsIn;
+    m.egress.bytesIn += p->GetSize();
+    ++*cause;
+    return false;
 }
 
 void
@@ -248,8 +290,8 @@ SimLink::Add(const std::string& node,
     m->device = device;
     m->down = &m_down;
     m->error = CreateObject<LinkLoss>();
-    m->error->loss = loss;
     m->error->down = &m_down;
+    (m_lan ? m->error->loss : m->sendLoss) = loss;
     m->jitter = jitter;
     device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
     if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
@@ -263,6 +305,10 @@ SimLink::Add(const std::string& node,
         m->header = 18; // Ethernet header and FCS
     }
     Member* raw = m.get();
+    if (auto sending = DynamicCast<SendQueue>(m->queue))
+    {
+        sending->member = raw;
+    }
     g_members[PeekPointer(device)] = raw;
     m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
     m->queue->TraceConnectWithoutContext("DropBeforeEnqueue", MakeBoundCallback(&QueueDrop, raw));
@@ -288,7 +334,7 @@ SimLink::Set(const std::vector<double>& rates,
     for (size_t i = 0; i < n; ++i)
     {
         Member& m = *m_members[i];
-        m.error->loss = losses[m_lan ? 0 : (i + 1) % n]; // loss from the other end
+        (m_lan ? m.error->loss : m.sendLoss) = losses[m_lan ? 0 : i];
         m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets[m_lan ? 0 : i]) + "p"));
         if (!m_lan)
         {

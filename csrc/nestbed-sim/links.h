@@ -1,10 +1,12 @@
 // The simulated links and LANs of nestbed-sim, as events change them and as their counters
 // see them.
 //
-// Every member of a link (a node's device on it) has a queue, a rate, and a receive error
-// model that drops what the link loses on the way to that member, Bernoulli or
-// Gilbert-Elliott as linkd's loss stage draws them; `down` makes that model drop
-// everything, as linkd's blackhole does, and `up` gives back the link's loss. The
+// Every member of a link (a node's device on it) has a queue and a rate. On a point-to-point
+// link, the member's queue decides the loss of what it sends as linkd's pipe does, as each
+// packet arrives, before the queue and the rate (Bernoulli or Gilbert-Elliott, and drops by
+// ordinal); on a LAN, a receive error model drops what the LAN loses on the way to the
+// member. `down` makes both drop everything, as linkd's blackhole does, and `up` gives back
+// the link's loss. The
 // counters of each member mirror linkd's pipes: "egress" is what the member's device sends
 // (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
 // what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +41,7 @@ struct Counters
     uint64_t packetsOut = 0;
     uint64_t bytesOut = 0;
     uint64_t dropsLoss = 0;
+    uint64_t dropsOrdinal = 0;
     uint64_t dropsQueue = 0;
     uint64_t dropsDown = 0;
 };
@@ -53,20 +57,32 @@ struct Loss
     double r = 0;
     double lossBad = 1;
     double lossGood = 0;
-
-    bool None() const;
+    std::set<uint64_t> ordinals; // 1-based, of every packet offered to the direction
 };
 
-// A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD".
+// A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD", then "@N,N,..." for the
+// ordinals of packets to drop, if any.
 Loss ParseLoss(const std::string& word);
 
-// The receive side of a member: drops what its Loss decides, everything while the link is
-// down. The chain's state carries on across changes of its parameters, as in linkd.
+// Random losses, drawn as linkd's loss stage draws them; a Gilbert-Elliott chain's state
+// carries on across changes of its parameters, as in linkd.
+class LossDraw
+{
+  public:
+    LossDraw();
+    bool Lost(const Loss& loss);
+
+  private:
+    bool m_bad = false;
+    ns3::Ptr<ns3::UniformRandomVariable> m_random;
+};
+
+// The receive side of a member: drops what its Loss decides (a LAN's), everything while the
+// link is down.
 class LinkLoss : public ns3::ErrorModel
 {
   public:
     static ns3::TypeId GetTypeId();
-    LinkLoss();
 
     Loss loss;
     const bool* down = nullptr;
@@ -75,8 +91,26 @@ class LinkLoss : public ns3::ErrorModel
     bool DoCorrupt(ns3::Ptr<ns3::Packet> p) override;
     void DoReset() override;
 
-    bool m_bad = false;
-    ns3::Ptr<ns3::UniformRandomVariable> m_random;
+    LossDraw m_draw;
+};
+
+struct Member;
+
+// The queue of what a point-to-point link's member sends: drops a packet as it arrives when
+// the link is down, when its ordinal is to be dropped, or when the loss model loses it (the
+// model draws for every packet, as linkd's does), before it takes a place in the queue or
+// time on the wire.
+class SendQueue : public ns3::DropTailQueue<ns3::Packet>
+{
+  public:
+    static ns3::TypeId GetTypeId();
+    bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
+
+    Member* member = nullptr;
+
+  private:
+    uint64_t m_ordinal = 0;
+    LossDraw m_draw;
 };
 
 struct Member
@@ -86,6 +120,7 @@ struct Member
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
     ns3::Ptr<LinkLoss> error; // what this member's receive side loses
+    Loss sendLoss;            // of what this member sends (point-to-point links)
     Jitter jitter;            // of what this member sends (point-to-point links)
     const bool* down = nullptr;
     Counters egress;
@@ -97,8 +132,8 @@ class SimLink
   public:
     SimLink(std::string name, bool lan);
 
-    // A member: its device and the node it belongs to, the rate it sends at, the loss on the
-    // way to it.
+    // A member: its device and the node it belongs to, the rate it sends at, the loss of
+    // what it sends (a point-to-point link) or on the way to it (a LAN).
     void Add(const std::string& node,
              ns3::Ptr<ns3::NetDevice> device,
              double rateBps,

@@ -14,8 +14,9 @@
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
 //       [JITTER_A JITTER_B]
 //       (RATE_A, QUEUE_A (packets), LOSS_A and JITTER_A act on packets from A to B; a loss is
-//       "P", Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it; a
-//       jitter "0" or "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
+//       "P", Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it,
+//       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
+//       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
 //   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
 //       (LOSS: of every packet between two members)
 //   attach LINK NODE ADDR FD
@@ -351,7 +352,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
             device->SetAddress(Mac48Address::Allocate());
             device->SetDataRate(DataRate(Rate(rate)));
             node->AddDevice(device);
-            Ptr<Queue<Packet>> packets = CreateObject<DropTailQueue<Packet>>();
+            Ptr<Queue<Packet>> packets = CreateObject<SendQueue>();
             packets->SetMaxSize(ns3::QueueSize(QueueSize(queue)));
             device->SetQueue(packets);
             device->Attach(channel);
@@ -361,8 +362,8 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
             devices.Add(device);
         }
         auto link = std::make_unique<SimLink>(name, false);
-        link->Add(nodeA, devices.Get(0), rateA, lossB, jitters[0]); // A receives what B sends
-        link->Add(nodeB, devices.Get(1), rateB, lossA, jitters[1]);
+        link->Add(nodeA, devices.Get(0), rateA, lossA, jitters[0]);
+        link->Add(nodeB, devices.Get(1), rateB, lossB, jitters[1]);
         m_links[name] = std::move(link);
         Address(a, devices.Get(0), addrA);
         Address(b, devices.Get(1), addrB);

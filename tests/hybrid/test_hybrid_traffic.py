@@ -160,5 +160,8 @@ def test_events_take_a_simulated_link_down_up_and_slow_it(run_file):
     assert abs(per_second[5] - slow) <= 0.1 * slow
     counters = [r for r in ran.table("links/counters.csv") if r["link"] == "core"]
     last = {(r["port"], r["direction"]): r for r in counters}
-    assert int(last[("r2", "ingress")]["drops_other"]) >= 200  # 1 s down at 250 a second
+    # 1 s down at 250 a second: dropped as r1 offers them to the core, as linkd's pipe drops
+    # them (and the few on the wire when it went down, as r2 receives them)
+    down = [int(last[end]["drops_other"]) for end in (("r1", "egress"), ("r2", "ingress"))]
+    assert down[0] >= 200 and down[1] <= 10
     assert int(last[("r1", "egress")]["drops_queue"]) > 0  # 1 Mb/s into 500 kb/s

@@ -261,7 +261,6 @@ def _core(options: str) -> str:
         ("delay: 20ms,\n     queue: {limit: 9000, limit_unit: bytes}", "queue limits in bytes"),
         ("delay: 20ms,\n     duplicate: 0.01", "duplication"),
         ("delay: 20ms,\n     corrupt: 0.01", "corruption"),
-        ("delay: 20ms,\n     drop_packets: [3]", "drops by ordinal"),
     ],
 )
 def test_what_a_simulated_link_cannot_do_is_refused_at_its_line(tmp_path, options, what):
@@ -321,4 +320,16 @@ def test_jitter_is_the_simulators_on_a_link_each_way_and_refused_on_a_lan():
         "links:\n", "lans:\n  - {name: ether, members: [r1, r2], jitter: 1ms}\nlinks:\n"
     )
     with pytest.raises(UserError, match="simulated lan ether asks for jitter on a LAN"):
+        build(text)
+
+
+def test_drops_by_ordinal_are_the_simulators_on_a_link_and_refused_on_a_lan():
+    exp = build(_core("delay: 20ms, drop_packets: [3, 17]"))
+    assert plan(exp).simulation.links[0].endswith(" 50 50 0.0@3,17 0.0@3,17")
+    text = HYBRID.replace(
+        "links:\n",
+        "lans:\n  - {name: ether, members: [{node: r1, egress: {drop_packets: [2]}}, r2]}\n"
+        "links:\n",
+    )
+    with pytest.raises(UserError, match="simulated lan ether asks for drops by ordinal on a LAN"):
         build(text)

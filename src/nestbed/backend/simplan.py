@@ -150,11 +150,16 @@ def check(exp: Experiment) -> None:
 
 def _loss(sender: Shaping, receiver: Shaping) -> str:
     """nestbed-sim's loss word for one direction: its Gilbert-Elliott chain (``gaps`` leaves
-    no other loss beside one), or the Bernoulli loss of both halves."""
+    no other loss beside one), or the Bernoulli loss of both halves; then the sender's
+    ordinals to drop (a link's receiving half has none)."""
     ge = sender.gilbert_elliott or receiver.gilbert_elliott
     if ge is None:
-        return repr(bernoulli_loss(sender, receiver))
-    return "ge/" + "/".join(repr(v) for v in (ge.p, ge.r, ge.loss_bad, ge.loss_good))
+        word = repr(bernoulli_loss(sender, receiver))
+    else:
+        word = "ge/" + "/".join(repr(v) for v in (ge.p, ge.r, ge.loss_bad, ge.loss_good))
+    if sender.drop_ordinals:
+        word += "@" + ",".join(str(n) for n in sender.drop_ordinals)
+    return word
 
 
 def _queue(s: Shaping, rate_bps: int, delay_s: float) -> int:

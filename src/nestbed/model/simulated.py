@@ -1,11 +1,12 @@
 """What a simulated link (or LAN) between simulated nodes can do of what its options ask.
 
 nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with DropTail queues in
-packets, Bernoulli loss, and Gilbert-Elliott loss and jitter on point-to-point links, drawn
-as linkd draws them. Every other option would mean something else there or nothing, so it is
-refused, never ignored: by the front ends with its place in the file (``spec.resolve``),
-and by the back end when an event asks for it during a run (``backend.simplan``). Links
-between an emulated and a simulated node pass through linkd and can do everything.
+packets, Bernoulli loss, and Gilbert-Elliott loss, drops by ordinal and jitter on
+point-to-point links, as linkd does them. Every other option would mean something else
+there or nothing, so it is refused, never ignored: by the front ends with its place in the
+file (``spec.resolve``), and by the back end when an event asks for it during a run
+(``backend.simplan``). Links between an emulated and a simulated node pass through linkd and
+can do everything.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _options(s: Shaping, lan: bool) -> list[tuple[str, str]]:
     found = []
     if lan and s.jitter_s:
         found.append(("jitter", "jitter on a LAN"))
-    if s.drop_ordinals:
-        found.append(("drop_packets", "drops by ordinal"))
+    if lan and s.drop_ordinals:
+        found.append(("drop_packets", "drops by ordinal on a LAN"))
     if s.duplicate:
         found.append(("duplicate", "duplication"))
     if s.corrupt:
