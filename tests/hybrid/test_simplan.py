@@ -300,13 +300,8 @@ def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_refused_on_a_lan()
 
     exp = build(_core("delay: 20ms, gilbert_elliott: {p: 0.05, r: 0.25}"))
     assert plan(exp).simulation.links[0].endswith(" ge/0.05/0.25/1.0/0.0 ge/0.05/0.25/1.0/0.0")
-    text = HYBRID.replace(
-        "links:\n",
-        "lans:\n  - {name: ether, members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}}\n"
-        "links:\n",
-    )
-    with pytest.raises(UserError, match="simulated lan ether asks for Gilbert-Elliott loss on a"):
-        build(text)
+    _refused_on_a_lan("members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}",
+                      "Gilbert-Elliott loss on a LAN")  # fmt: skip
     core = exp.links[0]
     from nestbed.model.events import link_after_event
 
@@ -316,20 +311,18 @@ def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_refused_on_a_lan()
 def test_jitter_is_the_simulators_on_a_link_each_way_and_refused_on_a_lan():
     exp = build(_core("delay: 20ms, jitter: 2ms, jitter_distribution: normal"))
     assert plan(exp).simulation.links[0].endswith(" 0.0 0.0 0.002/normal/0 0.002/normal/0")
-    text = HYBRID.replace(
-        "links:\n", "lans:\n  - {name: ether, members: [r1, r2], jitter: 1ms}\nlinks:\n"
-    )
-    with pytest.raises(UserError, match="simulated lan ether asks for jitter on a LAN"):
-        build(text)
+    _refused_on_a_lan("members: [r1, r2], jitter: 1ms", "jitter on a LAN")
 
 
 def test_drops_by_ordinal_are_the_simulators_on_a_link_and_refused_on_a_lan():
     exp = build(_core("delay: 20ms, drop_packets: [3, 17]"))
     assert plan(exp).simulation.links[0].endswith(" 50 50 0.0@3,17 0.0@3,17")
-    text = HYBRID.replace(
-        "links:\n",
-        "lans:\n  - {name: ether, members: [{node: r1, egress: {drop_packets: [2]}}, r2]}\n"
-        "links:\n",
-    )
-    with pytest.raises(UserError, match="simulated lan ether asks for drops by ordinal on a LAN"):
+    _refused_on_a_lan("members: [{node: r1, egress: {drop_packets: [2]}}, r2]",
+                      "drops by ordinal on a LAN")  # fmt: skip
+
+
+def _refused_on_a_lan(options: str, what: str) -> None:
+    """HYBRID with a simulated LAN of r1 and r2 with OPTIONS is refused for WHAT."""
+    text = HYBRID.replace("links:\n", f"lans:\n  - {{name: ether, {options}}}\nlinks:\n")
+    with pytest.raises(UserError, match=f"simulated lan ether asks for {what}, which"):
         build(text)

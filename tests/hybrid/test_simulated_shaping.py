@@ -11,6 +11,7 @@ import os
 import statistics
 import time
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -111,31 +112,44 @@ links:
 """
 
 
+def _between_routers(
+    text: str, name: str, tmp_path: Path, count: int, arriving: int
+) -> tuple[list[tuple[int, float]], int]:
+    """Swaps TEXT in as NAME and sends COUNT probes 10 ms apart from simulated r1 to
+    simulated r2 across the core, all in simulated time; waits for ARRIVING of them (or
+    5 s more). The (sequence number, one-way delay) of those that arrived, and the core's
+    drops by ordinal of what r1 sent."""
+    exp = build(text).model_copy(update={"name": name})
+    r2 = exp.links[1].port("r2").ip
+    log = tmp_path / "recv.csv"
+    with swapping() as swap:
+        p = swap(exp)
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            channel.request("udp-recv", "recv", "r2", 9000, sim.word(log),
+                            sim.word(tmp_path / "recv.json"))  # fmt: skip
+            channel.request("udp-send", "send", "r1", r2, 9000, 64, "0.01", count,
+                            sim.word(tmp_path / "send.json"))  # fmt: skip
+            while not channel.request("state", "send")["done"]:
+                time.sleep(0.1)
+            # The last probe is on its way for the delay and the jitter at most; the log
+            # is written as probes arrive (the caller's count catches one that never does).
+            for _ in range(100):
+                if len(log.read_text().splitlines()) > arriving:
+                    break
+                time.sleep(0.05)
+            dropped = _drops(channel, "ordinal")
+            channel.request("stop", "recv")
+    with log.open() as f:
+        rows = [(int(r["seq"]), int(r["delay_ns"]) / 1e9) for r in csv.DictReader(f)]
+    return rows, dropped
+
+
 def test_jitter_on_a_simulated_link_is_linkds(tmp_path):
     """Probes from simulated r1 to simulated r2, all in simulated time: each arrives after
     its frame's time on the wire and the delay, give or take uniform jitter of 2 ms, and in
     the order sent (10 ms apart, more than the jitter's span)."""
-    exp = build(JITTERY).model_copy(update={"name": f"i25djit{os.getpid()}"})
-    r2 = exp.links[1].port("r2").ip
-    log, count = tmp_path / "recv.csv", 500
-    with swapping() as swap:
-        p = swap(exp)
-        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
-            channel.request("udp-recv", "jr", "r2", 9000, sim.word(log),
-                            sim.word(tmp_path / "recv.json"))  # fmt: skip
-            channel.request("udp-send", "js", "r1", r2, 9000, 64, "0.01", count,
-                            sim.word(tmp_path / "send.json"))  # fmt: skip
-            while not channel.request("state", "js")["done"]:
-                time.sleep(0.1)
-            # The last probe is on its way for the delay and the jitter at most; the log
-            # is written as probes arrive (the count below catches one that never does).
-            for _ in range(100):
-                if len(log.read_text().splitlines()) > count:
-                    break
-                time.sleep(0.05)
-            channel.request("stop", "jr")
-    with log.open() as f:
-        rows = [(int(r["seq"]), int(r["delay_ns"]) / 1e9) for r in csv.DictReader(f)]
+    count = 500
+    rows, _ = _between_routers(JITTERY, f"i25djit{os.getpid()}", tmp_path, count, count)
     # The first probes wait for r1 to resolve r2's address; the rest are the link's.
     seqs = [seq for seq, _ in rows]
     delays = [delay for seq, delay in rows if seq >= 5]
@@ -156,23 +170,8 @@ def test_drops_by_ordinal_on_a_simulated_link(tmp_path):
     """The packets r1 offers the core are numbered from 1, its address request first, as
     linkd numbers every frame a pipe is offered: the 5th and 9th are dropped, no other."""
     text = JITTERY.replace("jitter: 2ms", "drop_packets: [5, 9]")
-    exp = build(text).model_copy(update={"name": f"i25dord{os.getpid()}"})
-    r2 = exp.links[1].port("r2").ip
-    log, count = tmp_path / "recv.csv", 20
-    with swapping() as swap:
-        p = swap(exp)
-        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
-            channel.request("udp-recv", "or", "r2", 9000, sim.word(log),
-                            sim.word(tmp_path / "recv.json"))  # fmt: skip
-            channel.request("udp-send", "os", "r1", r2, 9000, 64, "0.01", count,
-                            sim.word(tmp_path / "send.json"))  # fmt: skip
-            for _ in range(100):
-                if len(log.read_text().splitlines()) > count - 2:
-                    break
-                time.sleep(0.05)
-            dropped = _drops(channel, "ordinal")
-            channel.request("stop", "or")
-    with log.open() as f:
-        arrived = {int(r["seq"]) for r in csv.DictReader(f)}
+    count = 20
+    rows, dropped = _between_routers(text, f"i25dord{os.getpid()}", tmp_path, count, count - 2)
+    arrived = {seq for seq, _ in rows}
     print(f"missing probes: {sorted(set(range(count)) - arrived)}")
     assert dropped == 2 and len(arrived) == count - 2

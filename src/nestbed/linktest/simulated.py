@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -21,8 +20,8 @@ from typing import Any
 from nestbed.backend import sim
 from nestbed.backend.linkd import Pipe, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.backend.sim import SimChannel, word
-from nestbed.errors import InternalError, NestbedError
+from nestbed.backend.sim import SimChannel, SimulatedProcess, word
+from nestbed.errors import InternalError
 
 _POLL_S = 0.02
 # nestbed-sim writes a lag line every simulated second; a little more than one is waited for.
@@ -124,48 +123,21 @@ def _interval(options: dict[str, str], wire_bits: int) -> float:
     return wire_bits / float(options["--rate"])
 
 
-class SimulatedProbe:
+class SimulatedProbe(SimulatedProcess):
     """A probe tool in nestbed-sim, as linktest sees a probe's process. A receiver given a
     duration ends when it has passed; others end when linktest terminates them (a receiver)
     or when they have sent their count (a sender)."""
 
     def __init__(self, channel: SimChannel, tool: str, argv: list[str], out: Path, log: Path,
                  seconds: float | None, wire_bits: Any):  # fmt: skip
-        self.channel, self.tool, self.args = channel, tool, argv
+        super().__init__(channel, tool, argv)
         self.out, self.log, self.wire_bits = out, log, wire_bits
         self.ends = None if seconds is None else time.monotonic() + seconds
-        self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            if self.ends is not None and time.monotonic() >= self.ends:
-                self.terminate()
-            else:
-                try:
-                    if self.channel.request("state", self.tool)["done"]:
-                        self.returncode = 0
-                except (OSError, NestbedError):
-                    self.returncode = 1
-        return self.returncode
-
-    def terminate(self) -> None:
-        """Stops the tool, which writes its summary before the reply."""
-        if self.returncode is None:
-            try:
-                self.channel.request("stop", self.tool)
-                self.returncode = 0
-            except (OSError, NestbedError):
-                self.returncode = 1
-
-    kill = terminate
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            time.sleep(_POLL_S)
-        return code
+        if self.returncode is None and self.ends is not None and time.monotonic() >= self.ends:
+            self.terminate()
+        return super().poll()
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Its summary, as nestbed-probe's stdout (after it ends)."""
