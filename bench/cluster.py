@@ -17,7 +17,8 @@
    issue's goals (one-way delay error ≤ 60 µs, bandwidth ≤ 0.5 %, loss inside its 99 %
    interval). One clock serves both simulated hosts, so the one-way delays need no offset.
 
-Medians of RUNS runs.
+Medians of RUNS runs. Stopped by Ctrl-C, SIGTERM or SIGHUP, it swaps out what it swapped
+in and removes its simulated hosts before it exits.
 
     PYTHONPATH=src python bench/cluster.py              # part 2 needs root
     PYTHONPATH=src python bench/cluster.py --linktest   # part 3 only, root
@@ -26,6 +27,7 @@ Medians of RUNS runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -38,7 +40,8 @@ from pathlib import Path
 
 from nestbed.backend.cluster.placement import HostFacts, place
 from nestbed.backend.cluster.share import Underlay, shares
-from nestbed.backend.plan import plan
+from nestbed.backend.plan import Plan, plan
+from nestbed.lifecycle import signals
 from nestbed.spec import yaml as yaml_front_end
 from nestbed.spec.resolve import resolve
 
@@ -83,43 +86,47 @@ def control_traffic() -> None:
               f"| {statistics.median(times):.2f} |")  # fmt: skip
 
 
+@contextlib.contextmanager
+def swapped_in(cluster, p: Plan, timed: list[float] | None = None):  # type: ignore[no-untyped-def]
+    """``p`` swapped in on ``cluster`` (how long it took appended to ``timed``), and out at
+    the end however it ends: a stop during swap-in waits for the hosts' parts to be built
+    and removes them. A second stop waits until it is swapped out."""
+    try:
+        start = time.perf_counter()
+        cluster.swap_in(p)
+        if timed is not None:
+            timed.append(time.perf_counter() - start)
+        yield
+    finally:
+        with signals.deferred():
+            cluster.swap_out(p)
+
+
 def swaps() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cluster"))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from simulated import Agents, Machines  # the cluster tests' simulated hosts
+    from simulated import started  # the cluster tests' simulated hosts
 
-    from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
 
     print("\n| nodes | simulated hosts | swap-in (s) | goal | swap-out (s) | goal |")
     print("|---|---|---|---|---|---|")
     for n, count in SWAPS:
         p = plan(tree(n))
-        machines = Machines(count)
-        agents = None
-        try:
-            machines.start()
-            agents = Agents(machines, slots=-(-n // count))
-            for host in machines.hosts:
-                agents.start(host)
-            with ClusterBackend(agents.address, state_root=machines.run_dir("bench")) as cluster:
-                until(lambda c=cluster, m=machines: c.hosts() == m.hosts, "the agents to join")
-                ins, outs = [], []
-                for _ in range(RUNS):
-                    start = time.perf_counter()
-                    cluster.swap_in(p)
-                    ins.append(time.perf_counter() - start)
+        with (
+            started(count, slots=-(-n // count)) as (machines, agents),
+            ClusterBackend(agents.address, state_root=machines.run_dir("bench")) as cluster,
+        ):
+            ins: list[float] = []
+            outs: list[float] = []
+            for _ in range(RUNS):
+                with swapped_in(cluster, p, ins):
                     ping = cluster.exec_in(p, "n0", ["ping", "-c", "1", "-W", "5", f"n{n - 1}"],
                                            capture_output=True, text=True)  # fmt: skip
                     start = time.perf_counter()
-                    cluster.swap_out(p)
-                    outs.append(time.perf_counter() - start)
-                    if ping.returncode != 0:
-                        raise SystemExit(f"n0 does not reach n{n - 1}: {ping.stdout}")
-        finally:
-            if agents is not None:
-                agents.stop()
-            machines.stop()
+                outs.append(time.perf_counter() - start)
+                if ping.returncode != 0:
+                    raise SystemExit(f"n0 does not reach n{n - 1}: {ping.stdout}")
         print(f"| {n} | {count} | {statistics.median(ins):.2f} | {GOAL_IN_S:g} "
               f"| {statistics.median(outs):.2f} | {GOAL_OUT_S:g} |")  # fmt: skip
 
@@ -147,13 +154,10 @@ def linktests() -> None:
         ClusterBackend(agents.address, state_root=machines.run_dir("bench")) as cluster,
     ):
         for run in range(1, RUNS + 1):
-            cluster.swap_in(p)
-            try:
+            with swapped_in(cluster, p):
                 before = pipe_counters(cluster.linkd(p))
                 report = linktest(p, exp, 3, backend=cluster)
                 after = pipe_counters(cluster.linkd(p))
-            finally:
-                cluster.swap_out(p)
             drops = sum(drops_by_kind(c)["queue"] - drops_by_kind(before[k])["queue"]
                         for k, c in after.items() if k in before)  # fmt: skip
             cells = []
@@ -177,14 +181,22 @@ def accuracy() -> None:
     with tempfile.TemporaryDirectory() as tmp, started(2, slots=1, options=nic) as (_, agents):
         for where, env in (("one host", {}), ("two hosts", {"NESTBED_CLUSTER": agents.address})):
             environment = {k: v for k, v in os.environ.items() if k != "NESTBED_CLUSTER"}
-            done = subprocess.run(
+            validate = subprocess.Popen(
                 [sys.executable, "-m", "nestbed", "validate", "--quick", "--json",
                  "--results", str(Path(tmp) / where.replace(" ", "-"))],
-                env={**environment, **env}, capture_output=True, text=True, check=False,
+                env={**environment, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True,
             )  # fmt: skip
-            if done.returncode != 0:
-                raise SystemExit(f"validate on {where} failed: {done.stderr.strip()}")
-            tables[where] = json.loads(done.stdout)
+            try:
+                stdout, stderr = validate.communicate()
+            except BaseException:  # stopped: validate swaps its experiment out, then ends
+                with signals.deferred():
+                    validate.terminate()
+                    validate.wait()
+                raise
+            if validate.returncode != 0:
+                raise SystemExit(f"validate on {where} failed: {stderr.strip()}")
+            tables[where] = json.loads(stdout)
     one, two = tables["one host"], tables["two hosts"]
     print("(a cut link's MTU is the underlay's less VXLAN's 50 bytes, 1450 here: validate's "
           "1518-byte frames, 1500-byte IP packets, do not cross it whole, so their rows "
@@ -210,6 +222,9 @@ def accuracy() -> None:
 
 
 def main() -> None:
+    # SIGTERM and SIGHUP (timeout, a closed SSH session) stop it as Ctrl-C does: what it
+    # built is removed on the way out.
+    signals.install()
     if "--linktest" in sys.argv:
         linktests()
         return
@@ -224,4 +239,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except signals.Interrupted as stop:
+        print(f"stopped by {stop.signal_name}", file=sys.stderr)
+        sys.exit(stop.exit_code)

@@ -35,8 +35,11 @@ def test_every_point_is_a_whole_run_and_a_bad_point_fails_alone(tmp_path: Path):
     assert "'fast' is not a valid bandwidth" in by_bw["fast"]["reason"]
     assert by_bw["10Mb"]["outcome"] == by_bw["50Mb"]["outcome"] == "completed"
     times = transfer_times(r for r in rows if r["outcome"] == "completed")
-    # 2 MB at 10 Mb/s cannot take less than 1.68 s; at 50 Mb/s it must take less than that.
-    assert times["10Mb"] > 1.6 > times["50Mb"]
+    # 2 MiB at 10 Mb/s take 1.68 s on the wire, at 50 Mb/s 0.34 s. The program's time ends
+    # when iperf3 has written its last byte, not when the byte arrives: what its socket and the
+    # link's queue still hold then (up to about 0.4 s at 10 Mb/s) is not counted, and setting
+    # up adds round trips of 40 ms to both.
+    assert times["10Mb"] > 1.2 and times["10Mb"] > 2 * times["50Mb"]
     manifest = json.loads(Path(by_bw["10Mb"]["results"], "manifest.json").read_text())
     assert manifest["outcome"] == "completed" and by_bw["10Mb"]["seeds"]
 
@@ -67,8 +70,9 @@ def test_points_that_change_only_links_reuse_one_network(tmp_path: Path):
     rows = execute.run_sweep(sweep, tmp_path)
     assert all(r["reused_network"] and r["outcome"] == "completed" for r in rows)
     times = transfer_times(rows)
-    # Were the link left at 10 Mb/s, the second transfer could not take less than 1.68 s.
-    assert times["10Mb"] > 1.6 > times["100Mb"]
+    # Were the link left at 10 Mb/s, the second transfer would take as long as the first (the
+    # bounds of the first test: iperf3's time ends at its last byte written).
+    assert times["10Mb"] > 1.2 and times["10Mb"] > 2 * times["100Mb"]
     second = json.loads(Path(rows[1]["results"], "manifest.json").read_text())
     assert second["options"]["reused_network_runs_before"] == 1
 

@@ -153,7 +153,9 @@ class Machines:
 
 
 class Agents:
-    """The scheduler on the underlay and one `nestbed agent` inside each simulated host."""
+    """The scheduler on the underlay and one `nestbed agent` inside each simulated host.
+    Their logs are kept in ``folder`` while they run; at ``stop``, what they said about a
+    lost connection is printed (a test's or the bench's output says why an agent left)."""
 
     def __init__(self, machines: Machines, *, slots: int, options: tuple[str, ...] = ()):
         self.machines, self.slots, self.options = machines, slots, options
@@ -169,12 +171,13 @@ class Agents:
 
         address_file = self.folder / "scheduler.json"
         address_file.unlink(missing_ok=True)
-        scheduler = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
-             self.machines.gateway_address, "--port", port, "--no-dashboard",
-             "--scheduler-file", str(address_file)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        with self._log("scheduler") as log:
+            scheduler = subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                 self.machines.gateway_address, "--port", port, "--no-dashboard",
+                 "--scheduler-file", str(address_file)],
+                stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
         try:
             until(lambda: address_file.exists() or scheduler.poll() is not None,
                   "the scheduler to listen")  # fmt: skip
@@ -197,17 +200,34 @@ class Agents:
     def start(self, host: str) -> None:
         argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
                 "--host", host, "--slots", str(self.slots), *self.options]  # fmt: skip
-        self.agents[host] = subprocess.Popen(
-            self.machines.argv(host, *argv), env=self.machines.env(host),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        with self._log(f"agent-{host}") as log:
+            self.agents[host] = subprocess.Popen(
+                self.machines.argv(host, *argv), env=self.machines.env(host),
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def _log(self, name: str) -> Any:
+        """A log file of this run's, appended to (a restarted process adds to its own)."""
+        return open(self.folder / f"{name}.log", "ab")
 
     def kill(self, host: str) -> None:
         """As a crash would: SIGKILL, no goodbye to the scheduler."""
         self.agents[host].kill()
         self.agents.pop(host).wait()
 
+    def lost(self) -> list[str]:
+        """What the agents and the scheduler logged about a connection lost or a worker
+        removed, oldest first in each log (before ``stop``: the stop itself breaks them)."""
+        said = []
+        for log in sorted(self.folder.glob("*.log")):
+            with contextlib.suppress(OSError):
+                said += [f"{log.stem}: {line}" for line in log.read_text().splitlines()
+                         if any(word in line for word in _LOST)]  # fmt: skip
+        return said
+
     def stop(self) -> None:
+        for line in self.lost():
+            print(line, file=sys.stderr)
         for process in [*self.agents.values(), self.scheduler]:
             process.terminate()
             try:
@@ -216,6 +236,11 @@ class Agents:
                 process.kill()
                 process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# What Dask and the agent log when a worker's connection to its scheduler ends
+_LOST = ("Stopping worker", "lost its scheduler", "failed to heartbeat", "Remove worker",
+         "Failed to communicate", "unaware of this worker", "ERROR")  # fmt: skip
 
 
 def _scheduler_address(path: Path) -> str:
@@ -241,9 +266,10 @@ def started(
 ) -> Iterator[tuple[Machines, Agents]]:
     """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes (and
     its other ``options``), joined to a scheduler on the underlay; all stopped and removed
-    at the end, however it ends."""
+    at the end, however it ends (a second signal waits until all is removed)."""
     from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
+    from nestbed.lifecycle import signals
 
     machines = Machines(count)
     agents = None
@@ -256,9 +282,12 @@ def started(
             until(lambda: probe.hosts() == machines.hosts, "the agents to join")
         yield machines, agents
     finally:
-        if agents is not None:
-            agents.stop()
-        machines.stop()
+        with signals.deferred():
+            try:
+                if agents is not None:
+                    agents.stop()
+            finally:
+                machines.stop()
     assert not set(machines.namespaces.values()) & namespaces()
 
 

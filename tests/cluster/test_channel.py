@@ -4,17 +4,21 @@ compensated), and a remote command as a Popen whose output arrives in rounds."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from concurrent.futures import Future
 
 import pytest
 from simulated import DUMBBELL
 
 from nbtest import build
+from nestbed.backend.cluster.backend import LINK_ANSWER_S, LINK_LEAD_S, PLACEMENT, ClusterBackend
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.proxy import RemoteProcess, sink_and_reader
 from nestbed.backend.cluster.share import TUNNEL_PORT, Underlay, shares
 from nestbed.backend.plan import plan
+from nestbed.errors import EnvironmentProblem
 
 LEFT_RIGHT = {"h1": "left", "r1": "left", "r2": "right", "h3": "right"}
 UNDERLAY = Underlay(
@@ -168,3 +172,38 @@ def test_a_remote_socket_keeps_every_datagram_a_round_brings_and_is_readable_whi
     assert taken[:2] == (b"hello", ("10.1.1.2", 7)) and sock.take_pending() == []
     sock.close()
     sock.deliver([b"late"])  # a round that was under way when it closed
+
+
+def test_a_timed_change_a_host_did_not_apply_names_that_host(channel):
+    ch, _ = channel
+    ch.at_hosts = lambda asked, due: {"left": due, "right": TimeoutError("no answer within 6 s")}
+    with pytest.raises(EnvironmentProblem) as failed:
+        ch.request_at(10.0, [("down", {"link": "bottleneck", "mode": "blackhole"})])
+    assert str(failed.value) == (
+        "host right did not apply the change: TimeoutError: no answer within 6 s"
+    )
+
+
+def test_a_timed_changes_hosts_are_waited_for_until_its_time_and_the_hop_back_only(
+    tmp_path, monkeypatch
+):
+    p = plan(build(DUMBBELL))
+    backend = ClusterBackend("tcp://127.0.0.1:1", state_root=tmp_path)
+    backend.run_dir(p).mkdir()
+    (backend.run_dir(p) / PLACEMENT).write_text(json.dumps({
+        "nodes": LEFT_RIGHT, "addresses": UNDERLAY.addresses, "mtu": UNDERLAY.mtu,
+        "port": UNDERLAY.port, "delays_s": UNDERLAY.delays_s,
+    }))  # fmt: skip
+    asked: list[dict] = []
+
+    def on_hosts(function, args, **options):
+        asked.append(options)
+        return {h: 0 for h in args}
+
+    monkeypatch.setattr(backend, "_on_hosts", on_hosts)
+    due = time.monotonic() + LINK_LEAD_S
+    backend.linkd(p).request_at(due, [("down", {"link": "bottleneck", "mode": "blackhole"})])
+    (options,) = asked
+    # Before, the back end's own deadline (300 s): a run's end waited that long for an
+    # agent gone while it held the change.
+    assert options["light"] and LINK_ANSWER_S < options["timeout_s"] <= LINK_LEAD_S + LINK_ANSWER_S

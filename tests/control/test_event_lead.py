@@ -15,9 +15,11 @@ import pytest
 from nbtest import build
 from nestbed.backend.linkd import Request
 from nestbed.backend.plan import plan
+from nestbed.control import scheduler as scheduler_module
 from nestbed.control.actions import Actions
 from nestbed.control.links import LinkStates
 from nestbed.control.scheduler import Scheduler
+from nestbed.errors import EnvironmentProblem
 from nestbed.model import Action
 from nestbed.results.tables import EVENT_COLUMNS, Table
 
@@ -72,11 +74,17 @@ def test_the_runs_end_waits_for_a_link_event_in_flight():
     scheduler.begin()
     while not done.handed:
         time.sleep(0.01)
-    ended = threading.Event()
-    threading.Thread(target=lambda: (scheduler.end(), ended.set()), daemon=True).start()
+    ended = _ending(scheduler)
     assert not ended.wait(0.3)  # its hosts have not applied it yet
     hold.set()
     assert ended.wait(60)
+
+
+def _ending(scheduler: Scheduler) -> threading.Event:
+    """Set once ``scheduler.end()``, called now in a thread of its own, has returned."""
+    ended = threading.Event()
+    threading.Thread(target=lambda: (scheduler.end(), ended.set()), daemon=True).start()
+    return ended
 
 
 def test_a_link_event_due_after_a_pending_halt_is_not_handed_over_early():
@@ -110,6 +118,28 @@ class TimedLinkd:
         pass
 
 
+class Refusing(TimedLinkd):
+    """Link emulators whose host turns a change down at once, well before its time."""
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        self.timed.append((due, requests))
+        raise EnvironmentProblem("host h2 did not apply the change: no agent connected")
+
+
+class Silent(TimedLinkd):
+    """Link emulators whose host never answers until ``answer`` is set; then it says it
+    applied the change at its time."""
+
+    def __init__(self) -> None:
+        super().__init__(late_s=0.0)
+        self.answer = threading.Event()
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        self.timed.append((due, requests))
+        self.answer.wait()
+        return due
+
+
 class HopAway:
     link_lead_s = LEAD_S
 
@@ -120,16 +150,25 @@ class HopAway:
         return self.channel
 
 
-def test_a_timed_link_events_row_says_when_its_hosts_applied_it(tmp_path: Path):
+def _actions(
+    tmp_path: Path, linkd: TimedLinkd, scheduler: Scheduler | None = None
+) -> tuple[Actions, LinkStates, list[dict[str, Any]]]:
+    """The run's actions over link emulators a hop away, and the rows they record."""
     exp = build(LINKED)
-    linkd = TimedLinkd(late_s=0.004)
     links = LinkStates(exp, plan(exp), HopAway(linkd))  # type: ignore[arg-type]
-    assert links.lead_s("l0") == LEAD_S and links.lead_s("elsewhere") == 0.0
-    scheduler = Scheduler(lambda *a: None)
     events = Table(tmp_path / "events.csv", EVENT_COLUMNS)
     rows: list[dict[str, Any]] = []
     events.add = rows.append  # type: ignore[method-assign]
+    scheduler = scheduler or Scheduler(lambda *a: None)
     actions = Actions(exp, scheduler, links, {}, {}, None, events, lambda *a: None)  # type: ignore[arg-type]
+    return actions, links, rows
+
+
+def test_a_timed_link_events_row_says_when_its_hosts_applied_it(tmp_path: Path):
+    linkd = TimedLinkd(late_s=0.004)
+    actions, links, rows = _actions(tmp_path, linkd)
+    assert links.lead_s("l0") == LEAD_S and links.lead_s("elsewhere") == 0.0
+    scheduler = actions.scheduler
     due = scheduler.t0 + 2.0
     actions.perform(_link("down"), "static", 2.0, due)
     ((asked_due, requests),) = linkd.timed
@@ -185,3 +224,74 @@ def test_a_timed_change_its_hosts_did_not_apply_is_not_planned_on():
     with pytest.raises(TimeoutError):
         links.apply("l0", "delay", ("50ms",), time.monotonic() + 1)
     assert links.planned["l0"] == links.links["l0"] == links.original["l0"]
+
+
+def test_a_timed_link_event_refused_ahead_of_its_time_says_it_failed_at_its_time_not_before(
+    tmp_path: Path,
+):
+    actions, links, rows = _actions(tmp_path, Refusing(late_s=0.0))
+    # Refused at once, LEAD_S before its time: before, its row said it happened then
+    # (error_ms near -LEAD_S).
+    actions.perform(_link("down"), "static", LEAD_S, actions.scheduler.t0 + LEAD_S)
+    (row,) = rows
+    assert row["outcome"] == "error" and "host h2" in row["message"]
+    assert row["actual_s"] >= LEAD_S and row["error_ms"] >= 0.0
+    assert links.state["l0"] == "up"
+
+
+def test_the_runs_end_gives_up_on_a_link_event_its_hosts_do_not_answer_and_its_late_answer_adds_no_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # A short lead and grace, so that the end gives up soon; before, it waited for ever.
+    monkeypatch.setattr(scheduler_module, "END_GRACE_S", 0.1)
+    linkd = Silent()
+    run: dict[str, Actions] = {}
+    answered = threading.Event()
+    scheduler = Scheduler(lambda *a: (run["actions"].perform(*a), answered.set()),
+                          lambda a: 0.2)  # fmt: skip
+    actions, _, rows = _actions(tmp_path, linkd, scheduler)
+    run["actions"] = actions
+    scheduler.push(_link("down"), "static", 0.5)
+    scheduler.begin()
+    while not linkd.timed:
+        time.sleep(0.01)
+    assert _ending(scheduler).wait(60)
+    (item,) = scheduler.unanswered
+    assert not scheduler.in_flight and item.action == _link("down")
+    actions.unanswered(item.action, item.source, item.planned_s, item.due)
+    (row,) = rows
+    assert row["outcome"] == "error" and "had not answered" in row["message"]
+    assert row["error_ms"] >= 0.0
+    linkd.answer.set()  # the answer comes after all: its row was written already
+    assert answered.wait(60)
+    assert len(rows) == 1
+
+
+class Counted(list):
+    """The scheduler's queue, counting the items read by walking it whole."""
+
+    walked = 0
+
+    def __iter__(self):
+        for item in super().__iter__():
+            Counted.walked += 1
+            yield item
+
+
+def test_events_handed_over_early_are_scheduled_without_walking_the_queue_for_each():
+    count = 10_000
+    done = Recorded()
+    scheduler = Scheduler(done.perform, _lead)
+    scheduler.queue = Counted()
+    for i in range(count):  # all released at once: due within their lead
+        scheduler.push(_link("down" if i % 2 else "up"), "static", 1.0 + i / count)
+    scheduler.push(Action(object="ns", verb="halt"), "static", 100.0)
+    scheduler.begin()
+    deadline = time.monotonic() + 120
+    while len(done.handed) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    scheduler.end()
+    assert len(done.handed) == count
+    # begin() and end() walk it a few times; before, each event handed over early read all of it
+    # to look for a pending end (about count² / 2 reads).
+    assert Counted.walked <= 4 * (count + 1)

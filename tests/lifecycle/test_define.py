@@ -4,6 +4,7 @@ before each run."""
 from __future__ import annotations
 
 from nbtest import experiment
+from nestbed.model.options import RunOptions
 from nestbed.store import State
 
 TWO = """
@@ -39,7 +40,7 @@ def test_an_experiment_left_active_by_a_crash_is_swapped_out_before_it_is_replac
 ):
     exp = experiment(TWO, "crashed")
     testbed.define(exp, anew=True)
-    testbed.swap_in(exp.name)
+    testbed.swap_in(exp.name, RunOptions(results=tmp_path / "results"))
     testbed.define(exp, anew=True)
     assert testbed.store.get(exp.name).state == State.DEFINED
     assert fake.leftovers() == {}

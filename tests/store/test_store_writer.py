@@ -166,3 +166,34 @@ def test_a_locked_store_is_one_sentence(tmp_path: Path, monkeypatch: pytest.Monk
         holder._conn.execute("ROLLBACK")
         holder.close()
         writer.close()
+
+
+class _CutAfterBegin:
+    """A connection on which a signal lands as its first BEGIN returns."""
+
+    def __init__(self, conn):  # type: ignore[no-untyped-def]
+        self._conn, self.cut = conn, False
+
+    def execute(self, sql, *args):  # type: ignore[no-untyped-def]
+        result = self._conn.execute(sql, *args)
+        if sql == "BEGIN IMMEDIATE" and not self.cut:
+            self.cut = True
+            raise KeyboardInterrupt
+        return result
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self._conn, name)
+
+
+def test_a_signal_just_after_begin_leaves_no_transaction_open(tmp_path: Path) -> None:
+    writer = Writer.open(str(_migrated(tmp_path / "nestbed.db")))
+    assert writer is not None
+    writer._conn = _CutAfterBegin(writer._conn)  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        writer.create_experiment("a", source_text="", source_format="ns", source_file=None,
+                                 ir_json="{}")  # fmt: skip
+    # The swap-out after an interrupt writes on the same connection.
+    writer.create_experiment("b", source_text="", source_format="ns", source_file=None,
+                             ir_json="{}")  # fmt: skip
+    assert [r.name for r in writer.list()] == ["b"]
+    writer.close()

@@ -249,13 +249,13 @@ impl Client {
     }
 }
 
-/// Pings and returns (received, mean RTT in ms).
-fn ping(ns: &str, addr: &str, count: u32, interval: &str) -> (u32, Option<f64>) {
+/// Pings and returns (received, smallest RTT, mean RTT), RTTs in ms.
+fn ping(ns: &str, addr: &str, count: u32, interval: &str) -> (u32, Option<f64>, Option<f64>) {
     ping_with(ns, addr, count, &["-i", interval])
 }
 
-/// Ping with options `how`; returns (received, mean RTT in ms).
-fn ping_with(ns: &str, addr: &str, count: u32, how: &[&str]) -> (u32, Option<f64>) {
+/// Ping with options `how`; returns (received, smallest RTT, mean RTT), RTTs in ms.
+fn ping_with(ns: &str, addr: &str, count: u32, how: &[&str]) -> (u32, Option<f64>, Option<f64>) {
     let count = count.to_string();
     let mut argv = vec!["ip", "netns", "exec", ns, "ping", "-q", "-n", "-c", &count];
     argv.extend(how);
@@ -269,14 +269,16 @@ fn ping_with(ns: &str, addr: &str, count: u32, how: &[&str]) -> (u32, Option<f64
         .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("cannot read ping output: {:?} {:?}", r.stdout, r.stderr));
-    let mean = r
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("rtt"))
-        .and_then(|l| l.split(" = ").nth(1))
-        .and_then(|v| v.split('/').nth(1))
-        .and_then(|m| m.parse().ok());
-    (received, mean)
+    // rtt min/avg/max/mdev = 40.1/40.3/41.0/0.2 ms
+    let rtt = |k: usize| {
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with("rtt"))
+            .and_then(|l| l.split(" = ").nth(1))
+            .and_then(|v| v.split('/').nth(k))
+            .and_then(|m| m.parse().ok())
+    };
+    (received, rtt(0), rtt(1))
 }
 
 fn sys_counter(ns: &str, ifname: &str, name: &str) -> u64 {
@@ -336,18 +338,21 @@ fn point_to_point(tag: &str, io: &str, net: u8) {
 
     // (1) RTT = 2 × 20 ms. Warm up ARP first.
     assert!(ping(&ns_a, &addr_b, 1, "0.2").0 == 1, "warm-up ping failed");
-    let (received, mean) = ping(&ns_a, &addr_b, 20, "0.05");
-    let mean = mean.expect("no RTT");
+    let (received, min, mean) = ping(&ns_a, &addr_b, 20, "0.05");
+    let (min, mean) = (min.expect("no RTT"), mean.expect("no RTT"));
     let expected = 2.0 * DELAY_NS as f64 / 1e6;
     let (below, above) = (0.2, 3.0);
     eprintln!(
-        "RTT: expected {expected:.3} ms, measured mean {mean:.3} ms (error {:+.3} ms), tolerance -{below}/+{above} ms, {received}/20 replies",
-        mean - expected
+        "RTT: expected {expected:.3} ms, measured min {min:.3} ms (error {:+.3} ms), mean {mean:.3} ms, tolerance -{below}/+{above} ms, {received}/20 replies",
+        min - expected
     );
     assert_eq!(received, 20);
+    // The smallest round trip is the delay the pipes give: a loaded machine adds to the
+    // others (a fresh clone's full run, with other work on its 2 cores, read a mean of
+    // +4.1 ms). None may come early.
     assert!(
-        mean >= expected - below && mean <= expected + above,
-        "mean RTT {mean} ms outside {expected} -{below}/+{above} ms"
+        min >= expected - below && min <= expected + above,
+        "smallest RTT {min} ms outside {expected} -{below}/+{above} ms"
     );
 
     // (5) Counters match what the interfaces sent and received. Wait for
@@ -543,7 +548,7 @@ fn rings_go_round_many_times_and_give_way_to_super_frames() {
     assert_eq!(io_of(&mut c, "a"), "rings");
     // 6 000 requests and as many replies, 64 in flight: every ring wraps
     // round several times (2 048 receive and 256 transmit slots).
-    let (got, _) = ping_with(&ns_a, "10.200.11.2", 6000, &["-f", "-l", "64"]);
+    let (got, _, _) = ping_with(&ns_a, "10.200.11.2", 6000, &["-f", "-l", "64"]);
     assert_eq!(got, 6000);
     std::thread::sleep(Duration::from_millis(100));
     let counters = c.ok(json!({"op": "counters", "link": "link0"}));
@@ -603,7 +608,7 @@ fn lan_of_three_all_pairs_ping() {
             if i == j {
                 continue;
             }
-            let (got, mean) = ping(ns, &format!("10.200.8.{}", j + 1), 3, "0.05");
+            let (got, _, mean) = ping(ns, &format!("10.200.8.{}", j + 1), 3, "0.05");
             eprintln!("m{i} → m{j}: {got}/3 replies, mean RTT {mean:?} ms (expected ≥ 4 ms)");
             assert_eq!(got, 3, "m{i} → m{j}");
             assert!(mean.unwrap() >= 3.8);

@@ -463,9 +463,10 @@ def _start_simulator(plan: Plan) -> None:
             sock.close()
 
 
-def linkd(plan: Plan) -> SocketClient:
-    """A client of the experiment's running nestbed-linkd."""
-    return SocketClient(run_dir(plan) / "linkd.sock")
+def linkd(plan: Plan, timeout_s: float | None = None) -> SocketClient:
+    """A client of the experiment's running nestbed-linkd (each connect, send and answer
+    given up after ``timeout_s``; None: waited for)."""
+    return SocketClient(run_dir(plan) / "linkd.sock", timeout=timeout_s)
 
 
 def _pid_in(pidfile: Path) -> int | None:

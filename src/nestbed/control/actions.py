@@ -63,9 +63,8 @@ class Actions:
         actual = self.scheduler.now_s()
         try:
             if due is not None:  # a link a hop away: its time is when its hosts applied it
-                message = self.links.apply(action.object, action.verb, action.args, due)
-                applied = self.links.applied.pop(action.object, None)
-                actual = self.scheduler.now_s() if applied is None else applied - self.scheduler.t0
+                message, applied = self.links.apply(action.object, action.verb, action.args, due)
+                actual = applied - self.scheduler.t0
             else:
                 message = self.execute(action, source)
             outcome = "ok"
@@ -74,6 +73,10 @@ class Actions:
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             message, outcome = f"internal error: {type(exc).__name__}: {exc}", "error"
+        if due is not None and outcome != "ok":
+            # Handed over ahead of its time, it failed when the answer came back, and never
+            # before its time: it did not take effect then.
+            actual = max(self.scheduler.now_s(), due - self.scheduler.t0)
         row = {
             "index": next(self.index),
             "source": source,
@@ -86,8 +89,28 @@ class Actions:
             "outcome": outcome,
             "message": message,
         }
-        self.events.add(row)
+        if due is None or self.scheduler.settle():
+            self.events.add(row)  # (a late answer's row was written when the end gave up)
         return row
+
+    def unanswered(self, action: Action, source: str, planned_s: float, due: float) -> None:
+        """Records an action handed over ahead of its time that the run's end gave up on."""
+        waited_s = self.scheduler.now_s() - (due - self.scheduler.t0)
+        self.events.add(
+            {
+                "index": next(self.index),
+                "source": source,
+                "planned_s": planned_s,
+                "actual_s": self.scheduler.now_s(),
+                "error_ms": (self.scheduler.now_s() - planned_s) * 1e3,
+                "object": action.object,
+                "verb": action.verb,
+                "args": " ".join(action.args),
+                "outcome": "error",
+                "message": f"its link emulators had not answered {waited_s:.1f} s after its "
+                "time when the run ended; whether it took effect is unknown",
+            }
+        )
 
     def skipped(self, action: Action, source: str, planned_s: float) -> None:
         """Records an action the run ended before."""
@@ -112,7 +135,7 @@ class Actions:
                 for member in self.groups[obj].members
             )
         if obj in self.links:
-            return self.links.apply(obj, verb, args)
+            return self.links.apply(obj, verb, args)[0]
         if obj in self.flows:
             return self.flow(self.flows[obj], verb, args)
         if obj in self.programs:

@@ -35,9 +35,6 @@ class LinkStates:
         # back is kept unless a later one came back first.
         self.planned = dict(self.links)
         self.kept_due: dict[str, float] = {}
-        # When a link's hosts applied its last change handed over ahead (time.monotonic()
-        # here), for the event's row.
-        self.applied: dict[str, float] = {}
 
     def lead_s(self, name: str) -> float:
         """How long ahead of its time an event on ``name`` is handed over: its link
@@ -48,12 +45,15 @@ class LinkStates:
     def __contains__(self, name: str) -> bool:
         return name in self.links
 
-    def apply(self, name: str, verb: str, args: tuple[str, ...], due: float | None = None) -> str:
+    def apply(
+        self, name: str, verb: str, args: tuple[str, ...], due: float | None = None
+    ) -> tuple[str, float]:
         """Carries out a link event now, or at ``due`` (time.monotonic()) where the link
-        emulators take changes ahead of their time; what it did."""
+        emulators take changes ahead of their time; what it did, and when it took effect
+        (time.monotonic(): for a change handed over ahead, when its last host applied it)."""
         if self.simulated is not None and name in self.simulated.links:
             with self.lock:
-                return self._apply_simulated(self.simulated, name, verb, args)
+                return self._apply_simulated(self.simulated, name, verb, args), time.monotonic()
         if name not in self.emulated:
             raise Refused(
                 f"link {name} is not emulated (it is unshaped and no event in the file names "
@@ -70,8 +70,9 @@ class LinkStates:
                     channel.close()  # broken: the next event opens a new one
                     self.channel = None
                     raise
-                self._keep(name, state, after, time.monotonic())
-                return message
+                done = time.monotonic()
+                self._keep(name, state, after, done)
+                return message, done
             asked = Requests()
             message, state, after = self._apply(asked, name, verb, args)
         # Outside the lock: the hosts wait for the time, and other links' events go on.
@@ -84,8 +85,7 @@ class LinkStates:
             raise
         with self.lock:
             self._keep(name, state, after, due)
-            self.applied[name] = applied
-        return message
+        return message, applied
 
     def _apply(
         self, client: Channel, name: str, verb: str, args: tuple[str, ...]

@@ -336,6 +336,8 @@ class Run:
         return self.outcome
 
     def _wind_up(self, skipped: list[Pending], outcome: str, reason: str | None) -> dict[str, Any]:
+        for item in self.scheduler.unanswered:
+            self.actions.unanswered(item.action, item.source, item.planned_s, item.due)
         for item in skipped:
             self.actions.skipped(item.action, item.source, item.planned_s)
         self.actions.stop_sequences()

@@ -6,9 +6,11 @@ An action whose object is a hop away (a link emulated on a cluster's hosts) is h
 own thread ``lead_s`` ahead of its time, with the time it is due, and takes effect there then:
 the hop's own delay (a Dask round trip, over a second on a loaded machine) no longer makes
 it late. Such an action is in flight until its answer is back, and the run's end waits for
-it. An action due after a pending end of the run (``$ns halt``) is not handed
-over early, so it is skipped as on one host; one due within ``lead_s`` after an end nobody
-scheduled (`nestbed halt`, a signal) takes effect after that end, and its row says when.
+it, but not for ever: one still without an answer ``END_GRACE_S`` past its lead after its
+time is given up (``Scheduler.unanswered``; its row says it failed) and the run ends. An
+action due after a pending end of the run (``$ns halt``) is not handed over early, so it is
+skipped as on one host; one due within ``lead_s`` after an end nobody scheduled (`nestbed
+halt`, a signal) takes effect after that end, and its row says when.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ _SPIN_S = 0.002  # the scheduler sleeps until this close to an event, then spins
 Perform = Callable[[Action, str, float | None, float | None], object]
 Lead = Callable[[Action], float]  # how long ahead of its time an action is handed over
 ENDS = ("halt", "terminate", "swapout")  # the verbs of ``ns`` that end the run
+# The run's end waits for an action handed over ahead of its time until its lead (the hop
+# there) and this much more (the hop back, on a loaded machine) have passed after its time.
+END_GRACE_S = 5.0
 
 
 @dataclass(order=True)
@@ -48,6 +53,14 @@ class Pending:
 
     def at(self, due: float) -> None:
         self.due, self.release = due, due - self.lead_s
+
+    @property
+    def ends_run(self) -> bool:
+        return self.action.object == "ns" and self.action.verb in ENDS
+
+    def given_up_at(self) -> float:
+        """When the run's end stops waiting for it in flight (time.monotonic())."""
+        return self.due + self.lead_s + END_GRACE_S
 
 
 def _no_lead(_: Action) -> float:
@@ -72,6 +85,15 @@ class Scheduler:
         self.seq = itertools.count()
         self.ending = False
         self.in_flight: dict[int, Pending] = {}  # by seq: handed over ahead of time, not done
+        self.answered: set[int] = set()  # of in_flight: answered, its row being written
+        self.unanswered: list[Pending] = []  # in flight when the run's end gave up on them
+        self.given_up: set[int] = set()  # their seqs
+        self.carrying = threading.local()  # .seq: the action a thread handed over early has
+        # The pending ends of the run (``$ns halt``), soonest first, for an action handed
+        # over early to ask whether the run ends before it: a heap whose entries no longer
+        # in ``ends_pending`` (handed out, dropped) are removed when they come to its top.
+        self.ends: list[tuple[float, int]] = []
+        self.ends_pending: set[int] = set()
 
     def now_s(self) -> float:
         """Seconds since the run's t0."""
@@ -84,6 +106,7 @@ class Scheduler:
             for item in self.queue:
                 item.at(self.t0 + item.planned_s)
             heapq.heapify(self.queue)
+            self._index_ends()
             for item in self.queue:
                 self._worker(item.action.object)  # threads ready before their first event
         threading.Thread(target=self._schedule, name="scheduler", daemon=True).start()
@@ -97,6 +120,9 @@ class Scheduler:
             due = self.t0 + at_s
             item = Pending(due - lead, next(self.seq), due, action, source, at_s, timeline, lead)
             heapq.heappush(self.queue, item)
+            if item.ends_run:
+                heapq.heappush(self.ends, (item.due, item.seq))
+                self.ends_pending.add(item.seq)
             if timeline:
                 self.timelines_pending[timeline] = self.timelines_pending.get(timeline, 0) + 1
             self.wake.notify()
@@ -118,6 +144,7 @@ class Scheduler:
             dropped = len(self.queue) - len(kept)
             self.queue = kept
             heapq.heapify(self.queue)
+            self._index_ends()
             self.timelines_pending[name] = 0
             self.wake.notify_all()
         return dropped
@@ -125,15 +152,38 @@ class Scheduler:
     def end(self) -> list[Pending] | None:
         """Stops handing out actions; what was still pending, soonest first (None when the
         scheduler had already ended). Actions in flight are waited for: they take effect at
-        their time, and their rows are in before the run's tables close."""
+        their time, and their rows are in before the run's tables close. One still in flight
+        at its ``given_up_at`` is given up: it goes to ``unanswered``, and ``settle`` says
+        so to its late answer."""
         with self.wake:
             if self.ending:
                 return None
             self.ending = True
             skipped, self.queue = sorted(self.queue, key=_by_time), []
+            self.ends, self.ends_pending = [], set()
             self.wake.notify_all()
-            self.wake.wait_for(lambda: not self.in_flight)
+            # Nothing enters the flight once ending: the last to be given up are known.
+            deadlines = [(p.given_up_at(), seq) for seq, p in self.in_flight.items()]
+            heapq.heapify(deadlines)
+            while self.in_flight:
+                while deadlines and deadlines[0][0] <= time.monotonic():
+                    _, seq = heapq.heappop(deadlines)
+                    if seq in self.in_flight and seq not in self.answered:
+                        self.unanswered.append(self.in_flight.pop(seq))
+                        self.given_up.add(seq)
+                if self.in_flight:  # the answered ones write their rows meanwhile
+                    self.wake.wait(deadlines[0][0] - time.monotonic() if deadlines else None)
         return skipped
+
+    def settle(self) -> bool:
+        """Whether the answer of the action this thread carries out, handed over ahead of
+        its time, is still awaited (and from now on the run's end waits for its row): False
+        once the end gave up on it and its row says so. True outside the scheduler's threads."""
+        seq = getattr(self.carrying, "seq", None)
+        with self.lock:
+            if seq in self.in_flight:
+                self.answered.add(seq)
+            return seq not in self.given_up
 
     def retire(self) -> None:
         """Ends the worker threads (the next run of this process has its own)."""
@@ -153,6 +203,7 @@ class Scheduler:
                 if self.ending:
                     return
                 item = heapq.heappop(self.queue)
+                self.ends_pending.discard(item.seq)
                 if item.lead_s and self._ends_before(item.due):
                     item.lead_s = 0.0  # at its time, when the run will have ended: skipped
                     item.at(item.due)
@@ -170,9 +221,17 @@ class Scheduler:
                 self._worker(item.action.object).put(item)
 
     def _ends_before(self, due: float) -> bool:
-        """Whether an end of the run is pending at or before ``due``."""
-        return any(p.due <= due and p.action.object == "ns" and p.action.verb in ENDS
-                   for p in self.queue)  # fmt: skip
+        """Whether an end of the run is pending at or before ``due`` (amortised O(log n):
+        the soonest pending end is the heap's top once the stale entries are gone)."""
+        while self.ends and self.ends[0][1] not in self.ends_pending:
+            heapq.heappop(self.ends)
+        return bool(self.ends) and self.ends[0][0] <= due
+
+    def _index_ends(self) -> None:
+        """``ends`` anew from the queue (after it was re-timed or cut)."""
+        self.ends = [(p.due, p.seq) for p in self.queue if p.ends_run]
+        heapq.heapify(self.ends)
+        self.ends_pending = {seq for _, seq in self.ends}
 
     def _worker(self, obj: str) -> queue.SimpleQueue[Pending | None]:
         # Starting a process takes milliseconds; with a thread per object, events due at the
@@ -190,12 +249,14 @@ class Scheduler:
             self._perform(item)
 
     def _perform(self, item: Pending) -> None:
+        self.carrying.seq = item.seq if item.lead_s else None
         try:
             self.perform(item.action, item.source, item.planned_s,
                          item.due if item.lead_s else None)  # fmt: skip
         finally:
             with self.wake:
                 self.in_flight.pop(item.seq, None)
+                self.answered.discard(item.seq)
                 if item.timeline:
                     self.timelines_pending[item.timeline] -= 1
                 self.wake.notify_all()

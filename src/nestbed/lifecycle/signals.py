@@ -51,11 +51,14 @@ def outcome(exc: BaseException) -> str:
 
 
 def _raise(signum: int, _frame: FrameType | None) -> None:
+    # The stop is kept apart from the exception raised: that one carries the frames it
+    # went through, which would live as long as this module and hold what they held (an
+    # unread query's lock on the store, among others).
     _held.last = Interrupted(signum)
     # Sticky too: Python swallows an exception raised while a finalizer (``__del__``, a
     # weakref callback) runs, so long loops also ask ``check`` at their own pace.
     stop_everywhere(signum)
-    raise _held.last
+    raise Interrupted(signum)
 
 
 def last() -> Interrupted | None:

@@ -28,6 +28,8 @@ SQLITE_POOL = {"pool_size": 20, "max_overflow": 40}
 operations and its loop each hold one while they work; SQLite's are cheap."""
 SQLITE_BUSY_TIMEOUT_S = 30.0
 """How long a SQLite writer waits for another writer before giving up."""
+_CURSORS = "nestbed_cursors"
+"""The key, in a SQLite connection's ``info``, of the cursors its current block opened."""
 PG_CONNECT_TIMEOUT_S = 10
 """How long connecting to a PostgreSQL server may take before it counts as unreachable."""
 
@@ -167,6 +169,20 @@ def _make_sqlite_transactional(engine: Engine) -> None:
             cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
+    @event.listens_for(engine, "before_cursor_execute")
+    def _on_execute(conn: sa.Connection, cursor: Any, *_: Any) -> None:
+        conn.info.setdefault(_CURSORS, []).append(cursor)
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info.pop(_CURSORS, None)  # the block is over: its cursors are its own
+
+    @event.listens_for(engine, "invalidate")
+    def _on_invalidate(_dbapi_connection: Any, record: Any, _exc: Any) -> None:
+        # SQLAlchemy closes a connection that an interrupt cut in a statement; a cursor
+        # still alive would keep it open, its transaction and lock with it (``let_go``).
+        _close_cursors(record.info)
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         # A transaction that only reads (``READ_ONLY``) takes no write lock: in WAL mode
@@ -178,6 +194,26 @@ def _make_sqlite_transactional(engine: Engine) -> None:
         # are one statement each, or two that need not agree (``Store.runs``).
         if not conn.get_execution_options().get(READ_ONLY, False):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def let_go(conn: sa.Connection) -> None:
+    """Closes the cursors a block of work on ``conn`` opened, once it failed.
+
+    A SQLite statement stepped but not read to its end holds its lock on the file (a shared
+    lock: no other connection can commit) until its cursor is closed, and closing the
+    connection does not close it (nor end its transaction: the connection lives on). A block
+    cut short between a query and its rows (a signal, most often) leaves such a cursor alive
+    in its frames for as long as the exception's traceback is kept, which may be the rest of
+    the process: a sweep interrupted in a read could no longer write its store ("database is
+    locked") to swap its point out.
+    """
+    if not conn.invalidated:  # else its cursors were closed with it (``_on_invalidate``)
+        _close_cursors(conn.info)
+
+
+def _close_cursors(info: dict[Any, Any]) -> None:
+    for cursor in info.pop(_CURSORS, ()):
+        cursor.close()
 
 
 def use_wal(engine: Engine) -> None:

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine
 from nestbed.errors import EnvironmentProblem, InternalError
 from nestbed.store import definitions as rules
 from nestbed.store import migrate
-from nestbed.store.db import READ_ONLY, connect, redact, resolve_db_url, unreachable
+from nestbed.store.db import READ_ONLY, connect, let_go, redact, resolve_db_url, unreachable
 from nestbed.store.definitions import sha256_hex, utc_now
 from nestbed.store.records import ExperimentRecord, RunRecord, StateChange
 from nestbed.store.schema import experiments, runs, state_changes
@@ -306,8 +306,12 @@ class Store:
             with writing, self._engine.connect() as conn:
                 if read_only:
                     conn.execution_options(**{READ_ONLY: True})
-                with conn.begin():
-                    yield conn
+                try:
+                    with conn.begin():
+                        yield conn
+                except BaseException:
+                    let_go(conn)
+                    raise
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             raise unreachable(self._url, exc) from exc
 

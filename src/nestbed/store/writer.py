@@ -45,13 +45,16 @@ class Writer(Reader):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise _unreachable(self._path, exc) from exc
-        try:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise _unreachable(self._path, exc) from exc
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            # Also when a signal cut in just after BEGIN: an open transaction would refuse
+            # the next one (a swap-out after the interrupt) on this connection.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         try:
             conn.execute("COMMIT")

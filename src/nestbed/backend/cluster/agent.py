@@ -26,6 +26,10 @@ DEFAULT_SLOTS = 64
 DEFAULT_NIC_BPS = 1_000_000_000
 CONNECT_TIMEOUT_S = 60  # an agent that cannot reach its scheduler this long gives up
 _SPIN_S = 0.002  # a timed link change sleeps until this close to its time, then spins
+# A timed link change talks to linkd on the agent's event loop, which also carries its
+# heartbeats and every answer of the host: a linkd that does not answer (stopped, stuck)
+# must not hold it for good. linkd answers in milliseconds.
+LINKD_ANSWER_S = 5.0
 
 
 def resource(host: str) -> str:
@@ -163,8 +167,9 @@ async def linkd_requests_at(p: Plan, due_ns: int, requests: list[tuple[str, dict
     """Sends this host's link emulator of the experiment ``requests`` when this host's
     monotonic clock reads ``due_ns`` (at once if it has passed); when it sent them, on that
     clock. Run on the agent's event loop: waiting holds none of its threads, and a host's
-    other work (another experiment's swap-in) does not hold it up."""
-    with linux.linkd(p) as client:  # connected before the wait, which then ends in a send
+    other work (another experiment's swap-in) does not hold it up; linkd is given up after
+    ``LINKD_ANSWER_S`` (TimeoutError), so that the loop is never held longer."""
+    with linux.linkd(p, LINKD_ANSWER_S) as client:  # connected before the wait, then a send
         wait_s = (due_ns - time.monotonic_ns()) / 1e9 - _SPIN_S
         if wait_s > 0:
             await asyncio.sleep(wait_s)

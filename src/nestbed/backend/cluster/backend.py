@@ -38,6 +38,7 @@ from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.cluster import agent, clocks, host, remote, timeservice
 from nestbed.backend.cluster.channel import ClusterChannel
+from nestbed.backend.cluster.channel import reason as _reason
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
 from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
@@ -53,7 +54,7 @@ from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.plan import Plan, experiment_tag
-from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
+from nestbed.errors import EnvironmentProblem, InternalError, UserError
 
 STATE_ROOT = Path(places.run_root()) / ".cluster"
 PLACEMENT = "placement.json"
@@ -63,9 +64,13 @@ _POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
 # A link event goes to its hosts this long ahead of its time, and they apply it then. A Dask
 # round trip to a simulated host took 1.5 s at load 9 on 2 cores (events landed that late,
-# and one second of lead was not enough); a run's end waits at most this long for events
-# handed over before an end nobody scheduled.
+# and one second of lead was not enough); a run's end waits for the events handed over
+# before an end nobody scheduled: this long until their time, and LINK_ANSWER_S after it.
 LINK_LEAD_S = 3.0
+# A host's answer to a timed link change is given up this long after its time (the hop
+# back, as long as the hop there may be): a host whose agent went is named in the event's
+# row then, rather than after DEFAULT_TIMEOUT_S, and the run's end does not wait for it.
+LINK_ANSWER_S = LINK_LEAD_S
 
 
 class ClusterBackend:
@@ -143,13 +148,15 @@ class ClusterBackend:
         *,
         light: bool = False,
         leave_queued: bool = False,
+        timeout_s: float | None = None,
     ) -> dict:
         """``function(*args[h])`` on every host ``h`` at once; each host's result or the
         exception it raised (or a timeout). Work for a host takes its one slot, so that a
         host builds one share at a time; ``light`` work (a timed link change) goes to the
         host's agent without it, and is not held up by a swap-in there. Work a host has
         not done in time is called off, or with ``leave_queued`` left to run there when its
-        turn comes (``_Queued``)."""
+        turn comes (``_Queued``). ``timeout_s`` is the deadline (default: the back end's)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         client = self.client()
         live = set(self.hosts())
         results: dict[str, Any] = {
@@ -167,17 +174,17 @@ class ClusterBackend:
         from distributed import wait
 
         with contextlib.suppress(TimeoutError):  # one deadline for all hosts together
-            wait(list(futures.values()), timeout=self.timeout_s)
+            wait(list(futures.values()), timeout=timeout_s)
         for h, future in futures.items():
             if not future.done():
                 if leave_queued:
                     from distributed import fire_and_forget
 
                     fire_and_forget(future)
-                    results[h] = _Queued(f"no answer within {self.timeout_s:g} s; left queued")
+                    results[h] = _Queued(f"no answer within {timeout_s:.3g} s; left queued")
                 else:
                     future.cancel()
-                    results[h] = TimeoutError(f"no answer within {self.timeout_s:g} s")
+                    results[h] = TimeoutError(f"no answer within {timeout_s:.3g} s")
                 continue
             try:
                 results[h] = future.result()
@@ -484,7 +491,7 @@ class ClusterBackend:
                 h: (agent.state_only(parts[h].plan), round(due * 1e9 + offset_ns.get(h, 0.0)),
                     requests)
                 for h, requests in asked.items()
-            }, light=True)  # fmt: skip
+            }, light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S)  # fmt: skip
             return {h: a if isinstance(a, BaseException) else (a - offset_ns.get(h, 0.0)) / 1e9
                     for h, a in answers.items()}  # fmt: skip
 
@@ -559,12 +566,6 @@ class ClusterBackend:
 
 class _Queued(TimeoutError):
     """Work a host did not do in time, left to run there when its turn comes."""
-
-
-def _reason(exc: BaseException) -> str:
-    """A host's failure as a sentence: nestbed's own as it is, anything else with its type
-    (a timeout says nothing by its message alone)."""
-    return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
 
 
 def _cut_delays_s(plan: Plan, nodes: dict[str, str]) -> list[float]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from nestbed.backend.cluster.share import TUNNEL_PORT, HostShare, less_delay
 from nestbed.backend.linkd import Request
-from nestbed.errors import EnvironmentProblem
+from nestbed.errors import EnvironmentProblem, NestbedError
 
 # Runs ``linkd_request(host, op, fields)`` on each host given, at once: each host's reply or
 # the exception it raised.
@@ -76,7 +76,13 @@ class ClusterChannel:
                 asked.setdefault(h, []).append((op, fields))
         if not asked:
             return due
-        return max(_answered(self.at_hosts(asked, due), list(asked)).values())
+        answers = self.at_hosts(asked, due)
+        failed = {h: answers[h] for h in sorted(asked) if isinstance(answers[h], BaseException)}
+        if failed:  # the row names every host that did not apply its part, and why
+            raise EnvironmentProblem("; ".join(
+                f"host {h} did not apply the change: {reason(exc)}" for h, exc in failed.items()
+            )) from next(iter(failed.values()))  # fmt: skip
+        return max(answers[h] for h in asked)
 
     def _routed(self, op: str, fields: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """The hosts a request goes to, and its fields as they go (a cut link's sending
@@ -91,6 +97,12 @@ class ClusterChannel:
 
     def close(self) -> None:
         """Nothing stays open: each request is its own task."""
+
+
+def reason(exc: BaseException) -> str:
+    """A host's failure as a sentence: nestbed's own as it is, anything else with its type
+    (a timeout says nothing by its message alone)."""
+    return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
 
 
 def _answered(replies: dict[str, Any], hosts: list[str]) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""bench/cluster.py stopped by SIGTERM or SIGHUP (timeout, a closed SSH session) removes the
+simulated hosts it built, as after Ctrl-C: before, the signal killed it at once and left
+their namespaces, the underlay's uplink and their agents behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from simulated import SRC, interfaces, namespaces, processes
+
+from nbtest import until
+
+pytestmark = pytest.mark.root
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "cluster.py"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
+    bench = subprocess.Popen(
+        [sys.executable, str(BENCH), "--linktest"], env={**os.environ, "PYTHONPATH": str(SRC)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    made = f"i21-{bench.pid % 100000}-"  # the names of its simulated hosts (``Machines``)
+    # Its agents, by the address of its scheduler (on its own /24 of the underlay)
+    agents = f"--scheduler tcp://10.221.{bench.pid % 100000 % 250}.254:"
+    try:
+        # Stopped once its three hosts' agents run, joining the scheduler or joined.
+        until(lambda: len(processes(agents)) >= 3 or bench.poll() is not None,
+              "the bench's agents to start")  # fmt: skip
+        assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
+        bench.send_signal(sig)
+        _, stderr = bench.communicate(timeout=180)
+        assert bench.returncode == 128 + sig, stderr
+        assert f"stopped by {signal.Signals(sig).name}" in stderr
+        assert not [n for n in namespaces() if n.startswith(made)]
+        assert f"i21g{bench.pid % 100000}" not in interfaces()
+        assert not processes(agents) and not processes(f"/run/nestbed-{made}")
+        assert not list(Path("/run").glob(f"nestbed-{made}*"))
+    finally:  # whatever it left, the test removes (only its own names)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bench.pid, signal.SIGKILL)
+        bench.wait()
+        for pid in _pids(f"/run/nestbed-{made}"):  # the underlay's linkd: a session of its own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        subprocess.run(["ip", "link", "delete", f"i21g{bench.pid % 100000}"],
+                       capture_output=True)  # fmt: skip
+        for name in namespaces():
+            if name.startswith(made):
+                subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        for folder in Path("/run").glob(f"nestbed-{made}*"):
+            shutil.rmtree(folder, ignore_errors=True)
+        for folder in Path(tempfile.gettempdir()).glob("nb-scheduler-*"):  # its scheduler's
+            with contextlib.suppress(OSError):
+                if agents.removeprefix("--scheduler ") in (folder / "scheduler.json").read_text():
+                    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pids(needle: str) -> list[int]:
+    """The processes whose command line names ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and needle.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
