@@ -158,7 +158,7 @@ def test_unshaped_attachments_and_a_simulated_chain(swapped):
     p = swapped(exp)
     assert not p.needs_linkd  # both attachments are plain veths to the simulator
     rtts, fastest, median = _pings_within_the_simulator(p, "r1", 10)
-    expected = 2 * 2 * (0.005 + 86 * 8 / 10e6) * 1e3
+    expected = 2 * 2 * (0.005 + (84 + WIRE_BYTES) * 8 / 10e6) * 1e3
     print(f"RTT expected {expected:.3f} ms, min {min(rtts):.3f} (at most "
           f"{expected + fastest:.3f}), median {statistics.median(rtts):.3f} (at most "
           f"{expected + median:.3f})")  # fmt: skip
@@ -189,7 +189,7 @@ def test_the_example_runs_end_to_end_into_a_results_folder(run_file):
     print(f"cbr0: {received} of {sent}, {dropped} dropped on its way, mean delay "
           f"{cbr['delay_mean_ms']} ms")  # fmt: skip
     assert 0 <= sent - received <= dropped
-    assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+    assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + (528 + WIRE_BYTES) * 8 / CORE_BPS) * 1e3
     # The simulated router's TCP transfer to h1 fills most of the core's other direction
     # (was 0.5 x the core < rate <= the core; CI saw 0.49 on a busy machine).
     ftp = ran.flows["ftp1"]
