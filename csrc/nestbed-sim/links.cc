@@ -7,6 +7,7 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -97,10 +98,136 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
       << ",\"packets_out\":" << c.packetsOut << ",\"bytes_out\":" << c.bytesOut
       << ",\"queue_packets\":" << queuePackets << ",\"queue_bytes\":" << queueBytes
       << ",\"drops\":{\"loss\":" << c.dropsLoss << ",\"queue_full\":" << c.dropsQueue
-      << ",\"red_early\":0,\"red_forced\":0,\"ordinal\":0,\"down\":" << c.dropsDown << "}}}";
+      << ",\"red_early\":0,\"red_forced\":0,\"ordinal\":" << c.dropsOrdinal
+      << ",\"down\":" << c.dropsDown << "}}}";
 }
 
 } // namespace
+
+Loss
+ParseLoss(const std::string& word)
+{
+    Loss loss;
+    std::string text = word.substr(0, word.find('@'));
+    if (word.find('@') != std::string::npos)
+    {
+        std::string list = word.substr(word.find('@') + 1);
+        std::replace(list.begin(), list.end(), ',', ' ');
+        std::istringstream numbers(list);
+        uint64_t n;
+        while (numbers >> n)
+        {
+            loss.ordinals.insert(n);
+        }
+        if (!numbers.eof() || loss.ordinals.count(0))
+        {
+            throw std::invalid_argument("ordinals in " + word + " are not numbers from 1");
+        }
+    }
+    if (text.rfind("ge/", 0) == 0)
+    {
+        for (char& c : text)
+        {
+            c = c == '/' ? ' ' : c;
+        }
+        std::istringstream fields(text.substr(3));
+        loss.gilbert = true;
+        if (!(fields >> loss.p >> loss.r >> loss.lossBad >> loss.lossGood))
+        {
+            throw std::invalid_argument("Gilbert-Elliott loss " + word + " is not ge/P/R/BAD/GOOD");
+        }
+    }
+    else
+    {
+        std::istringstream fields(text);
+        if (!(fields >> loss.rate))
+        {
+            throw std::invalid_argument("loss " + word + " is not a probability");
+        }
+    }
+    for (double v : {loss.rate, loss.p, loss.r, loss.lossBad, loss.lossGood})
+    {
+        if (!(v >= 0 && v <= 1))
+        {
+            throw std::invalid_argument("loss " + word + " has a probability outside [0, 1]");
+        }
+    }
+    return loss;
+}
+
+LossDraw::LossDraw()
+    : m_random(CreateObject<UniformRandomVariable>())
+{
+}
+
+bool
+LossDraw::Lost(const Loss& loss)
+{
+    if (!loss.gilbert)
+    {
+        // No random draw per packet when nothing is lost.
+        return loss.rate > 0 && m_random->GetValue() < loss.rate;
+    }
+    double lost = m_bad ? loss.lossBad : loss.lossGood;
+    double leave = m_bad ? loss.r : loss.p;
+    bool dropped = m_random->GetValue() < lost;
+    if (m_random->GetValue() < leave)
+    {
+        m_bad = !m_bad;
+    }
+    return dropped;
+}
+
+TypeId
+LinkLoss::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::LinkLoss")
+                            .SetParent<ErrorModel>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<LinkLoss>();
+    return tid;
+}
+
+bool
+LinkLoss::DoCorrupt(Ptr<Packet>)
+{
+    return *down || m_draw.Lost(loss);
+}
+
+void
+LinkLoss::DoReset()
+{
+}
+
+TypeId
+SendQueue::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::SendQueue")
+                            .SetParent<DropTailQueue<Packet>>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<SendQueue>();
+    return tid;
+}
+
+bool
+SendQueue::Enqueue(Ptr<Packet> p)
+{
+    ++m_ordinal;
+    Member& m = *member;
+    bool lost = m_draw.Lost(m.sendLoss);
+    uint64_t* cause = *m.down                           ? &m.egress.dropsDown
+                      : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
+                      : lost                            ? &m.egress.dropsLoss
+                                                        : nullptr;
+    if (!cause)
+    {
+        return DropTailQueue<Packet>::Enqueue(p);
+    }
+    ++m.egress.packetsIn;
+    m.egress.bytesIn += p->GetSize();
+    ++*cause;
+    return false;
+}
 
 void
 WatchNode(Ptr<Node> node)
@@ -136,15 +263,36 @@ SimLink::Lan() const
 }
 
 void
-SimLink::Add(const std::string& node, Ptr<NetDevice> device, double loss)
+SimLink::Pace(size_t member, double bps)
+{
+    Member& m = *m_members[member];
+    Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
+    if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
+    {
+        p2p->SetInterframeGap(gap);
+        DynamicCast<WireChannel>(p2p->GetChannel())->SetDirection(member, gap, m.jitter);
+    }
+    else
+    {
+        DynamicCast<CsmaNetDevice>(m.device)->SetInterframeGap(gap);
+    }
+}
+
+void
+SimLink::Add(const std::string& node,
+             Ptr<NetDevice> device,
+             double rateBps,
+             const Loss& loss,
+             const Jitter& jitter)
 {
     auto m = std::make_unique<Member>();
     m->node = node;
     m->device = device;
-    m->loss = loss;
     m->down = &m_down;
-    m->error = CreateObject<RateErrorModel>();
-    m->error->SetAttribute("ErrorUnit", EnumValue(RateErrorModel::ERROR_UNIT_PACKET));
+    m->error = CreateObject<LinkLoss>();
+    m->error->down = &m_down;
+    (m_lan ? m->error->loss : m->sendLoss) = loss;
+    m->jitter = jitter;
     device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
     if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
     {
@@ -157,52 +305,43 @@ SimLink::Add(const std::string& node, Ptr<NetDevice> device, double loss)
         m->header = 18; // Ethernet header and FCS
     }
     Member* raw = m.get();
+    if (auto sending = DynamicCast<SendQueue>(m->queue))
+    {
+        sending->member = raw;
+    }
     g_members[PeekPointer(device)] = raw;
     m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
     m->queue->TraceConnectWithoutContext("DropBeforeEnqueue", MakeBoundCallback(&QueueDrop, raw));
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
-    Apply(*m);
     m_members.push_back(std::move(m));
-}
-
-void
-SimLink::Apply(Member& m)
-{
-    double rate = m_down ? 1.0 : m.loss;
-    m.error->SetRate(rate);
-    if (rate > 0)
-    {
-        m.error->Enable();
-    }
-    else
-    {
-        m.error->Disable(); // no random draw per packet when nothing is lost
-    }
+    Pace(m_members.size() - 1, rateBps);
 }
 
 void
 SimLink::Set(const std::vector<double>& rates,
              double delayS,
-             uint32_t queuePackets,
-             const std::vector<double>& losses)
+             const std::vector<uint32_t>& queuePackets,
+             const std::vector<Loss>& losses,
+             const std::vector<Jitter>& jitters)
 {
-    if (!m_lan && (rates.size() != m_members.size() || losses.size() != m_members.size()))
+    size_t n = m_members.size();
+    if (!m_lan && (rates.size() != n || losses.size() != n || queuePackets.size() != n))
     {
-        throw std::invalid_argument("a rate and a loss for each end of " + m_name);
+        throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
     }
-    for (size_t i = 0; i < m_members.size(); ++i)
+    for (size_t i = 0; i < n; ++i)
     {
         Member& m = *m_members[i];
-        double rate = rates[m_lan ? 0 : i];
-        m.loss = losses[m_lan ? 0 : (i + 1) % m_members.size()]; // loss from the other end
-        m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets) + "p"));
+        (m_lan ? m.error->loss : m.sendLoss) = losses[m_lan ? 0 : i];
+        m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets[m_lan ? 0 : i]) + "p"));
         if (!m_lan)
         {
-            DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rate)));
+            DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
+            m.jitter = i < jitters.size() ? jitters[i] : Jitter{};
         }
-        Apply(m);
+        Pace(i, rates[m_lan ? 0 : i]);
     }
     Ptr<Channel> channel = m_members[0]->device->GetChannel();
     channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));
@@ -216,10 +355,6 @@ void
 SimLink::SetDown(bool down)
 {
     m_down = down;
-    for (auto& m : m_members)
-    {
-        Apply(*m);
-    }
 }
 
 std::string

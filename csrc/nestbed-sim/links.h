@@ -1,9 +1,12 @@
 // The simulated links and LANs of nestbed-sim, as events change them and as their counters
 // see them.
 //
-// Every member of a link (a node's device on it) has a queue, a rate, and a receive error
-// model that drops what the link loses on the way to that member; `down` makes that model
-// drop everything, as linkd's blackhole does, and `up` gives back the link's loss. The
+// Every member of a link (a node's device on it) has a queue and a rate. On a point-to-point
+// link, the member's queue decides the loss of what it sends as linkd's pipe does, as each
+// packet arrives, before the queue and the rate (Bernoulli or Gilbert-Elliott, and drops by
+// ordinal); on a LAN, a receive error model drops what the LAN loses on the way to the
+// member. `down` makes both drop everything, as linkd's blackhole does, and `up` gives back
+// the link's loss. The
 // counters of each member mirror linkd's pipes: "egress" is what the member's device sends
 // (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
 // what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
@@ -19,9 +22,11 @@
 #include "ns3/core-module.h"
 #include "ns3/error-model.h"
 #include "ns3/network-module.h"
+#include "wire.h"
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,8 +41,76 @@ struct Counters
     uint64_t packetsOut = 0;
     uint64_t bytesOut = 0;
     uint64_t dropsLoss = 0;
+    uint64_t dropsOrdinal = 0;
     uint64_t dropsQueue = 0;
     uint64_t dropsDown = 0;
+};
+
+// A direction's random loss, as linkd's loss stage decides it: Bernoulli with probability
+// `rate`, or a Gilbert-Elliott chain (p = P(good→bad), r = P(bad→good), the loss probability
+// in each state) that decides a packet's loss in its state, then moves.
+struct Loss
+{
+    double rate = 0;
+    bool gilbert = false;
+    double p = 0;
+    double r = 0;
+    double lossBad = 1;
+    double lossGood = 0;
+    std::set<uint64_t> ordinals; // 1-based, of every packet offered to the direction
+};
+
+// A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD", then "@N,N,..." for the
+// ordinals of packets to drop, if any.
+Loss ParseLoss(const std::string& word);
+
+// Random losses, drawn as linkd's loss stage draws them; a Gilbert-Elliott chain's state
+// carries on across changes of its parameters, as in linkd.
+class LossDraw
+{
+  public:
+    LossDraw();
+    bool Lost(const Loss& loss);
+
+  private:
+    bool m_bad = false;
+    ns3::Ptr<ns3::UniformRandomVariable> m_random;
+};
+
+// The receive side of a member: drops what its Loss decides (a LAN's), everything while the
+// link is down.
+class LinkLoss : public ns3::ErrorModel
+{
+  public:
+    static ns3::TypeId GetTypeId();
+
+    Loss loss;
+    const bool* down = nullptr;
+
+  private:
+    bool DoCorrupt(ns3::Ptr<ns3::Packet> p) override;
+    void DoReset() override;
+
+    LossDraw m_draw;
+};
+
+struct Member;
+
+// The queue of what a point-to-point link's member sends: drops a packet as it arrives when
+// the link is down, when its ordinal is to be dropped, or when the loss model loses it (the
+// model draws for every packet, as linkd's does), before it takes a place in the queue or
+// time on the wire.
+class SendQueue : public ns3::DropTailQueue<ns3::Packet>
+{
+  public:
+    static ns3::TypeId GetTypeId();
+    bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
+
+    Member* member = nullptr;
+
+  private:
+    uint64_t m_ordinal = 0;
+    LossDraw m_draw;
 };
 
 struct Member
@@ -46,8 +119,9 @@ struct Member
     uint32_t header = 0; // bytes the link adds to an IP packet
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
-    ns3::Ptr<ns3::RateErrorModel> error;
-    double loss = 0; // what this member's receive side loses while the link is up
+    ns3::Ptr<LinkLoss> error; // what this member's receive side loses
+    Loss sendLoss;            // of what this member sends (point-to-point links)
+    Jitter jitter;            // of what this member sends (point-to-point links)
     const bool* down = nullptr;
     Counters egress;
     Counters ingress;
@@ -58,23 +132,32 @@ class SimLink
   public:
     SimLink(std::string name, bool lan);
 
-    // A member: its device and the node it belongs to; the loss on the way to it.
-    void Add(const std::string& node, ns3::Ptr<ns3::NetDevice> device, double loss);
+    // A member: its device and the node it belongs to, the rate it sends at, the loss of
+    // what it sends (a point-to-point link) or on the way to it (a LAN).
+    void Add(const std::string& node,
+             ns3::Ptr<ns3::NetDevice> device,
+             double rateBps,
+             const Loss& loss,
+             const Jitter& jitter = {});
 
     bool Lan() const;
-    // Rate of each member's device, the delay, the queue limit, the loss towards each
-    // member; for a LAN, rates[0] and losses[0] stand for all.
+    // Rate and queue limit of each member's device, the delay, the loss of what each member
+    // sends, and the jitter of what each member sends (point-to-point links only); for a
+    // LAN, rates[0], queues[0] and losses[0] stand for all.
     void Set(const std::vector<double>& rates,
              double delayS,
-             uint32_t queuePackets,
-             const std::vector<double>& losses);
+             const std::vector<uint32_t>& queuePackets,
+             const std::vector<Loss>& losses,
+             const std::vector<Jitter>& jitters);
     void SetDown(bool down);
     // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
     // of linkd's counters reply.
     std::string CountersJson() const;
 
   private:
-    void Apply(Member& m);
+    // The gap a member leaves after each packet it sends at RATE (the wire bytes its header
+    // lacks), and on a point-to-point link its direction of the channel.
+    void Pace(size_t member, double bps);
 
     std::string m_name;
     bool m_lan;
@@ -85,6 +168,12 @@ class SimLink
 // Counts the packets NODE's traffic-control layer drops for a full queue of its member
 // devices; once per node, when all links are built.
 void WatchNode(ns3::Ptr<ns3::Node> node);
+
+// A packet's bytes on an emulated link beside its IP packet: linkd counts an Ethernet frame
+// on the wire (header 14, FCS 4, preamble 8, gap 12). A simulated link's device leaves the
+// difference to its own header as a gap after each packet, so that a rate means as many
+// packets a second as on an emulated link.
+constexpr uint32_t WIRE_BYTES = 38;
 
 // ns-3 needs a rate; an unshaped link (0) gets one far above any emulated traffic.
 std::string Rate(double bps);

@@ -11,8 +11,12 @@
 //   tick_s SECONDS                    how often the lag is sampled
 //   control FD                        a listening Unix socket for commands (below)
 //   node NAME
-//   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_PACKETS LOSS_A LOSS_B
-//       (RATE_A and LOSS_A act on packets from A to B)
+//   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
+//       [JITTER_A JITTER_B]
+//       (RATE_A, QUEUE_A (packets), LOSS_A and JITTER_A act on packets from A to B; a loss is
+//       "P", Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it,
+//       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
+//       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
 //   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
 //       (LOSS: of every packet between two members)
 //   attach LINK NODE ADDR FD
@@ -33,7 +37,7 @@
 //                                                                  CONGESTION - : default)
 //   stop ID                           stops a tool; it writes its summary to OUT
 //   state ID                          {"done": true|false}
-//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_PACKETS LOSS_A LOSS_B
+//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B]
 //   lan-set LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
@@ -123,6 +127,45 @@ Word(std::istringstream& words, const char* what)
         throw BadLine(std::string("missing or bad ") + what);
     }
     return value;
+}
+
+// A loss word (links.h's ParseLoss).
+Loss
+LossWord(std::istringstream& words)
+{
+    auto word = Word<std::string>(words, "loss");
+    try
+    {
+        return ParseLoss(word);
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw BadLine(e.what());
+    }
+}
+
+// The jitter words that may end a p2p statement or command: none without them.
+std::vector<Jitter>
+JitterWords(std::istringstream& words)
+{
+    std::vector<Jitter> jitters;
+    std::string word;
+    while (words >> word)
+    {
+        try
+        {
+            jitters.push_back(ParseJitter(word));
+        }
+        catch (const std::invalid_argument& e)
+        {
+            throw BadLine(e.what());
+        }
+    }
+    if (!jitters.empty() && jitters.size() != 2)
+    {
+        throw BadLine("a jitter for each direction, or none");
+    }
+    return jitters.empty() ? std::vector<Jitter>(2) : jitters;
 }
 
 // A path of a command, percent-encoded so that it is one word.
@@ -294,18 +337,33 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto rateA = Word<double>(words, "rate");
         auto rateB = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
-        auto queue = Word<uint32_t>(words, "queue limit");
-        auto lossA = Word<double>(words, "loss");
-        auto lossB = Word<double>(words, "loss");
-        PointToPointHelper p2p;
-        p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
-        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(QueueSize(queue)));
-        NetDeviceContainer devices = p2p.Install(a, b);
-        devices.Get(0)->SetAttribute("DataRate", StringValue(Rate(rateA)));
-        devices.Get(1)->SetAttribute("DataRate", StringValue(Rate(rateB)));
+        auto queueA = Word<uint32_t>(words, "queue limit");
+        auto queueB = Word<uint32_t>(words, "queue limit");
+        Loss lossA = LossWord(words);
+        Loss lossB = LossWord(words);
+        std::vector<Jitter> jitters = JitterWords(words);
+        // As PointToPointHelper::Install, with the channel of wire.h.
+        Ptr<WireChannel> channel = CreateObject<WireChannel>();
+        channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
+        NetDeviceContainer devices;
+        for (auto [node, rate, queue] : {std::tuple{a, rateA, queueA}, std::tuple{b, rateB, queueB}})
+        {
+            Ptr<PointToPointNetDevice> device = CreateObject<PointToPointNetDevice>();
+            device->SetAddress(Mac48Address::Allocate());
+            device->SetDataRate(DataRate(Rate(rate)));
+            node->AddDevice(device);
+            Ptr<Queue<Packet>> packets = CreateObject<SendQueue>();
+            packets->SetMaxSize(ns3::QueueSize(QueueSize(queue)));
+            device->SetQueue(packets);
+            device->Attach(channel);
+            Ptr<NetDeviceQueueInterface> flow = CreateObject<NetDeviceQueueInterface>();
+            flow->GetTxQueue(0)->ConnectQueueTraces(packets);
+            device->AggregateObject(flow);
+            devices.Add(device);
+        }
         auto link = std::make_unique<SimLink>(name, false);
-        link->Add(nodeA, devices.Get(0), lossB); // A receives what B sends
-        link->Add(nodeB, devices.Get(1), lossA);
+        link->Add(nodeA, devices.Get(0), rateA, lossA, jitters[0]);
+        link->Add(nodeB, devices.Get(1), rateB, lossB, jitters[1]);
         m_links[name] = std::move(link);
         Address(a, devices.Get(0), addrA);
         Address(b, devices.Get(1), addrB);
@@ -316,7 +374,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto rate = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
         auto queue = Word<uint32_t>(words, "queue limit");
-        auto loss = Word<double>(words, "loss");
+        Loss loss = LossWord(words);
         CsmaHelper csma;
         csma.SetChannelAttribute("DataRate", StringValue(Rate(rate)));
         csma.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
@@ -336,7 +394,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto lan = std::make_unique<SimLink>(name, true);
         for (uint32_t i = 0; i < members.size(); ++i)
         {
-            lan->Add(members[i].first, devices.Get(i), loss);
+            lan->Add(members[i].first, devices.Get(i), rate, loss);
             Address(nodes.Get(i), devices.Get(i), members[i].second);
         }
         m_links[name] = std::move(lan);
@@ -542,13 +600,17 @@ Simulation::Command(const std::string& line)
                 rates.push_back(Word<double>(words, "rate"));
             }
             auto delay = Word<double>(words, "delay");
-            auto queue = Word<uint32_t>(words, "queue limit");
-            std::vector<double> losses{Word<double>(words, "loss")};
+            std::vector<uint32_t> queues{Word<uint32_t>(words, "queue limit")};
             if (!link.Lan())
             {
-                losses.push_back(Word<double>(words, "loss"));
+                queues.push_back(Word<uint32_t>(words, "queue limit"));
             }
-            link.Set(rates, delay, queue, losses);
+            std::vector<Loss> losses{LossWord(words)};
+            if (!link.Lan())
+            {
+                losses.push_back(LossWord(words));
+            }
+            link.Set(rates, delay, queues, losses, link.Lan() ? std::vector<Jitter>{} : JitterWords(words));
             return Reply("");
         }
         if (verb == "link")

@@ -23,7 +23,9 @@ from nestbed.spec import load
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("simulator")]
 
 CORE_BPS, CORE_DELAY_S = 2_000_000, 0.020
-PPP_BYTES = 2  # ns-3's point-to-point header on every packet of the simulated link
+# What the simulated link carries beside each IP packet, as an emulated link does: an
+# Ethernet frame on the wire (ns-3's 2-byte PPP header, then a gap for the rest).
+WIRE_BYTES = 38
 
 
 def _example(name: str):
@@ -50,7 +52,7 @@ def _ping_rtts_ms(p, count: int = 20, to: str = "h2") -> list[float]:
 
 def _expected_rtt_ms(ip_bytes: int) -> float:
     """Both ways across the core: its delay and the serialization of the packet."""
-    return 2 * (CORE_DELAY_S + (ip_bytes + PPP_BYTES) * 8 / CORE_BPS) * 1e3
+    return 2 * (CORE_DELAY_S + (ip_bytes + WIRE_BYTES) * 8 / CORE_BPS) * 1e3
 
 
 def test_ping_crosses_the_simulated_link_in_twice_its_delay_and_serialization(swapped):
@@ -118,7 +120,7 @@ def test_a_stream_twice_the_link_rate_is_carried_at_the_link_rate(swapped, tmp_p
     received = [int(r["recv_ns"]) for r in rows]
     ip_bytes = size + 28
     rate_bps = (len(received) - 1) * ip_bytes * 8 / ((received[-1] - received[0]) / 1e9)
-    ceiling = CORE_BPS * ip_bytes / (ip_bytes + PPP_BYTES)
+    ceiling = CORE_BPS * ip_bytes / (ip_bytes + WIRE_BYTES)
     offered = json.loads(sent.stdout)["packets_sent"]
     # At most the link's rate (was rate <= ceiling x 1.02, from first arrival to last: a
     # receiver held at its first packet shortened that span): every datagram received was
@@ -156,7 +158,7 @@ def test_unshaped_attachments_and_a_simulated_chain(swapped):
     p = swapped(exp)
     assert not p.needs_linkd  # both attachments are plain veths to the simulator
     rtts, fastest, median = _pings_within_the_simulator(p, "r1", 10)
-    expected = 2 * 2 * (0.005 + 86 * 8 / 10e6) * 1e3
+    expected = 2 * 2 * (0.005 + (84 + WIRE_BYTES) * 8 / 10e6) * 1e3
     print(f"RTT expected {expected:.3f} ms, min {min(rtts):.3f} (at most "
           f"{expected + fastest:.3f}), median {statistics.median(rtts):.3f} (at most "
           f"{expected + median:.3f})")  # fmt: skip
@@ -187,7 +189,7 @@ def test_the_example_runs_end_to_end_into_a_results_folder(run_file):
     print(f"cbr0: {received} of {sent}, {dropped} dropped on its way, mean delay "
           f"{cbr['delay_mean_ms']} ms")  # fmt: skip
     assert 0 <= sent - received <= dropped
-    assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+    assert float(cbr["delay_mean_ms"]) >= (CORE_DELAY_S + (528 + WIRE_BYTES) * 8 / CORE_BPS) * 1e3
     # The simulated router's TCP transfer to h1 fills most of the core's other direction
     # (was 0.5 x the core < rate <= the core; CI saw 0.49 on a busy machine).
     ftp = ran.flows["ftp1"]

@@ -101,7 +101,7 @@ def test_agents_of_simulated_nodes_carry_traffic_both_ways(run_file):
                                           "throughput_bps", "delay_mean_ms", "outcome")})  # fmt: skip
         assert row["outcome"].startswith("ok; simulated: "), row["outcome"]
     # CBR: 3 s of 250 datagrams a second, a tenth of the core: all arrive, no sooner than the
-    # core's delay and the serialization of a 530-byte packet on it.
+    # core's delay and the serialization of a 528-byte packet on it (566 bytes on the wire).
     # What was sent follows the senders' own first and last sends and the start and stop
     # events (was 720 <= sent <= 770: as they fell on a quiet machine).
     lag_s = ran.lag_max_s()
@@ -110,7 +110,7 @@ def test_agents_of_simulated_nodes_carry_traffic_both_ways(run_file):
         sent, got = int(row["packets_sent"]), int(row["packets_received"])
         assert sent == ran.cbr_sent_explained(flow, 500 * 8 / 1e6, lag_s)
         assert got >= 0.98 * sent, (flow, got, sent)
-        assert float(row["delay_mean_ms"]) >= (CORE_DELAY_S + 530 * 8 / CORE_BPS) * 1e3
+        assert float(row["delay_mean_ms"]) >= (CORE_DELAY_S + 566 * 8 / CORE_BPS) * 1e3
     assert flows["inside"]["outcome"] == "ok; simulated: r1 and r2 in nestbed-sim"
     # FTP: each TCP flow has the core's r2-to-r1 direction to itself for 3 s: ns-3's TCP
     # sending to Linux's, then Linux's to ns-3's: most of the core's rate on a quiet host (9.5
@@ -153,14 +153,15 @@ def test_events_take_a_simulated_link_down_up_and_slow_it(run_file):
     for verb in ("down", "up", "bandwidth"):
         assert done[("core", verb)]["outcome"] == "ok", done[("core", verb)]
     per_second = {round(float(r["t_s"])): int(r["packets"]) for r in ran.table("traffic/cbr0.csv")}
-    # A 530-byte packet on the core (with its 2-byte PPP header) every 8.48 ms at 500 kb/s.
-    slow = 500_000 / (530 * 8)
+    # A 528-byte packet on the core (566 bytes, an Ethernet frame on the wire, as on an
+    # emulated link) every 9.056 ms at 500 kb/s.
+    slow = 500_000 / (566 * 8)
     print(f"cbr0 packets per second {per_second}; at 500 kb/s {slow:.1f} a second")
     # 250 offered a second; the start, and the link's coming up, fall a little into their
     # second (events run on the controller's clock, packets take the core's 22 ms)
     assert per_second[1] >= 200 and per_second[3] >= 200
     at, lag_s, sent_s = ran.events(), ran.lag_max_s(), ran.delivered_sent_s("cbr0")
-    cross_s = 0.020 + 530 * 8 / 2e6  # the example's core: 20 ms and 2 Mb/s
+    cross_s = 0.020 + 566 * 8 / 2e6  # the example's core: 20 ms and 2 Mb/s
     # Down (was: at most 10 packets arriving in second 2; CI's receiver, held up, moved more
     # into it): counted by send time, a packet gets through only if it reached r2 before the
     # simulator applied the down, at its dispatch, later by at most the simulator's lag (the
@@ -174,7 +175,10 @@ def test_events_take_a_simulated_link_down_up_and_slow_it(run_file):
     _slowed_core_carries_its_rate(ran, sent_s, slow, lag_s, cross_s)
     counters = [r for r in ran.table("links/counters.csv") if r["link"] == "core"]
     last = {(r["port"], r["direction"]): r for r in counters}
-    assert int(last[("r2", "ingress")]["drops_other"]) >= 200  # 1 s down at 250 a second
+    # 1 s down at 250 a second: dropped as r1 offers them to the core, as linkd's pipe drops
+    # them (and the few on the wire when it went down, as r2 receives them)
+    down = [int(last[end]["drops_other"]) for end in (("r1", "egress"), ("r2", "ingress"))]
+    assert down[0] >= 200 and down[1] <= 10
     assert int(last[("r1", "egress")]["drops_queue"]) > 0  # 1 Mb/s into 500 kb/s
 
 

@@ -41,8 +41,11 @@ def test_nestbed_sim_is_told_nodes_links_attachments_then_routes():
     text = plan(build(HYBRID)).simulation.description({"a1": 7, "a2": 8})
     lines = text.splitlines()
     assert lines[:3] == ["hard_limit_s 0.005", "node r1", "node r2"]
-    # 2 Mb/s, 20 ms, ns-2's default queue of 50 packets, 1 % loss each way
-    assert lines[3] == "p2p core r1 10.1.1.2/24 r2 10.1.1.3/24 2000000 2000000 0.02 50 0.01 0.01"
+    # 2 Mb/s, 20 ms, linkd's default queue (its bandwidth-delay product, at least 50
+    # packets) each way, 1 % loss each way
+    assert lines[3] == (
+        "p2p core r1 10.1.1.2/24 r2 10.1.1.3/24 2000000 2000000 0.02 50 50 0.01 0.01"
+    )
     assert lines[4:6] == ["attach a1 r1 10.1.2.3/24 7", "attach a2 r2 10.1.3.3/24 8"]
     routes = [line for line in lines if line.startswith("route ")]
     # r1 reaches h3's link behind emulated h2 through the simulated core
@@ -66,7 +69,7 @@ def test_the_example_plans_two_hosts_and_a_simulated_core():
     assert [n.name for n in p.nodes] == ["h1", "h2"]
     assert p.simulation.nodes == ("r1", "r2")
     assert p.simulation.links == (
-        "p2p core r1 10.1.1.2/24 r2 10.1.1.3/24 2000000 2000000 0.02 20 0.0 0.0",
+        "p2p core r1 10.1.1.2/24 r2 10.1.1.3/24 2000000 2000000 0.02 20 20 0.0 0.0",
     )
 
 
@@ -203,17 +206,19 @@ def test_events_on_a_simulated_link_become_nestbed_sim_settings():
     core = exp.links[0]
     assert "core" in plan(exp).simulation.link_names
     slower = link_after_event(core, core, "bandwidth", ("1Mb",))
-    assert simplan.settings(slower) == "p2p-set core 1000000 1000000 0.02 50 0.01 0.01"
+    assert simplan.settings(slower) == "p2p-set core 1000000 1000000 0.02 50 50 0.01 0.01"
     lossless = link_after_event(slower, core, "plr", ("0",))
     longer = link_after_event(lossless, core, "delay", ("40ms",))
-    assert simplan.settings(longer) == "p2p-set core 1000000 1000000 0.04 50 0.0 0.0"
+    assert simplan.settings(longer) == "p2p-set core 1000000 1000000 0.04 50 50 0.0 0.0"
     in_bytes = link_after_event(core, core, "queue-set", ("r1", "queue-in-bytes_", "1"))
     with pytest.raises(UserError) as caught:
         simplan.settings(in_bytes)
     assert str(caught.value) == (
-        "simulated link core asks for queue limits in bytes, which simulated links do not have yet"
+        "simulated link core asks for queue limits in bytes, which simulated links do not have "
+        "yet; remove it or move the link out of make-simulated"
     )
-    assert simplan.settings(link_after_event(in_bytes, core, "reset", ())).endswith(" 50 0.01 0.01")
+    reset = link_after_event(in_bytes, core, "reset", ())
+    assert simplan.settings(reset).endswith(" 50 50 0.01 0.01")
 
 
 def test_a_simulated_lan_has_one_rate_delay_and_loss():
@@ -242,3 +247,82 @@ def test_emulated_nodes_of_a_hybrid_experiment_send_no_duplicate_sacks():
 
 
 TWO_EMULATED = "nodes: [{name: a}, {name: b}]\nlinks: [{name: l, members: [a, b]}]\n"
+
+
+def _core(options: str) -> str:
+    """HYBRID with the simulated core's options replaced by OPTIONS."""
+    return HYBRID.replace("bandwidth: 2Mb, delay: 20ms, loss: 0.01, simulated: true", options)
+
+
+@pytest.mark.parametrize(
+    ("options", "what"),
+    [
+        ("delay: 20ms,\n     queue: {type: red}", "RED queues"),
+        ("delay: 20ms,\n     queue: {limit: 9000, limit_unit: bytes}", "queue limits in bytes"),
+        ("delay: 20ms,\n     duplicate: 0.01", "duplication"),
+        ("delay: 20ms,\n     corrupt: 0.01", "corruption"),
+    ],
+)
+def test_what_a_simulated_link_cannot_do_is_refused_at_its_line(tmp_path, options, what):
+    path = tmp_path / "t.yaml"
+    path.write_text(_core(options))
+    with pytest.raises(UserError) as caught:
+        load(path)
+    # HYBRID's core is on line 5; the option on the line after
+    assert str(caught.value) == (
+        f"t.yaml:6: simulated link core asks for {what}, which simulated links do not have "
+        "yet; remove it or move the link out of make-simulated"
+    )
+
+
+def test_an_unshaped_simulated_link_ignores_its_shaping_as_an_emulated_one_does():
+    exp = build(_core("bandwidth: 2Mb, delay: 20ms, jitter: 1ms, noshaping: true"))
+    assert plan(exp).simulation.links[0].endswith(" r2 10.1.1.3/24 0 0 0.0 50 50 0.0 0.0")
+
+
+def test_queue_limits_are_linkds_each_way():
+    # 100 Mb/s one way, 1 Mb/s the other, 20 ms: linkd's default is each direction's
+    # bandwidth-delay product for twice the delay in 1538-byte frames, at least 50 packets
+    both = "delay: 20ms, simulated: true,\n     members: [{node: r1, egress: {bandwidth: 100Mb}},"
+    exp = build(_core(both + " {node: r2, egress: {bandwidth: 1Mb}}]").replace(
+        "members: [r1, r2], ", ""
+    ))  # fmt: skip
+    words = plan(exp).simulation.links[0].split()
+    assert words[6:11] == ["100000000", "1000000", "0.02", "326", "50"]
+    limited = _core("delay: 20ms, simulated: true,\n     members: [{node: r1, egress: "
+                    "{queue: {limit: 7}}}, {node: r2, egress: {queue: {limit: 9}}}]")  # fmt: skip
+    words = plan(build(limited.replace("members: [r1, r2], ", ""))).simulation.links[0].split()
+    assert words[9:11] == ["7", "9"]
+
+
+def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_refused_on_a_lan():
+    from nestbed.backend import simplan
+
+    exp = build(_core("delay: 20ms, gilbert_elliott: {p: 0.05, r: 0.25}"))
+    assert plan(exp).simulation.links[0].endswith(" ge/0.05/0.25/1.0/0.0 ge/0.05/0.25/1.0/0.0")
+    _refused_on_a_lan("members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}",
+                      "Gilbert-Elliott loss on a LAN")  # fmt: skip
+    core = exp.links[0]
+    from nestbed.model.events import link_after_event
+
+    assert simplan.settings(link_after_event(core, core, "plr", ("0.1",))).endswith(" 0.1 0.1")
+
+
+def test_jitter_is_the_simulators_on_a_link_each_way_and_refused_on_a_lan():
+    exp = build(_core("delay: 20ms, jitter: 2ms, jitter_distribution: normal"))
+    assert plan(exp).simulation.links[0].endswith(" 0.0 0.0 0.002/normal/0 0.002/normal/0")
+    _refused_on_a_lan("members: [r1, r2], jitter: 1ms", "jitter on a LAN")
+
+
+def test_drops_by_ordinal_are_the_simulators_on_a_link_and_refused_on_a_lan():
+    exp = build(_core("delay: 20ms, drop_packets: [3, 17]"))
+    assert plan(exp).simulation.links[0].endswith(" 50 50 0.0@3,17 0.0@3,17")
+    _refused_on_a_lan("members: [{node: r1, egress: {drop_packets: [2]}}, r2]",
+                      "drops by ordinal on a LAN")  # fmt: skip
+
+
+def _refused_on_a_lan(options: str, what: str) -> None:
+    """HYBRID with a simulated LAN of r1 and r2 with OPTIONS is refused for WHAT."""
+    text = HYBRID.replace("links:\n", f"lans:\n  - {{name: ether, {options}}}\nlinks:\n")
+    with pytest.raises(UserError, match=f"simulated lan ether asks for {what}, which"):
+        build(text)

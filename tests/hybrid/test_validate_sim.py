@@ -25,9 +25,9 @@ def test_the_bench_is_two_emulated_hosts_around_a_simulated_link(tmp_path):
     bench.set_link({"bandwidth": {"rate_bps": 384_000}})
     bench.set_link({"loss": {"model": "bernoulli", "p": 0.025}})
     assert bench.simulator.requests == [
-        ("p2p-set", "link0", 0, 0, "0.005", 50, "0.0", "0.0"),
-        ("p2p-set", "link0", 384_000, 384_000, "0.0", 50, "0.0", "0.0"),
-        ("p2p-set", "link0", 0, 0, "0.0", 50, "0.025", "0.025"),
+        ("p2p-set", "link0", 0, 0, "0.005", 50, 50, "0.0", "0.0"),
+        ("p2p-set", "link0", 384_000, 384_000, "0.0", 50, 50, "0.0", "0.0"),
+        ("p2p-set", "link0", 0, 0, "0.0", 50, 50, "0.025", "0.025"),
     ]
 
 

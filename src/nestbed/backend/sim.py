@@ -12,11 +12,12 @@ its client.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from urllib.parse import quote
 
 from nestbed.backend.plan import Plan
 from nestbed.binaries import built_binary
-from nestbed.errors import EnvironmentProblem, InternalError, Refused
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, Refused
 
 LOG = "sim.log"
 PID = "sim.pid"
@@ -32,6 +33,7 @@ SOCKET = "sim.sock"
 _ETH_P_ALL = 0x0003
 _SO_RCVBUFFORCE = 33  # socket.h: SO_RCVBUF past rmem_max, for root
 _ATTACHMENT_BUFFER_BYTES = 16 << 20
+_POLL_S = 0.05  # how often a waiting SimulatedProcess asks whether its tool is done
 
 
 def binary(plan: Plan) -> str:
@@ -155,6 +157,45 @@ class SimChannel:
     def close(self) -> None:
         self.reader.close()
         self.sock.close()
+
+
+class SimulatedProcess:
+    """A traffic tool running in nestbed-sim, as a flow (or linktest) sees a process."""
+
+    def __init__(self, channel: SimChannel, tool: str, argv: Sequence[str]):
+        self.channel, self.tool, self.args = channel, tool, list(argv)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                if self.channel.request("state", self.tool)["done"]:
+                    self.returncode = 0
+            except (OSError, NestbedError):
+                self.returncode = 1  # the simulator is gone; the run's lag record says so
+        return self.returncode
+
+    def send_signal(self, _signum: int) -> None:
+        """Any signal stops the tool, which writes its summary before the reply."""
+        if self.returncode is None:
+            try:
+                self.channel.request("stop", self.tool)
+                self.returncode = 0
+            except (OSError, NestbedError):
+                self.returncode = 1
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    kill = terminate
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(_POLL_S)
+        return code
 
 
 @dataclass(frozen=True)

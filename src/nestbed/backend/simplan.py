@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nestbed.errors import UserError
+from nestbed.model.formulas import default_queue_packets
+from nestbed.model.simulated import bernoulli_loss, gaps, rate_and_delay
 
 if TYPE_CHECKING:
     # The IR's models load only where one is built, not where a kept plan is read.
-    from nestbed.model import Experiment, Link, Shaping
+    from nestbed.model import Experiment, Link, Port, Shaping
 
-# ns-2's default queue limit (Queue set limit_ 50): the files are ns-2's, so is the default.
-DEFAULT_QUEUE_PACKETS = 50
 # The lag behind real time a run may have before it is marked (nse's HardLimit, 5 ms).
 DEFAULT_HARD_LIMIT_S = 0.005
 # Sysctls of the emulated nodes of an experiment with simulated ones (a node's own win): no
@@ -121,7 +121,9 @@ def is_simulated(link: Link, simulated: set[str]) -> bool:
 
 
 def check(exp: Experiment) -> None:
-    """One UserError naming everything of the simulated part nestbed-sim cannot run."""
+    """One UserError naming everything of the simulated part nestbed-sim cannot run (the
+    front ends refuse a simulated link's options with their place in the file first; this
+    is for experiments built otherwise)."""
     simulated = simulated_nodes(exp)
     if not simulated:
         return
@@ -133,7 +135,7 @@ def check(exp: Experiment) -> None:
                 "to a simulated one with a duplex-link"
             )
         elif is_simulated(link, simulated):
-            problems += _unsupported(link)
+            problems += [gap.sentence for gap in gaps(link)]
     commands = [(f"program {p.name}", p.node) for p in exp.programs]
     commands += [(f"the startcmd of {n.name}", n.name) for n in exp.nodes if n.startcmd]
     for what, node in commands:
@@ -146,72 +148,67 @@ def check(exp: Experiment) -> None:
         raise UserError("; ".join(problems))
 
 
-def _unsupported(link: Link) -> list[str]:
-    """What a simulated link asks for that nestbed-sim's DropTail links do not do."""
-    found = set()
-    for port in link.ports:
-        for s in (port.egress, port.ingress):
-            if s.jitter_s:
-                found.add("jitter")
-            if s.gilbert_elliott is not None:
-                found.add("Gilbert-Elliott loss")
-            if s.drop_ordinals:
-                found.add("drops by ordinal")
-            if s.duplicate or s.corrupt:
-                found.add("duplication or corruption")
-            if s.queue.kind != "droptail":
-                found.add("RED queues")
-            if s.queue.limit_unit != "packets":
-                found.add("queue limits in bytes")
-    return [
-        f"simulated {link.kind} {link.name} asks for {what}, which simulated links do not "
-        "have yet; move it out of make-simulated"
-        for what in sorted(found)
-    ]
+def _loss(sender: Shaping, receiver: Shaping) -> str:
+    """nestbed-sim's loss word for one direction: its Gilbert-Elliott chain (``gaps`` leaves
+    no other loss beside one), or the Bernoulli loss of both halves; then the sender's
+    ordinals to drop (a link's receiving half has none)."""
+    ge = sender.gilbert_elliott or receiver.gilbert_elliott
+    if ge is None:
+        word = repr(bernoulli_loss(sender, receiver))
+    else:
+        word = "ge/" + "/".join(repr(v) for v in (ge.p, ge.r, ge.loss_bad, ge.loss_good))
+    if sender.drop_ordinals:
+        word += "@" + ",".join(str(n) for n in sender.drop_ordinals)
+    return word
 
 
-def _direction(sender: Shaping, receiver: Shaping) -> tuple[int, float, float]:
-    """Rate, delay and loss from one port to another: the sender's egress, then the
-    receiver's ingress."""
-    rates = [r for r in (sender.bandwidth_bps, receiver.bandwidth_bps) if r]
-    loss = sender.loss + receiver.loss - sender.loss * receiver.loss  # exact when one is 0
-    return (min(rates) if rates else 0), sender.delay_s + receiver.delay_s, loss
-
-
-def _queue(link: Link) -> int:
-    limits = [p.egress.queue.limit for p in link.ports if p.egress.queue.limit]
-    return min(limits) if limits else DEFAULT_QUEUE_PACKETS
+def _queue(s: Shaping, rate_bps: int, delay_s: float) -> int:
+    """A direction's queue limit: the file's, or linkd's default for its rate and delay."""
+    return s.queue.limit or default_queue_packets(rate_bps, delay_s)
 
 
 def _cidr(link: Link, node: str) -> str:
     return str(link.port(node).interface)
 
 
+def _shaping(port: Port, link: Link) -> tuple[Shaping, Shaping]:
+    """The port's egress and ingress, none of it on a link that is not shaped."""
+    if link.noshaping:
+        from nestbed.model import Shaping
+
+        return Shaping(), Shaping()
+    return port.egress, port.ingress
+
+
+def _jitter(sender: Shaping, receiver: Shaping) -> str:
+    """nestbed-sim's jitter word for one direction (``gaps`` leaves at most one half with
+    jitter)."""
+    s = sender if sender.jitter_s else receiver
+    if not s.jitter_s:
+        return "0"
+    return f"{s.jitter_s!r}/{s.jitter_distribution}/{int(s.reorder)}"
+
+
 def _p2p_parameters(link: Link) -> str:
-    """RATE_A RATE_B DELAY QUEUE LOSS_A LOSS_B of a point-to-point link (A, B: its ports)."""
-    a, b = link.ports
-    rate_ab, delay_ab, loss_ab = _direction(a.egress, b.ingress)
-    rate_ba, delay_ba, loss_ba = _direction(b.egress, a.ingress)
-    if abs(delay_ab - delay_ba) > 1e-9:
-        raise UserError(
-            f"simulated link {link.name} has delay {delay_ab * 1e3:g} ms one way and "
-            f"{delay_ba * 1e3:g} ms the other; a simulated link has one delay"
-        )
-    return f"{rate_ab} {rate_ba} {delay_ab!r} {_queue(link)} {loss_ab!r} {loss_ba!r}"
+    """RATE_A RATE_B DELAY QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B] of a
+    point-to-point link (A, B: its ports; ``gaps`` has checked that both ways have one
+    delay); the jitters only where either way has one."""
+    (a_out, a_in), (b_out, b_in) = (_shaping(p, link) for p in link.ports)
+    rate_ab, delay = rate_and_delay(a_out, b_in)
+    rate_ba, _ = rate_and_delay(b_out, a_in)
+    queues = f"{_queue(a_out, rate_ab, delay)} {_queue(b_out, rate_ba, delay)}"
+    words = f"{rate_ab} {rate_ba} {delay!r} {queues} {_loss(a_out, b_in)} {_loss(b_out, a_in)}"
+    jitters = (_jitter(a_out, b_in), _jitter(b_out, a_in))
+    return words if jitters == ("0", "0") else f"{words} {' '.join(jitters)}"
 
 
 def _lan_parameters(link: Link) -> str:
-    """RATE DELAY QUEUE LOSS of a LAN, the same between any two of its members."""
-    first = link.ports[0]
-    between = _direction(first.egress, first.ingress)
-    if any(_direction(p.egress, p.ingress) != between for p in link.ports):
-        raise UserError(
-            f"simulated LAN {link.name} gives its members different bandwidths, delays or "
-            "loss rates; a simulated LAN has one of each"
-        )
-    # One member's egress and another's ingress: the same halves as its own two.
-    rate, delay, loss = between
-    return f"{rate} {delay!r} {_queue(link)} {loss!r}"
+    """RATE DELAY QUEUE LOSS of a LAN, the same between any two of its members (``gaps``
+    has checked): one member's egress and another's ingress are the same halves as its own
+    two."""
+    out, into = _shaping(link.ports[0], link)
+    rate, delay = rate_and_delay(out, into)
+    return f"{rate} {delay!r} {_queue(out, rate, delay)} {_loss(out, into)}"
 
 
 def _statement(link: Link) -> str:
@@ -226,9 +223,9 @@ def _statement(link: Link) -> str:
 def settings(link: Link) -> str:
     """The nestbed-sim command that gives a simulated link (or LAN) the shaping ``link``
     has now, after events changed it; a UserError for what simulated links do not have."""
-    problems = _unsupported(link)
+    problems = gaps(link)
     if problems:
-        raise UserError(problems[0].replace("; move it out of make-simulated", ""))
+        raise UserError(problems[0].sentence)
     if link.kind == "link":
         return f"p2p-set {link.name} {_p2p_parameters(link)}"
     return f"lan-set {link.name} {_lan_parameters(link)}"

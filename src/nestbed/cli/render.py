@@ -241,7 +241,8 @@ def _beside_nse(name: str, title: str) -> tuple[str, dict[str, Callable[[dict], 
 
 
 _VALIDATE_SIMULATED_TABLES["bandwidth"] = _beside_nse(
-    "bandwidth", "Table 2: bandwidth of a simulated link (IP and PPP header, offered +5 %)"
+    "bandwidth",
+    "Table 2: bandwidth of a simulated link (Ethernet frames on the wire, offered +5 %)",
 )
 _VALIDATE_SIMULATED_TABLES["loss"] = _beside_nse(
     "loss", "Table 3: loss of a simulated link (99 % Wilson interval of the measured rate)"

@@ -5,16 +5,14 @@ A simulated node has no operating system, but it runs nestbed's two traffic tool
 does what nestbed-probe (CBR over UDP) and the bulk TCP transfer (FTP) do, with the same wire
 format, summaries and logs (`csrc/nestbed-sim/tools.h`). A flow starts its ends by the argv an
 emulated node would run; for a simulated node, ``command`` turns that argv into the
-nestbed-sim command that does the same, and ``SimulatedProcess`` gives it the face of a
-process (poll, send_signal, wait), so a flow whose source, destination or both are simulated
-is started, stopped and read like any other. Anything else is refused in one sentence.
+nestbed-sim command that does the same, and ``SimulatedProcess`` (``backend.sim``, which
+linktest uses too) gives it the face of a process (poll, send_signal, wait), so a flow whose
+source, destination or both are simulated is started, stopped and read like any other.
+Anything else is refused in one sentence.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,11 +21,10 @@ from typing import Any
 from nestbed.backend import simplan
 from nestbed.backend.linkd import Pipe, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.backend.sim import SimChannel, word
-from nestbed.errors import NestbedError, Refused
+from nestbed.backend.sim import SimChannel, SimulatedProcess, word
+from nestbed.errors import Refused
 from nestbed.model import Link
 
-_POLL_S = 0.05
 _PROBE = "nestbed-probe"
 _BULK = ("-m", "nestbed.control.bulk")
 # The options each tool takes, as the flows give them (all with a value).
@@ -84,45 +81,6 @@ def _options(kind: str, role: str, words: Sequence[str]) -> dict[str, str]:
         names = ", ".join(sorted(unknown))
         raise Refused(f"a simulated node's {kind} {role} has no option {names}")
     return found
-
-
-class SimulatedProcess:
-    """A traffic tool running in nestbed-sim, as a flow sees a process."""
-
-    def __init__(self, channel: SimChannel, tool: str, argv: Sequence[str]):
-        self.channel, self.tool, self.args = channel, tool, list(argv)
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                if self.channel.request("state", self.tool)["done"]:
-                    self.returncode = 0
-            except (OSError, NestbedError):
-                self.returncode = 1  # the simulator is gone; the run's lag record says so
-        return self.returncode
-
-    def send_signal(self, _signum: int) -> None:
-        """Any signal stops the tool, which writes its summary before the reply."""
-        if self.returncode is None:
-            try:
-                self.channel.request("stop", self.tool)
-                self.returncode = 0
-            except (OSError, NestbedError):
-                self.returncode = 1
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    kill = terminate
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            time.sleep(_POLL_S)
-        return code
 
 
 class SimulatedPart:

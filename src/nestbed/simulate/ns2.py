@@ -3,7 +3,6 @@ its trace, line by line, to whoever reads it (no trace file is ever stored whole
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import shutil
@@ -18,13 +17,10 @@ from pathlib import Path
 
 from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.model import Experiment, Shaping
+from nestbed.model.formulas import default_queue_packets
 from nestbed.spec.ns import STUB
 
 DRIVER = Path(__file__).resolve().parent / "ns2.tcl"
-# nestbed-linkd's default queue limit (crates/nestbed-pipe/src/queue.rs, bdp_queue_limit):
-# the bandwidth-delay product for twice the pipe's delay, in full frames on the wire.
-_MIN_QUEUE_PACKETS = 50
-_FULL_FRAME_WIRE_BYTES = 1514 + 24
 _STDERR_KEEP = 64 * 1024  # the end of ns-2's stderr kept for error messages
 _CONNECT_POLL_S = 0.1
 
@@ -50,10 +46,7 @@ def find_ns(ns: str = "ns") -> str:
 
 def default_queue_limit(shaping: Shaping) -> int:
     """The queue limit nestbed-linkd uses when the file gives none (so ns-2 uses it too)."""
-    rate, rtt_s = shaping.bandwidth_bps, 2 * shaping.delay_s
-    if rate == 0:
-        return _MIN_QUEUE_PACKETS
-    return max(_MIN_QUEUE_PACKETS, math.ceil(rate * rtt_s / (_FULL_FRAME_WIRE_BYTES * 8) - 1e-9))
+    return default_queue_packets(shaping.bandwidth_bps, shaping.delay_s)
 
 
 def _settings(s: Shaping) -> str:

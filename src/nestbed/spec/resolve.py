@@ -18,6 +18,7 @@ from nestbed.model import ir
 from nestbed.model.base import NAME_RE, OBJECT_NAME_RE
 from nestbed.model.events import check_action
 from nestbed.model.ir import lan_halves
+from nestbed.model.simulated import gaps
 from nestbed.spec import document as doc
 from nestbed.spec.problems import Location, Problems, describe_validation_error
 from nestbed.units import (
@@ -530,7 +531,7 @@ class _Resolver:
                         path + ("members", j, "ip"),
                         f"{what}: address '{m.ip}' of member {m.node} is not a valid IPv4 address",
                     )
-        return ir.Link.model_construct(
+        link = ir.Link.model_construct(
             name=name,
             kind=kind,  # type: ignore[arg-type]
             ports=ports,
@@ -538,6 +539,24 @@ class _Resolver:
             noshaping=bool(ld.noshaping),
             simulated=bool(ld.simulated),
         )
+        self.refuse_simulated_gaps(path, ld, members, link)
+        return link
+
+    def refuse_simulated_gaps(
+        self, path: Path_, ld: doc.LinkDoc, members: list[doc.MemberDoc], link: ir.Link
+    ) -> None:
+        """An error, at the option's line, for each option of a link between simulated nodes
+        that simulated links do not have (``model.simulated``)."""
+        simulated = {n.name for n in self.doc.nodes if n.simulated}
+        if not link.ports or not all(p.node in simulated for p in link.ports):
+            return
+        for gap in gaps(link):
+            where = path + (gap.option,)
+            if gap.member is not None and getattr(ld, gap.option, None) is None:
+                member = members[gap.member]
+                side = "egress" if getattr(member.egress, gap.option, None) else "ingress"
+                where = path + ("members", gap.member, side, gap.option)
+            self.p.error(where, gap.sentence)
 
     def shaping(self, path: Path_, s: doc.ShapingDoc, base: ir.Shaping, what: str) -> ir.Shaping:
         """``base`` with every field ``s`` sets replaced."""

@@ -1,0 +1,58 @@
+// The channel of nestbed-sim's simulated point-to-point links: ns-3's, with each direction's
+// packets delivered as linkd delivers them. A packet is on the wire for its Ethernet frame's
+// bytes (the sending device's rate covers its own header; the rest is a gap the device
+// leaves after it, see links.h's WIRE_BYTES), then the link's delay and this direction's
+// jitter: drawn as linkd draws it (netem's distributions, clipped to ±4 jitters), never
+// before the packet is on the wire, and never before the packet ahead of it unless the
+// direction reorders.
+
+#pragma once
+
+#include "ns3/core-module.h"
+#include "ns3/point-to-point-module.h"
+
+#include <array>
+#include <string>
+
+namespace nestbed
+{
+
+struct Jitter
+{
+    double jitterS = 0;
+    std::string distribution = "uniform"; // uniform, normal, pareto, paretonormal
+    bool reorder = false;
+};
+
+// A jitter word: "0" (none) or "JITTER_S/DISTRIBUTION/REORDER" (REORDER 0 or 1).
+Jitter ParseJitter(const std::string& word);
+
+class WireChannel : public ns3::PointToPointChannel
+{
+  public:
+    static ns3::TypeId GetTypeId();
+    WireChannel();
+
+    // Direction 0 carries what the first attached device sends.
+    void SetDirection(size_t direction, ns3::Time gap, const Jitter& jitter);
+
+    bool TransmitStart(ns3::Ptr<const ns3::Packet> p,
+                       ns3::Ptr<ns3::PointToPointNetDevice> src,
+                       ns3::Time txTime) override;
+
+  private:
+    struct Direction
+    {
+        ns3::Time gap;
+        Jitter jitter;
+        ns3::Time lastDue;
+    };
+
+    double Draw(const Jitter& jitter);
+
+    std::array<Direction, 2> m_directions;
+    ns3::Ptr<ns3::UniformRandomVariable> m_uniform;
+    ns3::Ptr<ns3::NormalRandomVariable> m_normal;
+};
+
+} // namespace nestbed

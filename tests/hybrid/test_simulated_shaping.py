@@ -1,0 +1,177 @@
+"""A simulated link's shaping options on real packets: emulated hosts send across a simulated
+link between two simulated routers, swapped in for real, and what arrives is what the
+option means on an emulated link."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+import time
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from nbtest import build, swapping
+from nestbed.backend import linux, sim
+from nestbed.binaries import probe_recv, probe_send
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("simulator")]
+
+# Gilbert-Elliott loss: P(good→bad) 0.05, P(bad→good) 0.25, every packet lost in the bad
+# state: 1/6 of the packets lost, in bursts of 1/0.25 = 4 on average (Bernoulli loss at the
+# same rate would give bursts of 1.2).
+GE_P, GE_R = 0.05, 0.25
+BURSTY = f"""
+routing: static
+nodes: [{{name: h1}}, {{name: h2}}, {{name: r1, simulated: true}}, {{name: r2, simulated: true}}]
+links:
+  - {{name: a1, members: [h1, r1]}}
+  - {{name: core, members: [r1, r2], bandwidth: 10Mb, delay: 2ms,
+     gilbert_elliott: {{p: {GE_P}, r: {GE_R}}}}}
+  - {{name: a2, members: [r2, h2]}}
+"""
+
+
+def _bursts(lost: list[bool]) -> list[int]:
+    """The lengths of the runs of consecutive losses."""
+    runs, current = [], 0
+    for gone in lost:
+        if gone:
+            current += 1
+        elif current:
+            runs.append(current)
+            current = 0
+    return runs + ([current] if current else [])
+
+
+def _drops(channel: sim.SimChannel, cause: str = "loss") -> int:
+    """What the core has dropped of what r1 sends so far, for CAUSE: as linkd's pipe, r1's
+    side of the core decides as each packet arrives, before its queue and rate."""
+    ports = channel.request("counters")["links"]["core"]["ports"]
+    return ports["r1"]["egress"]["counters"]["drops"][cause]
+
+
+def test_gilbert_elliott_loss_on_a_simulated_link_comes_in_bursts(tmp_path):
+    exp = build(BURSTY).model_copy(update={"name": f"i25dge{os.getpid()}"})
+    count = 3000
+    with swapping() as swap:
+        p = swap(exp)
+        address = next(line.split()[0] for line in p.node("h2").hosts.splitlines()
+                       if line.endswith(" h2"))  # fmt: skip
+        log = tmp_path / "recv.csv"
+        receiver = linux.start_in(
+            p, "h2", probe_recv(f"{address}:9000", "--idle", "3", "--log", str(log)),
+            stdout=open(tmp_path / "recv.json", "w"),  # noqa: SIM115
+        )  # fmt: skip
+        linux.wait_listening(receiver, 9000, "udp")
+        # Addresses resolved on every hop first (ns-3 keeps 3 packets waiting for ARP): one
+        # echo of 20 comes back unless the chain stays bad for all of them (p < 0.001).
+        warm = ["ping", "-c", "20", "-i", "0.05", "-W", "2", "h2"]
+        assert linux.exec_in(p, "h1", warm, capture_output=True).returncode == 0
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            before = _drops(channel)
+            sent = linux.exec_in(
+                p, "h1", probe_send(f"{address}:9000", "--size", "200", "--pps", "1000",
+                                    "--count", str(count)),
+                capture_output=True, text=True,
+            )  # fmt: skip
+            assert sent.returncode == 0, sent.stderr
+            assert receiver.wait(timeout=60) == 0
+            drawn = _drops(channel) - before
+    with log.open() as f:
+        arrived = {int(row["seq"]) for row in csv.DictReader(f)}
+    assert json.loads(sent.stdout)["packets_sent"] == count
+    lost = [seq not in arrived for seq in range(count)]
+    bursts = _bursts(lost)
+    rate = sum(lost) / count
+    mean_burst = sum(bursts) / len(bursts)
+    stationary = GE_P / (GE_P + GE_R)
+    print(f"lost {sum(lost)} of {count} ({rate:.4f}; stationary {stationary:.4f}) in "
+          f"{len(bursts)} bursts of {mean_burst:.2f} on average (expected {1 / GE_R:g})")  # fmt: skip
+    # The losses are the model's: r1's side of the core counted each one it drew (alone on
+    # the host, exactly those; a host loaded far beyond its cores loses a few more on the
+    # way, 1.5 % at a load average of 15).
+    print(f"the model drew {drawn}")
+    assert drawn <= sum(lost)
+    # The loss fraction of 3000 packets of this chain has a standard deviation of about
+    # 0.016 (its packets' states are correlated); the bursts' mean about 0.3.
+    assert abs(rate - stationary) < 0.065
+    assert 2.8 < mean_burst < 5.3
+
+
+JITTERY = """
+routing: static
+nodes: [{name: h1}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+links:
+  - {name: a1, members: [h1, r1]}
+  - {name: core, members: [r1, r2], bandwidth: 1Mb, delay: 10ms, jitter: 2ms}
+"""
+
+
+def _between_routers(
+    text: str, name: str, tmp_path: Path, count: int, arriving: int
+) -> tuple[list[tuple[int, float]], int]:
+    """Swaps TEXT in as NAME and sends COUNT probes 10 ms apart from simulated r1 to
+    simulated r2 across the core, all in simulated time; waits for ARRIVING of them (or
+    5 s more). The (sequence number, one-way delay) of those that arrived, and the core's
+    drops by ordinal of what r1 sent."""
+    exp = build(text).model_copy(update={"name": name})
+    r2 = exp.links[1].port("r2").ip
+    log = tmp_path / "recv.csv"
+    with swapping() as swap:
+        p = swap(exp)
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            channel.request("udp-recv", "recv", "r2", 9000, sim.word(log),
+                            sim.word(tmp_path / "recv.json"))  # fmt: skip
+            channel.request("udp-send", "send", "r1", r2, 9000, 64, "0.01", count,
+                            sim.word(tmp_path / "send.json"))  # fmt: skip
+            while not channel.request("state", "send")["done"]:
+                time.sleep(0.1)
+            # The last probe is on its way for the delay and the jitter at most; the log
+            # is written as probes arrive (the caller's count catches one that never does).
+            for _ in range(100):
+                if len(log.read_text().splitlines()) > arriving:
+                    break
+                time.sleep(0.05)
+            dropped = _drops(channel, "ordinal")
+            channel.request("stop", "recv")
+    with log.open() as f:
+        rows = [(int(r["seq"]), int(r["delay_ns"]) / 1e9) for r in csv.DictReader(f)]
+    return rows, dropped
+
+
+def test_jitter_on_a_simulated_link_is_linkds(tmp_path):
+    """Probes from simulated r1 to simulated r2, all in simulated time: each arrives after
+    its frame's time on the wire and the delay, give or take uniform jitter of 2 ms, and in
+    the order sent (10 ms apart, more than the jitter's span)."""
+    count = 500
+    rows, _ = _between_routers(JITTERY, f"i25djit{os.getpid()}", tmp_path, count, count)
+    # The first probes wait for r1 to resolve r2's address; the rest are the link's.
+    seqs = [seq for seq, _ in rows]
+    delays = [delay for seq, delay in rows if seq >= 5]
+    wire_s = (64 + 28 + 38) * 8 / 1e6  # the probe's Ethernet frame on the wire, as linkd
+    base, jitter = 0.010 + wire_s, 0.002
+    mean, sd = statistics.fmean(delays), statistics.stdev(delays)
+    print(f"{len(rows)} of {count} arrived; delay {min(delays) * 1e3:.3f} to "
+          f"{max(delays) * 1e3:.3f} ms, mean {mean * 1e3:.4f} (expected {base * 1e3:.4f}), "
+          f"sd {sd * 1e3:.4f} (uniform: {jitter / math.sqrt(3) * 1e3:.4f})")  # fmt: skip
+    assert len(rows) == count and seqs == sorted(seqs)
+    assert base - jitter - 1e-6 <= min(delays) and max(delays) <= base + jitter + 1e-6
+    # Of 495 draws: the mean's standard error 0.05 ms, the deviation's about 0.03 ms.
+    assert abs(mean - base) < 0.15e-3
+    assert abs(sd - jitter / math.sqrt(3)) < 0.15e-3
+
+
+def test_drops_by_ordinal_on_a_simulated_link(tmp_path):
+    """The packets r1 offers the core are numbered from 1, its address request first, as
+    linkd numbers every frame a pipe is offered: the 5th and 9th are dropped, no other."""
+    text = JITTERY.replace("jitter: 2ms", "drop_packets: [5, 9]")
+    count = 20
+    rows, dropped = _between_routers(text, f"i25dord{os.getpid()}", tmp_path, count, count - 2)
+    arrived = {seq for seq, _ in rows}
+    print(f"missing probes: {sorted(set(range(count)) - arrived)}")
+    assert dropped == 2 and len(arrived) == count - 2
