@@ -90,3 +90,21 @@ def until(condition: Callable[[], Any], what: str, deadline_s: float = 180) -> A
             return value
         time.sleep(0.1)
     raise AssertionError(f"still waiting after {deadline_s} s for {what}")
+
+
+def receiving(p: Any, node: str, folder: Path, idle_s: float) -> tuple[str, Any, Path]:
+    """A nestbed-probe receiver listening on UDP port 9000 of ``node`` in swapped-in plan
+    ``p``, ending ``idle_s`` after its last packet: ``node``'s address, the process, and
+    the log of what it received (its summary goes to ``folder``/recv.json)."""
+    from nestbed.backend import linux
+    from nestbed.binaries import probe_recv
+
+    address = next(line.split()[0] for line in p.node(node).hosts.splitlines()
+                   if line.endswith(f" {node}"))  # fmt: skip
+    log = folder / "recv.csv"
+    receiver = linux.start_in(
+        p, node, probe_recv(f"{address}:9000", "--idle", f"{idle_s:g}", "--log", str(log)),
+        stdout=open(folder / "recv.json", "w"),  # noqa: SIM115
+    )  # fmt: skip
+    linux.wait_listening(receiver, 9000, "udp")
+    return address, receiver, log

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nbtest import EXAMPLES, build, swapping
+from nbtest import EXAMPLES, build, receiving, swapping
 from nestbed.backend import linux, sim
 from nestbed.backend.plan import plan
-from nestbed.binaries import probe_recv, probe_send
+from nestbed.binaries import probe_send
 from nestbed.spec import load
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("simulator")]
@@ -99,14 +99,7 @@ def _pings_within_the_simulator(p, router: str, count: int) -> tuple[list[float]
 
 def test_a_stream_twice_the_link_rate_is_carried_at_the_link_rate(swapped, tmp_path):
     p = swapped(_example("hybrate"))
-    h2 = p.node("h2")
-    address = next(line.split()[0] for line in h2.hosts.splitlines() if line.endswith(" h2"))
-    log = tmp_path / "recv.csv"
-    receiver = linux.start_in(
-        p, "h2", probe_recv(f"{address}:9000", "--idle", "2", "--log", str(log)),
-        stdout=open(tmp_path / "recv.json", "w"),  # noqa: SIM115
-    )  # fmt: skip
-    linux.wait_listening(receiver, 9000, "udp")
+    address, receiver, log = receiving(p, "h2", tmp_path, idle_s=2)
     size = 1000
     sent = linux.exec_in(
         p, "h1", probe_send(f"{address}:9000", "--size", str(size), "--rate", "4M",

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from nbtest import build, swapping
+from nbtest import build, receiving, swapping
 from nestbed.backend import linux, sim
-from nestbed.binaries import probe_recv, probe_send
+from nestbed.binaries import probe_send
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("simulator")]
 
@@ -60,14 +60,7 @@ def test_gilbert_elliott_loss_on_a_simulated_link_comes_in_bursts(tmp_path):
     count = 3000
     with swapping() as swap:
         p = swap(exp)
-        address = next(line.split()[0] for line in p.node("h2").hosts.splitlines()
-                       if line.endswith(" h2"))  # fmt: skip
-        log = tmp_path / "recv.csv"
-        receiver = linux.start_in(
-            p, "h2", probe_recv(f"{address}:9000", "--idle", "3", "--log", str(log)),
-            stdout=open(tmp_path / "recv.json", "w"),  # noqa: SIM115
-        )  # fmt: skip
-        linux.wait_listening(receiver, 9000, "udp")
+        address, receiver, log = receiving(p, "h2", tmp_path, idle_s=3)
         # Addresses resolved on every hop first (ns-3 keeps 3 packets waiting for ARP): one
         # echo of 20 comes back unless the chain stays bad for all of them (p < 0.001).
         warm = ["ping", "-c", "20", "-i", "0.05", "-W", "2", "h2"]
