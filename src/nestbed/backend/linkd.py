@@ -56,11 +56,22 @@ def pipe_counters(client: Channel) -> dict[Pipe, dict[str, Any]]:
     except (OSError, NestbedError):
         return {}
     return {
-        (link, port, direction): pipes[direction]["counters"]
+        (link, port, direction): _with_down(pipes, direction)
         for link, data in sorted(reply.get("links", {}).items())
         for port, pipes in sorted(data.get("ports", {}).items())
         for direction in ("egress", "ingress")
     }
+
+
+def _with_down(port: dict[str, Any], direction: str) -> dict[str, Any]:
+    """A pipe's counters, its drops with those of frames its port took while the link was
+    down (linkd counts them by port, before they reach the egress pipe; nestbed-sim counts
+    them in the pipe already)."""
+    counters = port[direction]["counters"]
+    if direction == "egress" and "admin_down" in port:
+        down = int(port["admin_down"]) + int(port.get("blackholed", 0))
+        counters = {**counters, "drops": {**counters["drops"], "down": down}}
+    return counters
 
 
 def set_changed_pipes(
@@ -79,10 +90,10 @@ def set_changed_pipes(
 
 def drops_by_kind(counters: dict[str, Any]) -> dict[str, int]:
     """A pipe's drops as the results tables group them: by the loss model, by the queue
-    (its hard limit and RED) and by anything else (drop-by-ordinal)."""
+    (its hard limit and RED) and by anything else (drop-by-ordinal, the link down)."""
     drops = counters["drops"]
     return {
         "loss": drops["loss"],
         "queue": drops["queue_full"] + drops["red_early"] + drops["red_forced"],
-        "other": drops["ordinal"],
+        "other": drops["ordinal"] + drops.get("down", 0),
     }

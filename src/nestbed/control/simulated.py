@@ -118,7 +118,7 @@ class SimulatedPart:
 
     def counters(self) -> dict[Pipe, dict[str, Any]]:
         """Every simulated link's counters, as linkd's pipes; empty when nestbed-sim does
-        not answer. Drops while a link was down count among the other drops."""
+        not answer."""
         if not self.links:
             return {}
         try:
@@ -127,9 +127,6 @@ class SimulatedPart:
             found = {}
         if not found:
             self.close()  # opened again next time
-        for counters in found.values():
-            drops = counters["drops"]
-            drops["ordinal"] += drops.pop("down", 0)
         return found
 
     def close(self) -> None:
