@@ -179,7 +179,8 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=1, help="of the clients' think times")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nestbed-load-") as root:
+    # a controller or report drawer still writing in it must not cost the figures
+    with tempfile.TemporaryDirectory(prefix="nestbed-load-", ignore_cleanup_errors=True) as root:
         served = Served(Path(root))
         made = served.nestbed("serve", "--store", str(served.db), "--init-admin", "root")
         served.admin_token = made.stdout.strip().splitlines()[-1]
