@@ -37,9 +37,10 @@ def test_every_point_is_a_whole_run_and_a_bad_point_fails_alone(tmp_path: Path):
     times = transfer_times(r for r in rows if r["outcome"] == "completed")
     # 2 MiB at 10 Mb/s take 1.68 s on the wire, at 50 Mb/s 0.34 s. The program's time ends
     # when iperf3 has written its last byte, not when the byte arrives: what its socket and the
-    # link's queue still hold then (up to about 0.4 s at 10 Mb/s) is not counted, and setting
-    # up adds round trips of 40 ms to both.
-    assert times["10Mb"] > 1.2 and times["10Mb"] > 2 * times["50Mb"]
+    # link's queue still hold then (up to about 0.4 s at 10 Mb/s) is not counted. Starting
+    # iperf3 and its round trips of 40 ms add 0.3-0.7 s to both (a fresh clone's run: 1.07 s
+    # at 50 Mb/s, 1.67 s at 10 Mb/s), so the faster link finishes first, by no set ratio.
+    assert times["10Mb"] > 1.2 and times["10Mb"] > times["50Mb"]
     manifest = json.loads(Path(by_bw["10Mb"]["results"], "manifest.json").read_text())
     assert manifest["outcome"] == "completed" and by_bw["10Mb"]["seeds"]
 
@@ -70,9 +71,9 @@ def test_points_that_change_only_links_reuse_one_network(tmp_path: Path):
     rows = execute.run_sweep(sweep, tmp_path)
     assert all(r["reused_network"] and r["outcome"] == "completed" for r in rows)
     times = transfer_times(rows)
-    # Were the link left at 10 Mb/s, the second transfer would take as long as the first (the
-    # bounds of the first test: iperf3's time ends at its last byte written).
-    assert times["10Mb"] > 1.2 and times["10Mb"] > 2 * times["100Mb"]
+    # Were the link left at 10 Mb/s, the second transfer would take as long as the first, not
+    # less (the bounds of the first test: iperf3's time ends at its last byte written).
+    assert times["10Mb"] > 1.2 and times["10Mb"] > times["100Mb"]
     second = json.loads(Path(rows[1]["results"], "manifest.json").read_text())
     assert second["options"]["reused_network_runs_before"] == 1
 
