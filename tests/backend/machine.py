@@ -3,8 +3,10 @@ cgroups, state folder), its processes, and the `nestbed` command run as a real p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +20,44 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 DEADLINE_S = 180  # generous: the machine is shared and loaded; never a measured threshold
 
 
-def nestbed(db: Path, *args: str, **popen: Any) -> subprocess.Popen:
+# `python -m nestbed` that writes every thread's stack to stderr on SIGUSR1: a command that
+# does not exit in time says where it is stuck (a CI log is all there is to read then).
+_BOOT = (
+    "import faulthandler, runpy, signal, sys; "
+    "faulthandler.register(signal.SIGUSR1, all_threads=True); "
+    "sys.argv[0] = 'nestbed'; runpy.run_module('nestbed', run_name='__main__', alter_sys=True)"
+)
+
+
+class Command(subprocess.Popen):
+    """A `nestbed` process; one that outlives a ``communicate`` timeout fails the test with
+    the stacks of its threads, and is killed."""
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> Any:  # noqa: A002
+        try:
+            return super().communicate(input, timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.send_signal(signal.SIGUSR1)
+            try:
+                _, stderr = super().communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                _, stderr = super().communicate()
+            else:  # it ended meanwhile: the stacks may be partial, the code is kept
+                stderr = f"(it exited with {self.returncode} after SIGUSR1)\n{stderr}"
+            raise AssertionError(
+                f"{' '.join(map(str, self.args[3:]))} did not exit within {timeout} s; "
+                f"its stderr and threads:\n{stderr}"
+            ) from None
+
+
+def nestbed(db: Path, *args: str, **popen: Any) -> Command:
     """``nestbed --db DB ARGS`` as its own process (this tree's sources)."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    argv = [sys.executable, "-m", "nestbed", "--db", str(db), *args]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)  # fmt: skip
+    argv = [sys.executable, "-c", _BOOT, "--db", str(db), *args]
+    return Command(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                   **popen)  # fmt: skip
 
 
 def left(name: str) -> list[str]:

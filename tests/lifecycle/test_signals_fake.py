@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -179,3 +180,58 @@ def test_a_stop_passed_on_ends_runs_in_other_threads_as_interrupted(testbed, fak
     assert [r.outcome for r in testbed.store.runs(exp.name)] == ["interrupted (SIGHUP)"]
     assert testbed.store.get(exp.name).state == State.SWAPPED
     signals.check()  # carried on: nothing is stopped any more
+
+
+# Imports in the main thread while signals rain on it, and in another thread at once (a run
+# imports its summary's pandas so). The handler sees every signal; it raises only while the
+# main thread is in the import loop (``armed``), where the loop catches it.
+_IMPORTS_UNDER_SIGNALS = """
+import importlib, os, signal, subprocess, sys, threading
+from nestbed.lifecycle import signals
+
+folder, count = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, folder)
+armed = False
+
+def handler(signum, frame):
+    if armed:
+        signals._raise(signum, frame)
+
+signal.signal(signal.SIGTERM, handler)
+other = threading.Thread(target=lambda: [importlib.import_module(f"m{i}")
+                                         for i in reversed(range(count))], daemon=True)
+other.start()
+rain = subprocess.Popen([sys.executable, "-c", "import os, sys, time\\n"
+                         "while True: os.kill(int(sys.argv[1]), 15); time.sleep(0.0005)",
+                         str(os.getpid())])
+stops, i = 0, 0
+while i < count:
+    try:
+        armed = True
+        importlib.import_module(f"m{i}")
+        armed = False
+        i += 1
+    except signals.Interrupted:
+        armed = False
+        stops += 1
+rain.kill()
+rain.wait()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+other.join(60)  # a hang's bound, not a measure: the imports take well under a second
+print(stops, "hung" if other.is_alive() else "done", flush=True)
+os._exit(0)
+"""
+
+
+def test_a_signal_in_the_middle_of_an_import_leaves_other_threads_free_to_import(tmp_path):
+    count = 1500
+    for i in range(count):
+        # Some work in each: the signals land in the modules too, not only in the imports.
+        (tmp_path / f"m{i}.py").write_text("X = sum(range(3000))\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_UNDER_SIGNALS, str(tmp_path),
+                           str(count)], capture_output=True, text=True, timeout=300,
+                          env=env)  # fmt: skip
+    stops, outcome = done.stdout.split()
+    assert int(stops) > 0, "no signal landed during the imports: the test proved nothing"
+    assert outcome == "done", f"the other thread's imports hung after {stops} stops"

@@ -11,6 +11,7 @@ when the teardown is over.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -20,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+RETRY_S = 0.005  # a signal that came in an import is handled again after this long
 
 
 class Interrupted(KeyboardInterrupt):
@@ -50,7 +52,29 @@ def outcome(exc: BaseException) -> str:
     return f"interrupted ({signal.Signals(signum_of(exc)).name})"
 
 
-def _raise(signum: int, _frame: FrameType | None) -> None:
+# Python's own import system, written in Python: its steps take and give back the import
+# locks by hand, so an exception between two of them leaves a lock held for good.
+_IMPORT_SYSTEM = frozenset({"importlib._bootstrap", "importlib._bootstrap_external", "zipimport"})
+
+
+def _in_import_system(frame: FrameType | None) -> bool:
+    return frame is not None and frame.f_globals.get("__name__") in _IMPORT_SYSTEM
+
+
+def _in_handler(signum: int, frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a handler of this signal: a second signal that came
+    while the first was handled (Python calls the handler again at its next step)."""
+    installed = getattr(signal.getsignal(signum), "__code__", None)
+    while frame is not None:
+        if frame.f_code is _raise.__code__ or frame.f_code is installed:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    if _in_handler(signum, frame):
+        return  # the stop the first one is handling
     # The stop is kept apart from the exception raised: that one carries the frames it
     # went through, which would live as long as this module and hold what they held (an
     # unread query's lock on the store, among others).
@@ -58,7 +82,24 @@ def _raise(signum: int, _frame: FrameType | None) -> None:
     # Sticky too: Python swallows an exception raised while a finalizer (``__del__``, a
     # weakref callback) runs, so long loops also ask ``check`` at their own pace.
     stop_everywhere(signum)
-    raise Interrupted(signum)
+    if not _in_import_system(frame):
+        raise Interrupted(signum)
+    # Raised here, the exception could leave the global import lock or a module's lock
+    # held: this thread goes on (they are its own), but every later import in another
+    # thread waits forever (a run's summary waited so on pandas, which a thread of its own
+    # was importing). The signal is handled again in a moment, until the import system's
+    # code has returned into the code that imported; asked from this thread, it would be
+    # handled at once, in this very handler.
+    if not _held.retrying:
+        _held.retrying = True
+        retry = threading.Timer(RETRY_S, _retry, (signum,))
+        retry.daemon = True
+        retry.start()
+
+
+def _retry(signum: int) -> None:
+    _held.retrying = False
+    _thread.interrupt_main(signum)
 
 
 def last() -> Interrupted | None:
@@ -68,6 +109,7 @@ def last() -> Interrupted | None:
 
 class _Held:
     last: Interrupted | None = None
+    retrying = False  # a signal that came in an import is to be handled again
     depth = 0
     pending: list[int] = []
     saved: dict[int, Any] = {}
