@@ -120,13 +120,19 @@ class Machines:
         (and the switch's, and the controlling machine's)."""
         return Path(f"/run/nestbed-i21-{self.id}-{host}")
 
+    def work_dir(self, host: str) -> Path:
+        """The host's folder of confined programs' working folders (``NESTBED_WORK_DIR``):
+        on a real host /var/lib/nestbed/work. Beside its state folder, so ``stop`` removes it."""
+        return Path(f"{self.run_dir(host)}-work")
+
     def env(self, host: str) -> dict[str, str]:
         """The environment of the host's processes: its state folder, and Dask's scratch
         space in it, hidden from what nestbed takes for experiments' folders (so a killed
-        agent's stays there, removed by ``stop``)."""
+        agent's stays there, removed by ``stop``), and its confined programs' folders."""
         run_dir = self.run_dir(host)
         return {**os.environ, "PYTHONPATH": str(SRC), "NESTBED_RUN_DIR": str(run_dir),
-                "DASK_TEMPORARY_DIRECTORY": str(run_dir / ".dask")}  # fmt: skip
+                "DASK_TEMPORARY_DIRECTORY": str(run_dir / ".dask"),
+                "NESTBED_WORK_DIR": str(self.work_dir(host))}  # fmt: skip
 
     def argv(self, host: str, *argv: str) -> list[str]:
         """``argv`` run inside the host's network namespace."""

@@ -55,6 +55,7 @@ class Cli:
             root = self.machines.run_dir(host)
             assert not (root / name).exists() and not (root / ".cluster" / name).exists()
             assert not processes(str(root / name))
+            assert not (self.machines.work_dir(host) / name).exists()
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -274,3 +275,83 @@ def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_p
     assert received > 0
     for pcap in ("access1-h1.pcap", "bottleneck-r2.pcap", "access3-h3.pcap"):
         assert sizes[pcap] > received * 500  # every datagram's 500 bytes passed there
+
+
+# A program on h3 that says where it runs, as whom and with what of its host's environment,
+# and leaves a file in its working folder; run as a project's identity, as a server runs it.
+CONFINED = (
+    DUMBBELL
+    + """
+programs:
+  - name: where
+    node: h3
+    command: >-
+      echo "$PWD"; echo "$HOME"; id -u;
+      echo "${NESTBED_RUN_DIR:-none} ${DASK_TEMPORARY_DIRECTORY:-none}";
+      echo kept > note.txt
+events:
+  - {at: 0.2, object: where, verb: start}
+"""
+)
+IDENTITY = 1_900_000_021  # a project's, as the server allocates them (never a real user's)
+# The Python API's run as the server starts it: confined to IDENTITY, kept active after.
+RUN_CONFINED = """
+import sys
+from pathlib import Path
+from nestbed.backend import get
+from nestbed.lifecycle import Testbed
+from nestbed.lifecycle.runs import run
+from nestbed.model.options import RunAs, RunOptions
+from nestbed.store.writer import open_for_writing
+
+db, file, results, uid = sys.argv[1:]
+testbed = Testbed(open_for_writing(db), get())
+name = testbed.define_file(Path(file))
+identity = RunAs(uid=int(uid), gid=int(uid))
+run(testbed, name, RunOptions(results=Path(results), run_as=identity, keep=True))
+"""
+
+
+def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_until_swap_out(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21iconf{os.getpid()}"
+    results = tmp_path / "run"
+    env = {**cli.env, "NESTBED_CLUSTER": agents.address, "NESTBED_BACKEND": "cluster"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", RUN_CONFINED, str(tmp_path / "store.db"),
+             str(write(tmp_path, name, CONFINED)), str(results), str(IDENTITY)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert cli.state(name) == "active"
+        (program,) = rows(results / "programs.csv")
+        assert program["outcome"] == "ok", (results / program["stderr"]).read_text()
+        placed = json.loads(
+            (machines.run_dir("controller") / ".cluster" / name / "placement.json").read_text()
+        )["nodes"]
+        there = machines.work_dir(placed["h3"])
+        # The node's working folder on its host, one per run, with nothing above it the
+        # identity's: the experiment's and the run's folders root's, other projects kept out.
+        (folder,) = (there / name).glob("*/h3")
+        pwd, home, uid, environment = (results / program["stdout"]).read_text().splitlines()
+        print(f"program on h3 (host {placed['h3']}) ran in {pwd} as {uid}; saw {environment}")
+        assert pwd == home == str(folder)
+        assert uid == str(IDENTITY)
+        assert environment == "none none"  # the agent's environment stays the agent's
+        note = folder / "note.txt"
+        assert note.read_text() == "kept\n"
+        assert (note.stat().st_uid, folder.lstat().st_uid) == (IDENTITY, IDENTITY)
+        for above, mode in ((folder.parent, 0o750), (there / name, 0o750), (there, 0o711)):
+            info = above.lstat()
+            assert (info.st_uid, info.st_mode & 0o7777) == (0, mode), above
+    finally:
+        if cli.state(name) not in ("swapped", "defined", "absent"):
+            cli("swapout", name, check=False)
+    assert cli.state(name) == "swapped"
+    cli.nothing_left(name)
+    assert not any(machines.work_dir(h).exists() and any(machines.work_dir(h).iterdir())
+                   for h in machines.hosts)  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nestbed.backend import linux
-from nestbed.backend.cluster import timeservice
+from nestbed.backend.cluster import timeservice, workdirs
 from nestbed.backend.cluster.placement import HostFacts
 from nestbed.backend.plan import Plan
 from nestbed.errors import EnvironmentProblem
@@ -198,12 +198,16 @@ def node_usage(p: Plan, nodes: list[str]) -> dict[str, tuple[float, int]]:
 
 
 def leftovers() -> dict[str, list[str]]:
-    return linux.leftovers_by_tag()
+    found = linux.leftovers_by_tag()
+    for tag, things in workdirs.leftovers_by_tag().items():
+        found.setdefault(tag, []).extend(things)
+    return found
 
 
 def remove_leftovers(tags: set[str]) -> list[str]:
-    return linux.remove_leftovers(tags)
+    # The namespaces first: the programs writing in the working folders end with them.
+    return linux.remove_leftovers(tags) + workdirs.remove_leftovers(tags)
 
 
 def traces() -> list[str]:
-    return linux.traces()
+    return linux.traces() + [t for ts in workdirs.leftovers_by_tag().values() for t in ts]

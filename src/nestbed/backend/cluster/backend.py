@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed import places
 from nestbed.backend import processes
@@ -55,6 +55,9 @@ from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, UserError
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunAs
 
 STATE_ROOT = Path(places.run_root()) / ".cluster"
 PLACEMENT = "placement.json"
@@ -96,6 +99,9 @@ class ClusterBackend:
         self._poller: Poller | None = None
         self._drainer: Drainer | None = None
         self._usage: dict[str, UsageReader] = {}  # by experiment
+        # Folders handed over to an identity here (``hand_over``): a node's working folder
+        # among them is made again on the node's host for the commands that start in it.
+        self._handed: dict[str, RunAs] = {}
 
     # -- connection ------------------------------------------------------------------------
 
@@ -425,8 +431,12 @@ class ClusterBackend:
         # Only what the caller changed of its environment: the host has its own.
         env = {k: v for k, v in (popen.get("env") or {}).items() if os.environ.get(k) != v}
         group = bool(popen.get("start_new_session"))
+        # A confined command starts in its node's working folder, its HOME (``user_command``):
+        # the node's host makes and hands over its own (``workdirs``).
+        home = (popen.get("env") or {}).get("HOME")
+        work = (home, self._handed[home]) if home in self._handed else None
         args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
-                env, group)  # fmt: skip
+                env, group, work)  # fmt: skip
         # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
         # one each; the poller asks about the command once its host has started it.
         key = uuid.uuid4().hex[:16]
@@ -449,10 +459,14 @@ class ClusterBackend:
         if isinstance(answer, BaseException):
             raise EnvironmentProblem(f"host {h} could not signal a command: {_reason(answer)}")
 
-    # The node's host runs the command with its own setpriv (util-linux); the files handed
-    # over are the controller's, on this host.
+    # The node's host runs the command with its own setpriv (util-linux).
     confine = staticmethod(confined_argv)
-    hand_over = staticmethod(hand_over)
+
+    def hand_over(self, path: Path, run_as: RunAs) -> None:
+        """Hands the folder or file over here; a node's working folder is handed over on the
+        node's host too, when a command starts in it (``start_in``)."""
+        hand_over(path, run_as)
+        self._handed[str(path)] = run_as
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nestbed.backend import linux, offloads
 from nestbed.backend.cluster import remote as commands
+from nestbed.backend.cluster import workdirs
 from nestbed.backend.cluster.share import HostShare, Tunnel
 from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
@@ -68,7 +69,8 @@ def swap_out(part: HostShare) -> None:
     once a build of it under way here has ended."""
     with _building(part):
         commands.forget(linux.run_dir(part.plan))
-        linux.swap_out(part.plan)
+        linux.swap_out(part.plan)  # its processes end first: none still writes its folders
+        workdirs.remove(part.plan.experiment)
         _note(part).unlink(missing_ok=True)
 
 

@@ -25,11 +25,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend import linux
+from nestbed.backend.cluster import workdirs
 from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import bound_ports
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunAs
 
 CHUNK_BYTES = 1 << 20  # at most this much of each stream per poll, so replies stay small
 PACE_SLEEP_S = 0.0005  # a drain's sends closer than this to their time go at once
@@ -55,15 +59,25 @@ def start(
     files: dict[str, str],
     env: dict[str, str],
     group: bool,
+    work: tuple[str, RunAs] | None = None,
 ) -> int:
-    """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host."""
+    """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host.
+    ``env`` is what the controller changed of its environment. ``work`` is a confined
+    command's working folder on the controlling machine (its HOME) and its identity: the
+    command starts in the node's working folder on this host instead (``workdirs``)."""
+    if work is None:
+        whole = {**os.environ, **env}
+    else:
+        home, run_as = work
+        there = workdirs.prepare(p.experiment, node, home, run_as)
+        argv, whole = workdirs.confined(argv, env, home, there)
     scratch = linux.run_dir(p) / "commands" / key
     scratch.mkdir(parents=True, mode=0o700)
     mapped = [str(scratch / files[a]) if a in files else a for a in argv]
     with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
         process = linux.start_in(
             p, node, mapped, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            env={**os.environ, **env}, start_new_session=group,
+            env=whole, start_new_session=group,
         )  # fmt: skip
     with _lock:
         _commands[key] = _Command(process, scratch, files, group)

@@ -1,0 +1,132 @@
+"""Confined programs' working folders on a cluster's hosts (run on the agent).
+
+On a server, an experiment's own processes run as its project's identity (``RunAs``) and start
+in their node's working folder, the one folder they may write in: the controller makes it in
+the run's results and hands it over (``Run._workdirs``, ``confine.hand_over``). A node on a
+host other than the controlling machine has no such folder, so the cluster back end names the
+handed-over folder (the command's ``HOME``) when it starts a confined command, and the node's
+host makes its own and hands it over the same way (``prepare``), then starts the command
+there: the folder's path in its argv and environment becomes the host's (``confined``).
+
+    ROOT/                 root's, 0711 ($NESTBED_WORK_DIR, default /var/lib/nestbed/work)
+      EXPERIMENT/         root's with the identity's group, 0750: no other project enters
+        RUN/              the same, one per run (as the results' ``work/``), named by the
+                          controller's folder
+          NODE/           the identity's own
+
+Everything above the node's folder is root's, so the identity can change what is in its folder
+but not put a link in its place; a link or file found there is refused, never followed. The
+experiment's folder goes with its share at swap-out (``remove``, after its processes were
+ended), and cleanup finds and removes what a dead agent left (``leftovers``). The environment
+of a confined command is cut on the host as on the controlling machine (``confine.USER_ENV``):
+the agent's own stays the agent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nestbed.backend.confine import USER_ENV, hand_over
+from nestbed.backend.plan import experiment_tag
+from nestbed.errors import EnvironmentProblem
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunAs
+
+WORK_ENV = "NESTBED_WORK_DIR"  # where a host keeps confined programs' working folders
+DEFAULT_ROOT = "/var/lib/nestbed/work"  # on disk: /run is memory, and programs write files
+
+
+def root() -> Path:
+    return Path(os.environ.get(WORK_ENV, DEFAULT_ROOT))
+
+
+def folder(experiment: str, node: str, home: str) -> Path:
+    """The host's working folder of ``node`` for the run whose controller handed ``home``
+    over (the node's working folder in that run's results)."""
+    run = hashlib.sha256(os.fsencode(str(Path(home).parent))).hexdigest()[:16]
+    return root() / experiment / run / node
+
+
+def prepare(experiment: str, node: str, home: str, run_as: RunAs) -> Path:
+    """The host's working folder of ``node`` (``folder``), made if missing and ``run_as``'s
+    own, everything above it root's."""
+    found = folder(experiment, node, home)
+    _root_folder(root(), 0, 0o711)
+    _root_folder(found.parents[1], run_as.gid, 0o750)
+    _root_folder(found.parent, run_as.gid, 0o750)
+    with contextlib.suppress(FileExistsError):
+        found.mkdir(mode=0o755)  # as the controller's, by mkdir under its umask
+    if not stat.S_ISDIR(found.lstat().st_mode):  # only root can have put it there
+        raise EnvironmentProblem(f"{found} is not a folder; remove it and start again")
+    hand_over(found, run_as)
+    return found
+
+
+def _root_folder(path: Path, gid: int, mode: int) -> None:
+    """``path`` as a folder of root's with group ``gid`` and ``mode`` (made if missing,
+    corrected if not); a link in its place is refused, not followed."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=mode)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise EnvironmentProblem(f"{path} is not a folder; remove it and start again")
+    if (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) != (0, gid, mode):
+        os.chown(path, 0, gid, follow_symlinks=False)
+        os.chmod(path, mode)  # a folder, checked above: nothing to follow
+
+
+def confined(
+    argv: list[str], env: Mapping[str, str], home: str, there: Path
+) -> tuple[list[str], dict[str, str]]:
+    """A confined command's argv and whole environment on this host: ``home`` (the
+    controller's working folder) is ``there`` wherever it is named, and of this host's
+    environment only what a confined process keeps (``USER_ENV``, ``LC_*``) is under the
+    controller's changes ``env``."""
+    kept = {k: v for k, v in os.environ.items() if k in USER_ENV or k.startswith("LC_")}
+    moved = {k: _moved(v, home, there) for k, v in env.items()}
+    return [_moved(a, home, there) for a in argv], kept | moved
+
+
+def _moved(text: str, home: str, there: Path) -> str:
+    """``text`` with the path ``home`` (whole, or a folder above another path) as ``there``:
+    a node's working folder in a shell command (``cd HOME && ...``) or in ``HOME``."""
+    return re.sub(re.escape(home) + r"(?![\w.-])", lambda _: str(there), text)
+
+
+def remove(experiment: str) -> None:
+    """Removes the experiment's working folders on this host (its processes have ended):
+    links in them are removed, never followed."""
+    shutil.rmtree(root() / experiment, ignore_errors=True)
+
+
+def _experiments() -> list[Path]:
+    """The experiments' folders under this host's root."""
+    top = root()
+    return sorted(d for d in top.iterdir() if d.is_dir()) if top.is_dir() else []
+
+
+def leftovers_by_tag() -> dict[str, list[str]]:
+    """The experiments' working folders on this host, by tag."""
+    found: dict[str, list[str]] = {}
+    for directory in _experiments():
+        found.setdefault(experiment_tag(directory.name), []).append(f"work folder {directory}")
+    return found
+
+
+def remove_leftovers(tags: set[str]) -> list[str]:
+    """Removes the working folders of the experiments with these tags; what it removed."""
+    removed = []
+    for directory in _experiments():
+        if experiment_tag(directory.name) in tags:
+            remove(directory.name)
+            removed.append(f"work folder {directory}")
+    return removed
