@@ -278,7 +278,8 @@ def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_p
 
 
 # A program on h3 that says where it runs, as whom and with what of its host's environment,
-# and leaves a file in its working folder; run as a project's identity, as a server runs it.
+# and leaves a file in its working folder, and CBR from h1 to h3 across hosts (the probe on
+# h3 writes its log by name); run as a project's identity, as a server runs it.
 CONFINED = (
     DUMBBELL
     + """
@@ -289,8 +290,15 @@ programs:
       echo "$PWD"; echo "$HOME"; id -u;
       echo "${NESTBED_RUN_DIR:-none} ${DASK_TEMPORARY_DIRECTORY:-none}";
       echo kept > note.txt
+agents:
+  - {name: u1, type: udp, node: h1, peer: s3}
+  - {name: s3, type: null, node: h3, peer: u1}
+applications:
+  - {name: cbr0, type: cbr, agent: u1, rate: 1Mb, packet_size: 500}
 events:
   - {at: 0.2, object: where, verb: start}
+  - {at: 0.2, object: cbr0, verb: start}
+  - {at: 1.2, object: cbr0, verb: stop}
 """
 )
 IDENTITY = 1_900_000_021  # a project's, as the server allocates them (never a real user's)
@@ -348,6 +356,12 @@ def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_unti
         for above, mode in ((folder.parent, 0o750), (there / name, 0o750), (there, 0o711)):
             info = above.lstat()
             assert (info.st_uid, info.st_mode & 0o7777) == (0, mode), above
+        # The confined probe on h3 wrote its log on its host, and it came back: the delays.
+        (flow,) = rows(results / "traffic" / "flows.csv")
+        print(f"cbr0 h1 -> h3 confined: {flow['packets_received']} received, "
+              f"delay p50 {flow['delay_p50_ms']} ms")  # fmt: skip
+        assert int(flow["packets_received"]) > 0
+        assert float(flow["delay_p50_ms"]) >= 20  # the bottleneck's delay, from the log
     finally:
         if cli.state(name) not in ("swapped", "defined", "absent"):
             cli("swapout", name, check=False)

@@ -3,10 +3,13 @@ agent (run on the agent; ``proxy`` is the controller's side).
 
 Each command gets a scratch folder in the experiment's state folder on this host: its stdout
 and stderr go to files there, and so do the files its argv names on the controlling machine
-(a probe's log): the agent rewrites those paths to the scratch folder. ``poll`` hands back,
-for many commands at once, their exit status and the output written since the last poll;
-once a command has ended, also its files, and forgets it. An agent that dies forgets its
-commands (swap-out still ends them, by namespace); the controller's side then says so.
+(a probe's log): the agent rewrites those paths to the scratch folder. A confined command (run
+as a project's identity) starts in its node's working folder on this host, and its files are
+in a folder of its own beside it, since it may not enter the state folder (``workdirs``).
+``poll`` hands back, for many commands at once, their exit status and the output written
+since the last poll; once a command has ended, also its files, and forgets it. An agent that
+dies forgets its commands (swap-out still ends them, by namespace); the controller's side
+then says so.
 
 Sockets opened in the host's nodes (linktest's datagrams) stay here too: the controller asks
 them to send, and drains what they received.
@@ -42,8 +45,9 @@ PACE_SLEEP_S = 0.0005  # a drain's sends closer than this to their time go at on
 @dataclass
 class _Command:
     process: subprocess.Popen
-    scratch: Path
-    files: dict[str, str]  # path on the controlling machine -> its name in ``scratch``
+    scratch: Path  # its stdout and stderr
+    written: Path  # where its files are: ``scratch``, or a confined command's own folder
+    files: dict[str, str]  # path on the controlling machine -> its name in ``written``
     group: bool  # started in a session of its own: signals reach its whole group
 
 
@@ -65,22 +69,24 @@ def start(
     ``env`` is what the controller changed of its environment. ``work`` is a confined
     command's working folder on the controlling machine (its HOME) and its identity: the
     command starts in the node's working folder on this host instead (``workdirs``)."""
+    scratch = linux.run_dir(p) / "commands" / key
+    scratch.mkdir(parents=True, mode=0o700)
     if work is None:
-        whole = {**os.environ, **env}
-    else:
+        whole, written = {**os.environ, **env}, scratch
+    else:  # it may not enter the scratch folder, root's alone: its files are elsewhere
         home, run_as = work
         there = workdirs.prepare(p.experiment, node, home, run_as)
         argv, whole = workdirs.confined(argv, env, home, there)
-    scratch = linux.run_dir(p) / "commands" / key
-    scratch.mkdir(parents=True, mode=0o700)
-    mapped = [str(scratch / files[a]) if a in files else a for a in argv]
+        written = (workdirs.command_folder(p.experiment, home, key, run_as, files.values())
+                   if files else scratch)  # fmt: skip
+    mapped = [str(written / files[a]) if a in files else a for a in argv]
     with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
         process = linux.start_in(
             p, node, mapped, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             env=whole, start_new_session=group,
         )  # fmt: skip
     with _lock:
-        _commands[key] = _Command(process, scratch, files, group)
+        _commands[key] = _Command(process, scratch, written, files, group)
     return process.pid
 
 
@@ -106,13 +112,14 @@ def poll(offsets: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
         }
         if code is not None:
             report["files"] = {
-                path: (command.scratch / name).read_bytes()
+                path: (command.written / name).read_bytes()
                 for path, name in command.files.items()
-                if (command.scratch / name).exists()
+                if (command.written / name).exists()
             }
             with _lock:
                 _commands.pop(key, None)
             shutil.rmtree(command.scratch, ignore_errors=True)
+            shutil.rmtree(command.written, ignore_errors=True)
         found[key] = report
     return found
 

@@ -13,6 +13,8 @@ there: the folder's path in its argv and environment becomes the host's (``confi
         RUN/              the same, one per run (as the results' ``work/``), named by the
                           controller's folder
           NODE/           the identity's own
+          .commands/KEY/  root's with the group: the files a command writes by name, each
+                          the identity's (``command_folder``)
 
 Everything above the node's folder is root's, so the identity can change what is in its folder
 but not put a link in its place; a link or file found there is refused, never followed. The
@@ -30,7 +32,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,31 +45,55 @@ if TYPE_CHECKING:
 
 WORK_ENV = "NESTBED_WORK_DIR"  # where a host keeps confined programs' working folders
 DEFAULT_ROOT = "/var/lib/nestbed/work"  # on disk: /run is memory, and programs write files
+COMMANDS = ".commands"  # in a run's folder, beside its nodes' (a node's name has no dot first)
 
 
 def root() -> Path:
     return Path(os.environ.get(WORK_ENV, DEFAULT_ROOT))
 
 
-def folder(experiment: str, node: str, home: str) -> Path:
-    """The host's working folder of ``node`` for the run whose controller handed ``home``
-    over (the node's working folder in that run's results)."""
-    run = hashlib.sha256(os.fsencode(str(Path(home).parent))).hexdigest()[:16]
-    return root() / experiment / run / node
+def _run(experiment: str, home: str) -> Path:
+    """The host's folder of the run whose controller handed ``home`` over (the node's
+    working folder in that run's results)."""
+    digest = hashlib.sha256(os.fsencode(str(Path(home).parent))).hexdigest()
+    return root() / experiment / digest[:16]
+
+
+def _made_run(experiment: str, home: str, run_as: RunAs) -> Path:
+    """``_run``, made if missing, with everything above it root's."""
+    run = _run(experiment, home)
+    _root_folder(root(), 0, 0o711)
+    _root_folder(run.parent, run_as.gid, 0o750)
+    _root_folder(run, run_as.gid, 0o750)
+    return run
 
 
 def prepare(experiment: str, node: str, home: str, run_as: RunAs) -> Path:
-    """The host's working folder of ``node`` (``folder``), made if missing and ``run_as``'s
+    """The host's working folder of ``node`` in the run, made if missing and ``run_as``'s
     own, everything above it root's."""
-    found = folder(experiment, node, home)
-    _root_folder(root(), 0, 0o711)
-    _root_folder(found.parents[1], run_as.gid, 0o750)
-    _root_folder(found.parent, run_as.gid, 0o750)
+    found = _made_run(experiment, home, run_as) / node
     with contextlib.suppress(FileExistsError):
         found.mkdir(mode=0o755)  # as the controller's, by mkdir under its umask
     if not stat.S_ISDIR(found.lstat().st_mode):  # only root can have put it there
         raise EnvironmentProblem(f"{found} is not a folder; remove it and start again")
     hand_over(found, run_as)
+    return found
+
+
+def command_folder(
+    experiment: str, home: str, key: str, run_as: RunAs, names: Iterable[str]
+) -> Path:
+    """The folder of the files a confined command writes by name (``remote``'s own files: a
+    probe's log), each made empty and handed over, as the controller hands over its own
+    (``Run.writable``). The folder is root's: the command writes in its files but cannot put
+    a link in their place, so reading them back as root reads what it wrote."""
+    found = _made_run(experiment, home, run_as) / COMMANDS
+    _root_folder(found, run_as.gid, 0o750)
+    found /= key
+    _root_folder(found, run_as.gid, 0o750)
+    for name in names:
+        (found / name).touch(exist_ok=False)
+        hand_over(found / name, run_as)
     return found
 
 
