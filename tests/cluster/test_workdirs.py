@@ -1,0 +1,103 @@
+"""A confined command's folders on a cluster's host (``workdirs``), on this machine: made with
+nothing above the node's folder the identity's, a link in their place refused and never
+followed, removal that does not follow a link out, and the command's paths and environment
+as the host's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nestbed.backend.cluster import workdirs
+from nestbed.backend.confine import USER_ENV
+from nestbed.errors import EnvironmentProblem
+from nestbed.model.options import RunAs
+
+pytestmark = pytest.mark.root
+
+IDENTITY = RunAs(uid=1_900_000_021, gid=1_900_000_022)
+HOME = "/results/p/run-1/work/h1"  # the node's working folder on the controlling machine
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    found = tmp_path / "work"
+    monkeypatch.setenv(workdirs.WORK_ENV, str(found))
+    return found
+
+
+def owner_and_mode(path: Path) -> tuple[int, int, int]:
+    info = path.lstat()
+    return info.st_uid, info.st_gid, info.st_mode & 0o7777
+
+
+def test_a_nodes_folder_is_the_identitys_and_everything_above_it_roots(root):
+    folder = workdirs.prepare("i21iexp", "h1", HOME, IDENTITY)
+    assert folder.parent.parent == root / "i21iexp"
+    assert owner_and_mode(folder)[:2] == (IDENTITY.uid, IDENTITY.gid)
+    assert owner_and_mode(folder.parent) == (0, IDENTITY.gid, 0o750)
+    assert owner_and_mode(root / "i21iexp") == (0, IDENTITY.gid, 0o750)
+    assert owner_and_mode(root) == (0, 0, 0o711)
+    (folder / "kept").write_text("x")
+    # A second command of the run on the node finds it as it was; another run gets its own.
+    assert workdirs.prepare("i21iexp", "h1", HOME, IDENTITY) == folder
+    assert (folder / "kept").exists()
+    assert workdirs.prepare("i21iexp", "h1", "/results/p/run-2/work/h1", IDENTITY) != folder
+
+
+def test_a_link_in_place_of_a_folder_is_refused_and_what_it_points_to_untouched(root, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    folder = workdirs.prepare("i21iexp", "h1", HOME, IDENTITY)
+    os.rmdir(folder)
+    folder.symlink_to(target)
+    with pytest.raises(EnvironmentProblem, match="is not a folder"):
+        workdirs.prepare("i21iexp", "h1", HOME, IDENTITY)
+    run = folder.parent
+    for path in (folder, run):  # a link of the run's, in its experiment's folder, too
+        path.unlink() if path.is_symlink() else os.rmdir(path)
+    run.symlink_to(target)
+    with pytest.raises(EnvironmentProblem, match="is not a folder"):
+        workdirs.prepare("i21iexp", "h1", HOME, IDENTITY)
+    assert owner_and_mode(target) == (0, 0, 0o700) and not list(target.iterdir())
+
+
+def test_removal_takes_the_experiments_folders_and_not_what_a_link_in_them_points_to(
+    root, tmp_path
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    folder = workdirs.prepare("i21iexp", "h1", HOME, IDENTITY)
+    (folder / "link").symlink_to(outside)
+    other = workdirs.prepare("i21iother", "h1", HOME, IDENTITY)
+    tag = workdirs.leftovers_by_tag()
+    assert sorted(t for things in tag.values() for t in things) == [
+        f"work folder {root / 'i21iexp'}", f"work folder {root / 'i21iother'}"
+    ]  # fmt: skip
+    workdirs.remove("i21iexp")
+    assert not (root / "i21iexp").exists() and other.exists()
+    assert (outside / "precious").read_text() == "x"
+
+
+def test_a_tools_files_are_made_empty_and_the_identitys_in_a_roots_folder(root):
+    found = workdirs.command_folder("i21iexp", HOME, "k1", IDENTITY, ["0-cbr0-0.log"])
+    assert owner_and_mode(found) == (0, IDENTITY.gid, 0o750)
+    log = found / "0-cbr0-0.log"
+    assert log.read_bytes() == b"" and owner_and_mode(log)[:2] == (IDENTITY.uid, IDENTITY.gid)
+
+
+def test_the_controllers_folder_becomes_the_hosts_in_the_command_and_nothing_else(monkeypatch):
+    for name in [*USER_ENV, *(k for k in os.environ if k.startswith("LC_"))]:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("I21I_AGENTS_SECRET", "the-agents")
+    there = Path("/var/lib/nestbed/work/e/r/h1")
+    argv, env = workdirs.confined(
+        ["sh", "-c", f"cd {HOME} && exec sh -c 'ls {HOME}/x {HOME}0 {HOME}.d'"],
+        {"HOME": HOME, "NESTBED_NODE": "h1"}, HOME, there,
+    )  # fmt: skip
+    assert argv[2] == f"cd {there} && exec sh -c 'ls {there}/x {HOME}0 {HOME}.d'"
+    assert env == {"PATH": "/usr/bin:/bin", "HOME": str(there), "NESTBED_NODE": "h1"}
