@@ -48,6 +48,11 @@ class Cli:
         listed = json.loads(self("list", "--json").stdout)
         return next((e["state"] for e in listed if e["name"] == name), "absent")
 
+    def swap_out_if_active(self, name: str) -> None:
+        """At a test's end, however it ended: the experiment swapped out if it is not."""
+        if self.state(name) not in ("swapped", "defined", "absent"):
+            self("swapout", name, check=False)
+
     def nothing_left(self, name: str) -> None:
         tag = experiment_tag(name)
         assert not [n for n in namespaces() if n.startswith(f"nb-{tag}")]
@@ -127,24 +132,27 @@ def test_cleanup_by_name_removes_an_experiment_whose_controller_died_from_every_
         done = cli("cleanup", name)
         assert f"experiment {name} was cleaned up" in done.stdout
     finally:
-        if cli.state(name) not in ("swapped", "defined", "absent"):
-            cli("swapout", name, check=False)
+        cli.swap_out_if_active(name)
     assert cli.state(name) == "swapped"
     cli.nothing_left(name)
 
 
-# CBR from h1 to h3 across the cut bottleneck, which goes down for one second of four; a
-# program on r2 that would sleep long, stopped by an event.
-RUN = (
-    DUMBBELL
-    + """
-programs:
-  - {name: p2, node: r2, command: "echo hello from $NESTBED_NODE; sleep 60"}
+# CBR from h1 to h3, across the cut bottleneck.
+CBR = """
 agents:
   - {name: u1, type: udp, node: h1, peer: s3}
   - {name: s3, type: null, node: h3, peer: u1}
 applications:
   - {name: cbr0, type: cbr, agent: u1, rate: 1Mb, packet_size: 500}
+"""
+# CBR across the cut bottleneck, which goes down for one second of four; a program on r2
+# that would sleep long, stopped by an event.
+RUN = (
+    DUMBBELL
+    + CBR
+    + """
+programs:
+  - {name: p2, node: r2, command: "echo hello from $NESTBED_NODE; sleep 60"}
 events:
   - {at: 0.5, object: cbr0, verb: start}
   - {at: 0.5, object: p2, verb: start}
@@ -173,8 +181,7 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
     try:
         cli("run", str(write(tmp_path, name, RUN)), "--results", str(results))
     finally:
-        if cli.state(name) not in ("swapped", "defined", "absent"):
-            cli("swapout", name, check=False)
+        cli.swap_out_if_active(name)
     cli.nothing_left(name)
     (flow,) = rows(results / "traffic" / "flows.csv")
     sent, received = int(flow["packets_sent"]), int(flow["packets_received"])
@@ -262,8 +269,7 @@ def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_p
     try:
         cli("run", str(write(tmp_path, name, short)), "--capture", "--results", str(results))
     finally:
-        if cli.state(name) not in ("swapped", "defined", "absent"):
-            cli("swapout", name, check=False)
+        cli.swap_out_if_active(name)
     cli.nothing_left(name)
     (flow,) = rows(results / "traffic" / "flows.csv")
     received = int(flow["packets_received"])
@@ -282,6 +288,7 @@ def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_p
 # h3 writes its log by name); run as a project's identity, as a server runs it.
 CONFINED = (
     DUMBBELL
+    + CBR
     + """
 programs:
   - name: where
@@ -290,11 +297,6 @@ programs:
       echo "$PWD"; echo "$HOME"; id -u;
       echo "${NESTBED_RUN_DIR:-none} ${DASK_TEMPORARY_DIRECTORY:-none}";
       echo kept > note.txt
-agents:
-  - {name: u1, type: udp, node: h1, peer: s3}
-  - {name: s3, type: null, node: h3, peer: u1}
-applications:
-  - {name: cbr0, type: cbr, agent: u1, rate: 1Mb, packet_size: 500}
 events:
   - {at: 0.2, object: where, verb: start}
   - {at: 0.2, object: cbr0, verb: start}
@@ -363,8 +365,7 @@ def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_unti
         assert int(flow["packets_received"]) > 0
         assert float(flow["delay_p50_ms"]) >= 20  # the bottleneck's delay, from the log
     finally:
-        if cli.state(name) not in ("swapped", "defined", "absent"):
-            cli("swapout", name, check=False)
+        cli.swap_out_if_active(name)
     assert cli.state(name) == "swapped"
     cli.nothing_left(name)
     assert not any(machines.work_dir(h).exists() and any(machines.work_dir(h).iterdir())
