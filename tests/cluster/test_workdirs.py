@@ -23,7 +23,7 @@ HOME = "/results/p/run-1/work/h1"  # the node's working folder on the controllin
 
 @pytest.fixture
 def root(tmp_path, monkeypatch):
-    found = tmp_path / "work"
+    found = tmp_path / "lib" / "nestbed" / "work"  # the folder above it made too
     monkeypatch.setenv(workdirs.WORK_ENV, str(found))
     return found
 

@@ -14,7 +14,9 @@ one channel over every host's link emulator (``channel``); ``exec_in`` and ``wai
 run on the node's host. Each is a Dask task to the hosts concerned, so the data plane never
 passes through Dask. ``open_socket`` gives a socket whose sends leave from the node and
 whose arrivals are drained here (``datagrams``). ``node_cgroup`` gives a node's CPU time
-and memory, read on its host (``usage``).
+and memory, read on its host (``usage``). A confined command (a server's run, as the
+project's identity) starts in its node's working folder made and handed over on its host
+(``workdirs``), as the controller makes its own in the results.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ def _run(experiment: str, home: str) -> Path:
 def _made_run(experiment: str, home: str, run_as: RunAs) -> Path:
     """``_run``, made if missing, with everything above it root's."""
     run = _run(experiment, home)
+    root().parent.mkdir(parents=True, exist_ok=True)  # /var/lib/nestbed on a fresh host
     _root_folder(root(), 0, 0o711)
     _root_folder(run.parent, run_as.gid, 0o750)
     _root_folder(run, run_as.gid, 0o750)
