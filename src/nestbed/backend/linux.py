@@ -8,7 +8,6 @@ down is deleting its namespaces (their interfaces go with them) and stopping its
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import ctypes
 import errno
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nestbed import places
-from nestbed.backend import entry, netlink, offloads, processes, sim
+from nestbed.backend import entry, netlink, offloads, processes
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.confine import confined_argv, hand_over, private_folder
 from nestbed.backend.plan import (
@@ -42,6 +41,9 @@ from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 RUN_DIR = Path(places.run_root())
+# nestbed-sim's pid file (``sim.PID``), named here: a command that only reads an experiment
+# (`nestbed status`) gets this back end without nestbed-sim's client.
+SIM_PID = "sim.pid"
 NETNS_ETC = Path("/etc/netns")
 NETNS_RUN_DIR = Path("/run/netns")  # named network namespaces, as iproute2 keeps them
 # Threads for the steps of a swap-out that mostly wait for the kernel (removing namespaces
@@ -135,6 +137,8 @@ def swap_in(plan: Plan, attach: Attach | None = None) -> None:
     failure removes what it made and re-raises."""
     require_root()
     if plan.simulation is not None:
+        from nestbed.backend import sim
+
         sim.binary(plan)  # one sentence naming the extra, before anything is made
     taken = sorted(set(plan.namespaces) & set(_listnetns()))
     if taken:
@@ -453,6 +457,8 @@ def _start_linkd(plan: Plan) -> None:
 def _start_simulator(plan: Plan) -> None:
     """nestbed-sim in the fabric, reading each attachment's fabric end through a socket
     opened here (it keeps its copies; ours are closed once it has started)."""
+    from nestbed.backend import sim
+
     assert plan.simulation is not None
     directory = run_dir(plan)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -491,7 +497,7 @@ def _stop_pid(pidfile: Path) -> None:
 def _stop_daemons(directory: Path) -> None:
     """The experiment's controller first (it still talks to linkd), then nestbed-sim and
     linkd."""
-    for name in ("controller.pid", sim.PID, "linkd.pid"):
+    for name in ("controller.pid", SIM_PID, "linkd.pid"):
         _stop_pid(directory / name)
 
 
@@ -535,7 +541,7 @@ def _remove(plan: Plan, namespaces: Iterable[str]) -> None:
     # nestbed-sim and linkd have only their own files to finish after SIGTERM (linkd's loop
     # sees it within 100 ms, then joins its workers): told now, spared the SIGKILL of the
     # rest of the namespaces' processes, and waited for once the namespaces are gone.
-    stopping = [pid for pid in map(_pid_in, (directory / sim.PID, directory / "linkd.pid"))
+    stopping = [pid for pid in map(_pid_in, (directory / SIM_PID, directory / "linkd.pid"))
                 if pid is not None]  # fmt: skip
     for pid in stopping:
         with contextlib.suppress(ProcessLookupError):
@@ -567,6 +573,8 @@ def _side_by_side(calls: list[Callable[[], Any]]) -> list[Any]:
     its own); the first error is raised once all have run."""
     if len(calls) <= 1:
         return [call() for call in calls]
+    import concurrent.futures  # here: its logging is a tenth of a read-only command's imports
+
     with concurrent.futures.ThreadPoolExecutor(min(THREADS, len(calls))) as pool:
         futures = [pool.submit(call) for call in calls]
     return [future.result() for future in futures]

@@ -97,21 +97,24 @@ def main_entry() -> None:
     """Entry point: run the app, turning nestbed's errors into one-line messages.
 
     Usage errors are click's (exit 2); anything not a ``NestbedError`` is a bug and keeps its
-    traceback. A plain `nestbed exec` becomes its command before any of that is loaded.
+    traceback. A plain `nestbed exec` becomes its command before any of that is loaded, and a
+    plain `nestbed status` runs without typer (``faststatus``).
     """
     from nestbed.cli import fastexec
 
     fastexec.run(sys.argv[1:])
-    from nestbed.cli.common import err, state
+    from nestbed.cli import faststatus
+    from nestbed.cli.plain import err, state
     from nestbed.errors import NestbedError
     from nestbed.lifecycle import signals
 
     # SIGTERM and SIGHUP (timeout, systemd, a closed SSH session) stop a command as Ctrl-C
     # does: what was measured is kept, the experiment swapped out.
     signals.install()
-    app = register()
+    # A plain `nestbed status` runs without typer; everything else through the app.
+    run = faststatus.command(sys.argv[1:]) or register()
     try:
-        app()
+        run()
         # A stop swallowed on the way (Python drops what a finalizer raises) still stops.
         signals.check()
     except signals.Interrupted as stop:

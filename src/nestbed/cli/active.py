@@ -120,15 +120,9 @@ def status(
     """Show an active experiment: nodes, links with live counters, programs and traffic."""
     if (server := remote()) is not None:
         return server.status(name, as_json)
-    found = active(name)
-    data = found.status()
-    data["nodes"] = [{"node": n.name, "namespace": n.netns} for n in found.plan.nodes]
-    if as_json:
-        print_json(data)
-        return
-    from nestbed.cli.render import status_tables
+    from nestbed.cli import faststatus
 
-    out.print(status_tables(data))
+    faststatus.show(name, as_json)
 
 
 @app.command()

@@ -1,17 +1,21 @@
-"""What every command family of the CLI shares: the app, the consoles, the global options,
-common option types and small parsers, and the one way to reach the store and the testbed."""
+"""What every command family of the CLI shares: the app, the global options, common option
+types and small parsers; with what ``plain`` holds without typer (the consoles, the global
+options' values, the one way to reach the store and the testbed), re-exported."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from nestbed import __version__
+from nestbed.cli.plain import err as err
+from nestbed.cli.plain import out as out
+from nestbed.cli.plain import print_json as print_json
+from nestbed.cli.plain import reader as reader
+from nestbed.cli.plain import state as state
+from nestbed.cli.plain import testbed as testbed
 from nestbed.errors import UserError
 
 app = typer.Typer(
@@ -24,19 +28,6 @@ app = typer.Typer(
     # a third of a second before `nestbed --help` can print anything.
     rich_markup_mode=None,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class _State:
-    debug = False
-    db: str | None = None
-    server: str | None = None  # client mode: the nestbed server's URL
-    project: str | None = None
-
-
-state = _State()
-
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ParamOption = Annotated[
     list[str] | None,
@@ -62,12 +53,6 @@ def comma_names(text: str | None) -> tuple[str, ...] | None:
     if not names:
         raise UserError(f"{text!r} names nothing; give comma-separated names")
     return names
-
-
-def print_json(data: Any) -> None:
-    out.print_json(json.dumps(data), indent=2) if sys.stdout.isatty() else print(
-        json.dumps(data, indent=2)
-    )
 
 
 @app.callback()
@@ -146,21 +131,6 @@ def store():  # type: ignore[no-untyped-def]
     from nestbed.store.writer import open_for_writing
 
     return open_for_writing(state.db)
-
-
-def reader():  # type: ignore[no-untyped-def]
-    """The store, for a command that only reads it: without SQLAlchemy where it is SQLite."""
-    from nestbed.store.reader import open_for_reading
-
-    return open_for_reading(state.db)
-
-
-def testbed(db):  # type: ignore[no-untyped-def]
-    """The life cycle of the experiments in ``db`` on this machine's back end."""
-    from nestbed.backend import get
-    from nestbed.lifecycle import Testbed
-
-    return Testbed(db, get())
 
 
 ResultsOption = Annotated[

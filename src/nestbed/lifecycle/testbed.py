@@ -20,14 +20,10 @@ from typing import TYPE_CHECKING, Any
 from nestbed.backend import kept
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan, experiment_tag, plan
-from nestbed.binaries import built_binary
 from nestbed.control.client import ControllerClient
 from nestbed.errors import EnvironmentProblem, NestbedError, UserError
 from nestbed.lifecycle import locks, signals
 from nestbed.lifecycle.active import Active
-from nestbed.results import manifest
-from nestbed.results.drawing import draw_detached
-from nestbed.results.folder import RunFolder, default_results
 from nestbed.store import State
 from nestbed.store.states import check_transition
 
@@ -160,12 +156,15 @@ class Testbed:
         """
         from nestbed.model import Experiment
         from nestbed.model.options import ControllerStart, RunOptions
+        from nestbed.results.folder import RunFolder, default_results
 
         self.backend.require_ready()
         record = self.store.get(name)
         exp = Experiment.from_json(record.ir_json)
         options = (options or RunOptions()).for_experiment(exp)
         if options.cpumon:
+            from nestbed.binaries import built_binary
+
             built_binary("nestbed-cpumon")  # a missing build is one sentence here
         folder = (options.results or default_results(name)).resolve()
         options = options.model_copy(update={"results": folder})
@@ -238,6 +237,7 @@ class Testbed:
         the swapped-in experiment in link shaping only). The new run keeps ``options``."""
         from nestbed.backend.linkd import set_changed_pipes
         from nestbed.model.options import ControllerStart, RunOptions
+        from nestbed.results.folder import RunFolder, default_results
 
         active = self.active(name)
         before = active.plan
@@ -296,6 +296,9 @@ class Testbed:
                 with contextlib.suppress(NestbedError, OSError):
                     active.request("shutdown", timeout=10)
         except (NestbedError, OSError) as exc:
+            from nestbed.results import manifest
+            from nestbed.results.drawing import draw_detached
+
             final = "failed"
             for run in open_runs:
                 folder = Path(run.results_dir)
