@@ -9,6 +9,7 @@ from nbtest import EXAMPLES, build
 from nestbed.backend import sim
 from nestbed.backend.plan import plan
 from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.model.ir import Program
 from nestbed.spec import load
 
 HYBRID = """
@@ -79,10 +80,6 @@ def test_the_example_plans_two_hosts_and_a_simulated_core():
         (
             "  - {name: mixed, kind: lan, members: [h1, r1, r2]}\n",
             "LAN mixed mixes emulated and simulated nodes; join an emulated node to a simulated one with a duplex-link",
-        ),
-        (
-            "programs: [{name: p, node: r1, command: sleep 1}]\n",
-            "program p is on simulated node r1, which has no operating system to run it; put it on an emulated node",
         ),
     ],
 )
@@ -184,18 +181,61 @@ def test_the_cluster_back_end_refuses_simulated_nodes_in_one_sentence():
     )
 
 
-def test_a_simulated_node_runs_its_agents_but_no_startcmd():
+def test_a_simulated_node_runs_its_agents():
     with_agents = HYBRID + (
         "agents:\n  - {name: u, type: udp, node: r1}\n  - {name: n, type: null, node: h1}\n"
     )
     assert plan(build(with_agents)).simulation.nodes == ("r1", "r2")
+
+
+_NO_OS = "which has no operating system to run it; put it on an emulated node"
+_EMULATED_ONLY = (
+    "which only an emulated node (a namespace and its cgroup) has; remove it or move the node "
+    "out of make-simulated"
+)
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "message"),
+    [
+        ("startcmd: ./run.sh", {"startcmd": "./run.sh"},
+         f"the startcmd of r2 is on simulated node r2, {_NO_OS}"),
+        ("cpu: 0.5", {"cpu_cores": 0.5}, f"simulated node r2 has a CPU limit, {_EMULATED_ONLY}"),
+        ("cpu_pin: [1]", {"cpu_pin": (1,)}, f"simulated node r2 has CPU pinning, {_EMULATED_ONLY}"),
+        ("memory: 64MB", {"memory_bytes": 64 << 20},
+         f"simulated node r2 has a memory limit, {_EMULATED_ONLY}"),
+        ("sysctls: {net.ipv4.tcp_ecn: 1}", {"sysctls": {"net.ipv4.tcp_ecn": "1"}},
+         f"simulated node r2 has sysctls, {_EMULATED_ONLY}"),
+    ],
+)  # fmt: skip
+def test_what_a_simulated_node_cannot_have_is_refused_at_its_line_never_ignored(
+    tmp_path, setting, field, message
+):
+    path = tmp_path / "t.yaml"
+    path.write_text(HYBRID.replace("{name: r2, simulated: true}",
+                                   f"{{name: r2, simulated: true,\n   {setting}}}"))  # fmt: skip
     with pytest.raises(UserError) as caught:
-        plan(build(HYBRID.replace("{name: r2, simulated: true}",
-                                  "{name: r2, simulated: true, startcmd: ./run.sh}")))  # fmt: skip
-    assert str(caught.value) == (
-        "the startcmd of r2 is on simulated node r2, which has no operating system to run it; "
-        "put it on an emulated node"
-    )
+        load(path)
+    assert str(caught.value) == f"t.yaml:4: {message}"  # the setting's own line
+    # An experiment built otherwise (the Python API) is refused by the back end, unlocated.
+    exp = build(HYBRID)
+    nodes = [n.model_copy(update=field) if n.name == "r2" else n for n in exp.nodes]
+    with pytest.raises(UserError) as caught:
+        plan(exp.model_copy(update={"nodes": nodes}))
+    assert str(caught.value) == message
+
+
+def test_a_program_on_a_simulated_node_is_refused_at_its_line_and_by_the_back_end(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(HYBRID + "programs: [{name: p, node: r1, command: sleep 1}]\n")
+    with pytest.raises(UserError) as caught:
+        load(path)
+    assert str(caught.value) == f"t.yaml:9: program p is on simulated node r1, {_NO_OS}"
+    exp = build(HYBRID)
+    program = Program(name="p", node="r1", command="sleep 1")
+    with pytest.raises(UserError) as caught:
+        plan(exp.model_copy(update={"programs": (program,)}))
+    assert str(caught.value) == f"program p is on simulated node r1, {_NO_OS}"
 
 
 def test_events_on_a_simulated_link_become_nestbed_sim_settings():

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING
 
 from nestbed.errors import UserError
 from nestbed.model.formulas import default_queue_packets
-from nestbed.model.simulated import bernoulli_loss, gaps, rate_and_delay
+from nestbed.model.simulated import (
+    bernoulli_loss,
+    command_on_simulated,
+    gaps,
+    node_gaps,
+    rate_and_delay,
+)
 
 if TYPE_CHECKING:
     # The IR's models load only where one is built, not where a kept plan is read.
@@ -136,14 +142,9 @@ def check(exp: Experiment) -> None:
             )
         elif is_simulated(link, simulated):
             problems += [gap.sentence for gap in gaps(link)]
-    commands = [(f"program {p.name}", p.node) for p in exp.programs]
-    commands += [(f"the startcmd of {n.name}", n.name) for n in exp.nodes if n.startcmd]
-    for what, node in commands:
-        if node in simulated:
-            problems.append(
-                f"{what} is on simulated node {node}, which has no operating system to run "
-                "it; put it on an emulated node"
-            )
+    problems += [gap.sentence for n in exp.nodes if n.simulated for gap in node_gaps(n)]
+    problems += [command_on_simulated(f"program {p.name}", p.node) for p in exp.programs
+                 if p.node in simulated]  # fmt: skip
     if problems:
         raise UserError("; ".join(problems))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     # Pure functions of the models' values: a kept plan's back end calls them without
     # loading the models.
-    from nestbed.model.ir import Link, Shaping
+    from nestbed.model.ir import Link, Node, Shaping
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,37 @@ def gaps(link: Link) -> list[Gap]:
                 "members",
             )
     return list(found.values())
+
+
+def node_gaps(node: Node) -> list[Gap]:
+    """What simulated ``node`` is given that it cannot have: it is an ns-3 node inside
+    nestbed-sim, with no namespace, cgroup or operating system of its own, so a limit or a
+    command there would do nothing."""
+    found = []
+    limits = [("cpu", node.cpu_cores is not None, "a CPU limit"),
+              ("cpu_pin", bool(node.cpu_pin), "CPU pinning"),
+              ("memory", node.memory_bytes is not None, "a memory limit"),
+              ("sysctls", bool(node.sysctls), "sysctls")]  # fmt: skip
+    for option, given, what in limits:
+        if given:
+            found.append(Gap(
+                f"simulated node {node.name} has {what}, which only an emulated node (a "
+                f"namespace and its cgroup) has; remove it or move the node out of "
+                "make-simulated",
+                option,
+            ))  # fmt: skip
+    if node.startcmd:
+        found.append(Gap(command_on_simulated(f"the startcmd of {node.name}", node.name),
+                         "startcmd"))  # fmt: skip
+    return found
+
+
+def command_on_simulated(what: str, node: str) -> str:
+    """The refusal of a command (a program, a startcmd) on a simulated node."""
+    return (
+        f"{what} is on simulated node {node}, which has no operating system to run it; put "
+        "it on an emulated node"
+    )
 
 
 def _member_pair(egress: Shaping, ingress: Shaping) -> tuple[object, ...]:

@@ -18,7 +18,7 @@ from nestbed.model import ir
 from nestbed.model.base import NAME_RE, OBJECT_NAME_RE
 from nestbed.model.events import check_action
 from nestbed.model.ir import lan_halves
-from nestbed.model.simulated import gaps
+from nestbed.model.simulated import command_on_simulated, gaps, node_gaps
 from nestbed.spec import document as doc
 from nestbed.spec.problems import Location, Problems, describe_validation_error
 from nestbed.units import (
@@ -347,7 +347,7 @@ class _Resolver:
                 f"node {n.name} has manual routes but routing is {routing}; they are kept but "
                 "only installed with `$ns rtproto Manual` (routing: manual)",
             )
-        return ir.Node.model_construct(
+        node = ir.Node.model_construct(
             name=n.name,
             hardware_type=n.hardware,
             os=n.os,
@@ -360,6 +360,10 @@ class _Resolver:
             sysctls={k: _text(v) for k, v in (n.sysctls or {}).items()},
             routes=routes,
         )
+        if node.simulated:
+            for gap in node_gaps(node):
+                self.p.error(path + (gap.option,), gap.sentence)
+        return node
 
     def route(
         self, path: Path_, node: str, r: doc.RouteDoc, links: list[ir.Link]
@@ -870,6 +874,8 @@ class _Resolver:
     def program(self, i: int, prog: doc.ProgramDoc) -> ir.Program:
         path: Path_ = ("programs", i)
         self.need(path + ("node",), prog.node, {"node"}, f"program {prog.name}: node")
+        if prog.node in {n.name for n in self.doc.nodes if n.simulated}:
+            self.p.error(path + ("node",), command_on_simulated(f"program {prog.name}", prog.node))
         if not prog.command.strip():
             self.p.error(
                 path + ("command",),
