@@ -13,6 +13,7 @@ import json
 import os
 import select
 import shutil
+import socket
 import sqlite3
 import struct
 import subprocess
@@ -238,3 +239,88 @@ def test_an_open_session_keeps_the_experiment_from_idling(served, people):
     actions = [r["action"] for r in ada.request("GET", "/v1/projects/net/audit")]
     assert actions[-6:] == ["session", "settings.set", "session.end", "idle.warn",
                             "idle.swapout", "swapout.end"], actions  # fmt: skip
+
+
+@contextlib.contextmanager
+def _open_cat(client, project: str) -> Iterator:
+    """A session of ``cat`` in node a, once its echo shows it open."""
+    with client.session(project, NAME, "a") as ws:
+        ws.send(json.dumps({"argv": ["cat"]}))
+        ws.send(b"open\n")
+        assert ws.recv(timeout=30) == b"\x01open\n"
+        yield ws
+
+
+def _last(client, project: str, start: dict) -> dict:
+    """The one text message of a session that starts as ``start`` and ends at once."""
+    with client.session(project, NAME, "b") as ws:
+        ws.send(json.dumps(start))
+        while isinstance(message := ws.recv(timeout=30), bytes):
+            pass
+        return json.loads(message)
+
+
+def _audited_end(client, how: str) -> None:
+    """Until the audit has a session's end that says ``how`` (the server frees its place
+    before it writes that row)."""
+    for _ in range(600):
+        rows = client.request("GET", "/v1/projects/net/audit")
+        if any(r["action"] == "session.end" and how in r["outcome"] for r in rows):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no session.end {how!r} in the audit")
+
+
+@pytest.mark.parametrize("serve_options", [("--max-sessions", "2")])
+def test_a_user_has_at_most_the_servers_limit_of_sessions_open(served, people):
+    ada, cy = served.client(people["ada"]), served.client(people["cy"])
+    _swapped_in(served, people["ada"])  # net's, and web's with ada a member of both
+    served.client(people["bob"]).request("PUT", "/v1/projects/web/members/ada", {"role": "member"})
+    web = "/v1/projects/web/experiments"
+    ada.request("PUT", f"{web}/{NAME}", {"file_name": "line.yaml", "text": LINE})
+    ada.request("POST", f"{web}/{NAME}/swapin")
+    assert wait_for(ada, f"{web}/{NAME}", "swapin")["state"] == "active"
+
+    # Two open, one in each project: a third anywhere is refused before it starts, with 429
+    # and the sentence; the CLI says that sentence alone and fails.
+    sessions = contextlib.ExitStack()
+    first = sessions.enter_context(_open_cat(ada, "net"))
+    sessions.enter_context(_open_cat(ada, "web"))
+    refused = _last(ada, "net", {"argv": ["touch", str(served.root / "i22g-started")]})
+    sentence = ("user 'ada' already has 2 exec or shell sessions open (across all their "
+                "projects), the most this server allows one user (nestbed serve "
+                "--max-sessions 2); end one of them, or ask the server's admin to raise "
+                "--max-sessions")  # fmt: skip
+    assert refused == {"error": sentence, "status": 429}
+    assert not (served.root / "i22g-started").exists()
+    env = {"NESTBED_SERVER": served.url, "NESTBED_TOKEN": people["ada"], "NESTBED_PROJECT": "web"}
+    for args in (("exec", NAME, "a", "--", "true"), ("shell", NAME, "a")):
+        done = served.nestbed(*args, **env)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: {sentence}\n")
+    # Another user is not affected.
+    with _open_cat(cy, "net"):
+        pass
+
+    # A command that exits frees its place: the next opens.
+    first.send(json.dumps({"eof": True}))
+    assert json.loads(first.recv(timeout=30)) == {"exit": 0}
+    third = sessions.enter_context(_open_cat(ada, "net"))
+    assert _last(ada, "web", {"argv": ["true"]})["status"] == 429
+    # A client gone without a clean close frees its place.
+    third.socket.shutdown(socket.SHUT_RDWR)
+    third.socket.close()
+    _audited_end(ada, "exec cat: exit 137 (the client left)")
+    # A timeout frees its place.
+    assert _last(ada, "net", {"argv": ["sleep", "600"], "timeout_s": 0.5}) == {
+        "exit": 137, "timed_out": True}  # fmt: skip
+    # A command that cannot start (the server's error) holds none: not 429 the second time.
+    for _ in range(2):
+        failed = _last(ada, "net", {"argv": [str(served.root / "i22g-no-such-command")]})
+        assert failed["status"] == 503, failed
+    with _open_cat(ada, "net"):
+        assert _last(ada, "net", {"argv": ["true"]})["status"] == 429
+    sessions.close()
+
+    audit = ada.request("GET", "/v1/projects/net/audit")
+    said = [(r["actor"], r["action"], r["outcome"]) for r in audit]
+    assert ("ada", "session", f"refused: {sentence}") in said, said

@@ -110,6 +110,15 @@ def serve(
             "docs/server.md says what that gives away).",
         ),
     ] = None,
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            "--max-sessions",
+            metavar="N",
+            help="Exec and shell sessions one user may have open at once, across all their "
+            "projects (0: no limit).",
+        ),
+    ] = 8,
 ) -> None:
     """Serve the shared testbed's HTTP API (JSON; OpenAPI at /openapi.json)."""
     if init_admin is not None:
@@ -125,6 +134,8 @@ def serve(
     capacity_of(hosts)  # a bad hosts.yaml is one sentence now, not a failed start later
     if not tick_s > 0:
         raise UserError(f"--tick-s {tick_s} is not a positive number of seconds")
+    if max_sessions < 0:
+        raise UserError(f"--max-sessions {max_sessions} is negative; give 0 for no limit")
     idle = IdleSettings(idle_s=idle_s, warn_before_s=idle_warn_s,
                         max_duration_s=max_duration_s or None)  # fmt: skip
     config = ServerConfig(
@@ -136,6 +147,7 @@ def serve(
         idle=idle,
         hosts=hosts.absolute() if hosts else None,
         trusted_projects=frozenset(trusted_project or ()),
+        max_sessions=max_sessions or None,
     )
     err.print(f"nestbed serving on http://{host}:{port} (results in {config.results_root})")
     uvicorn.run(create_app(config), host=host, port=port, log_config=_log_config())

@@ -8,7 +8,8 @@ while it runs. On stop the loop ends, running runs end as interrupted (keeping t
 results), swap-ins and swap-outs finish, and the store is closed.
 
 Errors: ``NotFound`` 404, ``Forbidden`` 403, a bad experiment file 422 with each problem's
-file and line, ``Busy`` and other refusals (``UserError``) 409, ``EnvironmentProblem`` 503,
+file and line, ``TooMany`` (a user's sessions over the limit) 429, ``Busy`` and other
+refusals (``UserError``) 409, ``EnvironmentProblem`` 503,
 ``InternalError`` 500; every reply is ``{"detail": ...}``. Request bodies are limited to
 ``MAX_BODY_BYTES`` (413).
 """
@@ -33,12 +34,13 @@ from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, Spec
 from nestbed.lifecycle import Testbed
 from nestbed.server import confinement, priority
 from nestbed.server.actives import Actives
-from nestbed.server.auth import Forbidden, Invalid, NotFound, Who
+from nestbed.server.auth import Forbidden, Invalid, NotFound, TooMany, Who
 from nestbed.server.config import MAX_BODY_BYTES, ServerConfig
 from nestbed.server.idle import Sessions
 from nestbed.server.loop import Loop, reconcile
 from nestbed.server.operations import Operation, Operations
 from nestbed.server.policies import Admission, BatchRunner, IdleSwapOut, capacity_of
+from nestbed.server.session_limit import UserSessions
 from nestbed.server.timing import Timing, Timings
 from nestbed.store import Store
 from nestbed.store.accounts import Accounts, users_text
@@ -60,6 +62,8 @@ class Server:
     admission: Admission
     sessions: Sessions  # exec and shell sessions open (``sessions``), seen by idle swap-out
     actives: Actives = field(default_factory=Actives)  # the live pages' experiments, open
+    # each user's sessions open, under config.max_sessions (``session_limit``)
+    user_sessions: UserSessions = field(default_factory=UserSessions)
 
     @classmethod
     def open(cls, config: ServerConfig) -> Server:
@@ -166,6 +170,7 @@ _STATUS: tuple[tuple[type[NestbedError], int], ...] = (
     (Forbidden, 403),
     (SpecError, 422),
     (Invalid, 422),
+    (TooMany, 429),
     (EnvironmentProblem, 503),
     (InternalError, 500),
     (NestbedError, 409),

@@ -41,6 +41,10 @@ class Invalid(UserError):
     """The request is well formed but its content is not (422)."""
 
 
+class TooMany(UserError):
+    """The caller already holds as many of something as the server allows one user (429)."""
+
+
 @dataclass
 class Entry:
     """The audit row a request is writing: what it ends with, on which experiment."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestbed.server.idle import IdleSettings
+from nestbed.server.session_limit import MAX_SESSIONS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8722
@@ -31,3 +32,5 @@ class ServerConfig:
     hosts: Path | None = None  # this machine's hosts.yaml: its capacity for admission
     # Projects whose programs run as root, unconfined (the admin's --trusted-project)
     trusted_projects: frozenset[str] = frozenset()
+    # Exec and shell sessions one user may have open at once (None: no limit)
+    max_sessions: int | None = MAX_SESSIONS

@@ -9,7 +9,10 @@ One WebSocket per session, ``/v1/projects/{project}/experiments/{name}/nodes/{no
   on a WebSocket, so its ``Origin`` must be the server's own (``Host``); a page of another
   site is refused (403) before anything opens. Then the caller and the experiment are
   checked as on every route (``owned_experiment``: a project the caller is not in is 404),
-  and the session is audited (``session``, with the command; ``session.end``, with its exit).
+  then the caller's sessions open, across all their projects, against the server's limit
+  (``session_limit``, ``--max-sessions``: 429 over it, before anything starts), and the
+  session is audited (``session``, with the command or its refusal; ``session.end``, with
+  its exit).
 * **How it runs.** Exactly as the experiment's programs on this server: in the node's
   namespace and cgroup, as the project's identity through ``setpriv`` (no groups, no
   capabilities, no new privileges; ``backend.confine.user_command``, the controller's code for
@@ -50,6 +53,7 @@ from nestbed.server import confinement
 from nestbed.server.accounts import AccountName
 from nestbed.server.auth import Caller, Invalid, server_of
 from nestbed.server.experiments import ExperimentName, owned_experiment
+from nestbed.server.session_limit import Place
 from nestbed.server.sessions_io import Process, Start, Target, run
 from nestbed.store import State
 
@@ -132,9 +136,18 @@ async def session(websocket: WebSocket, project: AccountName, name: ExperimentNa
         await _deny(websocket, exc.status, exc.detail)
         return
     await websocket.accept()
+    place = who.server.user_sessions.place(who.name)  # taken in _open, under the limit
+    try:
+        await _carried(websocket, who, project, name, node, place)
+    finally:
+        place.give_back()  # however the session ended (a no-op if _open gave it back)
+
+
+async def _carried(websocket: WebSocket, who: Caller, project: str, name: str, node: str,
+                   place: Place) -> None:  # fmt: skip
     try:
         start = await _start_message(websocket)
-        where, process = await asyncio.to_thread(_open, who, project, name, node, start)
+        where, process = await asyncio.to_thread(_open, who, project, name, node, start, place)
     except NestbedError as exc:
         from nestbed.server.app import status_of
 
@@ -149,6 +162,8 @@ async def session(websocket: WebSocket, project: AccountName, name: ExperimentNa
             ended = await run(websocket, process, start.timeout_s)
     finally:
         await asyncio.to_thread(process.close)
+        # Free before its end is audited and told: a client that saw either may open the next.
+        place.give_back()
         outcome = (f"node {node}: {start.said()}: exit {ended.get('exit')}"
                    f"{' (timed out)' if ended.get('timed_out') else ''}"
                    f"{' (the client left)' if ended.get('gone') else ''} after "
@@ -175,15 +190,22 @@ async def _start_message(websocket: WebSocket) -> Start:
         raise Invalid(f"the start message is not valid: {said}") from None
 
 
-def _open(who: Caller, project: str, name: str, node: str, start: Start) -> tuple[Target, Process]:
-    """The checks of every route, audited with the command; then the command, started."""
+def _open(who: Caller, project: str, name: str, node: str, start: Start,
+          place: Place) -> tuple[Target, Process]:  # fmt: skip
+    """The checks of every route, then the user's place under the server's session limit,
+    audited with the command; then the command, started (the place given back if not)."""
     with who.audited("session", project=project, experiment=name) as entry:
         where = target(who, project, name, node)
+        place.take(who.server.config.max_sessions)
         entry.outcome = f"ok: node {node}: {start.said()}"
         try:
             return where, Process(who, where, start)
-        except OSError as exc:  # the machine's tools (setpriv, setsid, ip) or its limits
-            raise EnvironmentProblem(f"cannot start {start.said()} in node {node} ({exc})") from exc
+        except BaseException as exc:
+            place.give_back()  # before the refusal is told: the client may try again at once
+            if isinstance(exc, OSError):  # the machine's tools (setpriv, setsid, ip) or limits
+                raise EnvironmentProblem(f"cannot start {start.said()} in node {node} "
+                                         f"({exc})") from exc  # fmt: skip
+            raise
 
 
 async def _deny(websocket: WebSocket, status: int, detail: str) -> None:
