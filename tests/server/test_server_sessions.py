@@ -3,7 +3,9 @@ back end (root, setpriv), `nestbed exec --server` runs a command in a node as th
 identity, streams its output and passes its exit status on, and stops it at its timeout; a
 shell over the WebSocket has a pty (its size, Ctrl-C, exit); another project's member and
 a page of another site are refused. On the fake back end, an open session keeps the
-experiment from being swapped out as idle, and once it ends the experiment idles."""
+experiment from being swapped out as idle, and once it ends the experiment idles; a user
+has at most the server's --max-sessions open, across their projects, and a session's place
+is free again however it ends."""
 
 from __future__ import annotations
 
