@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestbed.server.idle import IdleSettings
-from nestbed.server.session_limit import MAX_SESSIONS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8722
@@ -16,6 +15,8 @@ MAX_BODY_BYTES = 2 * MAX_FILE_BYTES
 """The largest request body: a file sent as a JSON string may grow by its escapes."""
 TICK_S = 5.0
 """How often the background loop runs admission, the batch queue and idle checks."""
+MAX_SESSIONS = 8
+"""The exec and shell sessions one user may have open at once (``session_limit``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,9 +16,6 @@ from collections import Counter
 
 from nestbed.server.auth import TooMany
 
-MAX_SESSIONS = 8
-"""The sessions one user may have open at once, by default (``--max-sessions``)."""
-
 
 class UserSessions:
     """The sessions open now, per user (thread-safe: places are taken in worker threads and
