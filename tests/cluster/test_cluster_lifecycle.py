@@ -370,3 +370,73 @@ def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_unti
     cli.nothing_left(name)
     assert not any(machines.work_dir(h).exists() and any(machines.work_dir(h).iterdir())
                    for h in machines.hosts)  # fmt: skip
+
+
+# A server's exec session as it starts its command (``sessions_io``): in the node's working
+# folder, with ``cwd``; confined, that folder is the one handed over (its HOME).
+START_IN_CWD = """
+import os, subprocess, sys
+from pathlib import Path
+from nestbed.backend import get
+from nestbed.backend.confine import user_command
+from nestbed.errors import UserError
+from nestbed.lifecycle import Testbed
+from nestbed.model.options import RunAs
+from nestbed.store.writer import open_for_writing
+
+db, name, folder, uid = sys.argv[1:]
+testbed = Testbed(open_for_writing(db), get())
+active = testbed.active(name)
+
+def pwd(argv, env, cwd):
+    started = active.start("h3", argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    out, err = started.communicate()
+    assert started.returncode == 0, err
+    return out.strip()
+
+print(pwd(["pwd"], None, folder))
+home = Path(folder) / "i21jrun" / "h3"
+home.mkdir(parents=True)
+identity = RunAs(uid=int(uid), gid=int(uid))
+testbed.backend.hand_over(home, identity)
+argv, env = user_command(testbed.backend, identity, ["pwd"], os.environ, home)
+print(pwd(argv, env, str(home)))
+try:
+    active.start("h3", ["pwd"], cwd=f"{folder}/i21j-missing", stdout=subprocess.DEVNULL)
+except UserError as e:
+    print(f"refused: {e}")
+"""
+
+
+def test_a_command_started_with_a_folder_on_another_host_runs_there_confined_or_not(
+    cluster, tmp_path
+):
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21jcwd{os.getpid()}"
+    env = {**cli.env, "NESTBED_CLUSTER": agents.address, "NESTBED_BACKEND": "cluster"}
+    folder = tmp_path / "i21jfolder"
+    folder.mkdir()
+    try:
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)), "--results", str(tmp_path / "run"))
+        done = subprocess.run(
+            [sys.executable, "-c", START_IN_CWD, str(tmp_path / "store.db"), name,
+             str(folder), str(IDENTITY)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        placed = json.loads(
+            (machines.run_dir("controller") / ".cluster" / name / "placement.json").read_text()
+        )["nodes"]
+        # The confined command's folder is its host's, made there for the handed-over one.
+        (there,) = (machines.work_dir(placed["h3"]) / name).glob("*/h3")
+        unconfined, confined, refused = done.stdout.splitlines()
+        print(f"pwd in h3 (host {placed['h3']}): {unconfined}; confined: {confined}")
+        assert unconfined == str(folder)
+        assert confined == str(there) != str(folder / "i21jrun" / "h3")
+        assert refused == (f"refused: node h3's host has no folder {folder}/i21j-missing; "
+                           "start the command in a folder that host has")  # fmt: skip
+    finally:
+        cli.swap_out_if_active(name)
+    cli.nothing_left(name)

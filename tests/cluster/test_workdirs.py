@@ -95,9 +95,13 @@ def test_the_controllers_folder_becomes_the_hosts_in_the_command_and_nothing_els
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("I21I_AGENTS_SECRET", "the-agents")
     there = Path("/var/lib/nestbed/work/e/r/h1")
-    argv, env = workdirs.confined(
+    argv, env, cwd = workdirs.confined(
         ["sh", "-c", f"cd {HOME} && exec sh -c 'ls {HOME}/x {HOME}0 {HOME}.d'"],
-        {"HOME": HOME, "NESTBED_NODE": "h1"}, HOME, there,
+        {"HOME": HOME, "NESTBED_NODE": "h1"}, HOME, there, HOME,
     )  # fmt: skip
     assert argv[2] == f"cd {there} && exec sh -c 'ls {there}/x {HOME}0 {HOME}.d'"
     assert env == {"PATH": "/usr/bin:/bin", "HOME": str(there), "NESTBED_NODE": "h1"}
+    assert cwd == str(there)
+    assert workdirs.confined([], {}, HOME, there, f"{HOME}/sub")[2] == f"{there}/sub"
+    assert workdirs.confined([], {}, HOME, there, "/tmp")[2] == "/tmp"
+    assert workdirs.confined([], {}, HOME, there)[2] is None

@@ -56,7 +56,7 @@ from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.plan import Plan, experiment_tag
-from nestbed.errors import EnvironmentProblem, InternalError, UserError
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 if TYPE_CHECKING:
     from nestbed.model.options import RunAs
@@ -65,7 +65,7 @@ STATE_ROOT = Path(places.run_root()) / ".cluster"
 PLACEMENT = "placement.json"
 CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experiment, if any
 # What start_in passes on to the node's host; anything else is a bug of the caller's.
-_POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text"}
+_POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text", "cwd"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
 # A link event goes to its hosts this long ahead of its time, and they apply it then. A Dask
 # round trip to a simulated host took 1.5 s at load 9 on 2 cores (events landed that late,
@@ -422,7 +422,10 @@ class ClusterBackend:
         """Starts the command on its node's host; a Popen-like proxy of it (``proxy``).
 
         Paths in ``argv`` under the folder of the file given as stdout are the command's own
-        files: written on the host, and back here at the same paths when it ends."""
+        files: written on the host, and back here at the same paths when it ends. ``cwd`` is
+        a folder on the node's host (a confined command's working folder: the host's own);
+        a command given one is waited for until its host started it, so a folder missing
+        there is the caller's error (``remote.start``), not a line in its stderr."""
         unknown = set(popen) - _POPEN_KEYS
         if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL):
             raise InternalError(f"a command on a cluster takes no {sorted(unknown) or 'stdin'}")
@@ -438,12 +441,17 @@ class ClusterBackend:
         home = (popen.get("env") or {}).get("HOME")
         work = (home, self._handed[home]) if home in self._handed else None
         args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
-                env, group, work)  # fmt: skip
+                env, group, work, popen.get("cwd"))  # fmt: skip
         # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
         # one each; the poller asks about the command once its host has started it.
         key = uuid.uuid4().hex[:16]
         started = self.client().submit(remote.start, key, *args,
                                        resources={agent.resource(h): 1}, pure=False)  # fmt: skip
+        if popen.get("cwd") is not None:  # a session's command: one round trip is nothing
+            with contextlib.suppress(TimeoutError):  # a late start: the poller says so
+                failed = started.exception(timeout=self.timeout_s)
+                if isinstance(failed, NestbedError):
+                    raise failed
         process = RemoteProcess(self.poller(), h, key, started, list(argv), (out, err),
                                 (out_reader, err_reader), self._signal)  # fmt: skip
         self.poller().add(process)

@@ -34,6 +34,7 @@ from nestbed.backend import linux
 from nestbed.backend.cluster import workdirs
 from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import bound_ports
+from nestbed.errors import UserError
 
 if TYPE_CHECKING:
     from nestbed.model.options import RunAs
@@ -64,26 +65,32 @@ def start(
     env: dict[str, str],
     group: bool,
     work: tuple[str, RunAs] | None = None,
+    cwd: str | None = None,
 ) -> int:
     """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host.
     ``env`` is what the controller changed of its environment. ``work`` is a confined
     command's working folder on the controlling machine (its HOME) and its identity: the
-    command starts in the node's working folder on this host instead (``workdirs``)."""
-    scratch = linux.run_dir(p) / "commands" / key
-    scratch.mkdir(parents=True, mode=0o700)
+    command starts in the node's working folder on this host instead (``workdirs``), and
+    so does a ``cwd`` naming it. A ``cwd`` this host does not have is the caller's error."""
     if work is None:
-        whole, written = {**os.environ, **env}, scratch
-    else:  # it may not enter the scratch folder, root's alone: its files are elsewhere
+        whole = {**os.environ, **env}
+    else:
         home, run_as = work
         there = workdirs.prepare(p.experiment, node, home, run_as)
-        argv, whole = workdirs.confined(argv, env, home, there)
-        written = (workdirs.command_folder(p.experiment, home, key, run_as, files.values())
-                   if files else scratch)  # fmt: skip
+        argv, whole, cwd = workdirs.confined(argv, env, home, there, cwd)
+    if cwd is not None and not Path(cwd).is_dir():
+        raise UserError(f"node {node}'s host has no folder {cwd}; start the command in a "
+                        "folder that host has")  # fmt: skip
+    scratch = linux.run_dir(p) / "commands" / key
+    scratch.mkdir(parents=True, mode=0o700)
+    written = scratch
+    if work is not None and files:  # it may not enter the scratch folder, root's alone
+        written = workdirs.command_folder(p.experiment, home, key, run_as, files.values())
     mapped = [str(written / files[a]) if a in files else a for a in argv]
     with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
         process = linux.start_in(
             p, node, mapped, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            env=whole, start_new_session=group,
+            env=whole, start_new_session=group, cwd=cwd,
         )  # fmt: skip
     with _lock:
         _commands[key] = _Command(process, scratch, written, files, group)

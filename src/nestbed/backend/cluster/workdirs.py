@@ -112,15 +112,16 @@ def _root_folder(path: Path, gid: int, mode: int) -> None:
 
 
 def confined(
-    argv: list[str], env: Mapping[str, str], home: str, there: Path
-) -> tuple[list[str], dict[str, str]]:
-    """A confined command's argv and whole environment on this host: ``home`` (the
-    controller's working folder) is ``there`` wherever it is named, and of this host's
-    environment only what a confined process keeps (``USER_ENV``, ``LC_*``) is under the
-    controller's changes ``env``."""
+    argv: list[str], env: Mapping[str, str], home: str, there: Path, cwd: str | None = None
+) -> tuple[list[str], dict[str, str], str | None]:
+    """A confined command's argv, whole environment and folder to start in (``cwd``, None:
+    the caller's) on this host: ``home`` (the controller's working folder) is ``there``
+    wherever it is named, and of this host's environment only what a confined process keeps
+    (``USER_ENV``, ``LC_*``) is under the controller's changes ``env``."""
     kept = {k: v for k, v in os.environ.items() if k in USER_ENV or k.startswith("LC_")}
     moved = {k: _moved(v, home, there) for k, v in env.items()}
-    return [_moved(a, home, there) for a in argv], kept | moved
+    folder = None if cwd is None else _moved(cwd, home, there)
+    return [_moved(a, home, there) for a in argv], kept | moved, folder
 
 
 def _moved(text: str, home: str, there: Path) -> str:
