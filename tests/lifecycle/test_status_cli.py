@@ -129,10 +129,3 @@ def test_status_loads_neither_typer_nor_the_models_nor_sqlalchemy(active):
     unused = {"nestbed.backend.sim", "nestbed.store.shared_records", "nestbed.results.drawing",
               "concurrent.futures"}  # fmt: skip
     assert unused & set(done.stderr.split()) == set()
-
-
-def test_the_linux_back_end_names_nestbed_sims_pid_file_as_nestbed_sim_does():
-    # Named twice so that a command reaching the back end need not load nestbed-sim's client.
-    from nestbed.backend import linux, sim
-
-    assert linux.SIM_PID == sim.PID

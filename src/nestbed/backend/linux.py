@@ -41,8 +41,8 @@ from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
 RUN_DIR = Path(places.run_root())
-# nestbed-sim's pid file (``sim.PID``), named here: a command that only reads an experiment
-# (`nestbed status`) gets this back end without nestbed-sim's client.
+# nestbed-sim's pid file, named here (``sim`` takes it from here): a command that only reads
+# an experiment (`nestbed status`) gets this back end without nestbed-sim's client.
 SIM_PID = "sim.pid"
 NETNS_ETC = Path("/etc/netns")
 NETNS_RUN_DIR = Path("/run/netns")  # named network namespaces, as iproute2 keeps them

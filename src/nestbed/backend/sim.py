@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from nestbed.backend.linux import SIM_PID
 from nestbed.backend.plan import Plan
 from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, Refused
 
 LOG = "sim.log"
-PID = "sim.pid"
+PID = SIM_PID  # the Linux back end names it: a command that only reads an experiment stops there
 SOCKET = "sim.sock"
 _ETH_P_ALL = 0x0003
 _SO_RCVBUFFORCE = 33  # socket.h: SO_RCVBUF past rmem_max, for root
