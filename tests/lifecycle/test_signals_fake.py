@@ -235,3 +235,27 @@ def test_a_signal_in_the_middle_of_an_import_leaves_other_threads_free_to_import
     stops, outcome = done.stdout.split()
     assert int(stops) > 0, "no signal landed during the imports: the test proved nothing"
     assert outcome == "done", f"the other thread's imports hung after {stops} stops"
+
+
+# A signal handled in the import system's code, then a wait with no end: the stop must still
+# come (the retry is a real signal, which interrupts the wait).
+_STOP_THEN_WAIT = """
+import signal, sys, threading
+from nestbed.lifecycle import signals
+
+signals.install()
+frame = {}
+exec("import sys; frame = sys._getframe()", {"__name__": "importlib._bootstrap"}, frame)
+signals._raise(signal.SIGTERM, frame["frame"])  # deferred: no exception here
+print("deferred", flush=True)
+try:
+    threading.Event().wait()
+except signals.Interrupted as stop:
+    print("stopped", stop.signal_name, flush=True)
+"""
+
+
+def test_a_signal_deferred_in_an_import_still_stops_a_wait_that_follows():
+    done = subprocess.run([sys.executable, "-c", _STOP_THEN_WAIT], capture_output=True,
+                          text=True, timeout=60)  # a hang's bound: the stop takes 5 ms  # fmt: skip
+    assert done.stdout.split() == ["deferred", "stopped", "SIGTERM"], done.stderr

@@ -99,7 +99,12 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 def _retry(signum: int) -> None:
     _held.retrying = False
-    _thread.interrupt_main(signum)
+    if signal.getsignal(signum) in (_raise, _hold):
+        # A real signal, to the main thread: it interrupts a wait the main thread went into
+        # meanwhile (a lock, a sleep), which a stop only flagged to Python would not.
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)
+    else:  # its handler is no longer ours (``handled`` ended): the default would kill
+        _thread.interrupt_main(signum)
 
 
 def last() -> Interrupted | None:
