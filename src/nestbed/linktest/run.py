@@ -271,8 +271,12 @@ class _Tester:
             for k, p in enumerate(probes):
                 port = FIRST_PORT + k
                 receivers.append(self._start(p.dst, probe_recv(f"{p.dst_ip}:{port}", *p.recv)))
+            # No sender starts before its receiver listens, or its first datagrams meet a
+            # closed port and count as the link's loss. Every back end's command is waited
+            # for (a cluster's is no Popen, but its own proxy of one); nestbed-sim's probes
+            # listen as it replies to their start.
             for k, r in enumerate(receivers):
-                if isinstance(r, subprocess.Popen):  # nestbed-sim's listen as it replies
+                if not isinstance(r, SimulatedProbe):
                     self.backend.wait_listening(r, FIRST_PORT + k, "udp")
             for k, p in enumerate(probes):
                 to = f"{p.dst_ip}:{FIRST_PORT + k}"
