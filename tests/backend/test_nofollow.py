@@ -33,9 +33,7 @@ def planted(tmp_path):
     return work
 
 
-def test_files_and_folders_come_back_and_what_was_planted_is_left_out_and_said(
-    planted, tmp_path
-):
+def test_files_and_folders_come_back_and_what_was_planted_is_left_out_and_said(planted, tmp_path):
     tree = read_tree(planted)
     assert [e.path for e in tree.entries] == [
         "empty", "note.txt", "sub", "sub/data.bin", "sub/deeper", "sub/run.sh"

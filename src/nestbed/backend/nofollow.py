@@ -13,6 +13,7 @@ the run's results with the second (``cluster/workdirs.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -201,10 +202,9 @@ def _write_entry(parent: int, name: str, entry: Entry, owner: tuple[int, int] | 
     """Makes one folder (its descriptor, open) or file (None) in ``parent``."""
     mode = entry.mode & 0o777  # never set-id bits
     if entry.data is None:
-        try:
+        # A folder already there is entered (a link or file there is refused by the open).
+        with contextlib.suppress(FileExistsError):
             os.mkdir(name, mode, dir_fd=parent)
-        except FileExistsError:
-            pass  # a folder already there is entered (a link or file there is refused below)
         fd = os.open(name, _LIST, dir_fd=parent)
     else:
         fd = os.open(name, _CREATE, mode, dir_fd=parent)
