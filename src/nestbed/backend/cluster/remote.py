@@ -3,9 +3,9 @@ agent (run on the agent; ``proxy`` is the controller's side).
 
 Each command gets a scratch folder in the experiment's state folder on this host: its stdout
 and stderr go to files there, and so do the files its argv names on the controlling machine
-(a probe's log): the agent rewrites those paths to the scratch folder. A confined command (run
-as a project's identity) starts in its node's working folder on this host, and its files are
-in a folder of its own beside it, since it may not enter the state folder (``workdirs``).
+(a probe's log): the agent rewrites those paths to the scratch folder. A program starts in
+its node's working folder of the run on this host (``workdirs``); a confined one's files are
+in a folder of its own beside it, since it may not enter the state folder.
 ``poll`` hands back, for many commands at once, their exit status and the output written
 since the last poll; once a command has ended, also its files, and forgets it. An agent that
 dies forgets its commands (swap-out still ends them, by namespace); the controller's side
@@ -64,27 +64,29 @@ def start(
     files: dict[str, str],
     env: dict[str, str],
     group: bool,
-    work: tuple[str, RunAs] | None = None,
+    work: tuple[str, RunAs | None] | None = None,
     cwd: str | None = None,
 ) -> int:
     """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host.
-    ``env`` is what the controller changed of its environment. ``work`` is a confined
-    command's working folder on the controlling machine (its HOME) and its identity: the
-    command starts in the node's working folder on this host instead (``workdirs``), and
-    so does a ``cwd`` naming it. A ``cwd`` this host does not have is the caller's error."""
+    ``env`` is what the controller changed of its environment. ``work`` is a node's
+    working folder on the controlling machine (a confined command's HOME, or the folder an
+    unconfined program starts in) and its identity (None: unconfined): the command starts
+    in the node's working folder on this host instead (``workdirs``), and so does a ``cwd``
+    naming it. A ``cwd`` this host does not have is the caller's error."""
+    run_as = None
     if work is None:
         whole = {**os.environ, **env}
     else:
         home, run_as = work
         there = workdirs.prepare(p.experiment, node, home, run_as)
-        argv, whole, cwd = workdirs.confined(argv, env, home, there, cwd)
+        argv, whole, cwd = workdirs.moved(argv, env, home, there, cwd, confined=bool(run_as))
     if cwd is not None and not Path(cwd).is_dir():
         raise UserError(f"node {node}'s host has no folder {cwd}; start the command in a "
                         "folder that host has")  # fmt: skip
     scratch = linux.run_dir(p) / "commands" / key
     scratch.mkdir(parents=True, mode=0o700)
     written = scratch
-    if work is not None and files:  # it may not enter the scratch folder, root's alone
+    if run_as is not None and files:  # it may not enter the scratch folder, root's alone
         written = workdirs.command_folder(p.experiment, home, key, run_as, files.values())
     mapped = [str(written / files[a]) if a in files else a for a in argv]
     with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
