@@ -357,7 +357,8 @@ def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_whic
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert cli.state(name) == "active"
-        program, hostile = rows(results / "programs.csv")
+        by_name = {r["program"]: r for r in rows(results / "programs.csv")}
+        program, hostile = by_name["where"], by_name["hostile"]
         for row in (program, hostile):
             assert row["outcome"] == "ok", (results / row["stderr"]).read_text()
         placed = json.loads(
