@@ -43,7 +43,7 @@ from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.channel import reason as _reason
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
-from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
+from nestbed.backend.cluster.proxy import Feed, Poller, RemoteProcess, sink_and_reader
 from nestbed.backend.cluster.share import (
     DEFAULT_PORT,
     DEFAULT_UNDERLAY_MTU,
@@ -428,10 +428,14 @@ class ClusterBackend:
         files: written on the host, and back here at the same paths when it ends. ``cwd`` is
         a folder on the node's host (a confined command's working folder: the host's own);
         a command given one is waited for until its host started it, so a folder missing
-        there is the caller's error (``remote.start``), not a line in its stderr."""
+        there is the caller's error (``remote.start``), not a line in its stderr. Its
+        ``stdin`` is nothing, or a pipe (PIPE) whose input goes to it with the polls
+        (``proxy.Feed``)."""
         unknown = set(popen) - _POPEN_KEYS
-        if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL):
-            raise InternalError(f"a command on a cluster takes no {sorted(unknown) or 'stdin'}")
+        if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL, subprocess.PIPE):
+            raise InternalError(
+                f"a command on a cluster takes no {sorted(unknown) or 'stdin but a pipe'}"
+            )
         h = self._host_of(plan, node)
         text = bool(popen.get("text"))
         out, out_reader = sink_and_reader(popen.get("stdout"), text)
@@ -440,8 +444,9 @@ class ClusterBackend:
         env = {k: v for k, v in (popen.get("env") or {}).items() if os.environ.get(k) != v}
         group = bool(popen.get("start_new_session"))
         work = self._work_of(argv, popen)
+        feed = Feed(text) if popen.get("stdin") == subprocess.PIPE else None
         args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
-                env, group, work, popen.get("cwd"))  # fmt: skip
+                env, group, work, popen.get("cwd"), feed is not None)  # fmt: skip
         # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
         # one each; the poller asks about the command once its host has started it.
         key = uuid.uuid4().hex[:16]
@@ -453,7 +458,7 @@ class ClusterBackend:
                 if isinstance(failed, NestbedError):
                     raise failed
         process = RemoteProcess(self.poller(), h, key, started, list(argv), (out, err),
-                                (out_reader, err_reader), self._signal)  # fmt: skip
+                                (out_reader, err_reader), self._signal, feed)  # fmt: skip
         self.poller().add(process)
         return process  # type: ignore[return-value]
 
