@@ -432,7 +432,11 @@ class ClusterBackend:
         ``stdin`` is nothing, or a pipe (PIPE) whose input goes to it with the polls
         (``proxy.Feed``)."""
         unknown = set(popen) - _POPEN_KEYS
-        if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL, subprocess.PIPE):
+        stdin = popen.get("stdin")
+        if isinstance(stdin, int) and stdin >= 0 and os.isatty(stdin):  # a session's pty
+            raise UserError(f"node {node} is on another host, where a command cannot have a "
+                            "terminal yet; start it without one (no tty)")  # fmt: skip
+        if unknown or stdin not in (None, subprocess.DEVNULL, subprocess.PIPE):
             raise InternalError(
                 f"a command on a cluster takes no {sorted(unknown) or 'stdin but a pipe'}"
             )

@@ -162,6 +162,7 @@ class RemoteProcess:
         self.changed = threading.Condition()  # a port heard listening, or the end
         self.heard: set[tuple[int, str]] = set()  # (port, proto) bound in its node
         self._signal_host = signal_host
+        self._exit_writers: list[int] = []  # closed at its end (``exit_fd``)
 
     @property
     def pid(self) -> int:
@@ -200,6 +201,17 @@ class RemoteProcess:
         for reader in readers:
             reader.join()
         return found[0], found[1]
+
+    def exit_fd(self) -> int:
+        """A descriptor (the caller's to close) readable once the command has ended here,
+        as a pidfd of a local command is: its end of a pipe whose other end closes then."""
+        read, write = os.pipe()
+        with self.changed:
+            if self.returncode is None:
+                self._exit_writers.append(write)
+                return read
+        os.close(write)
+        return read
 
     def wait_listening(self, port: int, proto: str, timeout: float) -> None:
         """Waits until a round found ``port`` bound in the command's node while it ran (the
@@ -266,6 +278,9 @@ class RemoteProcess:
         with self.changed:
             self.returncode = code
             self.changed.notify_all()
+            for fd in self._exit_writers:
+                os.close(fd)
+            self._exit_writers.clear()
         self.poller.forget(self)
         self.ended.set()
 
