@@ -1,7 +1,8 @@
 """The server's exec sessions reach a node on another host: a real `nestbed serve` whose back
 end is the simulated cluster runs `nestbed exec --server` in a node there as the project's
 identity, in the node's working folder on its host, with its input streamed to it through the
-host's agent as it is written; a terminal session is refused in one sentence."""
+host's agent as it is written, and ended there at its timeout; a terminal session is refused
+in one sentence."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from simulated import processes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from server_helpers import LINE, Served, wait_for
@@ -64,6 +66,10 @@ def test_an_exec_session_reaches_a_node_on_another_host_with_its_input(
         hosts = {h: machines.work_dir(h) for h in machines.hosts}
         assert any(Path(pwd).is_relative_to(folder / f"net--{name}") for folder in hosts.values())
         assert Path(pwd).name == "b"
+        # Its timeout ends it there, through its host's agent (its pid is the host's).
+        slow = server.nestbed("exec", "--timeout", "1", name, "b", "--", "sleep", "61", **env)
+        assert slow.returncode == 124 and "ran out of its 1 s" in slow.stderr, slow.stderr
+        assert not processes("sleep 61")
         # A terminal cannot be had there yet: one sentence, not an internal error.
         with ada.session("net", name, "b") as ws:
             ws.send(json.dumps({"tty": True}))

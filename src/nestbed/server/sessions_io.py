@@ -226,7 +226,8 @@ async def run(websocket: WebSocket, process: Process, timeout_s: float | None) -
                                      return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
         timed_out = not done
         if exited not in done:
-            process.kill()
+            # Not on the loop: a command on another host is killed through its agent.
+            await asyncio.to_thread(process.kill)
             await exited
         with contextlib.suppress(TimeoutError, OSError, WebSocketDisconnect, RuntimeError):
             await asyncio.wait_for(asyncio.shield(forwarding), DRAIN_S)

@@ -184,11 +184,6 @@ class RemoteProcess:
         timeout: float | None = None,
     ) -> tuple[Any, Any]:
         found: dict[int, Any] = {}
-        if self.stdin is not None and not self.stdin.closed:
-            with contextlib.suppress(BrokenPipeError):  # it stopped reading: as Popen's
-                if input:
-                    self.stdin.write(input)
-                self.stdin.close()
 
         def drain(i: int, stream: IO | None) -> None:
             found[i] = stream.read() if stream is not None else None
@@ -197,6 +192,11 @@ class RemoteProcess:
                    for i, s in enumerate((self.stdout, self.stderr))]  # fmt: skip
         for reader in readers:
             reader.start()
+        if self.stdin is not None and not self.stdin.closed:  # its output read meanwhile
+            with contextlib.suppress(BrokenPipeError):  # it stopped reading: as Popen's
+                if input:
+                    self.stdin.write(input)
+                self.stdin.close()
         self.wait(timeout)
         for reader in readers:
             reader.join()
