@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -146,13 +148,13 @@ applications:
   - {name: cbr0, type: cbr, agent: u1, rate: 1Mb, packet_size: 500}
 """
 # CBR across the cut bottleneck, which goes down for one second of four; a program on r2
-# that would sleep long, stopped by an event.
+# that leaves a file in its working folder and would sleep long, stopped by an event.
 RUN = (
     DUMBBELL
     + CBR
     + """
 programs:
-  - {name: p2, node: r2, command: "echo hello from $NESTBED_NODE; sleep 60"}
+  - {name: p2, node: r2, command: "echo hello from $NESTBED_NODE; echo mine > left.txt; sleep 60"}
 events:
   - {at: 0.5, object: cbr0, verb: start}
   - {at: 0.5, object: p2, verb: start}
@@ -212,6 +214,8 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
     assert program["outcome"] == "killed"  # the stop event reached its group on r2's host
     assert float(program["ended_s"]) < 10
     assert (results / program["stdout"]).read_text() == "hello from r2\n"
+    # Unconfined, it worked in its node's folder on its host, which came back into the run's.
+    assert (results / "work" / "r2" / "left.txt").read_text() == "mine\n"
     placement = json.loads((results / "manifest.json").read_text())["placement"]
     hosts = placement["hosts"]
     assert sorted(n for h in hosts.values() for n in h["nodes"]) == ["h1", "h3", "r1", "r2"]
@@ -284,8 +288,11 @@ def test_a_captured_run_across_hosts_brings_every_nodes_pcap_back(cluster, tmp_p
 
 
 # A program on h3 that says where it runs, as whom and with what of its host's environment,
-# and leaves a file in its working folder, and CBR from h1 to h3 across hosts (the probe on
-# h3 writes its log by name); run as a project's identity, as a server runs it.
+# and leaves files in its working folder, a hostile one beside it that plants a link to
+# /etc/shadow, a FIFO and a hard link to a root's file there (ROOTS_FILE, which the identity
+# may write, so the kernel's protected_hardlinks lets it), and CBR from h1 to h3 across
+# hosts (the probe on h3 writes its log by name); run as a project's identity, as a server
+# runs it.
 CONFINED = (
     DUMBBELL
     + CBR
@@ -296,9 +303,13 @@ programs:
     command: >-
       echo "$PWD"; echo "$HOME"; id -u;
       echo "${NESTBED_RUN_DIR:-none} ${DASK_TEMPORARY_DIRECTORY:-none}";
-      echo kept > note.txt
+      echo kept > note.txt; mkdir out && echo 1,2 > out/table.csv
+  - name: hostile
+    node: h3
+    command: ln -s /etc/shadow shadow && mkfifo fifo && ln ROOTS_FILE hard
 events:
   - {at: 0.2, object: where, verb: start}
+  - {at: 0.2, object: hostile, verb: start}
   - {at: 0.2, object: cbr0, verb: start}
   - {at: 1.2, object: cbr0, verb: stop}
 """
@@ -307,6 +318,7 @@ IDENTITY = 1_900_000_021  # a project's, as the server allocates them (never a r
 # The Python API's run as the server starts it: confined to IDENTITY, kept active after.
 RUN_CONFINED = """
 import sys
+import tempfile
 from pathlib import Path
 from nestbed.backend import get
 from nestbed.lifecycle import Testbed
@@ -322,7 +334,7 @@ run(testbed, name, RunOptions(results=Path(results), run_as=identity, keep=True)
 """
 
 
-def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_until_swap_out(
+def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_which_comes_back(
     cluster, tmp_path
 ):
     machines, agents = cluster
@@ -330,34 +342,60 @@ def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_unti
     name = f"i21iconf{os.getpid()}"
     results = tmp_path / "run"
     env = {**cli.env, "NESTBED_CLUSTER": agents.address, "NESTBED_BACKEND": "cluster"}
+    # A root's file the identity may write (and so hard-link) but must not get back as its.
+    reachable = Path(tempfile.mkdtemp(prefix="i21k-", dir="/tmp"))
+    roots = reachable / "roots"
+    roots.write_text("root's own\n")
+    for path, mode in ((reachable, 0o755), (roots, 0o666)):
+        path.chmod(mode)
+    confined = CONFINED.replace("ROOTS_FILE", str(roots))
     try:
         done = subprocess.run(
             [sys.executable, "-c", RUN_CONFINED, str(tmp_path / "store.db"),
-             str(write(tmp_path, name, CONFINED)), str(results), str(IDENTITY)],
+             str(write(tmp_path, name, confined)), str(results), str(IDENTITY)],
             env=env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert cli.state(name) == "active"
-        (program,) = rows(results / "programs.csv")
-        assert program["outcome"] == "ok", (results / program["stderr"]).read_text()
+        by_name = {r["program"]: r for r in rows(results / "programs.csv")}
+        program, hostile = by_name["where"], by_name["hostile"]
+        for row in (program, hostile):
+            assert row["outcome"] == "ok", (results / row["stderr"]).read_text()
         placed = json.loads(
             (machines.run_dir("controller") / ".cluster" / name / "placement.json").read_text()
         )["nodes"]
         there = machines.work_dir(placed["h3"])
-        # The node's working folder on its host, one per run, with nothing above it the
+        # The node's working folder on its host was one per run, with nothing above it the
         # identity's: the experiment's and the run's folders root's, other projects kept out.
-        (folder,) = (there / name).glob("*/h3")
         pwd, home, uid, environment = (results / program["stdout"]).read_text().splitlines()
         print(f"program on h3 (host {placed['h3']}) ran in {pwd} as {uid}; saw {environment}")
-        assert pwd == home == str(folder)
+        run = Path(pwd).parent
+        assert pwd == home and run.parent == there / name
         assert uid == str(IDENTITY)
         assert environment == "none none"  # the agent's environment stays the agent's
-        note = folder / "note.txt"
-        assert note.read_text() == "kept\n"
-        assert (note.stat().st_uid, folder.lstat().st_uid) == (IDENTITY, IDENTITY)
-        for above, mode in ((folder.parent, 0o750), (there / name, 0o750), (there, 0o711)):
+        for above, mode in ((there / name, 0o750), (there, 0o711)):
             info = above.lstat()
             assert (info.st_uid, info.st_mode & 0o7777) == (0, mode), above
+        # At the run's end its files came back into the results, the identity's as on one
+        # host, and what the hostile program planted did not; the host's run folder went.
+        work = results / "work" / "h3"
+        found = {p.relative_to(work).as_posix(): p for p in work.rglob("*")}
+        print(f"came back from h3's host: {sorted(found)}")
+        assert sorted(found) == ["note.txt", "out", "out/table.csv"]
+        assert found["note.txt"].read_text() == "kept\n"
+        assert found["out/table.csv"].read_text() == "1,2\n"
+        assert {(p.lstat().st_uid, p.lstat().st_gid) for p in found.values()} == {
+            (IDENTITY, IDENTITY)
+        }
+        reason = json.loads((results / "manifest.json").read_text())["reason"]
+        print(f"the run's reason: {reason}")
+        assert (f"work/h3 on host {placed['h3']}: 3 entries did not come back (fifo: not a "
+                "regular file or folder; hard: a file with 2 names (a hard link); shadow: a "
+                "symbolic link)") in reason  # fmt: skip
+        assert not run.exists()
+        # The hostile program made all three (its commands joined by &&, it ended ok); the
+        # hard link went with the run's folder.
+        assert roots.read_text() == "root's own\n" and roots.stat().st_nlink == 1
         # The confined probe on h3 wrote its log on its host, and it came back: the delays.
         (flow,) = rows(results / "traffic" / "flows.csv")
         print(f"cbr0 h1 -> h3 confined: {flow['packets_received']} received, "
@@ -366,6 +404,7 @@ def test_a_confined_program_on_another_host_works_in_its_nodes_folder_there_unti
         assert float(flow["delay_p50_ms"]) >= 20  # the bottleneck's delay, from the log
     finally:
         cli.swap_out_if_active(name)
+        shutil.rmtree(reachable)
     assert cli.state(name) == "swapped"
     cli.nothing_left(name)
     assert not any(machines.work_dir(h).exists() and any(machines.work_dir(h).iterdir())

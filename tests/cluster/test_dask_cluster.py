@@ -6,7 +6,9 @@ swapping it out; a host that fails its part leaves nothing on the others."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
 import signal
 import subprocess
 import threading
@@ -17,6 +19,7 @@ from simulated import DUMBBELL, namespaces, processes
 
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster import host as host_part
+from nestbed.backend.cluster import remote
 from nestbed.backend.cluster.backend import ClusterBackend
 from nestbed.backend.cluster.host import BUILDING
 from nestbed.backend.cluster.placement import place
@@ -290,3 +293,40 @@ def test_agents_join_a_scheduler_that_restarted_and_keep_their_hosts_parts(swapp
     assert all(process.poll() is None for process in agents.agents.values())
     assert backend.exec_in(p, "h3", ["true"]).returncode == 0
     # (the fixture's swap-out through the rejoined agents removes everything, and checks it)
+
+
+def test_a_command_on_another_host_reads_its_stdin_as_it_is_written(swapped, cluster):
+    _, backend, _ = cluster
+    p = swapped(plan(experiment(DUMBBELL, "i21stdin")))
+    command = ["sh", "-c", 'read line; echo "got $line"; exec sha256sum']
+    process = backend.start_in(p, "h3", command, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    # A line is answered while the input is still open: it streams, not at the input's end.
+    process.stdin.write(b"hello\n")
+    process.stdin.flush()
+    assert process.stdout.readline() == b"got hello\n"
+    # More than a pipe, a round and the host's store hold at once, in order, to its end.
+    data = os.urandom(5 * remote.INPUT_BYTES + 12345)
+    began = time.monotonic()
+    out, err = process.communicate(data, timeout=300)
+    took = time.monotonic() - began
+    print(f"{len(data)} bytes of input to h3 across the cluster in {took:.2f} s")
+    assert process.returncode == 0, err
+    assert out.split()[0].decode() == hashlib.sha256(data).hexdigest()
+
+
+def test_input_to_a_command_on_another_host_that_stops_reading_fails_as_a_pipe_would(
+    swapped, cluster
+):
+    _, backend, _ = cluster
+    p = swapped(plan(experiment(DUMBBELL, "i21stdin2")))
+    process = backend.start_in(p, "h1", ["head", "-c", "5"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE)  # fmt: skip
+    with pytest.raises(BrokenPipeError):  # its host closed the input, then this end closed
+        for _ in range(100):
+            process.stdin.write(b"x" * remote.INPUT_BYTES)
+            process.stdin.flush()
+    assert process.wait(timeout=60) == 0
+    assert process.stdout.read() == b"xxxxx"
+    with contextlib.suppress(BrokenPipeError):
+        process.stdin.close()

@@ -95,13 +95,48 @@ def test_the_controllers_folder_becomes_the_hosts_in_the_command_and_nothing_els
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("I21I_AGENTS_SECRET", "the-agents")
     there = Path("/var/lib/nestbed/work/e/r/h1")
-    argv, env, cwd = workdirs.confined(
+    argv, env, cwd = workdirs.moved(
         ["sh", "-c", f"cd {HOME} && exec sh -c 'ls {HOME}/x {HOME}0 {HOME}.d'"],
-        {"HOME": HOME, "NESTBED_NODE": "h1"}, HOME, there, HOME,
+        {"HOME": HOME, "NESTBED_NODE": "h1"}, HOME, there, HOME, confined=True,
     )  # fmt: skip
     assert argv[2] == f"cd {there} && exec sh -c 'ls {there}/x {HOME}0 {HOME}.d'"
     assert env == {"PATH": "/usr/bin:/bin", "HOME": str(there), "NESTBED_NODE": "h1"}
     assert cwd == str(there)
-    assert workdirs.confined([], {}, HOME, there, f"{HOME}/sub")[2] == f"{there}/sub"
-    assert workdirs.confined([], {}, HOME, there, "/tmp")[2] == "/tmp"
-    assert workdirs.confined([], {}, HOME, there)[2] is None
+    assert workdirs.moved([], {}, HOME, there, f"{HOME}/sub", confined=True)[2] == f"{there}/sub"
+    assert workdirs.moved([], {}, HOME, there, "/tmp", confined=True)[2] == "/tmp"
+    assert workdirs.moved([], {}, HOME, there, confined=True)[2] is None
+    # An unconfined program keeps the host's environment, under the controller's changes.
+    argv, env, _ = workdirs.moved([f"cd {HOME}"], {"NESTBED_NODE": "h1"}, HOME, there,
+                                  confined=False)  # fmt: skip
+    assert argv == [f"cd {there}"]
+    assert env["I21I_AGENTS_SECRET"] == "the-agents" and env["NESTBED_NODE"] == "h1"
+    assert workdirs.names(f"cd {HOME} && x", HOME) and not workdirs.names(f"cd {HOME}0", HOME)
+
+
+def test_an_unconfined_programs_folder_is_roots(root):
+    folder = workdirs.prepare("i21kexp", "h1", HOME, None)
+    assert owner_and_mode(folder) == (0, 0, 0o755)
+    assert owner_and_mode(folder.parent) == (0, 0, 0o750)
+
+
+def test_a_runs_folders_come_back_without_what_was_planted_and_go_from_the_host(root, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root's\n")
+    folder = workdirs.prepare("i21kexp", "h1", HOME, IDENTITY)
+    (folder / "out").mkdir()
+    (folder / "out" / "result.csv").write_text("a,b\n")
+    (folder / "shadow").symlink_to("/etc/shadow")
+    os.mkfifo(folder / "fifo")
+    os.link(secret, folder / "hard")
+    other = workdirs.prepare("i21kexp", "h1", "/results/p/run-2/work/h1", IDENTITY)
+    found = workdirs.bring_back("i21kexp", {"h1": HOME, "h2": HOME.replace("h1", "h2")})
+    assert list(found) == ["h1"]  # h2 never ran a program here
+    assert [e.path for e in found["h1"].entries] == ["out", "out/result.csv"]
+    assert sorted(found["h1"].left_out) == ["fifo", "hard", "shadow"]
+    assert not folder.parent.exists() and other.exists()  # the run's gone, the next's kept
+    assert secret.read_text() == "root's\n"
+    said = workdirs.left_out_sentence("work/h1", "hostA", found["h1"].left_out)
+    assert said == (
+        "work/h1 on host hostA: 3 entries did not come back (fifo: not a regular file or "
+        "folder; hard: a file with 2 names (a hard link); shadow: a symbolic link)"
+    )

@@ -73,6 +73,12 @@ def test_a_confined_run_confines_programs_and_tools_and_not_captures(fake, monke
     work = folder.work("a")
     assert (folder.programs / "where.stdout").read_text() == f"{work} {work} none\n"
     assert [r["outcome"] for r in rows(folder.programs_table)] == ["ok"]
+    # At the run's end, once every process of it was started and ended, the back end is
+    # asked to bring back what was left in the nodes' working folders where they ran.
+    ops = [j["op"] for j in journal]
+    (asked,) = [j for j in journal if j["op"] == "bring_back"]
+    assert asked["folders"] == {"a": str(folder.work("a")), "b": str(folder.work("b"))}
+    assert ops.index("bring_back") > max(i for i, op in enumerate(ops) if op == "start_in")
 
 
 def test_a_run_without_run_as_confines_nothing(fake, monkeypatch):

@@ -31,6 +31,10 @@ class Backend(Protocol):
     # How long ahead of its time a link event is handed to the link emulators, which take it
     # with its time (``linkd.TimedChannel``): 0 where they are on this machine.
     link_lead_s: float
+    # Whether a node's programs may run where the results folder is not (a cluster's other
+    # hosts): then every run gives each node a working folder (``work_folder``), confined or
+    # not, and ``bring_back`` copies what was left there into the results at the run's end.
+    work_elsewhere: bool
 
     def require_ready(self) -> None:
         """One sentence (EnvironmentProblem) if this back end cannot build networks here."""
@@ -59,6 +63,17 @@ class Backend(Protocol):
     def hand_over(self, path: Path, run_as: RunAs) -> None:
         """Makes a folder or file the controller made (as root) ``run_as``'s own, for the
         experiment's processes to write in."""
+
+    def work_folder(self, path: Path, run_as: RunAs | None) -> None:
+        """Makes ``path`` (made by the controller, in the results) a node's working folder of
+        the run: ``run_as``'s own if confined (``hand_over``); where the node's programs run
+        elsewhere, also the folder whose host's own the commands that name it start in."""
+
+    def bring_back(self, plan: Plan, folders: dict[str, Path], run_as: RunAs | None) -> list[str]:
+        """At the run's end, copies what the experiment's processes left in each node's
+        working folder where they ran into ``folders[node]`` (``run_as``'s own if confined),
+        never following what they planted, and removes it there; one sentence per node for
+        what was left out. Nothing where they wrote in ``folders[node]`` itself."""
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         """The command that captures every frame on a node's interface into ``path``."""

@@ -65,6 +65,12 @@ def hand_over(path: Path, run_as: RunAs) -> None:
     os.chown(path, run_as.uid, run_as.gid, follow_symlinks=False)
 
 
+def work_folder(path: Path, run_as: RunAs | None) -> None:
+    """A node's working folder on this machine: handed over if the run is confined."""
+    if run_as is not None:
+        hand_over(path, run_as)
+
+
 def private_folder(path: Path) -> None:
     """``path`` as a folder only root may enter (made if missing; its mode set if not)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ class FakeBackend:
 
     name = "fake"
     link_lead_s = 0.0  # its link emulator records requests at once
+    work_elsewhere = False  # its commands are local processes
 
     def __init__(self, root: Path | None = None, fail: Iterable[str] = ()):
         found = root or os.environ.get(ROOT_ENV) or Path(tempfile.gettempdir()) / "nestbed-fake"
@@ -114,6 +115,14 @@ class FakeBackend:
 
     def hand_over(self, path: Path, run_as: RunAs) -> None:
         self._record("hand_over", path=str(path), uid=run_as.uid, gid=run_as.gid)
+
+    def work_folder(self, path: Path, run_as: RunAs | None) -> None:
+        if run_as is not None:
+            self.hand_over(path, run_as)
+
+    def bring_back(self, plan: Plan, folders: dict[str, Path], run_as: RunAs | None) -> list[str]:
+        self._record("bring_back", folders={n: str(f) for n, f in folders.items()})
+        return []
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         # An empty capture that lasts until it is stopped, as tcpdump's would on a quiet link.

@@ -22,12 +22,12 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed import places
 from nestbed.backend import entry, netlink, offloads, processes
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
-from nestbed.backend.confine import confined_argv, hand_over, private_folder
+from nestbed.backend.confine import confined_argv, hand_over, private_folder, work_folder
 from nestbed.backend.plan import (
     MARK_PREFIX,
     NS_PREFIX,
@@ -39,6 +39,9 @@ from nestbed.backend.plan import (
 from nestbed.backend.sockets import SocketClient, start_daemon, wait_listening
 from nestbed.binaries import built_binary
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
+
+if TYPE_CHECKING:
+    from nestbed.model.options import RunAs
 
 RUN_DIR = Path(places.run_root())
 # nestbed-sim's pid file, named here (``sim`` takes it from here): a command that only reads
@@ -709,6 +712,7 @@ class LinuxBackend:
     name = "linux"
     link_lead_s = 0.0  # linkd is a socket away
     state_root = RUN_DIR
+    work_elsewhere = False  # programs write in the results' own working folders
 
     def require_ready(self) -> None:
         require_root()
@@ -720,6 +724,7 @@ class LinuxBackend:
     exec_in = staticmethod(exec_in)
     confine = staticmethod(confined_argv)
     hand_over = staticmethod(hand_over)
+    work_folder = staticmethod(work_folder)
     capture_argv = staticmethod(capture_argv)
     open_socket = staticmethod(open_socket)
     linkd = staticmethod(linkd)
@@ -732,3 +737,7 @@ class LinuxBackend:
     @staticmethod
     def placement_facts(plan: Plan) -> dict[str, Any]:
         return {}  # one machine: the manifest's host facts say it all
+
+    @staticmethod
+    def bring_back(plan: Plan, folders: dict[str, Path], run_as: RunAs | None) -> list[str]:
+        return []  # the programs wrote in the folders themselves

@@ -13,6 +13,7 @@ import contextlib
 import os
 import select
 import signal
+from typing import Any
 
 
 def _open(pid: int) -> int | None:
@@ -49,3 +50,22 @@ def stop(pid: int, grace_s: float = 2.0) -> bool:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
     return gentle
+
+
+def exit_fd(process: Any) -> int:
+    """A descriptor (the caller's to close) that becomes readable once ``process`` has
+    exited: a Popen's pidfd, or the descriptor a back end's proxy of a command on another
+    machine gives (``exit_fd``), where the pid is that machine's."""
+    own = getattr(process, "exit_fd", None)
+    return own() if own is not None else os.pidfd_open(process.pid)
+
+
+def kill_group(process: Any) -> None:
+    """SIGKILL to the process group of ``process`` (started in a session of its own), on
+    this machine or, through a back end's proxy (``signal_group``), on another."""
+    own = getattr(process, "signal_group", None)
+    if own is not None:
+        own(signal.SIGKILL)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)

@@ -174,12 +174,15 @@ class Run:
             self.backend.hand_over(path, self.options.run_as)
 
     def _workdirs(self) -> dict[str, Path]:
-        """Each node's working folder on a server (none in a local run)."""
-        if self.options.run_as is None:
+        """Each node's working folder (``work/NODE``) on a server, or where programs run on
+        other machines (a cluster's hosts, which have not the controller's folder); none in
+        a local run, whose programs start in the controller's folder."""
+        if self.options.run_as is None and not self.backend.work_elsewhere:
             return {}
         found = {n.name: self.folder.work(n.name) for n in self.plan.nodes}
         for path in found.values():
-            self.writable(path, folder=True)
+            path.mkdir(parents=True, exist_ok=True)
+            self.backend.work_folder(path, self.options.run_as)
         return found
 
     def listening(
@@ -354,6 +357,9 @@ class Run:
         for monitor in self.monitors:
             monitor.stop()
         self.captures.stop()
+        # Every process of the experiment has ended: what they left where they ran comes
+        # into the results (a cluster's hosts), before the next run or swap-out removes it.
+        problems += self.backend.bring_back(self.plan, self.workdirs, self.options.run_as)
         if self.options.capture:
             problems += tcp_tables(
                 self.flows.values(), self.captures, self.exp, self.folder, self.t0_unix

@@ -26,6 +26,7 @@ from fastapi import APIRouter
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, StreamingResponse
 
+from nestbed.backend.nofollow import NotBelow, open_below, plain_parts
 from nestbed.results.folder import RunFolder
 from nestbed.server.accounts import AccountName
 from nestbed.server.auth import Caller, NotFound, Who
@@ -45,8 +46,8 @@ SweepName = Annotated[str, PathParam(pattern=SWEEP_NAME)]
 def inside(root: Path, relative: str) -> Path:
     """``root/relative`` if it is a file or folder inside ``root`` reached through no symbolic
     link; ``NotFound`` for anything else (``..``, an absolute path, a link, nothing there)."""
-    parts = relative.split("/") if relative else []
-    if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+    parts = plain_parts(relative)
+    if parts is None:
         raise NotFound(f"there is no file {relative!r} in this run")
     path = root
     try:
@@ -63,29 +64,14 @@ def inside(root: Path, relative: str) -> Path:
 
 def open_inside(root: Path, relative: str) -> int:
     """A file descriptor of the regular file ``root/relative``, opened one component at a
-    time with ``O_NOFOLLOW`` from a descriptor of ``root``: a symbolic link put in place
-    after ``inside`` looked (an experiment's program racing the server) is refused by the
-    kernel, not followed. ``NotFound`` for anything but a regular file reached so."""
-    parts = relative.split("/") if relative else []
-    if not parts or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
-        raise NotFound(f"there is no file {relative!r} here")
-    walk = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    opened: list[int] = []
+    time with ``O_NOFOLLOW`` from a descriptor of ``root`` (``nofollow.open_below``): a
+    symbolic link put in place after ``inside`` looked (an experiment's program racing the
+    server) is refused by the kernel, not followed. ``NotFound`` for anything but a regular
+    file reached so."""
     try:
-        opened.append(os.open(root, walk))
-        for part in parts[:-1]:
-            opened.append(os.open(part, walk, dir_fd=opened[-1]))
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     dir_fd=opened[-1])  # fmt: skip
-    except OSError:
+        return open_below(root, relative)
+    except NotBelow:
         raise NotFound(f"there is no file {relative!r} here") from None
-    finally:
-        for handle in opened:
-            os.close(handle)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device would block or leak
-        os.close(fd)
-        raise NotFound(f"there is no file {relative!r} here")
-    return fd
 
 
 # A run's files are written by the experiment's own programs too: a page among them must not

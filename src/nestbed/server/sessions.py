@@ -123,7 +123,12 @@ def target(who: Caller, project: str, name: str, node: str) -> Target:
             results = None  # a controller gone: the session still runs in the node
     run_as = confinement.runs_as(server.accounts, server.config, project)
     home = RunFolder(Path(results)).work(node) if results else None
-    return Target(stored, node, run_as, home if home is not None and home.is_dir() else Path("/"))
+    if home is None or not home.is_dir():
+        return Target(stored, node, run_as, Path("/"))
+    # The node's working folder of the run: on a cluster its host has its own, in which the
+    # command starts (the back end is told which folder that is).
+    server.testbed.backend.work_folder(home, run_as)
+    return Target(stored, node, run_as, home)
 
 
 @router.websocket(PATH)

@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import shlex
-import signal
 import struct
 import subprocess
 import termios
@@ -25,6 +24,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field
 
 from nestbed.backend.confine import user_command
+from nestbed.backend.processes import exit_fd, kill_group
 from nestbed.model.options import RunAs
 from nestbed.server.auth import Caller
 
@@ -114,7 +114,7 @@ class Process:
             self.stdin = self.popen.stdin.fileno()
             for fd in (self.stdin, *(fd for fd, _ in self.outputs)):
                 os.set_blocking(fd, False)
-        self.pidfd = os.pidfd_open(self.popen.pid)
+        self.pidfd = exit_fd(self.popen)  # a pidfd, or a proxy's (a node on another host)
 
     async def write(self, data: bytes) -> None:
         """Input for the command, as fast as it reads it. Input it no longer reads (it
@@ -138,8 +138,7 @@ class Process:
 
     def kill(self) -> None:
         """The command's whole process group (a session's processes end with it)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
+        kill_group(self.popen)
         with contextlib.suppress(ProcessLookupError):
             self.popen.kill()
 
@@ -227,7 +226,8 @@ async def run(websocket: WebSocket, process: Process, timeout_s: float | None) -
                                      return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
         timed_out = not done
         if exited not in done:
-            process.kill()
+            # Not on the loop: a command on another host is killed through its agent.
+            await asyncio.to_thread(process.kill)
             await exited
         with contextlib.suppress(TimeoutError, OSError, WebSocketDisconnect, RuntimeError):
             await asyncio.wait_for(asyncio.shield(forwarding), DRAIN_S)

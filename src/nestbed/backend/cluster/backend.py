@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 from nestbed import places
 from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, clocks, host, remote, timeservice
+from nestbed.backend.cluster import agent, clocks, host, remote, timeservice, workdirs
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.channel import reason as _reason
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
-from nestbed.backend.cluster.proxy import Poller, RemoteProcess, sink_and_reader
+from nestbed.backend.cluster.proxy import Feed, Poller, RemoteProcess, sink_and_reader
 from nestbed.backend.cluster.share import (
     DEFAULT_PORT,
     DEFAULT_UNDERLAY_MTU,
@@ -55,6 +55,7 @@ from nestbed.backend.cluster.share import (
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
+from nestbed.backend.nofollow import write_tree
 from nestbed.backend.plan import Plan, experiment_tag
 from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
 
@@ -83,6 +84,7 @@ class ClusterBackend:
 
     name = "cluster"
     link_lead_s = LINK_LEAD_S
+    work_elsewhere = True  # a node's programs run on its host
 
     def __init__(
         self,
@@ -101,9 +103,10 @@ class ClusterBackend:
         self._poller: Poller | None = None
         self._drainer: Drainer | None = None
         self._usage: dict[str, UsageReader] = {}  # by experiment
-        # Folders handed over to an identity here (``hand_over``): a node's working folder
-        # among them is made again on the node's host for the commands that start in it.
-        self._handed: dict[str, RunAs] = {}
+        # Folders handed over to an identity here (``hand_over``) and nodes' working folders
+        # of runs (``work_folder``; None: unconfined): a node's working folder among them is
+        # made again on the node's host for the commands that start in it.
+        self._handed: dict[str, RunAs | None] = {}
 
     # -- connection ------------------------------------------------------------------------
 
@@ -425,10 +428,18 @@ class ClusterBackend:
         files: written on the host, and back here at the same paths when it ends. ``cwd`` is
         a folder on the node's host (a confined command's working folder: the host's own);
         a command given one is waited for until its host started it, so a folder missing
-        there is the caller's error (``remote.start``), not a line in its stderr."""
+        there is the caller's error (``remote.start``), not a line in its stderr. Its
+        ``stdin`` is nothing, or a pipe (PIPE) whose input goes to it with the polls
+        (``proxy.Feed``)."""
         unknown = set(popen) - _POPEN_KEYS
-        if unknown or popen.get("stdin") not in (None, subprocess.DEVNULL):
-            raise InternalError(f"a command on a cluster takes no {sorted(unknown) or 'stdin'}")
+        stdin = popen.get("stdin")
+        if isinstance(stdin, int) and stdin >= 0 and os.isatty(stdin):  # a session's pty
+            raise UserError(f"node {node} is on another host, where a command cannot have a "
+                            "terminal yet; start it without one (no tty)")  # fmt: skip
+        if unknown or stdin not in (None, subprocess.DEVNULL, subprocess.PIPE):
+            raise InternalError(
+                f"a command on a cluster takes no {sorted(unknown) or 'stdin but a pipe'}"
+            )
         h = self._host_of(plan, node)
         text = bool(popen.get("text"))
         out, out_reader = sink_and_reader(popen.get("stdout"), text)
@@ -436,12 +447,10 @@ class ClusterBackend:
         # Only what the caller changed of its environment: the host has its own.
         env = {k: v for k, v in (popen.get("env") or {}).items() if os.environ.get(k) != v}
         group = bool(popen.get("start_new_session"))
-        # A confined command starts in its node's working folder, its HOME (``user_command``):
-        # the node's host makes and hands over its own (``workdirs``).
-        home = (popen.get("env") or {}).get("HOME")
-        work = (home, self._handed[home]) if home in self._handed else None
+        work = self._work_of(argv, popen)
+        feed = Feed(text) if popen.get("stdin") == subprocess.PIPE else None
         args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
-                env, group, work, popen.get("cwd"))  # fmt: skip
+                env, group, work, popen.get("cwd"), feed is not None)  # fmt: skip
         # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
         # one each; the poller asks about the command once its host has started it.
         key = uuid.uuid4().hex[:16]
@@ -453,9 +462,22 @@ class ClusterBackend:
                 if isinstance(failed, NestbedError):
                     raise failed
         process = RemoteProcess(self.poller(), h, key, started, list(argv), (out, err),
-                                (out_reader, err_reader), self._signal)  # fmt: skip
+                                (out_reader, err_reader), self._signal, feed)  # fmt: skip
         self.poller().add(process)
         return process  # type: ignore[return-value]
+
+    def _work_of(self, argv: list[str], popen: dict[str, Any]) -> tuple[str, RunAs | None] | None:
+        """The working folder a command starts in, and its identity, if it is one this back
+        end was given: a confined command's is its HOME (``user_command``); an unconfined
+        program's, the folder its shell or ``cwd`` names. The node's host makes its own
+        (``workdirs``) and starts the command there."""
+        home = (popen.get("env") or {}).get("HOME")
+        if home in self._handed and self._handed[home] is not None:
+            return home, self._handed[home]
+        named = [*argv, popen.get("cwd") or ""]
+        found = [f for f, run_as in self._handed.items()
+                 if run_as is None and any(workdirs.names(text, f) for text in named)]  # fmt: skip
+        return (found[0], None) if found else None
 
     def poller(self) -> Poller:
         if self._poller is None:
@@ -477,6 +499,41 @@ class ClusterBackend:
         node's host too, when a command starts in it (``start_in``)."""
         hand_over(path, run_as)
         self._handed[str(path)] = run_as
+
+    def work_folder(self, path: Path, run_as: RunAs | None) -> None:
+        """A node's working folder of a run: handed over here if confined, and made on the
+        node's host for the commands that start in it (``start_in``)."""
+        if run_as is None:
+            self._handed[str(path)] = None
+        else:
+            self.hand_over(path, run_as)
+
+    def bring_back(self, plan: Plan, folders: dict[str, Path], run_as: RunAs | None) -> list[str]:
+        """Each node's working folder on its host, read there without following anything
+        (``workdirs.bring_back``, bounded by ``nofollow.LIMIT_BYTES`` a node) and removed,
+        written into ``folders[node]`` the same way, ``run_as``'s own if confined: one task
+        per host, all at once. One sentence per node for what was left out."""
+        kept = self.placement(plan)
+        if kept is None or not folders:
+            return []
+        asked: dict[str, dict[str, str]] = {}
+        for node, folder in folders.items():
+            asked.setdefault(kept[0][node], {})[node] = str(folder)
+        answers = self._on_hosts(
+            workdirs.bring_back, {h: (plan.experiment, homes) for h, homes in asked.items()}
+        )
+        owner = None if run_as is None else (run_as.uid, run_as.gid)
+        said = []
+        for h, answer in sorted(answers.items()):
+            if isinstance(answer, BaseException):
+                said.append(f"the working folders on host {h} did not come back: "
+                            f"{_reason(answer)}")  # fmt: skip
+                continue
+            for node, tree in sorted(answer.items()):
+                left = tree.left_out | write_tree(folders[node], tree, owner)
+                if left:
+                    said.append(workdirs.left_out_sentence(f"work/{node}", h, left))
+        return said
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv

@@ -4,14 +4,16 @@ output streamed into the files or pipes the caller gave, as a local command's wo
 
 One ``Poller`` per back end asks every host with running commands for all of them in one Dask
 task per host (``remote.poll``), ten times a second: the traffic grows with the hosts, not the
-commands. A command's files (paths its argv names under its stdout's folder) are written back
-at their own paths when it ends, before it is seen to end.
+commands. A command's input (``Feed``, its ``stdin``) goes with those polls too. A command's
+files (paths its argv names under its stdout's folder) are written back at their own paths
+when it ends, before it is seen to end.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from nestbed.backend.cluster.remote import INPUT_BYTES
 from nestbed.backend.cluster.rounds import Rounds
 from nestbed.errors import InternalError
 
@@ -68,6 +71,57 @@ class _Sink:
             self.fd = None
 
 
+class Feed:
+    """The input of a remote command: what the caller writes into the proxy's ``stdin`` (a
+    pipe, as a local command's) is read from its other end each round and sent with the
+    poll (``remote.Given``), from the first byte its host has not said it received; no more
+    while its host still holds ``remote.INPUT_BYTES`` unwritten. Closing ``stdin`` ends the
+    input there once all of it is written; once the command no longer reads (its host says
+    so), this end closes too, and the caller's writes fail as a local pipe's would."""
+
+    def __init__(self, text: bool):
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        with contextlib.suppress(OSError):  # a round takes this much at once
+            fcntl.fcntl(read, fcntl.F_SETPIPE_SZ, INPUT_BYTES)
+        self.fd: int | None = read
+        self.stdin: IO = os.fdopen(write, "w" if text else "wb")
+        self.unsent = b""  # read from the pipe, not yet said received by the host
+        self.at = 0  # the offset of ``unsent`` in the whole input: what the host received
+        self.held = 0  # what the host still holds unwritten, as it last said
+        self.ended = False  # the caller closed its end
+
+    def given(self) -> tuple[int, bytes, bool] | None:
+        """What to send with this round's poll, if anything."""
+        if self.fd is None:
+            return None
+        room = INPUT_BYTES - self.held - len(self.unsent)
+        while room > 0 and not self.ended:
+            try:
+                chunk = os.read(self.fd, room)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.ended = True
+                break
+            self.unsent += chunk
+            room -= len(chunk)
+        return (self.at, self.unsent, self.ended)
+
+    def answered(self, received: int, held: int, reading: bool) -> None:
+        """What the host said of the input: bytes received, of them unwritten, and whether
+        the command still takes input."""
+        self.unsent = self.unsent[max(0, received - self.at) :]
+        self.at, self.held = max(self.at, received), held
+        if not reading:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def sink_and_reader(target: Any, text: bool) -> tuple[_Sink, IO | None]:
     """The sink for a Popen ``stdout``/``stderr`` argument, and the stream the caller reads
     (for PIPE)."""
@@ -94,18 +148,21 @@ class RemoteProcess:
         sinks: tuple[_Sink, _Sink],
         readers: tuple[IO | None, IO | None],
         signal_host: Callable[[str, str, int, bool], None],
+        feed: Feed | None = None,
     ):
         self.poller, self.host, self.key, self.args = poller, host, key, args
         self.started = started  # a future of the command's pid on its host
         self.since = time.monotonic()
         self.sinks = sinks
         self.stdout, self.stderr = readers
-        self.stdin = None
+        self.feed = feed
+        self.stdin = None if feed is None else feed.stdin
         self.returncode: int | None = None
         self.ended = threading.Event()
         self.changed = threading.Condition()  # a port heard listening, or the end
         self.heard: set[tuple[int, str]] = set()  # (port, proto) bound in its node
         self._signal_host = signal_host
+        self._exit_writers: list[int] = []  # closed at its end (``exit_fd``)
 
     @property
     def pid(self) -> int:
@@ -121,7 +178,11 @@ class RemoteProcess:
         assert self.returncode is not None
         return self.returncode
 
-    def communicate(self, stdin: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+    def communicate(
+        self,
+        input: Any = None,  # noqa: A002 -- Popen's name for it
+        timeout: float | None = None,
+    ) -> tuple[Any, Any]:
         found: dict[int, Any] = {}
 
         def drain(i: int, stream: IO | None) -> None:
@@ -131,10 +192,26 @@ class RemoteProcess:
                    for i, s in enumerate((self.stdout, self.stderr))]  # fmt: skip
         for reader in readers:
             reader.start()
+        if self.stdin is not None and not self.stdin.closed:  # its output read meanwhile
+            with contextlib.suppress(BrokenPipeError):  # it stopped reading: as Popen's
+                if input:
+                    self.stdin.write(input)
+                self.stdin.close()
         self.wait(timeout)
         for reader in readers:
             reader.join()
         return found[0], found[1]
+
+    def exit_fd(self) -> int:
+        """A descriptor (the caller's to close) readable once the command has ended here,
+        as a pidfd of a local command is: its end of a pipe whose other end closes then."""
+        read, write = os.pipe()
+        with self.changed:
+            if self.returncode is None:
+                self._exit_writers.append(write)
+                return read
+        os.close(write)
+        return read
 
     def wait_listening(self, port: int, proto: str, timeout: float) -> None:
         """Waits until a round found ``port`` bound in the command's node while it ran (the
@@ -182,6 +259,8 @@ class RemoteProcess:
             return
         self.sinks[0].write(report["out"])
         self.sinks[1].write(report["err"])
+        if self.feed is not None and "input" in report:
+            self.feed.answered(*report["input"])
         if report.get("listening"):
             with self.changed:
                 self.heard.update((port, proto) for port, proto in report["listening"])
@@ -194,9 +273,14 @@ class RemoteProcess:
     def _end(self, code: int) -> None:
         for sink in self.sinks:
             sink.close()
+        if self.feed is not None:
+            self.feed.close()
         with self.changed:
             self.returncode = code
             self.changed.notify_all()
+            for fd in self._exit_writers:
+                os.close(fd)
+            self._exit_writers.clear()
         self.poller.forget(self)
         self.ended.set()
 
@@ -235,8 +319,10 @@ class Poller(Rounds):
             return False
         return True
 
-    def question(self, thing: Any) -> tuple[int, int]:
-        return (thing.sinks[0].received, thing.sinks[1].received)  # the output had so far
+    def question(self, thing: Any) -> tuple[int, int, Any]:
+        """The output had so far, and input for it (``Feed``)."""
+        given = None if thing.feed is None else thing.feed.given()
+        return (thing.sinks[0].received, thing.sinks[1].received, given)
 
     def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
         if isinstance(answer, BaseException):

@@ -3,9 +3,9 @@ agent (run on the agent; ``proxy`` is the controller's side).
 
 Each command gets a scratch folder in the experiment's state folder on this host: its stdout
 and stderr go to files there, and so do the files its argv names on the controlling machine
-(a probe's log): the agent rewrites those paths to the scratch folder. A confined command (run
-as a project's identity) starts in its node's working folder on this host, and its files are
-in a folder of its own beside it, since it may not enter the state folder (``workdirs``).
+(a probe's log): the agent rewrites those paths to the scratch folder. A program starts in
+its node's working folder of the run on this host (``workdirs``); a confined one's files are
+in a folder of its own beside it, since it may not enter the state folder.
 ``poll`` hands back, for many commands at once, their exit status and the output written
 since the last poll; once a command has ended, also its files, and forgets it. An agent that
 dies forgets its commands (swap-out still ends them, by namespace); the controller's side
@@ -18,6 +18,7 @@ them to send, and drains what they received.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -40,6 +41,59 @@ if TYPE_CHECKING:
     from nestbed.model.options import RunAs
 
 CHUNK_BYTES = 1 << 20  # at most this much of each stream per poll, so replies stay small
+# A command's input not yet written kept here at most (the controller sends no more while
+# this much waits), and the size asked of its stdin pipe, so a poll can hand it this much.
+INPUT_BYTES = 1 << 20
+# Input for a command, as the controller sends it with a poll: the offset of its first
+# byte in the whole input, the bytes, and whether the input ends after them.
+Given = tuple[int, bytes, bool]
+
+
+class _Input:
+    """A command's stdin, fed from what the controller sends with its polls (``Given``).
+    What the pipe does not take at once waits here until the next poll; a part sent twice
+    (its answer was lost) is written once, by its offset. The pipe is closed once the input
+    ended and all of it was written, or when the command no longer reads it."""
+
+    def __init__(self, fd: int):
+        self.fd: int | None = fd
+        os.set_blocking(fd, False)
+        with contextlib.suppress(OSError):  # a bigger pipe: a poll hands over more
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, INPUT_BYTES)
+        self.pending, self.received, self.end = b"", 0, False
+
+    def take(self, given: Given | None) -> None:
+        if given is not None and self.fd is not None:
+            at, data, end = given
+            new = data[max(0, self.received - at) :] if at <= self.received else b""
+            self.pending += new
+            self.received += len(new)
+            self.end = self.end or (end and at + len(data) == self.received)
+        self.write()
+
+    def write(self) -> None:
+        """Writes what the pipe takes without waiting."""
+        try:
+            while self.pending and self.fd is not None:
+                self.pending = self.pending[os.write(self.fd, self.pending) :]
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: it closed its input or ended; the rest goes nowhere
+            self.pending, self.end = b"", True
+        if self.end and not self.pending:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+    def state(self) -> tuple[int, int, bool]:
+        """Bytes received so far, of them still waiting here, and whether it takes more."""
+        return self.received, len(self.pending), self.fd is not None
+
+
 PACE_SLEEP_S = 0.0005  # a drain's sends closer than this to their time go at once
 
 
@@ -50,6 +104,7 @@ class _Command:
     written: Path  # where its files are: ``scratch``, or a confined command's own folder
     files: dict[str, str]  # path on the controlling machine -> its name in ``written``
     group: bool  # started in a session of its own: signals reach its whole group
+    input: _Input | None = None  # its stdin, if the controller streams one
 
 
 _commands: dict[str, _Command] = {}
@@ -64,51 +119,63 @@ def start(
     files: dict[str, str],
     env: dict[str, str],
     group: bool,
-    work: tuple[str, RunAs] | None = None,
+    work: tuple[str, RunAs | None] | None = None,
     cwd: str | None = None,
+    stdin: bool = False,
 ) -> int:
     """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host.
-    ``env`` is what the controller changed of its environment. ``work`` is a confined
-    command's working folder on the controlling machine (its HOME) and its identity: the
-    command starts in the node's working folder on this host instead (``workdirs``), and
-    so does a ``cwd`` naming it. A ``cwd`` this host does not have is the caller's error."""
+    ``env`` is what the controller changed of its environment. ``work`` is a node's
+    working folder on the controlling machine (a confined command's HOME, or the folder an
+    unconfined program starts in) and its identity (None: unconfined): the command starts
+    in the node's working folder on this host instead (``workdirs``), and so does a ``cwd``
+    naming it. A ``cwd`` this host does not have is the caller's error. With ``stdin`` the
+    command reads what the controller sends with its polls (``Given``), else nothing."""
+    run_as = None
     if work is None:
         whole = {**os.environ, **env}
     else:
         home, run_as = work
         there = workdirs.prepare(p.experiment, node, home, run_as)
-        argv, whole, cwd = workdirs.confined(argv, env, home, there, cwd)
+        argv, whole, cwd = workdirs.moved(argv, env, home, there, cwd, confined=bool(run_as))
     if cwd is not None and not Path(cwd).is_dir():
         raise UserError(f"node {node}'s host has no folder {cwd}; start the command in a "
                         "folder that host has")  # fmt: skip
     scratch = linux.run_dir(p) / "commands" / key
     scratch.mkdir(parents=True, mode=0o700)
     written = scratch
-    if work is not None and files:  # it may not enter the scratch folder, root's alone
+    if run_as is not None and files:  # it may not enter the scratch folder, root's alone
         written = workdirs.command_folder(p.experiment, home, key, run_as, files.values())
     mapped = [str(written / files[a]) if a in files else a for a in argv]
     with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
         process = linux.start_in(
-            p, node, mapped, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            p, node, mapped, stdout=out, stderr=err,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             env=whole, start_new_session=group, cwd=cwd,
         )  # fmt: skip
+    given = None
+    if process.stdin is not None:  # its descriptor is the input's from now on
+        given = _Input(os.dup(process.stdin.fileno()))
+        process.stdin.close()
     with _lock:
-        _commands[key] = _Command(process, scratch, written, files, group)
+        _commands[key] = _Command(process, scratch, written, files, group, given)
     return process.pid
 
 
-def poll(offsets: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
-    """For each command (key -> bytes of stdout and stderr already handed back): its exit
-    status (None while it runs), its new output, the ports bound in its node while it runs
-    (so a wait for it to listen is answered even if it has ended since), and, once ended,
-    its files; a command this agent does not know is ``lost``."""
+def poll(asked: dict[str, tuple[int, int, Given | None]]) -> dict[str, dict[str, Any]]:
+    """For each command (key -> bytes of stdout and stderr already handed back, and input
+    for it, if any): its exit status (None while it runs), its new output, the ports bound
+    in its node while it runs (so a wait for it to listen is answered even if it has ended
+    since), the state of its input (``_Input.state``), and, once ended, its files; a command
+    this agent does not know is ``lost``."""
     found: dict[str, dict[str, Any]] = {}
-    for key, (out_at, err_at) in offsets.items():
+    for key, (out_at, err_at, given) in asked.items():
         with _lock:
             command = _commands.get(key)
         if command is None:
             found[key] = {"lost": True}
             continue
+        if command.input is not None:
+            command.input.take(given)
         code = command.process.poll()  # before reading: an ended command wrote everything
         limit = None if code is not None else CHUNK_BYTES
         report: dict[str, Any] = {
@@ -117,6 +184,10 @@ def poll(offsets: dict[str, tuple[int, int]]) -> dict[str, dict[str, Any]]:
             "err": _read(command.scratch / "stderr", err_at, limit),
             "listening": sorted(bound_ports(command.process.pid)) if code is None else [],
         }
+        if command.input is not None:
+            if code is not None:
+                command.input.close()
+            report["input"] = command.input.state()
         if code is not None:
             report["files"] = {
                 path: (command.written / name).read_bytes()
@@ -157,6 +228,8 @@ def forget(experiment_dir: Path) -> None:
     with _lock:
         for key in [k for k, c in _commands.items() if c.scratch.is_relative_to(experiment_dir)]:
             command = _commands.pop(key)
+            if command.input is not None:
+                command.input.close()
             if command.process.poll() is None:
                 command.process.send_signal(signal.SIGKILL)
             command.process.wait()

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nestbed.backend.confine import USER_ENV, hand_over
+from nestbed.backend.nofollow import Tree, read_tree
 from nestbed.backend.plan import experiment_tag
 from nestbed.errors import EnvironmentProblem
 
@@ -59,25 +60,28 @@ def _run(experiment: str, home: str) -> Path:
     return root() / experiment / digest[:16]
 
 
-def _made_run(experiment: str, home: str, run_as: RunAs) -> Path:
-    """``_run``, made if missing, with everything above it root's."""
+def _made_run(experiment: str, home: str, run_as: RunAs | None) -> Path:
+    """``_run``, made if missing, with everything above it root's (with the identity's
+    group if confined)."""
     run = _run(experiment, home)
+    gid = 0 if run_as is None else run_as.gid
     root().parent.mkdir(parents=True, exist_ok=True)  # /var/lib/nestbed on a fresh host
     _root_folder(root(), 0, 0o711)
-    _root_folder(run.parent, run_as.gid, 0o750)
-    _root_folder(run, run_as.gid, 0o750)
+    _root_folder(run.parent, gid, 0o750)
+    _root_folder(run, gid, 0o750)
     return run
 
 
-def prepare(experiment: str, node: str, home: str, run_as: RunAs) -> Path:
+def prepare(experiment: str, node: str, home: str, run_as: RunAs | None) -> Path:
     """The host's working folder of ``node`` in the run, made if missing and ``run_as``'s
-    own, everything above it root's."""
+    own if confined (root's if not), everything above it root's."""
     found = _made_run(experiment, home, run_as) / node
     with contextlib.suppress(FileExistsError):
         found.mkdir(mode=0o755)  # as the controller's, by mkdir under its umask
     if not stat.S_ISDIR(found.lstat().st_mode):  # only root can have put it there
         raise EnvironmentProblem(f"{found} is not a folder; remove it and start again")
-    hand_over(found, run_as)
+    if run_as is not None:
+        hand_over(found, run_as)
     return found
 
 
@@ -111,23 +115,68 @@ def _root_folder(path: Path, gid: int, mode: int) -> None:
         os.chmod(path, mode)  # a folder, checked above: nothing to follow
 
 
-def confined(
-    argv: list[str], env: Mapping[str, str], home: str, there: Path, cwd: str | None = None
+def moved(
+    argv: list[str],
+    env: Mapping[str, str],
+    home: str,
+    there: Path,
+    cwd: str | None = None,
+    *,
+    confined: bool,
 ) -> tuple[list[str], dict[str, str], str | None]:
-    """A confined command's argv, whole environment and folder to start in (``cwd``, None:
-    the caller's) on this host: ``home`` (the controller's working folder) is ``there``
-    wherever it is named, and of this host's environment only what a confined process keeps
-    (``USER_ENV``, ``LC_*``) is under the controller's changes ``env``."""
-    kept = {k: v for k, v in os.environ.items() if k in USER_ENV or k.startswith("LC_")}
-    moved = {k: _moved(v, home, there) for k, v in env.items()}
+    """A command's argv, whole environment and folder to start in (``cwd``, None: the
+    caller's) on this host, started in a node's working folder: ``home`` (the controller's)
+    is ``there`` wherever it is named, under the controller's changes ``env`` is this host's
+    environment, of which a ``confined`` command keeps only what a confined process keeps
+    (``USER_ENV``, ``LC_*``)."""
+    kept = {k: v for k, v in os.environ.items()
+            if not confined or k in USER_ENV or k.startswith("LC_")}  # fmt: skip
+    changed = {k: _moved(v, home, there) for k, v in env.items()}
     folder = None if cwd is None else _moved(cwd, home, there)
-    return [_moved(a, home, there) for a in argv], kept | moved, folder
+    return [_moved(a, home, there) for a in argv], kept | changed, folder
+
+
+def _path(home: str) -> re.Pattern[str]:
+    """The path ``home``, whole or as a folder above another path."""
+    return re.compile(re.escape(home) + r"(?![\w.-])")
+
+
+def names(text: str, home: str) -> bool:
+    """Whether ``text`` (an argument, a folder) names the path ``home`` (``_moved``)."""
+    return _path(home).search(text) is not None
 
 
 def _moved(text: str, home: str, there: Path) -> str:
     """``text`` with the path ``home`` (whole, or a folder above another path) as ``there``:
     a node's working folder in a shell command (``cd HOME && ...``) or in ``HOME``."""
-    return re.sub(re.escape(home) + r"(?![\w.-])", lambda _: str(there), text)
+    return _path(home).sub(lambda _: str(there), text)
+
+
+def bring_back(experiment: str, homes: dict[str, str]) -> dict[str, Tree]:
+    """At a run's end, each node's working folder in the run on this host (node -> the
+    controller's folder of it, ``home``), read without following anything the experiment's
+    processes planted (``nofollow.read_tree``, at most ``nofollow.LIMIT_BYTES`` a node); then
+    the run's folders here are removed. A node whose folder was never made has none."""
+    found = {}
+    for node, home in sorted(homes.items()):
+        folder = _run(experiment, home) / node
+        with contextlib.suppress(FileNotFoundError):
+            found[node] = read_tree(folder)
+    for run in {_run(experiment, home) for home in homes.values()}:
+        shutil.rmtree(run, ignore_errors=True)  # never follows a link in it
+    return found
+
+
+LEFT_OUT_NAMED = 3  # a run's reason names this many of a folder's left-out entries
+
+
+def left_out_sentence(where: str, host: str, left: dict[str, str]) -> str:
+    """What of a node's working folder did not come back from its host, in one sentence."""
+    named = "; ".join(f"{p}: {why}" for p, why in sorted(left.items())[:LEFT_OUT_NAMED])
+    more = len(left) - LEFT_OUT_NAMED
+    count = f"{len(left)} entries" if len(left) > 1 else "1 entry"
+    return (f"{where} on host {host}: {count} did not come back ({named}"
+            + (f"; and {more} more" if more > 0 else "") + ")")  # fmt: skip
 
 
 def remove(experiment: str) -> None:
