@@ -13,6 +13,7 @@ runs on the machine, and ``stop`` removes exactly what ``start`` made.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pickle
 import shutil
@@ -46,6 +47,42 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
+SUBNETS = 250  # the /24s of 10.221.0.0/16 simulated clusters take (.254 is the gateway)
+
+
+class _Subnet:
+    """A /24 of 10.221.0.0/16 held by one simulated cluster while it lives: an exclusive
+    lock on a file named after it, which a process that dies lets go of by itself."""
+
+    def __init__(self, number: int, path: Path, fd: int):
+        self.number, self.path, self.fd = number, path, fd
+
+    @classmethod
+    def claim(cls, first: int) -> _Subnet:
+        """The first free one from ``first`` on (so that runs rarely ask for the same)."""
+        for k in range(SUBNETS):
+            number = (first + k) % SUBNETS
+            path = Path(f"/run/lock/nestbed-i21-subnet-{number}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # Still the file at that name: its holder may have removed it between our
+                # open and our lock, and another run made a new one there since.
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    return cls(number, path, fd)
+            except (BlockingIOError, FileNotFoundError):
+                pass
+            os.close(fd)
+        raise RuntimeError(f"all {SUBNETS} subnets of 10.221.0.0/16 are held by simulated hosts")
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        self.path.unlink(missing_ok=True)  # while still held, so no one takes it half-gone
+        os.close(self.fd)
+        self.fd = -1
+
+
 class Machines:
     """``count`` simulated hosts called h1, h2, …"""
 
@@ -56,7 +93,10 @@ class Machines:
         self.hosts = [f"h{i}" for i in range(1, count + 1)]
         self.namespaces = {h: f"i21-{self.id}-{h}" for h in self.hosts}
         # A /24 of 10.221.0.0/16 of this run's own: the root namespace routes it to this run.
-        subnet = f"10.221.{int(self.id) % 250}"
+        # Claimed, not derived from the pid alone: two runs whose pids agreed modulo 250
+        # shared one, and each took the other's agents for its own.
+        self._subnet = _Subnet.claim(int(self.id) % SUBNETS)
+        subnet = f"10.221.{self._subnet.number}"
         self.addresses = {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)}
         self.gateway_address = f"{subnet}.254"  # the root namespace's address on the underlay
         self.linkd: subprocess.Popen | None = None
@@ -114,6 +154,7 @@ class Machines:
                 subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
             for directory in self.run_dir("x").parent.glob(self.run_dir("*").name):
                 shutil.rmtree(directory, ignore_errors=True)
+            self._subnet.release()
 
     def run_dir(self, host: str) -> Path:
         """The host's nestbed state folder (``NESTBED_RUN_DIR``): on a real host /run/nestbed
@@ -306,15 +347,18 @@ def interfaces() -> set[str]:
     return {line.split()[0].split("@")[0] for line in out.stdout.splitlines() if line.strip()}
 
 
-def processes(needle: str) -> list[str]:
-    """Command lines of the processes that name ``needle`` (linkd names its state folder)."""
+def processes(needle: str, where: str = "cmdline") -> list[str]:
+    """Command lines of the processes that name ``needle`` in their command line (linkd names
+    its state folder) or, with ``where="environ"``, in their environment (an agent has its
+    host's state folder there)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                text = cmd if where == "cmdline" else (entry / where).read_bytes().decode()
             except (OSError, UnicodeDecodeError):
                 continue
-            if needle in cmd:
+            if needle in text:
                 found.append(cmd)
     return found

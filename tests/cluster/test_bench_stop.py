@@ -29,11 +29,16 @@ def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     made = f"i21-{bench.pid % 100000}-"  # the names of its simulated hosts (``Machines``)
-    # Its agents, by the address of its scheduler (on its own /24 of the underlay)
-    agents = f"--scheduler tcp://10.221.{bench.pid % 100000 % 250}.254:"
+
+    def agents() -> list[str]:
+        """Its agents, by their hosts' state folders in their environment (the bench's
+        own names; its subnet is whichever was free)."""
+        return [cmd for cmd in processes(f"/run/nestbed-{made}", where="environ")
+                if " agent " in cmd]  # fmt: skip
+
     try:
         # Stopped once its three hosts' agents run, joining the scheduler or joined.
-        until(lambda: len(processes(agents)) >= 3 or bench.poll() is not None,
+        until(lambda: len(agents()) >= 3 or bench.poll() is not None,
               "the bench's agents to start")  # fmt: skip
         assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
         bench.send_signal(sig)
@@ -42,7 +47,7 @@ def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
         assert f"stopped by {signal.Signals(sig).name}" in stderr
         assert not [n for n in namespaces() if n.startswith(made)]
         assert f"i21g{bench.pid % 100000}" not in interfaces()
-        assert not processes(agents) and not processes(f"/run/nestbed-{made}")
+        assert not agents() and not processes(f"/run/nestbed-{made}")
         assert not list(Path("/run").glob(f"nestbed-{made}*"))
     finally:  # whatever it left, the test removes (only its own names)
         with contextlib.suppress(ProcessLookupError):
@@ -51,8 +56,11 @@ def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
         for pid in _pids(f"/run/nestbed-{made}"):  # the underlay's linkd: a session of its own
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        subprocess.run(["ip", "link", "delete", f"i21g{bench.pid % 100000}"],
-                       capture_output=True)  # fmt: skip
+        gateway = f"i21g{bench.pid % 100000}"
+        shown = subprocess.run(["ip", "-4", "-br", "addr", "show", "dev", gateway],
+                               capture_output=True, text=True)  # fmt: skip
+        address = shown.stdout.split()[2].split("/")[0] if shown.returncode == 0 else None
+        subprocess.run(["ip", "link", "delete", gateway], capture_output=True)
         for name in namespaces():
             if name.startswith(made):
                 subprocess.run(["ip", "netns", "delete", name], capture_output=True)
@@ -60,7 +68,7 @@ def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
             shutil.rmtree(folder, ignore_errors=True)
         for folder in Path(tempfile.gettempdir()).glob("nb-scheduler-*"):  # its scheduler's
             with contextlib.suppress(OSError):
-                if agents.removeprefix("--scheduler ") in (folder / "scheduler.json").read_text():
+                if address and f"//{address}:" in (folder / "scheduler.json").read_text():
                     shutil.rmtree(folder, ignore_errors=True)
 
 
