@@ -14,7 +14,6 @@ import pytest
 
 from nestbed.backend import CLUSTER_ENV
 from nestbed.cli import fastswapout, plain
-from nestbed.errors import UserError
 from nestbed.model.options import RunOptions
 
 
@@ -64,15 +63,6 @@ def test_the_fast_path_prints_what_the_typer_command_prints(testbed, fake, activ
     assert (quick.out, quick.err) == (typer_way.out, typer_way.err)
     assert quick.out.startswith(f"experiment {name} is swapped out; results in ")
     assert testbed.store.get(name).state == "swapped"
-
-
-def test_the_fast_path_fails_as_the_typer_command_does(testbed, active):
-    name, db = active
-    testbed.swap_out(name)
-    fast = fastswapout.command(["--db", db, "swapout", name])
-    assert fast is not None
-    with pytest.raises(UserError, match=f"experiment {name} is swapped, not active; nothing"):
-        fast()
 
 
 # A fresh process runs `main_entry` as the console script does, the controller's answers
@@ -129,10 +119,12 @@ def test_both_ways_print_fail_and_stop_alike_and_the_fast_one_loads_no_typer(
                 assert top & {"typer", "click", "pydantic", "sqlalchemy"} == set()
                 # Rich prints the stop (red on a terminal); a plain line goes without it.
                 assert ("rich" in top) == (prelude == "signalled")
-    for typer_way in (False, True):  # an experiment that does not exist fails alike too
-        seen["missing", typer_way] = _process(["--db", db, "swapout", "nosuch"], tmp_path,
-                                              typer_way=typer_way)[0]  # fmt: skip
-    for case in ("", "signalled", "missing"):
+    # An experiment that does not exist, or is not active (swapped now), fails alike too.
+    for case, which in (("missing", "nosuch"), ("again", name)):
+        for typer_way in (False, True):
+            seen[case, typer_way] = _process(["--db", db, "swapout", which], tmp_path,
+                                             typer_way=typer_way)[0]  # fmt: skip
+    for case in ("", "signalled", "missing", "again"):
         assert seen[case, False] == seen[case, True], case
     assert seen["", False][0].startswith(f"experiment {name} is swapped out; results in ")
     assert seen["", False][1:] == ("", 0)
@@ -141,6 +133,8 @@ def test_both_ways_print_fail_and_stop_alike_and_the_fast_one_loads_no_typer(
         "error: there is no experiment named 'nosuch'; see the experiments with `nestbed list`"
     )
     assert seen["missing", False][1:] == (f"{missing}\n", 2)
+    again = f"error: experiment {name} is swapped, not active; nothing to swap out"
+    assert seen["again", False] == ("", f"{again}\n", 2)
 
 
 @pytest.mark.parametrize(
