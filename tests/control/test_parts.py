@@ -207,6 +207,26 @@ def test_only_a_programs_own_processes_count_as_its_group():
     assert not _group_alive(ours.pid, marker)
 
 
+def test_a_group_of_zombies_is_not_alive():
+    import os
+    import signal
+    import subprocess
+
+    from nestbed.control.programs import _group_alive
+
+    marker = b"\0NESTBED_PROGRAM_DIR=/results/programs/z\0"
+    env = {**os.environ, "NESTBED_PROGRAM_DIR": "/results/programs/z"}
+    dead = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        dead.send_signal(signal.SIGKILL)
+        # Not reaped: a zombie still in the group, which a signal to the group still finds.
+        os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)
+        os.killpg(dead.pid, 0)
+        assert not _group_alive(dead.pid, marker)
+    finally:
+        dead.wait()
+
+
 class _Simulation:
     """nestbed-sim as LinkStates sees it: the links it runs and what it was asked."""
 
