@@ -275,6 +275,24 @@ def test_callers_waiting_together_share_one_pass_over_proc_begun_after_they_aske
     assert all(got[f"later{i}"] == {2: [1]} for i in range(5))
 
 
+def test_a_pass_that_failed_leaves_the_next_caller_a_pass_of_its_own(monkeypatch):
+    from nestbed.control import programs
+
+    passes = programs._Passes()
+    outcomes = iter([KeyboardInterrupt(), {7: [7]}])
+
+    def one_pass() -> dict[int, list[int]]:
+        outcome = next(outcomes)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(programs, "_live_by_group", one_pass)
+    with pytest.raises(KeyboardInterrupt):
+        passes.live()
+    assert passes.live() == {7: [7]}  # not waiting for ever on the pass that failed
+
+
 def test_a_pass_over_proc_finds_this_process_and_no_zombie():
     import os
     import signal

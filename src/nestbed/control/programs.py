@@ -279,16 +279,17 @@ class _Passes:
                     self.changed.wait()
                     continue
                 self.begun += 1
-                found: dict[int, list[int]] = {}
+                self.changed.release()
                 try:
-                    self.changed.release()
-                    try:
-                        found = _live_by_group()
-                    finally:
-                        self.changed.acquire()
-                finally:
-                    self.done, self.found = self.done + 1, found
+                    found = _live_by_group()
+                except BaseException:
+                    self.changed.acquire()
+                    self.begun -= 1  # as if never begun: a caller waiting begins another
                     self.changed.notify_all()
+                    raise
+                self.changed.acquire()
+                self.done, self.found = self.done + 1, found
+                self.changed.notify_all()
             return self.found
 
 
