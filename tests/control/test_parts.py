@@ -207,6 +207,110 @@ def test_only_a_programs_own_processes_count_as_its_group():
     assert not _group_alive(ours.pid, marker)
 
 
+def test_a_group_of_zombies_is_not_alive():
+    import os
+    import signal
+    import subprocess
+
+    from nestbed.control.programs import _group_alive
+
+    marker = b"\0NESTBED_PROGRAM_DIR=/results/programs/z\0"
+    env = {**os.environ, "NESTBED_PROGRAM_DIR": "/results/programs/z"}
+    dead = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        dead.send_signal(signal.SIGKILL)
+        # Not reaped: a zombie still in the group, which a signal to the group still finds.
+        os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)
+        os.killpg(dead.pid, 0)
+        assert not _group_alive(dead.pid, marker)
+    finally:
+        dead.wait()
+
+
+def test_callers_waiting_together_share_one_pass_over_proc_begun_after_they_asked(monkeypatch):
+    import threading
+
+    from nestbed.control import programs
+
+    class Counted(threading.Condition):
+        """Says each time a caller is about to wait (the lock still its own)."""
+
+        entered = threading.Semaphore(0)
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.entered.release()
+            return super().wait(timeout)
+
+    passes = programs._Passes()
+    passes.changed = Counted()
+    under_way, go_on = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def one_pass() -> dict[int, list[int]]:
+        calls.append(len(calls) + 1)
+        if len(calls) == 1:
+            under_way.set()
+            go_on.wait(60)
+        return {len(calls): [1]}
+
+    monkeypatch.setattr(programs, "_live_by_group", one_pass)
+    got: dict[str, dict[int, list[int]]] = {}
+
+    def ask(who: str) -> None:
+        got[who] = passes.live()
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    assert under_way.wait(60)
+    later = [threading.Thread(target=ask, args=(f"later{i}",)) for i in range(5)]
+    for thread in later:
+        thread.start()
+    for _ in later:  # all five wait for the pass under way, which began before they asked
+        assert Counted.entered.acquire(timeout=60)
+    go_on.set()
+    for thread in [first, *later]:
+        thread.join(60)
+    assert calls == [1, 2]  # the five shared the one pass that began after them
+    assert got["first"] == {1: [1]}
+    assert all(got[f"later{i}"] == {2: [1]} for i in range(5))
+
+
+def test_a_pass_that_failed_leaves_the_next_caller_a_pass_of_its_own(monkeypatch):
+    from nestbed.control import programs
+
+    passes = programs._Passes()
+    outcomes = iter([KeyboardInterrupt(), {7: [7]}])
+
+    def one_pass() -> dict[int, list[int]]:
+        outcome = next(outcomes)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(programs, "_live_by_group", one_pass)
+    with pytest.raises(KeyboardInterrupt):
+        passes.live()
+    assert passes.live() == {7: [7]}  # not waiting for ever on the pass that failed
+
+
+def test_a_pass_over_proc_finds_this_process_and_no_zombie():
+    import os
+    import signal
+    import subprocess
+
+    from nestbed.control.programs import _live_by_group
+
+    dead = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        dead.send_signal(signal.SIGKILL)
+        os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)  # a zombie, not reaped
+        found = _live_by_group()
+        assert os.getpid() in found[os.getpgid(0)]
+        assert dead.pid not in found.get(dead.pid, [])
+    finally:
+        dead.wait()
+
+
 class _Simulation:
     """nestbed-sim as LinkStates sees it: the links it runs and what it was asked."""
 

@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 
+from nbtest import experiment
 from nestbed.backend.fake import FakeBackend
+from nestbed.cli import plain
 from nestbed.control.client import ControllerClient
 from nestbed.lifecycle import Testbed
+from nestbed.model.options import RunOptions
 from nestbed.store import Store
+
+LINE = "nodes: [{name: a}, {name: b}]\nlinks: [{name: link0, members: [a, b], delay: 10ms}]\n"
 
 
 class Controllers:
@@ -62,3 +67,18 @@ def fake(tmp_path) -> FakeBackend:
 def testbed(tmp_path, fake, controllers):  # type: ignore[no-untyped-def]
     with Store.open(str(tmp_path / "store.db")) as store:
         yield Testbed(store, fake)
+
+
+@pytest.fixture
+def active(testbed, fake, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The experiment's name and store: active on the fake back end, which the command line
+    finds (its environment set, no server), with the command line's global options unset."""
+    exp = experiment(LINE, "line")
+    testbed.define(exp)
+    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
+    monkeypatch.setenv("NESTBED_BACKEND", "fake")
+    monkeypatch.setenv("NESTBED_FAKE_ROOT", str(fake.state_root))
+    monkeypatch.delenv(plain.SERVER_ENV, raising=False)
+    monkeypatch.setattr(plain.state, "db", None)
+    monkeypatch.setattr(plain.state, "debug", False)
+    return exp.name, str(tmp_path / "store.db")

@@ -1,6 +1,6 @@
 """`nestbed status` without typer (``cli.faststatus``): which command lines it takes, that it
 prints what the typer command prints, and what it does not import. Over the fake back end,
-with the stand-in controller of ``conftest``."""
+with the stand-in controller and the active experiment of ``conftest``."""
 
 from __future__ import annotations
 
@@ -12,14 +12,10 @@ from typing import Any
 
 import pytest
 
-from nbtest import experiment
-from nestbed.cli import faststatus
-from nestbed.cli.plain import state
+from nestbed.cli import faststatus, plain
 from nestbed.control.client import ControllerClient
 from nestbed.errors import UserError
-from nestbed.model.options import RunOptions
 
-LINE = "nodes: [{name: a}, {name: b}]\nlinks: [{name: link0, members: [a, b], delay: 10ms}]\n"
 STATUS = {
     "ok": True, "experiment": "line", "run_id": 1, "results": "/r", "elapsed_s": 2.5,
     "pending_events": 1, "finished": False, "links": {"link0": "up"},
@@ -37,7 +33,7 @@ STATUS = {
      ["--db", "x.db", "status", "line"], ["--db=x.db", "--debug", "status", "line"]],
 )  # fmt: skip
 def test_a_plain_status_is_taken_without_typer(args, monkeypatch):
-    monkeypatch.delenv(faststatus.SERVER_ENV, raising=False)
+    monkeypatch.delenv(plain.SERVER_ENV, raising=False)
     assert faststatus.command(args) is not None
 
 
@@ -49,27 +45,13 @@ def test_a_plain_status_is_taken_without_typer(args, monkeypatch):
      ["--server", "http://h", "status", "a"], ["show", "a"], ["exec", "a", "n", "true"], []],
 )  # fmt: skip
 def test_any_other_command_line_goes_the_normal_way(args, monkeypatch):
-    monkeypatch.delenv(faststatus.SERVER_ENV, raising=False)
+    monkeypatch.delenv(plain.SERVER_ENV, raising=False)
     assert faststatus.command(args) is None
 
 
 def test_a_server_in_the_environment_goes_the_normal_way(monkeypatch):
-    monkeypatch.setenv(faststatus.SERVER_ENV, "http://h")
+    monkeypatch.setenv(plain.SERVER_ENV, "http://h")
     assert faststatus.command(["status", "line"]) is None
-
-
-@pytest.fixture
-def active(testbed, fake, controllers, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    """The experiment's name and store: active on the fake back end, which the CLI finds."""
-    exp = experiment(LINE, "line")
-    testbed.define(exp)
-    testbed.swap_in(exp.name, RunOptions(results=fake.state_root / "r"))
-    monkeypatch.setenv("NESTBED_BACKEND", "fake")
-    monkeypatch.setenv("NESTBED_FAKE_ROOT", str(fake.state_root))
-    monkeypatch.delenv(faststatus.SERVER_ENV, raising=False)
-    monkeypatch.setattr(state, "db", None)
-    monkeypatch.setattr(state, "debug", False)
-    return exp.name, str(tmp_path / "store.db")
 
 
 def _printed(capsys, run: Any) -> str:

@@ -98,40 +98,42 @@ def main_entry() -> None:
 
     Usage errors are click's (exit 2); anything not a ``NestbedError`` is a bug and keeps its
     traceback. A plain `nestbed exec` becomes its command before any of that is loaded, and a
-    plain `nestbed status` runs without typer (``faststatus``).
+    plain `nestbed status` or `nestbed swapout` runs without typer (``faststatus``,
+    ``fastswapout``); rich is loaded only to print what needs it (an error, a spinner).
     """
     from nestbed.cli import fastexec
 
     fastexec.run(sys.argv[1:])
-    from nestbed.cli import faststatus
-    from nestbed.cli.plain import err, state
+    from nestbed.cli import faststatus, fastswapout, plain
+    from nestbed.cli.plain import state
     from nestbed.errors import NestbedError
     from nestbed.lifecycle import signals
 
     # SIGTERM and SIGHUP (timeout, systemd, a closed SSH session) stop a command as Ctrl-C
     # does: what was measured is kept, the experiment swapped out.
     signals.install()
-    # A plain `nestbed status` runs without typer; everything else through the app.
-    run = faststatus.command(sys.argv[1:]) or register()
+    # A plain `nestbed status` or `swapout` runs without typer; everything else through the app.
+    args = sys.argv[1:]
+    run = faststatus.command(args) or fastswapout.command(args) or register()
     try:
         run()
         # A stop swallowed on the way (Python drops what a finalizer raises) still stops.
         signals.check()
     except signals.Interrupted as stop:
-        err.print(f"stopped by {stop.signal_name}", style="red", markup=False)
+        plain.err.print(f"stopped by {stop.signal_name}", style="red", markup=False)
         sys.exit(stop.exit_code)
     except SystemExit as exc:
         # typer turns every KeyboardInterrupt into exit 130; the shell's code names the signal.
         stopped = signals.last()
         if exc.code in (0, None, 130) and stopped is not None:
-            err.print(f"stopped by {stopped.signal_name}", style="red", markup=False)
+            plain.err.print(f"stopped by {stopped.signal_name}", style="red", markup=False)
             sys.exit(stopped.exit_code)
         raise
     except NestbedError as exc:
         if state.debug:
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            err.print(f"error: {line}", style="red", markup=False)
+            plain.err.print(f"error: {line}", style="red", markup=False)
         sys.exit(exc.exit_code)
 
 

@@ -15,6 +15,7 @@ from nestbed.cli.plain import out as out
 from nestbed.cli.plain import print_json as print_json
 from nestbed.cli.plain import reader as reader
 from nestbed.cli.plain import state as state
+from nestbed.cli.plain import store as store
 from nestbed.cli.plain import testbed as testbed
 from nestbed.errors import UserError
 
@@ -123,14 +124,6 @@ def remote():  # type: ignore[no-untyped-def]
     from nestbed.cli import remote as commands
 
     return commands
-
-
-def store():  # type: ignore[no-untyped-def]
-    """The store the command works on (--db, NESTBED_DB, or the user's default): without
-    SQLAlchemy where it is SQLite at the current schema (``store.writer``)."""
-    from nestbed.store.writer import open_for_writing
-
-    return open_for_writing(state.db)
 
 
 ResultsOption = Annotated[

@@ -103,12 +103,9 @@ def swapout(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> No
     """End the experiment's run and tear its network down."""
     if (server := remote()) is not None:
         return server.swapout(name)
-    with store() as db:
-        with err.status(f"swapping out {name}"):
-            testbed(db).swap_out(name)
-        runs = db.runs(name)
-    where = f"; results in {runs[-1].results_dir}" if runs else ""
-    out.print(f"experiment {name} is swapped out{where}")
+    from nestbed.cli.fastswapout import swap_out
+
+    swap_out(name)
 
 
 @app.command()
