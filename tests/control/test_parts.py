@@ -354,3 +354,23 @@ def test_the_next_runs_links_start_from_its_configuration_not_the_last_runs_even
     assert links.now()["links"] == {"l0": "up", "l1": "up"}
     assert links.reset(following) == []  # nothing left to undo
     backend.swap_out(p)
+
+
+def test_the_end_of_a_group_waits_until_what_sigkill_was_sent_to_is_gone(monkeypatch):
+    # A process ends when it next runs after SIGKILL, on a busy host a while after it was
+    # sent: the run's end once returned at once, and a program's child ignoring SIGTERM
+    # was still running when `finish` had answered (seen under load).
+    import signal
+
+    from nestbed.control import programs
+
+    alive = iter([True, True, True, True, True, False])  # 2 polls of grace, then 3 more
+    sent: list[int] = []
+    monkeypatch.setattr(programs, "_group_alive", lambda pgid, marker: next(alive))
+    monkeypatch.setattr(programs.os, "killpg", lambda pgid, sig: sent.append(sig))
+    monkeypatch.setattr(programs.time, "sleep", lambda s: None)
+    clock = iter(range(100))
+    monkeypatch.setattr(programs.time, "monotonic", lambda: next(clock) * 0.5)
+    programs._end_group(4242, b"m", grace_s=0.5)
+    assert sent == [signal.SIGTERM, signal.SIGKILL]
+    assert next(alive, "all asked") == "all asked"  # it asked until the group was gone

@@ -29,6 +29,7 @@ OUTPUT_LIMIT = 64 * 1024 * 1024
 # is the program's shell and everything it started, so its children never outlive the run.
 STOP_GRACE_S = 2.0
 _GONE_POLL_S = 0.01
+KILL_WAIT_S = 5.0  # how long the run's end waits for a group it sent SIGKILL to to go
 
 
 @dataclass
@@ -232,7 +233,15 @@ def _end_group(pgid: int, marker: bytes, grace_s: float, *, signaled: bool = Fal
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            return
+            break
+        time.sleep(_GONE_POLL_S)
+    else:
+        return
+    # SIGKILL is sent, not yet done: a process dies when it next runs, which on a busy host
+    # is a while later. The run's end promises its programs gone, so it waits for that, but
+    # not for ever (a process in an uninterruptible sleep dies only when that sleep ends).
+    deadline = time.monotonic() + KILL_WAIT_S
+    while _group_alive(pgid, marker) and time.monotonic() < deadline:
         time.sleep(_GONE_POLL_S)
 
 
