@@ -80,3 +80,16 @@ def test_the_loop_runs_its_policies_in_order_and_outlives_a_failing_tick():
     asyncio.run(asyncio.wait_for(two_ticks(), 60))
     assert seen[:6] == ["admission", "broken", "admission", "broken", "admission", "broken"]
     assert loop.ticks >= 2  # the first tick raised (and was not counted), the loop went on
+
+
+def test_an_operation_is_audited_before_anyone_can_see_it_end():
+    # Its end was once set before its audit row was written: a client that saw it end (and
+    # asked something next) found its own request audited before that end.
+    seen_by_audit: list[str] = []
+    operations = Operations(lambda op: seen_by_audit.append(op.status))
+    op = operations.start(Operation("swapin", "exp", "ada"), lambda: None)
+    for _ in range(1000):
+        if op.status != "running":
+            break
+        threading.Event().wait(0.01)
+    assert seen_by_audit == ["running"] and op.status == "done"

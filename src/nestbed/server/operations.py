@@ -98,8 +98,12 @@ class Operations:
             op.error = f"internal error: {type(exc).__name__}: {exc}"
             raise
         finally:
-            op.ended_at = datetime.now(UTC)
-            self._done(op)
+            try:
+                # Audited before it is seen to end: a client that saw it end (its status,
+                # or a next request no longer busy) finds its end in the audit log.
+                self._done(op)
+            finally:
+                op.ended_at = datetime.now(UTC)
 
     def last(self, experiment: str) -> Operation | None:
         """The last operation on ``experiment`` (the stored name) since the server started."""
