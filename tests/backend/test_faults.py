@@ -19,10 +19,13 @@ from nestbed.backend.plan import experiment_tag
 from nestbed.results.drawing import wait_drawn
 
 pytestmark = pytest.mark.root
+# In every name this module gives: a run killed before its teardown (a session stopped
+# mid-test) leaves its namespaces and links behind, and the next run must not meet them.
+PID = os.getpid()
 
 
 def test_a_run_whose_link_emulator_is_killed_ends_failed_and_keeps_its_measures(tmp_path):
-    name = "s17linkd"
+    name = f"s17linkd{PID}"
     db, results = tmp_path / "store.db", tmp_path / "results"
     process = nestbed(db, "run", str(experiment_file(tmp_path, name)), "--results", str(results))
     try:
@@ -37,8 +40,8 @@ def test_a_run_whose_link_emulator_is_killed_ends_failed_and_keeps_its_measures(
     assert process.returncode == 1, stderr
     ended = manifest(results)
     assert ended["outcome"] == "failed"
-    assert "nestbed-linkd of experiment s17linkd exited during the run" in ended["reason"]
-    assert "nestbed-linkd of experiment s17linkd exited" in stdout
+    assert f"nestbed-linkd of experiment {name} exited during the run" in ended["reason"]
+    assert f"nestbed-linkd of experiment {name} exited" in stdout
     # What was measured before stays: the counters rows then, the flow tables, the report.
     assert len((results / "links" / "counters.csv").read_text().splitlines()) >= rows
     assert wait_drawn(results)["state"] == "written"  # drawn after the run, on its own
@@ -60,7 +63,7 @@ def small_disk(tmp_path):
 
 
 def test_a_run_whose_results_disk_fills_says_so_and_leaves_nothing(tmp_path, small_disk):
-    name = "s17full"
+    name = f"s17full{PID}"
     db, results = tmp_path / "store.db", small_disk / "results"
     # Packet captures of a 1 Mb/s CBR fill 256 KiB in about a second.
     process = nestbed(db, "run", str(experiment_file(tmp_path, name)), "--results", str(results),
@@ -91,7 +94,7 @@ $ns run
 @pytest.fixture
 def foreign():
     """A namespace, a bridge and a veth pair that nestbed never made, removed at the end."""
-    ns, br, va, vb = f"s17t{os.getpid()}", "s17tbr", "s17tva", "s17tvb"
+    ns, br, va, vb = f"s17t{PID}", f"s17b{PID}", f"s17a{PID}", f"s17v{PID}"
     made = [["ip", "netns", "add", ns], ["ip", "link", "add", br, "type", "bridge"],
             ["ip", "link", "add", va, "type", "veth", "peer", "name", vb]]  # fmt: skip
     for argv in made:
@@ -108,7 +111,7 @@ def foreign():
 
 
 def test_swap_ins_killed_at_any_moment_are_cleaned_up_and_spare_foreign_objects(tmp_path, foreign):
-    name = "s17killed"
+    name = f"s17killed{PID}"
     source = tmp_path / f"{name}.ns"
     source.write_text(CHAIN)
     db = tmp_path / "store.db"
@@ -138,7 +141,7 @@ def test_swap_ins_killed_at_any_moment_are_cleaned_up_and_spare_foreign_objects(
 
 
 def test_cleanup_of_each_of_several_live_experiments_by_name_spares_them_all(tmp_path):
-    names = ["s17many0", "s17many1", "s17many2"]
+    names = [f"s17many{i}x{PID}" for i in range(3)]
     db = tmp_path / "store.db"
     for name in names:
         (tmp_path / f"{name}.ns").write_text(CHAIN)

@@ -5,6 +5,7 @@ to its links is reported as not tested with the reason, never as a failure."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.root
 
 
 def test_linktest_right_after_swapping_in_the_dumbbell_is_not_fooled_by_it(tmp_path: Path):
-    name = "s17dumbbell"
+    name = f"s17dumbbell{os.getpid()}"
     source = tmp_path / f"{name}.ns"
     source.write_text((EXAMPLES / "dumbbell.ns").read_text())
     db = tmp_path / "store.db"

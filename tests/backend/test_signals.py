@@ -5,6 +5,7 @@ nothing on the machine; a sweep stopped in a point runs that point again next ti
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def measuring(folder: Path) -> bool:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=str)
 def test_a_signal_stops_a_run_keeps_its_measures_and_leaves_nothing(tmp_path: Path, signum):
-    name = f"s17sig{signum.name[3:].lower()}"
+    name = f"s17sig{signum.name[3:].lower()}{os.getpid()}"
     db, results = tmp_path / "store.db", tmp_path / "results"
     process = nestbed(db, "run", str(experiment_file(tmp_path, name)), "--results", str(results))
     try:
@@ -74,7 +75,7 @@ def test_a_signal_stops_a_run_keeps_its_measures_and_leaves_nothing(tmp_path: Pa
 
 
 def test_a_second_signal_does_not_cut_the_swap_out_short(tmp_path: Path):
-    name = "s17sigtwice"
+    name = f"s17sigtwice{os.getpid()}"
     db, results = tmp_path / "store.db", tmp_path / "results"
     process = nestbed(db, "run", str(experiment_file(tmp_path, name)), "--results", str(results))
     try:
@@ -94,7 +95,8 @@ def test_a_second_signal_does_not_cut_the_swap_out_short(tmp_path: Path):
 
 
 def test_a_sweep_stopped_in_a_point_swaps_it_out_and_runs_it_again_next_time(tmp_path: Path):
-    file = experiment_file(tmp_path, "s17sweep", halt_s=4)
+    sweep = f"s17sweep{os.getpid()}"
+    file = experiment_file(tmp_path, sweep, halt_s=4)
     folder = tmp_path / "sweep"
     argv = ["sweep", str(file), "--grid", "bw=10Mb,20Mb", "--results", str(folder)]
     first = folder / "runs"
@@ -112,7 +114,7 @@ def test_a_sweep_stopped_in_a_point_swaps_it_out_and_runs_it_again_next_time(tmp
     recorded = folder / "points.jsonl"
     rows = [json.loads(x) for x in recorded.read_text().splitlines()] if recorded.exists() else []
     assert point.name not in {r["point"] for r in rows}  # not recorded: it runs again
-    assert left(f"s17sweep-{point.name}") == []
+    assert left(f"{sweep}-{point.name}") == []
     again = nestbed(tmp_path / "unused.db", *argv)
     _, stderr = again.communicate(timeout=DEADLINE_S)
     assert again.returncode == 0, stderr
