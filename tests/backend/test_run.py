@@ -129,7 +129,6 @@ def test_a_whole_run_writes_every_table(store, testbed, tmp_path):
     # sent while the link was down, by the events' own times (an event a loaded machine ran
     # late moves the outage, and a sender it held up sends its backlog there), plus 10.
     down_in_1_s = min(link0["up"], 2.0) - max(link0["down"], 1.0)
-    assert by_second[1] < by_second[0] + 10
     assert by_second[1] <= 250 * (1.0 - down_in_1_s) + 10 + max(0, 200 - by_second[0])
     tcp = flows["ftp0"]
     assert int(tcp["bytes_received"]) > 100_000
