@@ -70,7 +70,14 @@ def shell(
         raise typer.Exit(session.shell(name, node))
     found = active(name, node)
     user_shell = os.environ.get("SHELL") or "/bin/sh"
-    raise typer.Exit(found.exec(node, [user_shell]).returncode)
+    if found.backend.work_elsewhere and os.isatty(0) and os.isatty(1):
+        # The node is on another host: the shell gets a terminal of its own there, led by
+        # it as a login shell leads this one, and this terminal carries its bytes.
+        shell = found.start(node, ["setsid", "--ctty", user_shell], stdin=0, stdout=1, stderr=2)
+        code = shell.wait()
+    else:
+        code = found.exec(node, [user_shell]).returncode
+    raise typer.Exit(code if code >= 0 else 128 - code)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

@@ -45,6 +45,10 @@ class Rounds:
     def question(self, thing: Any) -> Any:
         return None
 
+    def pause(self) -> float:
+        """The pause before the next round."""
+        return self.pause_s
+
     def ready(self, thing: Any) -> bool:
         """Whether to ask about ``thing`` this round."""
         return True
@@ -84,4 +88,4 @@ class Rounds:
             self.began = None
             for host, answer in answers.items():
                 self.answered(host, answer, {k: things[k] for k in asked[host]})
-            pause.wait(self.pause_s)
+            pause.wait(self.pause())
