@@ -1,13 +1,16 @@
 """`nestbed shell` on a cluster, as a user types it in a terminal (``typed``): the shell in a
 node on another host has a terminal there (``tty`` names one), sees this terminal's size
 change (``stty size``), echoes keystrokes through the host's agent, and its exit status is
-the command's; this terminal is as it was afterwards, and nothing is left on any host."""
+the command's; this terminal is as it was afterwards, and nothing is left on any host, even
+when `nestbed shell` is hung up."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from simulated import SRC, namespaces, processes
@@ -44,6 +47,18 @@ def test_nestbed_shell_reaches_a_node_on_another_host_with_a_terminal(simulated_
         cli("swapin", str(tmp_path / f"{name}.yaml"), "--results", str(tmp_path / "run"))
         typed = Typed([*nestbed, "shell", name, "b"], env)
         shell_session(typed)
+        typed.close()
+        # Its terminal closed (SIGHUP), `nestbed shell` hangs up the shell on its host too.
+        typed = Typed([*nestbed, "shell", name, "b"], env)
+        typed.expect(b"# ")
+        typed.type("exec sleep 614\r")
+        deadline = time.monotonic() + 60
+        while not processes("sleep 614") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes("sleep 614")
+        typed.process.send_signal(signal.SIGHUP)
+        assert typed.wait() == 128 + signal.SIGHUP, typed.seen
+        assert not processes("sleep 614")
     finally:
         if typed is not None:
             typed.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +14,7 @@ from nestbed.cli.common import JsonOption, app, err, out, print_json, reader, re
 from nestbed.errors import UserError
 
 TIMED_OUT = 124  # the exit status of a command that ran out of time, as timeout(1)'s
+HANGUP_WAIT_S = 10  # how long a stopped `shell` waits for its shell on another host to end
 
 
 def active(name: str, node: str | None = None):  # type: ignore[no-untyped-def]
@@ -74,7 +77,13 @@ def shell(
         # The node is on another host: the shell gets a terminal of its own there, led by
         # it as a login shell leads this one, and this terminal carries its bytes.
         shell = found.start(node, ["setsid", "--ctty", user_shell], stdin=0, stdout=1, stderr=2)
-        code = shell.wait()
+        try:
+            code = shell.wait()
+        except BaseException:  # this command stopped (SIGHUP: its terminal closed)
+            shell.signal_group(signal.SIGHUP)  # type: ignore[attr-defined]  # as a hangup
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                shell.wait(HANGUP_WAIT_S)
+            raise
     else:
         code = found.exec(node, [user_shell]).returncode
     raise typer.Exit(code if code >= 0 else 128 - code)
