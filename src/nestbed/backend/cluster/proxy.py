@@ -12,8 +12,9 @@ A command given a terminal (its stdin a tty: a server session's pty, or the term
 `nestbed shell` runs in) gets a pty of its own on its host (``remote._Terminal``); the
 terminal here only carries bytes (``Terminal``): raw while the command has it, its input
 the command's input, the command's output written to it, its window size sent with each
-poll (a resize here is one there), and the rounds come ``TERMINAL_POLL_S`` apart while one
-is attached, so a keystroke's echo comes back soon.
+poll (a resize here is one there). While one is attached a key typed into it starts a round
+at once, and the rounds come ``TERMINAL_POLL_S`` apart while it is busy, so a keystroke's
+echo and a command's output come back soon (``Poller.rest``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 import signal
 import subprocess
 import termios
@@ -37,7 +39,8 @@ from nestbed.backend.cluster.rounds import Rounds
 from nestbed.errors import InternalError
 
 POLL_S = 0.1
-TERMINAL_POLL_S = 0.02  # the rounds' pause while a command has a terminal attached
+TERMINAL_POLL_S = 0.02  # the rounds' pause while an attached terminal is busy
+BUSY_S = 1.0  # a terminal typed into or printed to this recently is busy
 # A host that cannot be asked this many times in a row (its agent gone, the scheduler busy)
 # has lost its commands; a failure or two in between is no loss.
 LOST_AFTER_FAILURES = 30
@@ -92,6 +95,7 @@ class Terminal:
         self.blocking = os.get_blocking(self.fd)
         tty.setraw(self.fd, termios.TCSANOW)  # what was typed ahead is kept
         os.set_blocking(self.fd, False)
+        self.busy_at = time.monotonic()  # when it was last typed into or printed to
 
     def size(self) -> Size:
         cols, rows = os.get_terminal_size(self.fd)
@@ -302,6 +306,8 @@ class RemoteProcess:
             return
         self.sinks[0].write(report["out"])
         self.sinks[1].write(report["err"])
+        if self.terminal is not None and report["out"]:
+            self.terminal.busy_at = time.monotonic()
         if self.feed is not None and "input" in report:
             self.feed.answered(*report["input"])
         if report.get("listening"):
@@ -364,16 +370,28 @@ class Poller(Rounds):
             return False
         return True
 
-    def pause(self) -> float:
+    def rest(self) -> None:
+        """``POLL_S``; with a terminal attached, cut short by a key typed into it, and only
+        ``TERMINAL_POLL_S`` while one was busy (typed into, or printed to) in the last
+        ``BUSY_S``: an idle shell costs no more rounds than any command."""
         with self.lock:
-            attached = any(thing.terminal is not None for thing in self.kept.values())
-        return TERMINAL_POLL_S if attached else self.pause_s
+            terminals = [t.terminal for t in self.kept.values() if t.terminal is not None]
+        if not terminals:
+            time.sleep(self.pause_s)
+            return
+        time.sleep(TERMINAL_POLL_S)
+        if any(time.monotonic() - t.busy_at < BUSY_S for t in terminals):
+            return
+        with contextlib.suppress(OSError, ValueError):  # one closed meanwhile: a round now
+            select.select([t.fd for t in terminals], [], [], self.pause_s - TERMINAL_POLL_S)
 
     def question(self, thing: Any) -> tuple[int, int, Any, Size | None]:
         """The output had so far, input for it (``Feed``) and its terminal's size."""
         given = None if thing.feed is None else thing.feed.given()
         size = None
         if thing.terminal is not None:
+            if given is not None and given[1]:
+                thing.terminal.busy_at = time.monotonic()
             with contextlib.suppress(OSError):  # a terminal gone: its size as last sent
                 size = thing.terminal.size()
         return (thing.sinks[0].received, thing.sinks[1].received, given, size)

@@ -31,9 +31,7 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
-import termios
 import threading
 import time
 import uuid
@@ -41,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nestbed.backend import linux
+from nestbed.backend import linux, terminals
 from nestbed.backend.cluster import workdirs
 from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import bound_ports
@@ -121,8 +119,7 @@ class _Terminal:
 
     def resize(self, size: Size | None) -> None:
         if size is not None and size != self.size and self.master >= 0:
-            cols, rows = size
-            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            terminals.resize(self.master, *size)
             self.size = size
 
     def drain(self, into: Path, ended: bool, wait_s: float = 0.0) -> None:

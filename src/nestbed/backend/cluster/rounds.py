@@ -45,9 +45,9 @@ class Rounds:
     def question(self, thing: Any) -> Any:
         return None
 
-    def pause(self) -> float:
+    def rest(self) -> None:
         """The pause before the next round."""
-        return self.pause_s
+        time.sleep(self.pause_s)
 
     def ready(self, thing: Any) -> bool:
         """Whether to ask about ``thing`` this round."""
@@ -68,7 +68,6 @@ class Rounds:
             self.kept.pop(thing.key, None)
 
     def _loop(self) -> None:
-        pause = threading.Event()
         while True:
             with self.lock:
                 if not self.kept:
@@ -88,4 +87,4 @@ class Rounds:
             self.began = None
             for host, answer in answers.items():
                 self.answered(host, answer, {k: things[k] for k in asked[host]})
-            pause.wait(self.pause())
+            self.rest()
