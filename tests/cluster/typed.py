@@ -14,6 +14,8 @@ import termios
 import time
 from pathlib import Path
 
+from simulated import processes
+
 
 class Typed:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path | None = None,
@@ -79,7 +81,7 @@ class Typed:
 
 def shell_session(typed: Typed, prompt: bool = True) -> None:
     """A shell's session in ``typed``: checks its terminal, a resize, the echo (timed), and
-    ends it with ``exit 5``."""
+    ends it with ``exit 5``; a command it runs is stopped with Ctrl-C."""
     if prompt:
         typed.expect(b"# ")  # root's shell's prompt: this terminal is the shell's from now on
     typed.type("echo TTY=$(tty) ON=$(hostname)\r")
@@ -88,6 +90,17 @@ def shell_session(typed: Typed, prompt: bool = True) -> None:
     typed.resize(132, 50)  # every poll carrying the next line carries the size too
     typed.type("echo SIZE=$(stty size)\r")
     typed.expect(b"SIZE=50 132")
+    # Ctrl-C, a byte here, is SIGINT there: the pty is the controlling terminal of the shell,
+    # whose foreground command it ends.
+    typed.type("sleep 615\r")
+    deadline = time.monotonic() + 60
+    while not processes("sleep 615") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes("sleep 615"), typed.seen
+    typed.type("\x03")
+    typed.type('echo BA""CK\r')  # its echo is not what it prints
+    typed.expect(b"BACK")
+    assert not processes("sleep 615")
     echoes = [typed.echo_s() for _ in range(9)]
     print(
         f"a keystroke's echo through the host's agent: median {statistics.median(echoes) * 1e3:.0f} ms, "
