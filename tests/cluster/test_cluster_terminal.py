@@ -2,7 +2,7 @@
 node on another host has a terminal there (``tty`` names one), sees this terminal's size
 change (``stty size``), echoes keystrokes through the host's agent, and its exit status is
 the command's; this terminal is as it was afterwards, and nothing is left on any host, even
-when `nestbed shell` is hung up."""
+when `nestbed shell` is hung up. Without a terminal, the shell reads its standard input."""
 
 from __future__ import annotations
 
@@ -59,6 +59,10 @@ def test_nestbed_shell_reaches_a_node_on_another_host_with_a_terminal(simulated_
         typed.process.send_signal(signal.SIGHUP)
         assert typed.wait() == 128 + signal.SIGHUP, typed.seen
         assert not processes("sleep 614")
+        # Without a terminal the shell there reads its commands from the standard input.
+        piped = subprocess.run([*nestbed, "shell", name, "b"], input="echo PIPED=$((2+3)); exit 3\n",
+                               env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert piped.returncode == 3 and "PIPED=5" in piped.stdout, piped.stdout + piped.stderr
     finally:
         if typed is not None:
             typed.close()
