@@ -1,12 +1,11 @@
 """The server's exec sessions reach a node on another host: a real `nestbed serve` whose back
 end is the simulated cluster runs `nestbed exec --server` in a node there as the project's
 identity, in the node's working folder on its host, with its input streamed to it through the
-host's agent as it is written, and ended there at its timeout; a terminal session is refused
-in one sentence."""
+host's agent as it is written, and ended there at its timeout; and `nestbed shell --server`
+there has a terminal on that host, typed in as a user would (``typed``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from simulated import processes
+from typed import Typed, shell_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from server_helpers import LINE, Served, wait_for
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.root
 NET = "/v1/projects/net/experiments"
 
 
-def test_an_exec_session_reaches_a_node_on_another_host_with_its_input(
+def test_exec_and_shell_sessions_reach_a_node_on_another_host_with_input_and_a_terminal(
     simulated_cluster, monkeypatch
 ):
     machines, agents = simulated_cluster
@@ -70,12 +70,19 @@ def test_an_exec_session_reaches_a_node_on_another_host_with_its_input(
         slow = server.nestbed("exec", "--timeout", "1", name, "b", "--", "sleep", "61", **env)
         assert slow.returncode == 124 and "ran out of its 1 s" in slow.stderr, slow.stderr
         assert not processes("sleep 61")
-        # A terminal cannot be had there yet: one sentence, not an internal error.
-        with ada.session("net", name, "b") as ws:
-            ws.send(json.dumps({"tty": True}))
-            refused = json.loads(ws.recv(timeout=60))
-        assert "where a command cannot have a terminal yet" in refused["error"], refused
-        assert refused["status"] != 500, refused
+        # A shell with a terminal there, as the project's identity in b's folder on its host.
+        typed = Typed([sys.executable, "-m", "nestbed", "shell", name, "b"],
+                      server.env(**env), cwd=root)  # fmt: skip
+        try:
+            typed.expect(b"$ ")  # the shell's prompt: not root's
+            typed.type("echo ID=$(id -u) IN=$(pwd)\r")
+            said = typed.expect(b"IN=/").decode(errors="replace")
+            line = next(line for line in said.splitlines() if line.startswith("ID="))
+            uid, pwd = (part.split("=", 1)[1] for part in line.split())
+            assert int(uid) != 0 and Path(pwd).name == "b", line
+            shell_session(typed, prompt=False)
+        finally:
+            typed.close()
     finally:
         if ada is not None:
             ada.request("POST", f"{NET}/{name}/swapout")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +14,7 @@ from nestbed.cli.common import JsonOption, app, err, out, print_json, reader, re
 from nestbed.errors import UserError
 
 TIMED_OUT = 124  # the exit status of a command that ran out of time, as timeout(1)'s
+HANGUP_WAIT_S = 10  # how long a stopped `shell` waits for its shell on another host to end
 
 
 def active(name: str, node: str | None = None):  # type: ignore[no-untyped-def]
@@ -70,7 +73,38 @@ def shell(
         raise typer.Exit(session.shell(name, node))
     found = active(name, node)
     user_shell = os.environ.get("SHELL") or "/bin/sh"
-    raise typer.Exit(found.exec(node, [user_shell]).returncode)
+    if found.backend.work_elsewhere:
+        code = _shell_elsewhere(found, node, user_shell)
+    else:
+        code = found.exec(node, [user_shell]).returncode
+    raise typer.Exit(code if code >= 0 else 128 - code)
+
+
+def _shell_elsewhere(found, node: str, user_shell: str) -> int:  # type: ignore[no-untyped-def]
+    """`shell` in a node on another host; its exit status. With this terminal, the shell gets
+    a terminal of its own there, led by it as a login shell leads this one, and this
+    terminal carries its bytes; without, it reads its commands from this standard input,
+    passed on as it comes, as a local shell reads them."""
+    import os
+
+    tty = os.isatty(0) and os.isatty(1)
+    if tty:
+        shell = found.start(node, ["setsid", "--ctty", user_shell], stdin=0, stdout=1, stderr=2)
+    else:
+        shell = found.start(node, [user_shell], stdin=subprocess.PIPE, stdout=1, stderr=2)
+    try:
+        if not tty:
+            with contextlib.suppress(BrokenPipeError):  # it ended before reading all of it
+                while data := os.read(0, 65536):
+                    shell.stdin.write(data)
+                    shell.stdin.flush()
+                shell.stdin.close()
+        return shell.wait()
+    except BaseException:  # this command stopped (SIGHUP: its terminal closed)
+        shell.signal_group(signal.SIGHUP)  # as a terminal's hangup ends a local shell
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            shell.wait(HANGUP_WAIT_S)
+        raise
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

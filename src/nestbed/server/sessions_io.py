@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import shlex
-import struct
 import subprocess
-import termios
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nestbed.backend.confine import user_command
 from nestbed.backend.processes import exit_fd, kill_group
+from nestbed.backend.terminals import resize
 from nestbed.model.options import RunAs
 from nestbed.server.auth import Caller
 
@@ -157,10 +155,6 @@ class Process:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
-
-
-def resize(master: int, cols: int, rows: int) -> None:
-    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 async def _ready(fd: int, *, write: bool = False) -> None:

@@ -43,7 +43,7 @@ from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.channel import reason as _reason
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
-from nestbed.backend.cluster.proxy import Feed, Poller, RemoteProcess, sink_and_reader
+from nestbed.backend.cluster.proxy import Feed, Poller, RemoteProcess, Terminal, sink_and_reader
 from nestbed.backend.cluster.share import (
     DEFAULT_PORT,
     DEFAULT_UNDERLAY_MTU,
@@ -430,13 +430,14 @@ class ClusterBackend:
         a command given one is waited for until its host started it, so a folder missing
         there is the caller's error (``remote.start``), not a line in its stderr. Its
         ``stdin`` is nothing, or a pipe (PIPE) whose input goes to it with the polls
-        (``proxy.Feed``)."""
+        (``proxy.Feed``), or a terminal (a descriptor of a tty: a session's pty, a user's
+        terminal): the command then gets a pty of its own on its host, this terminal's
+        input, size and output carried to and from it (``proxy.Terminal``); as on one
+        machine, the caller's ``setsid --ctty`` makes it the command's controlling one."""
         unknown = set(popen) - _POPEN_KEYS
         stdin = popen.get("stdin")
-        if isinstance(stdin, int) and stdin >= 0 and os.isatty(stdin):  # a session's pty
-            raise UserError(f"node {node} is on another host, where a command cannot have a "
-                            "terminal yet; start it without one (no tty)")  # fmt: skip
-        if unknown or stdin not in (None, subprocess.DEVNULL, subprocess.PIPE):
+        tty = isinstance(stdin, int) and stdin >= 0 and os.isatty(stdin)
+        if unknown or not (tty or stdin in (None, subprocess.DEVNULL, subprocess.PIPE)):
             raise InternalError(
                 f"a command on a cluster takes no {sorted(unknown) or 'stdin but a pipe'}"
             )
@@ -444,13 +445,18 @@ class ClusterBackend:
         text = bool(popen.get("text"))
         out, out_reader = sink_and_reader(popen.get("stdout"), text)
         err, err_reader = sink_and_reader(popen.get("stderr"), text)
-        # Only what the caller changed of its environment: the host has its own.
-        env = {k: v for k, v in (popen.get("env") or {}).items() if os.environ.get(k) != v}
+        # Only what the caller changed of its environment: the host has its own, but a
+        # terminal's type is the caller's terminal's.
+        given_env = popen.get("env") or os.environ
+        env = {k: v for k, v in given_env.items()
+               if os.environ.get(k) != v or (tty and k == "TERM")}  # fmt: skip
         group = bool(popen.get("start_new_session"))
         work = self._work_of(argv, popen)
-        feed = Feed(text) if popen.get("stdin") == subprocess.PIPE else None
+        terminal = Terminal(stdin) if tty else None
+        feed = Feed(text, terminal) if tty or stdin == subprocess.PIPE else None
         args = (agent.node_only(plan, node), node, argv, _own_files(argv, popen.get("stdout")),
-                env, group, work, popen.get("cwd"), feed is not None)  # fmt: skip
+                env, group, work, popen.get("cwd"), feed is not None,
+                None if terminal is None else terminal.size())  # fmt: skip
         # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
         # one each; the poller asks about the command once its host has started it.
         key = uuid.uuid4().hex[:16]
@@ -460,9 +466,12 @@ class ClusterBackend:
             with contextlib.suppress(TimeoutError):  # a late start: the poller says so
                 failed = started.exception(timeout=self.timeout_s)
                 if isinstance(failed, NestbedError):
+                    if terminal is not None:  # as the caller's terminal was
+                        terminal.close()
                     raise failed
         process = RemoteProcess(self.poller(), h, key, started, list(argv), (out, err),
-                                (out_reader, err_reader), self._signal, feed)  # fmt: skip
+                                (out_reader, err_reader), self._signal, feed,
+                                terminal)  # fmt: skip
         self.poller().add(process)
         return process  # type: ignore[return-value]
 

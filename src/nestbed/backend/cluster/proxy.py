@@ -7,6 +7,14 @@ task per host (``remote.poll``), ten times a second: the traffic grows with the 
 commands. A command's input (``Feed``, its ``stdin``) goes with those polls too. A command's
 files (paths its argv names under its stdout's folder) are written back at their own paths
 when it ends, before it is seen to end.
+
+A command given a terminal (its stdin a tty: a server session's pty, or the terminal
+`nestbed shell` runs in) gets a pty of its own on its host (``remote._Terminal``); the
+terminal here only carries bytes (``Terminal``): raw while the command has it, its input
+the command's input, the command's output written to it, its window size sent with each
+poll (a resize here is one there). While one is attached a key typed into it starts a round
+at once, and the rounds come ``TERMINAL_POLL_S`` apart while it is busy, so a keystroke's
+echo and a command's output come back soon (``Poller.rest``).
 """
 
 from __future__ import annotations
@@ -15,19 +23,24 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 import signal
 import subprocess
+import termios
 import threading
 import time
+import tty
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from nestbed.backend.cluster.remote import INPUT_BYTES
+from nestbed.backend.cluster.remote import INPUT_BYTES, Size
 from nestbed.backend.cluster.rounds import Rounds
 from nestbed.errors import InternalError
 
 POLL_S = 0.1
+TERMINAL_POLL_S = 0.02  # the rounds' pause while an attached terminal is busy
+BUSY_S = 1.0  # a terminal typed into or printed to this recently is busy
 # A host that cannot be asked this many times in a row (its agent gone, the scheduler busy)
 # has lost its commands; a failure or two in between is no loss.
 LOST_AFTER_FAILURES = 30
@@ -71,6 +84,32 @@ class _Sink:
             self.fd = None
 
 
+class Terminal:
+    """A terminal here given to a command on another host: raw (no echo, no line editing,
+    no signals from its keys: the host's pty does all that) and non-blocking while the
+    command has it, as it was afterwards."""
+
+    def __init__(self, fd: int):
+        self.fd = os.dup(fd)
+        self.was = termios.tcgetattr(self.fd)
+        self.blocking = os.get_blocking(self.fd)
+        tty.setraw(self.fd, termios.TCSANOW)  # what was typed ahead is kept
+        os.set_blocking(self.fd, False)
+        self.busy_at = time.monotonic()  # when it was last typed into or printed to
+
+    def size(self) -> Size:
+        cols, rows = os.get_terminal_size(self.fd)
+        return cols, rows
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):  # the terminal may be gone already
+                termios.tcsetattr(self.fd, termios.TCSADRAIN, self.was)
+                os.set_blocking(self.fd, self.blocking)
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Feed:
     """The input of a remote command: what the caller writes into the proxy's ``stdin`` (a
     pipe, as a local command's) is read from its other end each round and sent with the
@@ -79,13 +118,17 @@ class Feed:
     input there once all of it is written; once the command no longer reads (its host says
     so), this end closes too, and the caller's writes fail as a local pipe's would."""
 
-    def __init__(self, text: bool):
-        read, write = os.pipe()
-        os.set_blocking(read, False)
-        with contextlib.suppress(OSError):  # a round takes this much at once
-            fcntl.fcntl(read, fcntl.F_SETPIPE_SZ, INPUT_BYTES)
+    def __init__(self, text: bool, terminal: Terminal | None = None):
+        self.stdin: IO | None = None  # a terminal's input is typed into it, not written here
+        if terminal is not None:
+            read = os.dup(terminal.fd)  # non-blocking, as the terminal is made
+        else:
+            read, write = os.pipe()
+            os.set_blocking(read, False)
+            with contextlib.suppress(OSError):  # a round takes this much at once
+                fcntl.fcntl(read, fcntl.F_SETPIPE_SZ, INPUT_BYTES)
+            self.stdin = os.fdopen(write, "w" if text else "wb")
         self.fd: int | None = read
-        self.stdin: IO = os.fdopen(write, "w" if text else "wb")
         self.unsent = b""  # read from the pipe, not yet said received by the host
         self.at = 0  # the offset of ``unsent`` in the whole input: what the host received
         self.held = 0  # what the host still holds unwritten, as it last said
@@ -101,6 +144,8 @@ class Feed:
                 chunk = os.read(self.fd, room)
             except BlockingIOError:
                 break
+            except OSError:  # EIO: a terminal whose other end closed, as an end of file
+                chunk = b""
             if not chunk:
                 self.ended = True
                 break
@@ -149,6 +194,7 @@ class RemoteProcess:
         readers: tuple[IO | None, IO | None],
         signal_host: Callable[[str, str, int, bool], None],
         feed: Feed | None = None,
+        terminal: Terminal | None = None,
     ):
         self.poller, self.host, self.key, self.args = poller, host, key, args
         self.started = started  # a future of the command's pid on its host
@@ -157,6 +203,7 @@ class RemoteProcess:
         self.stdout, self.stderr = readers
         self.feed = feed
         self.stdin = None if feed is None else feed.stdin
+        self.terminal = terminal
         self.returncode: int | None = None
         self.ended = threading.Event()
         self.changed = threading.Condition()  # a port heard listening, or the end
@@ -259,6 +306,8 @@ class RemoteProcess:
             return
         self.sinks[0].write(report["out"])
         self.sinks[1].write(report["err"])
+        if self.terminal is not None and report["out"]:
+            self.terminal.busy_at = time.monotonic()
         if self.feed is not None and "input" in report:
             self.feed.answered(*report["input"])
         if report.get("listening"):
@@ -275,6 +324,8 @@ class RemoteProcess:
             sink.close()
         if self.feed is not None:
             self.feed.close()
+        if self.terminal is not None:
+            self.terminal.close()
         with self.changed:
             self.returncode = code
             self.changed.notify_all()
@@ -319,10 +370,31 @@ class Poller(Rounds):
             return False
         return True
 
-    def question(self, thing: Any) -> tuple[int, int, Any]:
-        """The output had so far, and input for it (``Feed``)."""
+    def rest(self) -> None:
+        """``POLL_S``; with a terminal attached, cut short by a key typed into it, and only
+        ``TERMINAL_POLL_S`` while one was busy (typed into, or printed to) in the last
+        ``BUSY_S``: an idle shell costs no more rounds than any command."""
+        with self.lock:
+            terminals = [t.terminal for t in self.kept.values() if t.terminal is not None]
+        if not terminals:
+            time.sleep(self.pause_s)
+            return
+        time.sleep(TERMINAL_POLL_S)
+        if any(time.monotonic() - t.busy_at < BUSY_S for t in terminals):
+            return
+        with contextlib.suppress(OSError, ValueError):  # one closed meanwhile: a round now
+            select.select([t.fd for t in terminals], [], [], self.pause_s - TERMINAL_POLL_S)
+
+    def question(self, thing: Any) -> tuple[int, int, Any, Size | None]:
+        """The output had so far, input for it (``Feed``) and its terminal's size."""
         given = None if thing.feed is None else thing.feed.given()
-        return (thing.sinks[0].received, thing.sinks[1].received, given)
+        size = None
+        if thing.terminal is not None:
+            if given is not None and given[1]:
+                thing.terminal.busy_at = time.monotonic()
+            with contextlib.suppress(OSError):  # a terminal gone: its size as last sent
+                size = thing.terminal.size()
+        return (thing.sinks[0].received, thing.sinks[1].received, given, size)
 
     def answered(self, host: str, answer: Any, things: dict[str, Any]) -> None:
         if isinstance(answer, BaseException):

@@ -11,6 +11,13 @@ since the last poll; once a command has ended, also its files, and forgets it. A
 dies forgets its commands (swap-out still ends them, by namespace); the controller's side
 then says so.
 
+A command the controller gave a terminal gets one here (``_Terminal``): a pty whose slave
+end is its stdin, stdout and stderr (its ``setsid --ctty``, the caller's as on one machine,
+makes it its controlling terminal). What it prints is drained from the master into its
+stdout file each poll, so the poll's offsets carry it as any command's output; its input is
+the master's (``_Input``, as a pipe's), and the window size the controller sends with a
+poll is set on the master (TIOCSWINSZ: the command's foreground group gets SIGWINCH).
+
 Sockets opened in the host's nodes (linktest's datagrams) stay here too: the controller asks
 them to send, and drains what they received.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import shutil
 import signal
 import socket
@@ -31,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nestbed.backend import linux
+from nestbed.backend import linux, terminals
 from nestbed.backend.cluster import workdirs
 from nestbed.backend.plan import Plan
 from nestbed.backend.sockets import bound_ports
@@ -47,6 +55,11 @@ INPUT_BYTES = 1 << 20
 # Input for a command, as the controller sends it with a poll: the offset of its first
 # byte in the whole input, the bytes, and whether the input ends after them.
 Given = tuple[int, bytes, bool]
+# A terminal's window size, as the controller sends it: columns and rows.
+Size = tuple[int, int]
+# How long a poll that wrote input to a terminal waits for its echo, so a keystroke's echo
+# comes back in the same round, not the next one.
+ECHO_WAIT_S = 0.02
 
 
 class _Input:
@@ -94,6 +107,52 @@ class _Input:
         return self.received, len(self.pending), self.fd is not None
 
 
+class _Terminal:
+    """A command's pty on this host: its master end, drained into the command's stdout
+    file, and the window size last set on it."""
+
+    def __init__(self, size: Size):
+        self.master, self.slave = os.openpty()
+        os.set_blocking(self.master, False)
+        self.size: Size | None = None
+        self.resize(size)
+
+    def resize(self, size: Size | None) -> None:
+        if size is not None and size != self.size and self.master >= 0:
+            terminals.resize(self.master, *size)
+            self.size = size
+
+    def drain(self, into: Path, ended: bool, wait_s: float = 0.0) -> None:
+        """Appends what the command printed to ``into``: at most ``CHUNK_BYTES`` while it
+        runs (a command printing without end waits for its pty, not the host's disk), all
+        of it once it has ended. ``wait_s``: how long to wait for the first byte."""
+        if self.master < 0:
+            return
+        if wait_s > 0:
+            select.select([self.master], [], [], wait_s)
+        got, left = [], None if ended else CHUNK_BYTES
+        while left is None or left > 0:
+            try:
+                chunk = os.read(self.master, CHUNK_BYTES if left is None else left)
+            except (BlockingIOError, OSError):  # nothing more now; EIO: the slave is gone
+                break
+            if not chunk:
+                break
+            got.append(chunk)
+            if left is not None:
+                left -= len(chunk)
+        if got:
+            with into.open("ab") as f:
+                f.write(b"".join(got))
+
+    def close(self) -> None:
+        for fd in (self.master, self.slave):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.master = self.slave = -1
+
+
 PACE_SLEEP_S = 0.0005  # a drain's sends closer than this to their time go at once
 
 
@@ -105,6 +164,7 @@ class _Command:
     files: dict[str, str]  # path on the controlling machine -> its name in ``written``
     group: bool  # started in a session of its own: signals reach its whole group
     input: _Input | None = None  # its stdin, if the controller streams one
+    terminal: _Terminal | None = None  # its pty, if the controller gave it a terminal
 
 
 _commands: dict[str, _Command] = {}
@@ -122,6 +182,7 @@ def start(
     work: tuple[str, RunAs | None] | None = None,
     cwd: str | None = None,
     stdin: bool = False,
+    terminal: Size | None = None,
 ) -> int:
     """Starts ``argv`` in ``node`` as command ``key`` (for ``poll``); its pid on this host.
     ``env`` is what the controller changed of its environment. ``work`` is a node's
@@ -129,7 +190,9 @@ def start(
     unconfined program starts in) and its identity (None: unconfined): the command starts
     in the node's working folder on this host instead (``workdirs``), and so does a ``cwd``
     naming it. A ``cwd`` this host does not have is the caller's error. With ``stdin`` the
-    command reads what the controller sends with its polls (``Given``), else nothing."""
+    command reads what the controller sends with its polls (``Given``), else nothing; with
+    a ``terminal`` (its window size) it gets a pty instead, which that input goes to
+    (``_Terminal``)."""
     run_as = None
     if work is None:
         whole = {**os.environ, **env}
@@ -146,37 +209,60 @@ def start(
     if run_as is not None and files:  # it may not enter the scratch folder, root's alone
         written = workdirs.command_folder(p.experiment, home, key, run_as, files.values())
     mapped = [str(written / files[a]) if a in files else a for a in argv]
-    with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
-        process = linux.start_in(
-            p, node, mapped, stdout=out, stderr=err,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            env=whole, start_new_session=group, cwd=cwd,
-        )  # fmt: skip
+    pty = None if terminal is None else _Terminal(terminal)
+    try:
+        with (scratch / "stdout").open("wb") as out, (scratch / "stderr").open("wb") as err:
+            ends: dict[str, Any] = {
+                "stdout": out, "stderr": err,
+                "stdin": subprocess.PIPE if stdin else subprocess.DEVNULL,
+            }  # fmt: skip
+            if pty is not None:
+                ends = dict.fromkeys(("stdin", "stdout", "stderr"), pty.slave)
+            process = linux.start_in(p, node, mapped, **ends, env=whole,
+                                     start_new_session=group, cwd=cwd)  # fmt: skip
+    except BaseException:
+        if pty is not None:
+            pty.close()
+        raise
     given = None
-    if process.stdin is not None:  # its descriptor is the input's from now on
+    if pty is not None:  # the command holds the slave end now; its input is the master's
+        os.close(pty.slave)
+        pty.slave = -1
+        given = _Input(os.dup(pty.master))
+    elif process.stdin is not None:  # its descriptor is the input's from now on
         given = _Input(os.dup(process.stdin.fileno()))
         process.stdin.close()
+    # A terminal's command leads its own session (``setsid --ctty``): its group is its own.
+    leads = group or pty is not None
     with _lock:
-        _commands[key] = _Command(process, scratch, written, files, group, given)
+        _commands[key] = _Command(process, scratch, written, files, leads, given, pty)
     return process.pid
 
 
-def poll(asked: dict[str, tuple[int, int, Given | None]]) -> dict[str, dict[str, Any]]:
-    """For each command (key -> bytes of stdout and stderr already handed back, and input
-    for it, if any): its exit status (None while it runs), its new output, the ports bound
-    in its node while it runs (so a wait for it to listen is answered even if it has ended
-    since), the state of its input (``_Input.state``), and, once ended, its files; a command
-    this agent does not know is ``lost``."""
+def poll(
+    asked: dict[str, tuple[int, int, Given | None, Size | None]],
+) -> dict[str, dict[str, Any]]:
+    """For each command (key -> bytes of stdout and stderr already handed back, input for
+    it and its terminal's window size, if any): its exit status (None while it runs), its
+    new output, the ports bound in its node while it runs (so a wait for it to listen is
+    answered even if it has ended since), the state of its input (``_Input.state``), and,
+    once ended, its files; a command this agent does not know is ``lost``."""
     found: dict[str, dict[str, Any]] = {}
-    for key, (out_at, err_at, given) in asked.items():
+    for key, (out_at, err_at, given, size) in asked.items():
         with _lock:
             command = _commands.get(key)
         if command is None:
             found[key] = {"lost": True}
             continue
+        if command.terminal is not None:  # before the input: a line typed after a resize
+            command.terminal.resize(size)  # sees the new size
         if command.input is not None:
             command.input.take(given)
         code = command.process.poll()  # before reading: an ended command wrote everything
+        if command.terminal is not None:
+            typed = given is not None and bool(given[1]) and code is None
+            command.terminal.drain(command.scratch / "stdout", code is not None,
+                                   ECHO_WAIT_S if typed else 0.0)  # fmt: skip
         limit = None if code is not None else CHUNK_BYTES
         report: dict[str, Any] = {
             "code": code,
@@ -196,6 +282,8 @@ def poll(asked: dict[str, tuple[int, int, Given | None]]) -> dict[str, dict[str,
             }
             with _lock:
                 _commands.pop(key, None)
+            if command.terminal is not None:
+                command.terminal.close()
             shutil.rmtree(command.scratch, ignore_errors=True)
             shutil.rmtree(command.written, ignore_errors=True)
         found[key] = report
@@ -214,13 +302,12 @@ def send_signal(key: str, sig: int, group: bool) -> None:
         command = _commands.get(key)
     if command is None or command.process.poll() is not None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         if group and command.group:
-            os.killpg(command.process.pid, sig)
-        else:
-            command.process.send_signal(sig)
-    except ProcessLookupError:
-        pass
+            with contextlib.suppress(ProcessLookupError):  # a terminal's, not its own group
+                os.killpg(command.process.pid, sig)
+                return
+        command.process.send_signal(sig)
 
 
 def forget(experiment_dir: Path) -> None:
@@ -230,6 +317,8 @@ def forget(experiment_dir: Path) -> None:
             command = _commands.pop(key)
             if command.input is not None:
                 command.input.close()
+            if command.terminal is not None:
+                command.terminal.close()
             if command.process.poll() is None:
                 command.process.send_signal(signal.SIGKILL)
             command.process.wait()

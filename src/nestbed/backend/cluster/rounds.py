@@ -45,6 +45,10 @@ class Rounds:
     def question(self, thing: Any) -> Any:
         return None
 
+    def rest(self) -> None:
+        """The pause before the next round."""
+        time.sleep(self.pause_s)
+
     def ready(self, thing: Any) -> bool:
         """Whether to ask about ``thing`` this round."""
         return True
@@ -64,7 +68,6 @@ class Rounds:
             self.kept.pop(thing.key, None)
 
     def _loop(self) -> None:
-        pause = threading.Event()
         while True:
             with self.lock:
                 if not self.kept:
@@ -84,4 +87,4 @@ class Rounds:
             self.began = None
             for host, answer in answers.items():
                 self.answered(host, answer, {k: things[k] for k in asked[host]})
-            pause.wait(self.pause_s)
+            self.rest()
