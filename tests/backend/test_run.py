@@ -250,3 +250,38 @@ def test_ftp_send_delivers_exactly_what_it_was_asked_to(store, testbed, tmp_path
     assert 300_000 * 8 / (last_read_s - start_s) <= 2e6
     assert sum(int(r["bytes"]) for r in series) == 300_000
     assert all(float(r["t_s"]) >= 0.2 for r in series)
+
+
+WHERE_FILE = """\
+set ns [new Simulator]
+source tb_compat.tcl
+set a [$ns node]
+set b [$ns node]
+set link0 [$ns duplex-link $a $b 100Mb 0ms DropTail]
+set where [$a program-agent -command {read -r s < /proc/$$/stat; echo "$$ ${s##*) }"; \
+ip netns identify; cat /proc/self/cgroup}]
+$ns at 0.1 "$where start"
+$ns at 1 "$ns halt"
+$ns run
+"""
+
+
+def test_a_program_runs_in_its_nodes_namespace_and_cgroup_in_a_group_of_its_own(
+    store, testbed, tmp_path
+):
+    from nestbed.backend.plan import plan
+
+    name = _define(store, tmp_path, WHERE_FILE)
+    placed = plan(load(tmp_path / f"{name}.ns").experiment)
+    results = tmp_path / "results"
+    assert run(testbed, name, RunOptions(results=results))["outcome"] == "halted"
+    [program] = _rows(results / "programs.csv")
+    assert program["outcome"] == "ok", program
+    pid_line, netns, *cgroups = (results / program["stdout"]).read_text().splitlines()
+    # its shell's pid, then its stat from the state on: state, ppid, process group, session
+    pid, _state, _ppid, group, session, *_ = pid_line.split()
+    assert pid == group == session  # a session and group of its own, so stop reaches all
+    [event] = [e for e in _rows(results / "events.csv") if e["object"] == "where"]
+    assert event["message"] == f"pid {pid}"  # the process started is the program's shell
+    assert netns == placed.node("a").netns
+    assert any(line.endswith(f"/nb-{placed.tag}-a") for line in cgroups), cgroups

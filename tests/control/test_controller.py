@@ -45,6 +45,37 @@ def test_a_program_event_runs_its_command_and_events_csv_has_planned_and_actual_
     assert manifest.read(start.results)["outcome"] == "completed"
 
 
+FIVE_AT_ONCE = (
+    TWO_NODES
+    + "programs:\n"
+    + "".join(f"  - {{name: p{i}, node: {'ab'[i % 2]}, command: 'echo {i}'}}\n" for i in range(5))
+    + "events:\n"
+    + "".join(f"  - {{at: 0.1, object: p{i}, verb: start}}\n" for i in range(5))
+)
+
+
+def test_a_program_start_is_timed_when_its_process_began_not_when_it_was_asked_for(fake):
+    # Five due at one instant: each event's actual time is its own process's beginning (the
+    # programs table's started_s, nestbed-spawn's clock), however long the others took.
+    experiment = fake(FIVE_AT_ONCE)
+    start = experiment.launch()
+    folder = RunFolder(start.results)
+    wait_for(lambda: folder.programs_table.exists() and len(rows(folder.programs_table)) == 5,
+             "the five programs' ends")  # fmt: skip
+    experiment.client.request("finish", outcome="completed")
+    programs = {r["program"]: r for r in rows(folder.programs_table)}
+    events = {e["object"]: e for e in rows(folder.events)}
+    for i in range(5):
+        program, event = programs[f"p{i}"], events[f"p{i}"]
+        assert (program["outcome"], event["outcome"]) == ("ok", "ok")
+        assert float(event["actual_s"]) == pytest.approx(float(program["started_s"]), abs=1e-6)
+        assert float(event["error_ms"]) == pytest.approx(
+            (float(program["started_s"]) - 0.1) * 1e3, abs=1e-3
+        )
+        assert (folder.programs / f"p{i}.stdout").read_text() == f"{i}\n"
+    assert manifest.read(start.results)["versions"]["nestbed-spawn"].startswith("nestbed-spawn")
+
+
 def test_status_polls_share_one_connection_which_is_opened_again_when_it_broke(fake, monkeypatch):
     opened = []
     real = client_module.SocketClient

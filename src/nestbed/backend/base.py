@@ -51,6 +51,12 @@ class Backend(Protocol):
     def start_in(self, plan: Plan, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
         """Starts a command in a node (its namespace and cgroup) without waiting for it."""
 
+    def entering(self, plan: Plan, node: str) -> list[str] | None:
+        """The argv that, followed by a command, runs it in a node from a process on this
+        machine, as ``start_in`` does (for nestbed-spawn, which starts programs outside the
+        controller: ``backend.spawner``); None where the node's commands start only through
+        ``start_in`` (a cluster's hosts)."""
+
     def exec_in(
         self, plan: Plan, node: str, argv: list[str], **run: Any
     ) -> subprocess.CompletedProcess:

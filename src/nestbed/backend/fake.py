@@ -100,6 +100,12 @@ class FakeBackend:
         self._record("start_in", experiment=plan.experiment, node=node, argv=argv)
         return subprocess.Popen(argv, **popen)
 
+    def entering(self, plan: Plan, node: str) -> list[str] | None:
+        # Its nodes are this machine as it is: a command enters them unchanged.
+        self._node(plan, node)
+        self._record("entering", experiment=plan.experiment, node=node)
+        return []
+
     def exec_in(
         self, plan: Plan, node: str, argv: list[str], **run: Any
     ) -> subprocess.CompletedProcess:

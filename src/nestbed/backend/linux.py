@@ -696,11 +696,16 @@ def node_cgroup(plan: Plan, node: str) -> NodeCgroup | None:
         return None
 
 
-def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
-    """argv in the node's namespace and cgroup, both from its first instruction on (as
-    `nestbed exec` enters it: ``backend.entry``)."""
+def entering(plan: Plan, node: str) -> list[str]:
+    """The argv that, followed by a command, runs it in the node's namespace and cgroup,
+    both from its first instruction on (as `nestbed exec` enters it: ``backend.entry``)."""
     cgroup = node_cgroup(plan, node)
-    return entry.argv(plan.node(node).netns, [str(d) for d in cgroup.paths] if cgroup else [], argv)
+    return entry.argv(plan.node(node).netns, [str(d) for d in cgroup.paths] if cgroup else [], [])
+
+
+def _in_node(plan: Plan, node: str, argv: list[str]) -> list[str]:
+    """argv in the node's namespace and cgroup (``entering``)."""
+    return [*entering(plan, node), *argv]
 
 
 def open_socket(plan: Plan, node: str, kind: socket.SocketKind) -> socket.socket:
@@ -743,6 +748,7 @@ class LinuxBackend:
     swap_in = staticmethod(swap_in)
     swap_out = staticmethod(swap_out)
     start_in = staticmethod(start_in)
+    entering = staticmethod(entering)
     exec_in = staticmethod(exec_in)
     confine = staticmethod(confined_argv)
     hand_over = staticmethod(hand_over)

@@ -49,6 +49,9 @@ class Actions:
         self.timelines = {t.name: t for t in exp.timelines}
         self.sequence_steps = {s.name: s for s in exp.sequences}
         self.agents = {a.name for a in exp.agents}
+        # .at_s: when the action this thread carries out took effect, where that is not when
+        # it began (a program's start: when its process began, from nestbed-spawn's clock)
+        self.took = threading.local()
 
     def perform(
         self, action: Action, source: str, planned_s: float | None, due: float | None = None
@@ -61,12 +64,14 @@ class Actions:
         so and the controller's log keeps the traceback.
         """
         actual = self.scheduler.now_s()
+        self.took.at_s = None
         try:
             if due is not None:  # a link a hop away: its time is when its hosts applied it
                 message, applied = self.links.apply(action.object, action.verb, action.args, due)
                 actual = applied - self.scheduler.t0
             else:
                 message = self.execute(action, source)
+                actual = self.took.at_s if self.took.at_s is not None else actual
             outcome = "ok"
         except (NestbedError, OSError, UnitError) as exc:
             message, outcome = str(exc), "error"
@@ -172,6 +177,9 @@ class Actions:
             prog.set(args[0], args[1])
         elif verb in ("start", "run"):
             inv = prog.start()
+            # The event's time is when the program's process began (of a group's, the last):
+            # not when it was asked for, which a start due with others is often much before.
+            self.took.at_s = inv.started_s
             if verb == "run" and source == "sequence":
                 prog.wait()
             return f"pid {inv.process.pid}"

@@ -1,5 +1,11 @@
 """Program objects of a live experiment: commands run in their node with captured output,
-exit status, timeout and expected exit code, as Emulab's program agent runs them."""
+exit status, timeout and expected exit code, as Emulab's program agent runs them.
+
+A program is started by the run (``Run.start_program``): by nestbed-spawn, outside the
+controller's process, where its node is entered from this machine (``backend.spawner``),
+which also writes its output into its files; otherwise (a cluster's host, a simulated node)
+by the back end, its output copied into its files here (``Pumped``). Either way what comes
+back is a ``Started``."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from nestbed.errors import Refused
 from nestbed.model import Program
@@ -22,7 +28,7 @@ from nestbed.results.folder import RunFolder
 from nestbed.units import parse_time
 
 # Output beyond this per stream is counted and dropped, so a program printing gigabytes
-# cannot fill the disk of the results folder.
+# cannot fill the disk of the results folder (nestbed-spawn keeps the same limit).
 OUTPUT_LIMIT = 64 * 1024 * 1024
 # A program stopped (by an event, its timeout or the end of the run) gets SIGTERM on its whole
 # process group, then SIGKILL on what is left of the group after this many seconds. The group
@@ -32,11 +38,62 @@ _GONE_POLL_S = 0.01
 KILL_WAIT_S = 5.0  # how long the run's end waits for a group it sent SIGKILL to to go
 
 
+class Started(Protocol):
+    """A program's process as the runner sees it: a ``Popen``'s pid, status and ``wait``, the
+    ``time.monotonic()`` just after its process began, and the end of its output."""
+
+    pid: int
+    started_at: float
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+    def output_ended(self, timeout: float | None) -> bool:
+        """Whether its output files are complete within ``timeout`` (a child left in the
+        background may hold its output open)."""
+        ...
+
+
+# node, argv, environment, stdout file, stderr file: the program started, its process begun
+StartProgram = Callable[[str, list[str], dict[str, str], Path, Path], Started]
+
+
+class Pumped:
+    """A program started by the back end with its output as pipes (a command on a cluster's
+    host, whose output comes back here), copied to its files by two threads."""
+
+    def __init__(self, process: subprocess.Popen, stdout: Path, stderr: Path):
+        self.process, self.pid = process, process.pid
+        self.started_at = time.monotonic()
+        # a command on a cluster's host is signalled there (``_signal_group``)
+        self.signal_group = getattr(process, "signal_group", None)
+        self.pumps = [
+            threading.Thread(target=_pump, args=(process.stdout, stdout), daemon=True),
+            threading.Thread(target=_pump, args=(process.stderr, stderr), daemon=True),
+        ]
+        for pump in self.pumps:
+            pump.start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.process.wait(timeout)
+
+    def output_ended(self, timeout: float | None) -> bool:
+        for pump in self.pumps:
+            pump.join(timeout)
+        return not any(pump.is_alive() for pump in self.pumps)
+
+
 @dataclass
 class Invocation:
     number: int
-    process: subprocess.Popen
-    started_s: float
+    process: Started
+    started_s: float  # since the run's t0: just after its process began
     stdout: Path
     stderr: Path
     ended_s: float | None = None
@@ -51,8 +108,8 @@ class ProgramRunner:
         self,
         program: Program,
         folder: RunFolder,
-        spawn: Callable[..., subprocess.Popen],
-        now_s: Callable[[], float],
+        start: StartProgram,
+        since_t0: Callable[[float], float],
         record: Callable[[dict[str, Any]], None],
         grace_s: float = STOP_GRACE_S,
         workdir: Path | None = None,
@@ -69,7 +126,8 @@ class ProgramRunner:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.own = folder.program(program.name)
         self.grace_s = grace_s
-        self.spawn, self.now_s, self.record = spawn, now_s, record
+        # since_t0: a time.monotonic() as seconds since the run's t0
+        self.start_program, self.since_t0, self.record = start, since_t0, record
         self.invocations: list[Invocation] = []
         self.done = threading.Condition()
 
@@ -106,30 +164,22 @@ class ProgramRunner:
         # A folder of its own in the results, where it may leave files (metrics.json: figures
         # a sweep puts in its table).
         self.own.mkdir(exist_ok=True)
-        process = self.spawn(
+        process = self.start_program(
             self.program.node,
             ["sh", "-c", shell],
-            env={
+            {
                 **os.environ,
                 "NESTBED_PROGRAM_DIR": str(self.own),
                 "NESTBED_NODE": self.program.node,
                 # the Python that runs nestbed, for programs written with it (its studies)
                 "NESTBED_PYTHON": sys.executable,
             },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group, so stop reaches its children
+            stdout,
+            stderr,
         )
-        inv = Invocation(number, process, self.now_s(), stdout, stderr)
+        inv = Invocation(number, process, self.since_t0(process.started_at), stdout, stderr)
         self.invocations.append(inv)
-        pumps = [
-            threading.Thread(target=_pump, args=(process.stdout, stdout), daemon=True),
-            threading.Thread(target=_pump, args=(process.stderr, stderr), daemon=True),
-        ]
-        for pump in pumps:
-            pump.start()
-        threading.Thread(target=self._watch, args=(inv, pumps), daemon=True).start()
+        threading.Thread(target=self._watch, args=(inv,), daemon=True).start()
         return inv
 
     def wait(self, timeout: float | None = None) -> None:
@@ -154,7 +204,7 @@ class ProgramRunner:
         for inv in self.invocations:
             _end_group(inv.process.pid, self._marker(), self.grace_s)
 
-    def _watch(self, inv: Invocation, pumps: list[threading.Thread]) -> None:
+    def _watch(self, inv: Invocation) -> None:
         try:
             inv.process.wait(self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -168,9 +218,8 @@ class ProgramRunner:
         if inv.timed_out or inv.stopped:
             # The shell may have ended on SIGTERM while a child of it ignores it.
             _end_group(inv.process.pid, self._marker(), self.grace_s, signaled=True)
-        for pump in pumps:
-            pump.join(self.grace_s)
-        inv.ended_s = self.now_s()
+        inv.process.output_ended(self.grace_s)
+        inv.ended_s = self.since_t0(time.monotonic())
         code = inv.process.returncode
         if inv.timed_out:
             outcome = "timeout"
@@ -211,7 +260,7 @@ class ProgramRunner:
         }
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
+def _signal_group(process: Started, sig: int) -> None:
     on_its_host = getattr(process, "signal_group", None)  # a command on a cluster's host
     if on_its_host is not None:
         on_its_host(sig)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from nestbed.backend import kept
 from nestbed.backend.base import Backend
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.confine import user_command
+from nestbed.backend.spawner import Spawner
 from nestbed.binaries import built_binary
 from nestbed.control.actions import Actions
 from nestbed.control.captures import Captures
@@ -25,7 +27,7 @@ from nestbed.control.collector import close_run, collect_traffic, tcp_tables
 from nestbed.control.cpumon import CPU_COLUMNS, CpuMonitor
 from nestbed.control.links import LinkStates
 from nestbed.control.linktests import Linktests
-from nestbed.control.programs import ProgramRunner
+from nestbed.control.programs import OUTPUT_LIMIT, ProgramRunner, Pumped, Started
 from nestbed.control.requests import Event
 from nestbed.control.sampler import Sampler
 from nestbed.control.scheduler import Pending, Scheduler
@@ -89,10 +91,18 @@ class Run:
         ]  # fmt: skip
         self.workdirs = self._workdirs()
         self.programs = {
-            p.name: ProgramRunner(p, self.folder, self.spawn_user, self.now_s,
+            p.name: ProgramRunner(p, self.folder, self.start_program, self.scheduler.since_t0,
                                   self.program_rows.add, workdir=self.workdirs.get(p.node))
             for p in (*self.exp.programs, *_startcmds(self.exp))
         }  # fmt: skip
+        # How a command enters each node of a program from this machine (its cgroup and
+        # namespace), found once: where it can, nestbed-spawn starts the program (``_start``).
+        self.entering: dict[str, list[str]] = {
+            node: found
+            for node in {p.program.node for p in self.programs.values()} - self.simulated.nodes
+            if (found := backend.entering(self.plan, node)) is not None
+        }
+        self.spawner: Spawner | None = None
         for program in self.programs.values() if self.options.run_as else ():
             self.writable(program.own, folder=True)  # metrics.json and the like
         self.flows = self._flows()
@@ -107,7 +117,8 @@ class Run:
         )  # fmt: skip
 
     def _binaries(self) -> dict[str, str]:
-        found = {name: built_binary(name) for name in ("nestbed-linkd", "nestbed-probe")}
+        names = ("nestbed-linkd", "nestbed-probe", "nestbed-spawn")
+        found = {name: built_binary(name) for name in names}
         found["iperf3"] = "iperf3"
         if self.plan.simulation is not None:
             found["nestbed-sim"] = built_binary("nestbed-sim")
@@ -155,12 +166,37 @@ class Run:
         """Starts one of the experiment's own processes (a program, a start command, a
         traffic tool) in a node: as the controller in a local run; on a server as the
         project's identity (``RunOptions.run_as``), with only the environment it needs."""
-        run_as = self.options.run_as
-        if run_as is None or node in self.simulated.nodes:  # there nestbed-sim plays it
+        if self.options.run_as is None or node in self.simulated.nodes:  # nestbed-sim plays it
             return self.spawn(node, argv, output, **kwargs)
-        given = kwargs.get("env") or os.environ
-        argv, kwargs["env"] = user_command(self.backend, run_as, argv, given, self.workdirs[node])
+        argv, kwargs["env"] = self._as_user(node, argv, kwargs.get("env") or os.environ)
         return self.spawn(node, argv, output, **kwargs)
+
+    def _as_user(
+        self, node: str, argv: list[str], env: Mapping[str, str]
+    ) -> tuple[list[str], Mapping[str, str]]:
+        """argv and its environment as one of the experiment's own processes in ``node``
+        runs them: unchanged in a local run, confined on a server."""
+        if self.options.run_as is None:
+            return argv, env
+        return user_command(self.backend, self.options.run_as, argv, env, self.workdirs[node])
+
+    def start_program(
+        self, node: str, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path
+    ) -> Started:
+        """Starts a program (``ProgramRunner``) in a node, its output into ``stdout`` and
+        ``stderr`` (at most OUTPUT_LIMIT bytes each), in a process group of its own, once its
+        process has begun. By nestbed-spawn where the node is entered from this machine; by
+        the back end otherwise (a cluster's host, a simulated node), its output copied here."""
+        entering = self.entering.get(node)
+        if self.spawner is None or entering is None:
+            process = self.spawn_user(
+                node, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group, so stop reaches its children
+            )  # fmt: skip
+            assert not isinstance(process, SimulatedProcess)  # (given no output file)
+            return Pumped(process, stdout, stderr)
+        argv, user_env = self._as_user(node, argv, env)
+        return self.spawner.start([*entering, *argv], user_env, stdout, stderr, OUTPUT_LIMIT)
 
     def writable(self, path: Path, *, folder: bool = False) -> None:
         """Makes ``path`` (a folder, or an empty file) for one of the experiment's own
@@ -231,6 +267,8 @@ class Run:
             raise
 
     def _start(self) -> None:
+        if self.entering:  # before t0: its start is no event's lateness
+            self.spawner = Spawner(built_binary("nestbed-spawn"))
         for flow in self.flows.values():
             flow.prepare()
         if self.options.capture:
@@ -390,6 +428,8 @@ class Run:
     def retire(self) -> None:
         """After the run finished: ends its event threads and closes its connections."""
         self.scheduler.retire()
+        if self.spawner is not None:
+            self.spawner.close()
         self.links.close()
         self.sampler.close()
         self.simulated.close()

@@ -99,6 +99,10 @@ class Scheduler:
         """Seconds since the run's t0."""
         return time.monotonic() - self.t0
 
+    def since_t0(self, monotonic: float) -> float:
+        """A ``time.monotonic()`` as seconds since the run's t0."""
+        return monotonic - self.t0
+
     def begin(self) -> None:
         """Sets t0 now and starts handing out what was pushed (relative to it)."""
         with self.wake:

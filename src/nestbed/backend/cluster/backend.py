@@ -421,6 +421,9 @@ class ClusterBackend:
             raise answer
         return _as_asked(answer, run)
 
+    def entering(self, plan: Plan, node: str) -> list[str] | None:
+        return None  # a node is on its host, reached through start_in's proxies alone
+
     def start_in(self, plan: Plan, node: str, argv: list[str], **popen: Any) -> subprocess.Popen:
         """Starts the command on its node's host; a Popen-like proxy of it (``proxy``).
 

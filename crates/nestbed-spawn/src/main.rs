@@ -1,0 +1,36 @@
+//! `nestbed-spawn`: serves the controller that started it, requests on its standard input
+//! (a socket), notes on its standard output, until the controller closes the socket.
+//! `--version` prints its version (what a run's manifest records). Exit codes: 0 done, 1 the
+//! controller could not be spoken to, 2 a usage error.
+#![deny(unsafe_code)]
+
+use std::process::ExitCode;
+
+use nestbed_spawn::{os, spawner};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => {}
+        [flag] if flag == "--version" => {
+            println!("nestbed-spawn {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            eprintln!("usage: nestbed-spawn [--version] (started by nestbed's controller)");
+            return ExitCode::from(2);
+        }
+    }
+    os::ignore_sigpipe();
+    if let Err(e) = os::cloexec_above_stderr() {
+        eprintln!("nestbed-spawn: marking inherited descriptors close-on-exec: {e}");
+        return ExitCode::FAILURE;
+    }
+    match spawner::serve(os::inherited(0), os::inherited(1)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nestbed-spawn: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The only place that talks to the kernel through `libc` and so the only module allowed
+//! `unsafe`: starting a process (`posix_spawnp`), pipes, pidfds, `waitpid`, `poll`, the
+//! monotonic clock and SIGPIPE.
+//!
+//! Linux only, like the rest of nestbed's platform code.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+
+/// `CLOCK_MONOTONIC` in nanoseconds: Python's `time.monotonic()` in the controller.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A descriptor this process was started with (its standard input and output), as a file.
+pub fn inherited(fd: RawFd) -> File {
+    // SAFETY: called once per descriptor, at start, for 0 and 1, which the controller gave.
+    unsafe { File::from_raw_fd(fd) }
+}
+
+/// SIGPIPE ignored here, so a controller gone makes a write fail instead of killing this
+/// process before it has said so. (Its programs get the default back: [`spawn`].)
+pub fn ignore_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no other effect.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// A pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe() -> io::Result<(File, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and ours alone.
+    unsafe { Ok((File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// A pidfd of `pid` (close-on-exec): readable once the process has ended.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is new and ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Starts `argv` (its first word looked up on the PATH of `env`) with environment `env`, in
+/// a new session, standard input from /dev/null, standard output and error onto `stdout`
+/// and `stderr`, SIGPIPE and SIGXFSZ at their defaults and no signal blocked; its pid.
+///
+/// glibc starts it with `clone(CLONE_VM | CLONE_VFORK)`: this returns once the child has
+/// called `exec` (or failed to: then the error is the child's, and no process is left).
+pub fn spawn(argv: &[CString], env: &[CString], stdout: RawFd, stderr: RawFd) -> io::Result<i32> {
+    let mut argv_p: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr() as *mut _).collect();
+    argv_p.push(ptr::null_mut());
+    let mut env_p: Vec<*mut libc::c_char> = env.iter().map(|e| e.as_ptr() as *mut _).collect();
+    env_p.push(ptr::null_mut());
+    let devnull: &CStr = c"/dev/null";
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(rc))
+        }
+    };
+    // SAFETY: the file actions and attributes are initialised before use and destroyed after;
+    // every pointer handed to posix_spawnp (argv, env, the path) outlives the call and the
+    // arrays end with a null pointer.
+    unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        check(libc::posix_spawn_file_actions_init(&mut actions))?;
+        if let Err(e) = check(libc::posix_spawnattr_init(&mut attr)) {
+            libc::posix_spawn_file_actions_destroy(&mut actions);
+            return Err(e);
+        }
+        let result = (|| {
+            check(libc::posix_spawn_file_actions_addopen(
+                &mut actions,
+                0,
+                devnull.as_ptr(),
+                libc::O_RDONLY,
+                0,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut actions,
+                stdout,
+                1,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut actions,
+                stderr,
+                2,
+            ))?;
+            let mut defaults: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut defaults);
+            libc::sigaddset(&mut defaults, libc::SIGPIPE);
+            libc::sigaddset(&mut defaults, libc::SIGXFSZ);
+            check(libc::posix_spawnattr_setsigdefault(&mut attr, &defaults))?;
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            check(libc::posix_spawnattr_setsigmask(&mut attr, &none))?;
+            let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
+                | libc::POSIX_SPAWN_SETSIGDEF
+                | libc::POSIX_SPAWN_SETSIGMASK;
+            check(libc::posix_spawnattr_setflags(
+                &mut attr,
+                flags as libc::c_short,
+            ))?;
+            let mut pid: libc::pid_t = 0;
+            check(libc::posix_spawnp(
+                &mut pid,
+                argv[0].as_ptr(),
+                &actions,
+                &attr,
+                argv_p.as_ptr(),
+                env_p.as_ptr(),
+            ))?;
+            Ok(pid)
+        })();
+        libc::posix_spawnattr_destroy(&mut attr);
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        result
+    }
+}
+
+/// The status of child `pid` if it has ended (reaping it), as Python's `returncode` says
+/// it: the exit code, or minus the signal that ended it; None while it runs.
+pub fn reap(pid: i32) -> io::Result<Option<i32>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable int.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == 0 {
+            return Ok(None);
+        }
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(Some(if libc::WIFSIGNALED(status) {
+            -libc::WTERMSIG(status)
+        } else {
+            libc::WEXITSTATUS(status)
+        }));
+    }
+}
+
+/// Waits until one of `fds` is ready (no timeout); `fds` gets the kernel's answer.
+pub fn poll(fds: &mut [libc::pollfd]) -> io::Result<()> {
+    loop {
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if rc >= 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// A `pollfd` asking whether `fd` is readable.
+pub fn readable(fd: &impl AsRawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Ends child `pid` at once (SIGKILL) and reaps it: a process started but not watchable.
+pub fn kill_and_reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: `pid` is our child, not yet reaped; `status` is a valid, writable int.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        while libc::waitpid(pid, &mut status, 0) < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+    }
+}
+
+/// Marks every descriptor above standard error close-on-exec, so no program inherits one
+/// this process was started with (whatever its starter left open).
+pub fn cloexec_above_stderr() -> io::Result<()> {
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl on a descriptor number only reads and sets its flags; one that
+        // closed meanwhile (the directory's own) fails with EBADF, which is fine.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! nestbed-spawn as the controller uses it: a socket for requests and answers, a pipe for
+//! notes. No root needed: the programs are plain local commands.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Spawner {
+    child: Child,
+    requests: BufReader<UnixStream>,
+    notes: BufReader<ChildStdout>,
+    dir: PathBuf,
+}
+
+impl Spawner {
+    fn new(name: &str) -> Spawner {
+        let dir = std::env::temp_dir().join(format!("nestbed-spawn-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nestbed-spawn"))
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let notes = BufReader::new(child.stdout.take().unwrap());
+        Spawner {
+            child,
+            requests: BufReader::new(ours),
+            notes,
+            dir,
+        }
+    }
+
+    /// Starts `script` under `sh -c`; the answer.
+    fn start(&mut self, id: u64, argv: &[&str], limit: u64) -> Value {
+        let request = json!({
+            "id": id, "argv": argv, "env": ["PATH=/usr/bin:/bin", "WHO=spawned"],
+            "stdout": self.dir.join(format!("{id}.stdout")), "stderr": self.dir.join(format!("{id}.stderr")),
+            "limit": limit,
+        });
+        let stream = self.requests.get_mut();
+        stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        self.requests.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn note(&mut self) -> Value {
+        let mut line = String::new();
+        self.notes.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn output(&self, id: u64, stream: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join(format!("{id}.{stream}"))).unwrap()
+    }
+
+    /// Closes the request socket: the spawner ends; its exit status.
+    fn close(mut self) -> i32 {
+        self.requests
+            .get_mut()
+            .shutdown(std::net::Shutdown::Both)
+            .unwrap();
+        let code = self.child.wait().unwrap().code().unwrap();
+        std::fs::remove_dir_all(&self.dir).unwrap();
+        code
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    nestbed_spawn::os::monotonic_ns()
+}
+
+#[test]
+fn a_program_starts_with_its_environment_and_its_output_and_status_come_back() {
+    let mut spawner = Spawner::new("status");
+    let before = monotonic_ns();
+    let answer = spawner.start(
+        1,
+        &["sh", "-c", "echo out $WHO; echo err >&2; exit 3"],
+        1 << 20,
+    );
+    assert_eq!(answer["id"], 1);
+    assert!(answer["pid"].as_i64().unwrap() > 0);
+    let started = answer["started_ns"].as_u64().unwrap();
+    assert!(before <= started && started <= monotonic_ns(), "{answer}");
+    let mut notes = [spawner.note(), spawner.note()];
+    notes.sort_by_key(|n| n.get("closed").is_some());
+    assert_eq!(notes[0]["exit"], 3);
+    assert!(notes[0]["ended_ns"].as_u64().unwrap() >= started);
+    assert_eq!(notes[1], json!({"id": 1, "closed": true}));
+    assert_eq!(spawner.output(1, "stdout"), b"out spawned\n");
+    assert_eq!(spawner.output(1, "stderr"), b"err\n");
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn a_program_ended_by_a_signal_has_minus_the_signal_as_its_status() {
+    let mut spawner = Spawner::new("signal");
+    spawner.start(1, &["sh", "-c", "kill -KILL $$"], 1 << 20);
+    let note = loop {
+        let note = spawner.note();
+        if note.get("exit").is_some() {
+            break note;
+        }
+    };
+    assert_eq!(note["exit"], -9);
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn output_beyond_the_limit_is_dropped_and_counted_at_the_files_end() {
+    let mut spawner = Spawner::new("limit");
+    spawner.start(1, &["sh", "-c", "head -c 100000 /dev/zero"], 10);
+    let (a, b) = (spawner.note(), spawner.note());
+    assert!(a.get("closed").is_some() || b.get("closed").is_some());
+    let mut expected = vec![0u8; 10];
+    expected.extend_from_slice(b"\n[nestbed: 99990 more bytes of output were dropped]\n");
+    assert_eq!(spawner.output(1, "stdout"), expected);
+    assert_eq!(spawner.output(1, "stderr"), b"");
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn a_program_has_a_session_of_its_own_null_input_and_no_other_descriptor() {
+    let mut spawner = Spawner::new("session");
+    let script = "read -r stat < /proc/$$/stat; echo \"$$ ${stat##*) }\"; readlink /proc/$$/fd/0";
+    let answer = spawner.start(1, &["sh", "-c", script], 1 << 20);
+    // (a shell of its own: the first's redirection left it a descriptor of its own)
+    spawner.start(2, &["sh", "-c", "ls /proc/$$/fd"], 1 << 20);
+    for _ in 0..4 {
+        spawner.note();
+    }
+    let out = String::from_utf8(spawner.output(1, "stdout")).unwrap();
+    let mut lines = out.lines();
+    let fields: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let pid = answer["pid"].as_i64().unwrap().to_string();
+    // pid, then stat's fields from the state on: state, ppid, pgrp, session
+    assert_eq!(fields[0], pid);
+    assert_eq!(
+        (fields[3], fields[4]),
+        (pid.as_str(), pid.as_str()),
+        "{out}"
+    );
+    assert_eq!(lines.next(), Some("/dev/null"));
+    let listed = String::from_utf8(spawner.output(2, "stdout")).unwrap();
+    assert_eq!(
+        listed.lines().collect::<Vec<_>>(),
+        ["0", "1", "2"],
+        "{listed}"
+    );
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn a_command_that_cannot_start_is_an_answer_with_its_errno_and_the_spawner_goes_on() {
+    let mut spawner = Spawner::new("missing");
+    let answer = spawner.start(1, &["no-such-command-i18s"], 1 << 20);
+    assert_eq!(answer["errno"], 2);
+    assert_eq!(answer["filename"], "no-such-command-i18s");
+    let answer = spawner.start(2, &["true"], 1 << 20);
+    assert!(answer["pid"].as_i64().unwrap() > 0);
+    let mut rest = String::new();
+    spawner
+        .requests
+        .get_mut()
+        .write_all(b"{\"id\": 3}\n")
+        .unwrap();
+    spawner.requests.read_line(&mut rest).unwrap();
+    let refused: Value = serde_json::from_str(&rest).unwrap();
+    assert_eq!(
+        (refused["id"].clone(), refused["errno"].clone()),
+        (Value::Null, json!(0))
+    );
+    assert!(
+        refused["error"].as_str().unwrap().contains("missing field"),
+        "{refused}"
+    );
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn a_child_left_in_the_background_holds_the_output_open_after_the_programs_exit() {
+    let mut spawner = Spawner::new("background");
+    spawner.start(1, &["sh", "-c", "(sleep 0.3; echo late) & exit 0"], 1 << 20);
+    assert_eq!(spawner.note()["exit"], 0);
+    assert_eq!(spawner.note(), json!({"id": 1, "closed": true}));
+    assert_eq!(spawner.output(1, "stdout"), b"late\n");
+    assert_eq!(spawner.close(), 0);
+}
