@@ -6,8 +6,8 @@
 //! interpreter lock, so programs due at the same instant start one after another and delay
 //! each other. This small process, started once per run, does that work instead: the
 //! controller hands it a program's argv, environment and output files over a socket and gets
-//! back its pid and the `CLOCK_MONOTONIC` time its process began; the exit status and the end
-//! of its output come later on a second stream.
+//! back, on a stream of answers and notes, its pid and the `CLOCK_MONOTONIC` time its process
+//! began, and later its exit status and the end of its output.
 //!
 //! What a start promises (as the controller's own `Popen` did): a session and process group
 //! of its own (`setsid`), standard input from `/dev/null`, standard output and error each into
@@ -19,7 +19,7 @@
 //! - [`protocol`]: requests parsed (unknown fields refused), replies and notes written.
 //! - [`capped`]: how much of a stream's output is kept.
 //! - [`spawner`]: the loop: requests, starts, output, exits.
-//! - [`os`]: `posix_spawnp`, pipes, pidfds, `waitpid`, `poll` and the clock through `libc`;
+//! - [`os`]: `fork` and `execvpe`, pipes, pidfds, `waitpid`, `poll` and the clock through `libc`;
 //!   the only module allowed `unsafe`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

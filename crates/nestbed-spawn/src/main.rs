@@ -1,5 +1,6 @@
 //! `nestbed-spawn`: serves the controller that started it, requests on its standard input
-//! (a socket), notes on its standard output, until the controller closes the socket.
+//! (a socket), answers and notes on its standard output, until the controller closes the
+//! socket.
 //! `--version` prints its version (what a run's manifest records). Exit codes: 0 done, 1 the
 //! controller could not be spoken to, 2 a usage error.
 #![deny(unsafe_code)]

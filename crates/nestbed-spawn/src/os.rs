@@ -1,6 +1,6 @@
 //! The only place that talks to the kernel through `libc` and so the only module allowed
-//! `unsafe`: starting a process (`posix_spawnp`), pipes, pidfds, `waitpid`, `poll`, the
-//! monotonic clock and SIGPIPE.
+//! `unsafe`: starting a process (`fork` and `execvpe`), pipes, pidfds, `waitpid`, `poll`, the
+//! monotonic clock, SIGPIPE and inherited descriptors.
 //!
 //! Linux only, like the rest of nestbed's platform code.
 #![allow(unsafe_code)]
@@ -8,6 +8,7 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
+use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
@@ -59,81 +60,70 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 
 /// Starts `argv` (its first word looked up on the PATH of `env`) with environment `env`, in
 /// a new session, standard input from /dev/null, standard output and error onto `stdout`
-/// and `stderr`, SIGPIPE and SIGXFSZ at their defaults and no signal blocked; its pid.
+/// and `stderr`, SIGPIPE and SIGXFSZ at their defaults and no signal blocked; its pid, as
+/// soon as it is forked. Its `exec` goes on meanwhile: `exec_failed`, the write end of a
+/// close-on-exec pipe, closes when it succeeds and gets the error number when it fails
+/// (the child then exits 127). So the next program is forked without waiting for this
+/// one's `exec`, which takes several times as long as the fork of this small process.
 ///
-/// glibc starts it with `clone(CLONE_VM | CLONE_VFORK)`: this returns once the child has
-/// called `exec` (or failed to: then the error is the child's, and no process is left).
-pub fn spawn(argv: &[CString], env: &[CString], stdout: RawFd, stderr: RawFd) -> io::Result<i32> {
-    let mut argv_p: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr() as *mut _).collect();
-    argv_p.push(ptr::null_mut());
-    let mut env_p: Vec<*mut libc::c_char> = env.iter().map(|e| e.as_ptr() as *mut _).collect();
-    env_p.push(ptr::null_mut());
+/// A plain `fork`, because this process has one thread: the child may call anything
+/// before its `exec` (glibc's PATH search) without finding a lock another thread held.
+pub fn spawn(
+    argv: &[CString],
+    env: &[CString],
+    stdout: RawFd,
+    stderr: RawFd,
+    exec_failed: RawFd,
+) -> io::Result<i32> {
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_p.push(ptr::null());
+    let mut env_p: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    env_p.push(ptr::null());
     let devnull: &CStr = c"/dev/null";
-    let check = |rc: libc::c_int| {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::from_raw_os_error(rc))
-        }
-    };
-    // SAFETY: the file actions and attributes are initialised before use and destroyed after;
-    // every pointer handed to posix_spawnp (argv, env, the path) outlives the call and the
-    // arrays end with a null pointer.
+    // SAFETY: fork in a process of one thread; the child touches only what was prepared
+    // before it (the argv and env arrays, which end with a null pointer) and leaves by exec
+    // or _exit.
     unsafe {
-        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
-        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
-        check(libc::posix_spawn_file_actions_init(&mut actions))?;
-        if let Err(e) = check(libc::posix_spawnattr_init(&mut attr)) {
-            libc::posix_spawn_file_actions_destroy(&mut actions);
-            return Err(e);
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
         }
-        let result = (|| {
-            check(libc::posix_spawn_file_actions_addopen(
-                &mut actions,
-                0,
-                devnull.as_ptr(),
-                libc::O_RDONLY,
-                0,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                stdout,
-                1,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                stderr,
-                2,
-            ))?;
-            let mut defaults: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut defaults);
-            libc::sigaddset(&mut defaults, libc::SIGPIPE);
-            libc::sigaddset(&mut defaults, libc::SIGXFSZ);
-            check(libc::posix_spawnattr_setsigdefault(&mut attr, &defaults))?;
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            check(libc::posix_spawnattr_setsigmask(&mut attr, &none))?;
-            let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
-                | libc::POSIX_SPAWN_SETSIGDEF
-                | libc::POSIX_SPAWN_SETSIGMASK;
-            check(libc::posix_spawnattr_setflags(
-                &mut attr,
-                flags as libc::c_short,
-            ))?;
-            let mut pid: libc::pid_t = 0;
-            check(libc::posix_spawnp(
-                &mut pid,
-                argv[0].as_ptr(),
-                &actions,
-                &attr,
-                argv_p.as_ptr(),
-                env_p.as_ptr(),
-            ))?;
-            Ok(pid)
-        })();
-        libc::posix_spawnattr_destroy(&mut attr);
-        libc::posix_spawn_file_actions_destroy(&mut actions);
-        result
+        if pid > 0 {
+            return Ok(pid);
+        }
+        libc::setsid();
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, ptr::null_mut());
+        // (close-on-exec: only its copy as standard input outlives the exec)
+        let null = libc::open(devnull.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if null >= 0
+            && libc::dup2(null, 0) == 0
+            && libc::dup2(stdout, 1) == 1
+            && libc::dup2(stderr, 2) == 2
+        {
+            libc::execvpe(argv_p[0], argv_p.as_ptr(), env_p.as_ptr());
+        }
+        let errno = *libc::__errno_location();
+        libc::write(
+            exec_failed,
+            (&errno as *const libc::c_int).cast(),
+            size_of::<libc::c_int>(),
+        );
+        libc::_exit(127)
+    }
+}
+
+/// Waits for child `pid`, which is ending (its `exec` failed), and reaps it.
+pub fn reap_ending(pid: i32) {
+    let mut status = 0;
+    // SAFETY: `pid` is our child, not yet reaped; `status` is a valid, writable int.
+    unsafe {
+        while libc::waitpid(pid, &mut status, 0) < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
     }
 }
 
@@ -162,11 +152,13 @@ pub fn reap(pid: i32) -> io::Result<Option<i32>> {
     }
 }
 
-/// Waits until one of `fds` is ready (no timeout); `fds` gets the kernel's answer.
-pub fn poll(fds: &mut [libc::pollfd]) -> io::Result<()> {
+/// Waits until one of `fds` is ready, or `wait` is false (then only looks); `fds` gets the
+/// kernel's answer.
+pub fn poll(fds: &mut [libc::pollfd], wait: bool) -> io::Result<()> {
+    let timeout = if wait { -1 } else { 0 };
     loop {
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if rc >= 0 {
             return Ok(());
         }

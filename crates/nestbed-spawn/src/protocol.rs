@@ -1,11 +1,12 @@
 //! What the controller and nestbed-spawn say to each other: JSON, one object a line.
 //!
-//! On the request socket (the spawner's standard input), the controller sends a [`Start`]
-//! and reads its answer before sending another: [`started`] (pid, and the `CLOCK_MONOTONIC`
-//! time in nanoseconds just after its process began its command) or [`failed`]. On the
-//! notes stream (the spawner's standard output) come, for each program, [`exited`] once its
-//! process has ended and [`closed`] once its output has (a child started in the background
-//! can keep it open after the program's own end).
+//! On the request socket (the spawner's standard input) the controller sends [`Start`]s, as
+//! many as it likes without waiting. On the answer stream (the spawner's standard output)
+//! come, in the order they happened: for each start its answer once its `exec` is known to
+//! have happened, [`started`] (the pid, when its process began and when its `exec` was seen
+//! to succeed) or [`failed`]; later, for each program started, [`exited`] once its process has ended and
+//! [`closed`] once its output has (a child started in the background can keep it open after
+//! the program's own end). One stream for both keeps a program's answer before its notes.
 
 use serde::Deserialize;
 use serde_json::json;
@@ -45,9 +46,11 @@ pub fn parse(line: &[u8]) -> Result<Start, String> {
     Ok(start)
 }
 
-/// The answer to a start that began: its pid and when (`CLOCK_MONOTONIC`, ns).
-pub fn started(id: u64, pid: i32, started_ns: u64) -> String {
-    json!({"id": id, "pid": pid, "started_ns": started_ns}).to_string() + "\n"
+/// The answer to a start that began: its pid, when its process began (`began_ns`: just
+/// after the fork, the moment it exists; it joins its node from its first instruction on)
+/// and when its `exec` was seen to have succeeded (`exec_ns`), `CLOCK_MONOTONIC`, ns.
+pub fn started(id: u64, pid: i32, began_ns: u64, exec_ns: u64) -> String {
+    json!({"id": id, "pid": pid, "began_ns": began_ns, "exec_ns": exec_ns}).to_string() + "\n"
 }
 
 /// The answer to a start that did not: the system's error number (0 for a request that
@@ -103,7 +106,7 @@ mod tests {
     #[test]
     fn answers_and_notes_are_one_json_line_each() {
         let lines = [
-            started(1, 42, 7),
+            started(1, 42, 7, 9),
             failed(Some(1), 2, "No such file", Some("sh")),
             exited(1, -9, 8),
             closed(1),

@@ -1,6 +1,7 @@
-//! nestbed-spawn as the controller uses it: a socket for requests and answers, a pipe for
+//! nestbed-spawn as the controller uses it: a socket for requests, a pipe for answers and
 //! notes. No root needed: the programs are plain local commands.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -11,8 +12,9 @@ use serde_json::{json, Value};
 
 struct Spawner {
     child: Child,
-    requests: BufReader<UnixStream>,
+    requests: UnixStream,
     notes: BufReader<ChildStdout>,
+    early: VecDeque<Value>, // notes read while looking for an answer
     dir: PathBuf,
 }
 
@@ -30,30 +32,47 @@ impl Spawner {
         let notes = BufReader::new(child.stdout.take().unwrap());
         Spawner {
             child,
-            requests: BufReader::new(ours),
+            requests: ours,
             notes,
+            early: VecDeque::new(),
             dir,
         }
     }
 
-    /// Starts `script` under `sh -c`; the answer.
+    /// Starts `argv`; its answer.
     fn start(&mut self, id: u64, argv: &[&str], limit: u64) -> Value {
         let request = json!({
             "id": id, "argv": argv, "env": ["PATH=/usr/bin:/bin", "WHO=spawned"],
             "stdout": self.dir.join(format!("{id}.stdout")), "stderr": self.dir.join(format!("{id}.stderr")),
             "limit": limit,
         });
-        let stream = self.requests.get_mut();
-        stream.write_all(format!("{request}\n").as_bytes()).unwrap();
-        let mut line = String::new();
-        self.requests.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap()
+        self.send(format!("{request}\n").as_bytes())
     }
 
-    fn note(&mut self) -> Value {
+    /// Sends a request line; the answer to it (the next one on the stream).
+    fn send(&mut self, line: &[u8]) -> Value {
+        self.requests.write_all(line).unwrap();
+        loop {
+            let message = self.read();
+            if message.get("pid").is_some() || message.get("errno").is_some() {
+                return message;
+            }
+            self.early.push_back(message);
+        }
+    }
+
+    fn read(&mut self) -> Value {
         let mut line = String::new();
         self.notes.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap()
+    }
+
+    /// The next note (exit or closed).
+    fn note(&mut self) -> Value {
+        match self.early.pop_front() {
+            Some(note) => note,
+            None => self.read(),
+        }
     }
 
     fn output(&self, id: u64, stream: &str) -> Vec<u8> {
@@ -62,10 +81,7 @@ impl Spawner {
 
     /// Closes the request socket: the spawner ends; its exit status.
     fn close(mut self) -> i32 {
-        self.requests
-            .get_mut()
-            .shutdown(std::net::Shutdown::Both)
-            .unwrap();
+        self.requests.shutdown(std::net::Shutdown::Both).unwrap();
         let code = self.child.wait().unwrap().code().unwrap();
         std::fs::remove_dir_all(&self.dir).unwrap();
         code
@@ -87,8 +103,12 @@ fn a_program_starts_with_its_environment_and_its_output_and_status_come_back() {
     );
     assert_eq!(answer["id"], 1);
     assert!(answer["pid"].as_i64().unwrap() > 0);
-    let started = answer["started_ns"].as_u64().unwrap();
-    assert!(before <= started && started <= monotonic_ns(), "{answer}");
+    let started = answer["began_ns"].as_u64().unwrap();
+    let exec = answer["exec_ns"].as_u64().unwrap();
+    assert!(
+        before <= started && started <= exec && exec <= monotonic_ns(),
+        "{answer}"
+    );
     let mut notes = [spawner.note(), spawner.note()];
     notes.sort_by_key(|n| n.get("closed").is_some());
     assert_eq!(notes[0]["exit"], 3);
@@ -165,14 +185,7 @@ fn a_command_that_cannot_start_is_an_answer_with_its_errno_and_the_spawner_goes_
     assert_eq!(answer["filename"], "no-such-command-i18s");
     let answer = spawner.start(2, &["true"], 1 << 20);
     assert!(answer["pid"].as_i64().unwrap() > 0);
-    let mut rest = String::new();
-    spawner
-        .requests
-        .get_mut()
-        .write_all(b"{\"id\": 3}\n")
-        .unwrap();
-    spawner.requests.read_line(&mut rest).unwrap();
-    let refused: Value = serde_json::from_str(&rest).unwrap();
+    let refused = spawner.send(b"{\"id\": 3}\n");
     assert_eq!(
         (refused["id"].clone(), refused["errno"].clone()),
         (Value::Null, json!(0))
@@ -191,5 +204,35 @@ fn a_child_left_in_the_background_holds_the_output_open_after_the_programs_exit(
     assert_eq!(spawner.note()["exit"], 0);
     assert_eq!(spawner.note(), json!({"id": 1, "closed": true}));
     assert_eq!(spawner.output(1, "stdout"), b"late\n");
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn requests_sent_together_are_all_answered_each_before_its_notes() {
+    let mut spawner = Spawner::new("together");
+    let line = |id: u64| {
+        json!({"id": id, "argv": ["sh", "-c", "exit 0"], "env": ["PATH=/usr/bin:/bin"],
+               "stdout": spawner.dir.join(format!("{id}.o")), "stderr": spawner.dir.join(format!("{id}.e")),
+               "limit": 10})
+        .to_string()
+    };
+    let batch: String = (1..=5).map(|id| line(id) + "\n").collect();
+    spawner.requests.write_all(batch.as_bytes()).unwrap();
+    let mut answered = Vec::new();
+    let mut ended = Vec::new();
+    while ended.len() < 5 {
+        let message = spawner.read();
+        let id = message["id"].as_u64().unwrap();
+        if message.get("pid").is_some() {
+            answered.push(id);
+        } else if message.get("closed").is_some() {
+            assert!(answered.contains(&id), "{id} closed before its answer");
+        } else {
+            assert!(answered.contains(&id), "{id} ended before its answer");
+            ended.push(id);
+        }
+    }
+    answered.sort(); // (in the order their execs ended)
+    assert_eq!(answered, [1, 2, 3, 4, 5]);
     assert_eq!(spawner.close(), 0);
 }

@@ -4,10 +4,11 @@ interpreter lock, where the programs due at one instant took turns.
 
 The controller starts one ``Spawner`` per run, before its t0. A start sends the program's
 argv (already entering its node: ``Backend.entering``), environment and output files on a
-socket and reads back its pid and the time its process began; ``nestbed-spawn`` copies the
-program's output into its files (at most a limit each) and reports its exit and the end of
-its output on a pipe, which one thread here reads (``Spawned``, a ``Popen`` to the code that
-waits for and stops programs). The protocol is ``crates/nestbed-spawn/src/protocol.rs``.
+socket, and gets back its pid and the time its process began (was forked); nestbed-spawn
+copies the program's output into its files (at most a limit each) and reports its exit and
+the end of its output. Answers and notes come on one pipe, which one thread here reads and hands to each
+program (``Spawned``, a ``Popen`` to the code that waits for and stops programs). The
+protocol is ``crates/nestbed-spawn/src/protocol.rs``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from nestbed.errors import InternalError
 
@@ -29,15 +31,18 @@ CLOSE_WAIT_S = 5.0  # how long closing waits for nestbed-spawn to go before kill
 
 class Spawned:
     """A program nestbed-spawn started: its pid, status and ``wait`` as a ``Popen``'s, the
-    ``time.monotonic()`` just after its process began its command (``started_at``), and the
-    end of its output (``output_ended``). Should nestbed-spawn end before it does, its wait
-    ends with no status (``returncode`` None)."""
+    ``time.monotonic()`` just after its process was forked (``started_at``: it exists, and
+    enters its node from its first instruction on) and when its first ``exec`` was seen to
+    have succeeded (``exec_at``), and the end of its output (``output_ended``). Should
+    nestbed-spawn end before it does, its wait ends with no status (``returncode`` None)."""
 
     def __init__(self, args: Sequence[str]) -> None:
         self.args = list(args)
         self.pid = 0
         self.returncode: int | None = None
-        self.started_at = 0.0
+        self.started_at = self.exec_at = 0.0
+        self.answer: dict[str, Any] = {}  # nestbed-spawn's answer to its start
+        self.answered = threading.Event()
         self.exited = threading.Event()
         self.closed = threading.Event()
 
@@ -54,6 +59,22 @@ class Spawned:
         ``timeout``: a child it left in the background may hold them open."""
         return self.closed.wait(timeout)
 
+    def take(self, message: dict[str, Any]) -> None:
+        """Takes an answer or note about it from nestbed-spawn (the reader's thread)."""
+        if "pid" in message or "errno" in message:
+            self.answer = message
+            self.answered.set()
+        elif "exit" in message:
+            self.returncode = message["exit"]
+            self.exited.set()
+        else:
+            self.closed.set()
+
+    def lost(self) -> None:
+        """nestbed-spawn ended: nothing more will come."""
+        for event in (self.answered, self.exited, self.closed):
+            event.set()
+
 
 class Spawner:
     """One nestbed-spawn process and the programs it started."""
@@ -67,52 +88,54 @@ class Spawner:
                 [binary], stdin=theirs, stdout=subprocess.PIPE, start_new_session=True
             )
         self.socket = ours
-        self.answers = ours.makefile("rb")
-        self.lock = threading.Lock()  # one request at a time: its answer is the next line
+        self.sending = threading.Lock()  # a request is one write of whole lines
         self.numbers = itertools.count(1)
         self.running: dict[int, Spawned] = {}
         self.closing = False
-        self.reader = threading.Thread(target=self._notes, name="spawner-notes", daemon=True)
+        self.reader = threading.Thread(target=self._read, name="spawner-reader", daemon=True)
         self.reader.start()
 
     def start(
         self, argv: Sequence[str], env: Mapping[str, str], stdout: Path, stderr: Path, limit: int
     ) -> Spawned:
         """Starts ``argv`` with exactly ``env``, in a session of its own, input from
-        /dev/null, its output into ``stdout`` and ``stderr`` (``limit`` bytes each); once it
-        has begun. An ``OSError`` when it could not (a file, a command not found)."""
+        /dev/null, its output into ``stdout`` and ``stderr`` (``limit`` bytes each); once its
+        ``exec`` has succeeded. An ``OSError`` when it could not (a file, a command not found).
+
+        Starts asked for together are sent without waiting for each other's answers: the
+        spawner forks them one after another as fast as it can, without waiting for one's
+        ``exec`` (several times as long as the fork) before the next fork."""
         spawned = Spawned(argv)
         number = next(self.numbers)
         request = {
             "id": number, "argv": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
             "stdout": str(stdout), "stderr": str(stderr), "limit": limit,
         }  # fmt: skip
-        self.running[number] = spawned  # before its notes can come
+        self.running[number] = spawned  # before its answer can come
         try:
-            with self.lock:
+            with self.sending:
                 self.socket.sendall(json.dumps(request).encode() + b"\n")
-                line = self.answers.readline()
         except OSError as exc:
             self.running.pop(number, None)
             raise InternalError(
                 f"nestbed-spawn could not be asked to start a program: {exc}"
             ) from exc
-        if not line:
-            self.running.pop(number, None)
-            raise InternalError("nestbed-spawn ended; programs can no longer be started")
-        answer = json.loads(line)
+        spawned.answered.wait()
+        answer = spawned.answer
         if "pid" not in answer:
             self.running.pop(number, None)
             if answer.get("errno"):
                 raise OSError(answer["errno"], os.strerror(answer["errno"]), answer["filename"])
+            if not answer:
+                raise InternalError("nestbed-spawn ended; programs can no longer be started")
             raise InternalError(f"nestbed-spawn refused a request: {answer['error']}")
-        spawned.pid, spawned.started_at = answer["pid"], answer["started_ns"] / 1e9
+        spawned.pid = answer["pid"]
+        spawned.started_at, spawned.exec_at = answer["began_ns"] / 1e9, answer["exec_ns"] / 1e9
         return spawned
 
     def close(self) -> None:
         """Ends nestbed-spawn (its programs have ended: the run's end saw to it)."""
         self.closing = True
-        self.answers.close()
         self.socket.close()
         try:
             self.process.wait(CLOSE_WAIT_S)
@@ -121,28 +144,24 @@ class Spawner:
             self.process.wait()
         self.reader.join()
 
-    def _notes(self) -> None:
-        """Hands each note to its program: its exit status, the end of its output."""
+    def _read(self) -> None:
+        """Hands each answer and note to its program."""
         assert self.process.stdout is not None
-        with self.process.stdout as notes:
-            for line in notes:
-                note = json.loads(line)
-                spawned = self.running.get(note["id"])
-                if spawned is None:
+        with self.process.stdout as messages:
+            for line in messages:
+                message = json.loads(line)
+                spawned = self.running.get(message.get("id"))  # (None: a request it could
+                if spawned is None:  # not read, which only a bug of ours sends)
+                    print(f"nestbed-spawn said {line!r}", file=sys.stderr, flush=True)
                     continue
-                if "exit" in note:
-                    spawned.returncode = note["exit"]
-                    spawned.exited.set()
-                else:
-                    spawned.closed.set()
+                spawned.take(message)
                 if spawned.exited.is_set() and spawned.closed.is_set():
-                    del self.running[note["id"]]
+                    del self.running[message["id"]]
         lost = list(self.running.values())
-        if lost and not self.closing:
-            pids = ", ".join(str(s.pid) for s in lost)
+        if any(s.pid for s in lost) and not self.closing:
+            pids = ", ".join(str(s.pid) for s in lost if s.pid)
             print(f"nestbed-spawn ended while programs ran (pids {pids}); their status "
                   "is unknown", file=sys.stderr, flush=True)  # fmt: skip
         for spawned in lost:
-            spawned.exited.set()
-            spawned.closed.set()
+            spawned.lost()
         self.running.clear()
