@@ -9,6 +9,10 @@ use std::process::ExitCode;
 
 use nestbed_spawn::{os, spawner};
 
+/// Nice steps this process runs ahead of the programs it starts (where it may: as root), so
+/// a start due now is forked before the machine's other work of the same priority runs.
+const AHEAD: i32 = 10;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
@@ -27,7 +31,10 @@ fn main() -> ExitCode {
         eprintln!("nestbed-spawn: marking inherited descriptors close-on-exec: {e}");
         return ExitCode::FAILURE;
     }
-    match spawner::serve(os::inherited(0), os::inherited(1)) {
+    // Its programs start at the nice value it was started with; it goes ahead of them.
+    let nice = os::nice();
+    os::go_ahead(nice, AHEAD);
+    match spawner::serve(os::inherited(0), os::inherited(1), nice) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nestbed-spawn: {e}");

@@ -1,6 +1,6 @@
 //! The only place that talks to the kernel through `libc` and so the only module allowed
-//! `unsafe`: starting a process (`fork` and `execvpe`), pipes, pidfds, `waitpid`, `poll`, the
-//! monotonic clock, SIGPIPE and inherited descriptors.
+//! `unsafe`: starting a process (`fork` and `execvpe`), pipes, pidfds, `waitpid`, `ppoll`, the
+//! monotonic clock, priority and timer slack, SIGPIPE and inherited descriptors.
 //!
 //! Linux only, like the rest of nestbed's platform code.
 #![allow(unsafe_code)]
@@ -59,8 +59,9 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 }
 
 /// Starts `argv` (its first word looked up on the PATH of `env`) with environment `env`, in
-/// a new session, standard input from /dev/null, standard output and error onto `stdout`
-/// and `stderr`, SIGPIPE and SIGXFSZ at their defaults and no signal blocked; its pid, as
+/// a new session at nice `nice` and the default timer slack, standard input from /dev/null,
+/// standard output and error onto `stdout` and `stderr`, SIGPIPE and SIGXFSZ at their
+/// defaults and no signal blocked; its pid, as
 /// soon as it is forked. Its `exec` goes on meanwhile: `exec_failed`, the write end of a
 /// close-on-exec pipe, closes when it succeeds and gets the error number when it fails
 /// (the child then exits 127). So the next program is forked without waiting for this
@@ -74,6 +75,7 @@ pub fn spawn(
     stdout: RawFd,
     stderr: RawFd,
     exec_failed: RawFd,
+    nice: i32,
 ) -> io::Result<i32> {
     let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_p.push(ptr::null());
@@ -92,6 +94,8 @@ pub fn spawn(
             return Ok(pid);
         }
         libc::setsid();
+        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+        libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong); // (0: the default again)
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -152,13 +156,28 @@ pub fn reap(pid: i32) -> io::Result<Option<i32>> {
     }
 }
 
-/// Waits until one of `fds` is ready, or `wait` is false (then only looks); `fds` gets the
-/// kernel's answer.
-pub fn poll(fds: &mut [libc::pollfd], wait: bool) -> io::Result<()> {
-    let timeout = if wait { -1 } else { 0 };
+/// Waits until one of `fds` is ready or `CLOCK_MONOTONIC` reaches `until_ns` (None: no
+/// limit; past: only looks); `fds` gets the kernel's answer.
+pub fn poll(fds: &mut [libc::pollfd], until_ns: Option<u64>) -> io::Result<()> {
     loop {
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        let left = until_ns.map(|until| until.saturating_sub(monotonic_ns()));
+        let timeout = left.map(|ns| libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        });
+        let timeout_p = timeout
+            .as_ref()
+            .map_or(ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures; the timeout is a
+        // valid timespec or null; a null signal mask keeps this thread's.
+        let rc = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout_p,
+                ptr::null(),
+            )
+        };
         if rc >= 0 {
             return Ok(());
         }
@@ -166,6 +185,32 @@ pub fn poll(fds: &mut [libc::pollfd], wait: bool) -> io::Result<()> {
         if err.kind() != io::ErrorKind::Interrupted {
             return Err(err);
         }
+    }
+}
+
+/// This process's nice value.
+pub fn nice() -> i32 {
+    // SAFETY: getpriority reads; errno is cleared first, as -1 is also a nice value.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            0
+        } else {
+            nice
+        }
+    }
+}
+
+/// Puts this process `steps` nice steps ahead of `base`, where it may (root), and makes its
+/// timer wake-ups exact to the microsecond: a start handed over ahead of its time begins
+/// then, on a machine whose other work would otherwise go first. Its programs get `base`
+/// and the default timer slack back ([`spawn`]).
+pub fn go_ahead(base: i32, steps: i32) {
+    // SAFETY: setpriority and prctl(PR_SET_TIMERSLACK) change only this process's scheduling.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, base - steps);
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong);
     }
 }
 

@@ -27,6 +27,10 @@ pub struct Start {
     pub stderr: String,
     /// How many bytes of each stream are kept (see [`crate::capped`]).
     pub limit: u64,
+    /// When to fork it (`CLOCK_MONOTONIC`, ns): handed over ahead of its time, it begins
+    /// then, however late the controller's threads run. Absent or past: at once.
+    #[serde(default)]
+    pub at_ns: Option<u64>,
 }
 
 /// A request line parsed; one sentence when it is not a [`Start`] nestbed-spawn can run.
@@ -84,6 +88,9 @@ mod tests {
         assert_eq!(start.argv, ["sh", "-c", "true"]);
         assert_eq!(start.env, ["A=b"]);
         assert_eq!((start.stdout.as_str(), start.limit), ("/r/p.stdout", 64));
+        assert_eq!(start.at_ns, None);
+        let timed = GOOD.replace("\"limit\"", "\"at_ns\": 5, \"limit\"");
+        assert_eq!(parse(timed.as_bytes()).unwrap().at_ns, Some(5));
     }
 
     #[test]

@@ -14,6 +14,9 @@ use crate::capped::Capped;
 use crate::os;
 use crate::protocol::{self, Start};
 
+/// How long before a start's time the loop wakes, to spin the rest (ns).
+const SPIN_NS: u64 = 300_000;
+
 /// One output stream of a program: its pipe, its file, and how much it keeps.
 struct Stream {
     pipe: File,
@@ -78,10 +81,13 @@ enum Exec {
 ///
 /// One request is taken per turn of the loop, and the loop only looks (does not wait) while
 /// more are waiting: a program's `exec` that ended meanwhile is answered before the next
-/// program is forked, so its time is not the time of the forks after it.
-pub fn serve(mut requests: File, mut notes: File) -> io::Result<()> {
+/// program is forked, so its time is not the time of the forks after it. A start handed
+/// over ahead of its time waits in `timed` and is forked when the loop wakes at its time.
+/// Programs get nice value `nice` (this process may run ahead of it).
+pub fn serve(mut requests: File, mut notes: File, nice: i32) -> io::Result<()> {
     let mut children: Vec<Child> = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
+    let mut timed: Vec<Ready> = Vec::new(); // soonest last
     let mut buf = vec![0u8; 65536];
     loop {
         let mut fds = vec![os::readable(&requests)];
@@ -90,7 +96,16 @@ pub fn serve(mut requests: File, mut notes: File) -> io::Result<()> {
             fds.extend(child.pidfd.iter().map(os::readable));
             fds.extend(child.streams.iter().map(|s| os::readable(&s.pipe)));
         }
-        os::poll(&mut fds, !pending.contains(&b'\n'))?;
+        let until = if pending.contains(&b'\n') {
+            Some(0) // only a look: a request waits
+        } else {
+            // (woken this much early, it spins the rest: a timer's wake-up on a busy machine
+            // is late by up to hundreds of microseconds, a spin is not)
+            timed
+                .last()
+                .map(|ready| ready.at_ns.saturating_sub(SPIN_NS))
+        };
+        os::poll(&mut fds, until)?;
         let mut at = 1; // the children's entries follow in the order they were pushed
         for child in &mut children {
             // (what this child had in `fds`, before anything below changes it)
@@ -138,18 +153,37 @@ pub fn serve(mut requests: File, mut notes: File) -> io::Result<()> {
         }
         if let Some(end) = pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
-            match protocol::parse(&line) {
+            match protocol::parse(&line).map(|start| (start.id, prepare(&start))) {
                 Err(sentence) => {
                     notes.write_all(protocol::failed(None, 0, &sentence, None).as_bytes())?
                 }
-                Ok(start) => match begin(&start) {
+                Ok((_, Ok(ready))) => {
+                    timed.push(ready);
+                    timed.sort_by_key(|ready| std::cmp::Reverse(ready.at_ns));
+                }
+                Ok((id, Err((e, file)))) => {
+                    let errno = e.raw_os_error().unwrap_or(0);
+                    let answer = protocol::failed(Some(id), errno, &e.to_string(), file.as_deref());
+                    notes.write_all(answer.as_bytes())?;
+                }
+            }
+        }
+        let soon = os::monotonic_ns() + SPIN_NS;
+        if timed.last().is_some_and(|ready| ready.at_ns <= soon) {
+            let at = timed.last().map_or(0, |ready| ready.at_ns);
+            while os::monotonic_ns() < at {} // the last few microseconds: see SPIN_NS
+            let now = os::monotonic_ns();
+            while timed.last().is_some_and(|ready| ready.at_ns <= now) {
+                let ready = timed.pop().expect("checked above");
+                let id = ready.id;
+                match ready.fork(nice) {
                     Ok(child) => children.push(child),
-                    Err((e, file)) => {
+                    Err(e) => {
                         let errno = e.raw_os_error().unwrap_or(0);
-                        let answer = protocol::failed(Some(start.id), errno, &e.to_string(), file);
+                        let answer = protocol::failed(Some(id), errno, &e.to_string(), None);
                         notes.write_all(answer.as_bytes())?;
                     }
-                },
+                }
             }
         }
     }
@@ -176,57 +210,84 @@ fn settle(child: &mut Child) -> String {
     }
 }
 
-/// Starts one program: its output files made, its process forked (its `exec` under way).
-/// On failure, the error and the file it concerns.
-fn begin(start: &Start) -> Result<Child, (io::Error, Option<&str>)> {
-    let (stdout, stderr) = (create(&start.stdout)?, create(&start.stderr)?);
-    let (out_pipe, out_end) = os::pipe().map_err(|e| (e, None))?;
-    let (err_pipe, err_end) = os::pipe().map_err(|e| (e, None))?;
-    let (exec, exec_end) = os::pipe().map_err(|e| (e, None))?;
+/// A program ready to be forked at its time: its output files made, its pipes open, its
+/// words as C strings, so that at its time nothing but the fork is left to do.
+struct Ready {
+    id: u64,
+    at_ns: u64, // 0: at once
+    argv0: String,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    limit: u64,
+    outputs: [(File, String); 2], // stdout and stderr, with their paths
+    pipes: [(File, OwnedFd); 2],  // their pipes: read end here, write end the child's
+    exec: (File, OwnedFd),        // closes at the child's exec (the errno if it failed)
+}
+
+/// A program's start made ready; on failure, the error and the file it concerns.
+fn prepare(start: &Start) -> Result<Ready, (io::Error, Option<String>)> {
+    let create = |path: &String| {
+        let file = File::create(path).map_err(|e| (e, Some(path.clone())))?;
+        Ok::<_, (io::Error, Option<String>)>((file, path.clone()))
+    };
+    let pipe = || os::pipe().map_err(|e| (e, None));
     let words = |list: &[String]| -> Vec<CString> {
         list.iter()
             .map(|w| CString::new(w.as_str()).expect("parse refuses NUL bytes"))
             .collect()
     };
-    let (argv, env) = (words(&start.argv), words(&start.env));
-    let ends = (
-        out_end.as_raw_fd(),
-        err_end.as_raw_fd(),
-        exec_end.as_raw_fd(),
-    );
-    let pid = os::spawn(&argv, &env, ends.0, ends.1, ends.2).map_err(|e| (e, None))?;
-    let began_ns = os::monotonic_ns();
-    drop((out_end, err_end, exec_end)); // the child's alone now: its ends end the pipes
-    let pidfd = match os::pidfd_open(pid) {
-        Ok(fd) => fd,
-        Err(e) => {
-            os::kill_and_reap(pid); // never a program nobody watches
-            return Err((e, None));
-        }
-    };
-    let stream = |pipe, file, path: &str| Stream {
-        pipe,
-        file,
-        capped: Capped::new(start.limit),
-        path: path.to_owned(),
-        broken: false,
-    };
-    let streams = vec![
-        stream(out_pipe, stdout, &start.stdout),
-        stream(err_pipe, stderr, &start.stderr),
-    ];
-    Ok(Child {
+    Ok(Ready {
         id: start.id,
-        pid,
+        at_ns: start.at_ns.unwrap_or(0),
         argv0: start.argv[0].clone(),
-        began_ns,
-        exec: Some(exec),
-        pidfd: Some(pidfd),
-        streams,
+        argv: words(&start.argv),
+        env: words(&start.env),
+        limit: start.limit,
+        outputs: [create(&start.stdout)?, create(&start.stderr)?],
+        pipes: [pipe()?, pipe()?],
+        exec: pipe()?,
     })
 }
 
-/// An output file, made or emptied; on failure, the error and its path.
-fn create(path: &str) -> Result<File, (io::Error, Option<&str>)> {
-    File::create(path).map_err(|e| (e, Some(path)))
+impl Ready {
+    /// Forks it (its `exec` under way): the child, and when it began.
+    fn fork(self, nice: i32) -> io::Result<Child> {
+        let [(out_pipe, out_end), (err_pipe, err_end)] = self.pipes;
+        let (exec, exec_end) = self.exec;
+        let ends = (
+            out_end.as_raw_fd(),
+            err_end.as_raw_fd(),
+            exec_end.as_raw_fd(),
+        );
+        let pid = os::spawn(&self.argv, &self.env, ends.0, ends.1, ends.2, nice)?;
+        let began_ns = os::monotonic_ns();
+        drop((out_end, err_end, exec_end)); // the child's alone now: its ends end the pipes
+        let pidfd = match os::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                os::kill_and_reap(pid); // never a program nobody watches
+                return Err(e);
+            }
+        };
+        let [(stdout, out_path), (stderr, err_path)] = self.outputs;
+        let stream = |pipe, file, path| Stream {
+            pipe,
+            file,
+            capped: Capped::new(self.limit),
+            path,
+            broken: false,
+        };
+        Ok(Child {
+            id: self.id,
+            pid,
+            argv0: self.argv0,
+            began_ns,
+            exec: Some(exec),
+            pidfd: Some(pidfd),
+            streams: vec![
+                stream(out_pipe, stdout, out_path),
+                stream(err_pipe, stderr, err_path),
+            ],
+        })
+    }
 }

@@ -236,3 +236,40 @@ fn requests_sent_together_are_all_answered_each_before_its_notes() {
     assert_eq!(answered, [1, 2, 3, 4, 5]);
     assert_eq!(spawner.close(), 0);
 }
+
+#[test]
+fn a_start_handed_over_ahead_of_its_time_begins_then_not_before() {
+    let mut spawner = Spawner::new("timed");
+    let at = monotonic_ns() + 200_000_000;
+    let request = json!({
+        "id": 1, "argv": ["true"], "env": ["PATH=/usr/bin:/bin"],
+        "stdout": spawner.dir.join("1.o"), "stderr": spawner.dir.join("1.e"), "limit": 10,
+        "at_ns": at,
+    });
+    // one asked for now meanwhile is not held up by it
+    let now = spawner.start(2, &["true"], 10);
+    assert!(now["began_ns"].as_u64().unwrap() < at, "{now}");
+    let answer = spawner.send(format!("{request}\n").as_bytes());
+    assert!(answer["began_ns"].as_u64().unwrap() >= at, "{answer}");
+    assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn a_program_gets_the_nice_value_nestbed_spawn_was_started_with() {
+    let mut spawner = Spawner::new("nice");
+    let ours = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let field = |stat: &str| {
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(16)
+            .map(str::to_owned)
+    };
+    spawner.start(1, &["sh", "-c", "cat /proc/$$/stat"], 1 << 20);
+    spawner.note();
+    spawner.note();
+    let theirs = String::from_utf8(spawner.output(1, "stdout")).unwrap();
+    assert_eq!(field(&theirs), field(&ours), "{theirs}"); // stat's 19th field, nice
+    assert_eq!(spawner.close(), 0);
+}

@@ -6,9 +6,11 @@ The controller starts one ``Spawner`` per run, before its t0. A start sends the 
 argv (already entering its node: ``Backend.entering``), environment and output files on a
 socket, and gets back its pid and the time its process began (was forked); nestbed-spawn
 copies the program's output into its files (at most a limit each) and reports its exit and
-the end of its output. Answers and notes come on one pipe, which one thread here reads and hands to each
-program (``Spawned``, a ``Popen`` to the code that waits for and stops programs). The
-protocol is ``crates/nestbed-spawn/src/protocol.rs``.
+the end of its output. Answers and notes come on one pipe, which one thread here reads and
+hands to each program (``Spawned``, a ``Popen`` to the code that waits for and stops
+programs). A start may be handed over ahead of its time (``at``): nestbed-spawn, which runs
+ahead of the machine's other work, forks it then. The protocol is
+``crates/nestbed-spawn/src/protocol.rs``.
 """
 
 from __future__ import annotations
@@ -96,11 +98,19 @@ class Spawner:
         self.reader.start()
 
     def start(
-        self, argv: Sequence[str], env: Mapping[str, str], stdout: Path, stderr: Path, limit: int
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        stdout: Path,
+        stderr: Path,
+        limit: int,
+        at: float | None = None,
     ) -> Spawned:
         """Starts ``argv`` with exactly ``env``, in a session of its own, input from
         /dev/null, its output into ``stdout`` and ``stderr`` (``limit`` bytes each); once its
         ``exec`` has succeeded. An ``OSError`` when it could not (a file, a command not found).
+        At ``at`` (a ``time.monotonic()``) if given, not before: a start handed over ahead
+        of its time is forked then by nestbed-spawn, however late this process's threads run.
 
         Starts asked for together are sent without waiting for each other's answers: the
         spawner forks them one after another as fast as it can, without waiting for one's
@@ -111,6 +121,8 @@ class Spawner:
             "id": number, "argv": list(argv), "env": [f"{k}={v}" for k, v in env.items()],
             "stdout": str(stdout), "stderr": str(stderr), "limit": limit,
         }  # fmt: skip
+        if at is not None:
+            request["at_ns"] = round(at * 1e9)
         self.running[number] = spawned  # before its answer can come
         try:
             with self.sending:

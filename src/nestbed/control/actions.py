@@ -57,7 +57,8 @@ class Actions:
         self, action: Action, source: str, planned_s: float | None, due: float | None = None
     ) -> dict[str, Any]:
         """Carries out ``action`` now, or at ``due`` (time.monotonic()) where it was handed
-        over ahead of its time, and records it in events.csv; the row.
+        over ahead of its time (a link a hop away, a program's start to nestbed-spawn), and
+        records it in events.csv; the row.
 
         An action refused (or one the machine could not do) is an event that failed: its
         row says why and the run goes on. Anything else is a bug of nestbed: the row says
@@ -66,7 +67,10 @@ class Actions:
         actual = self.scheduler.now_s()
         self.took.at_s = None
         try:
-            if due is not None:  # a link a hop away: its time is when its hosts applied it
+            if due is not None and action.object in self.programs:  # to nestbed-spawn
+                message = self.program(self.programs[action.object], action.verb, (), source, due)
+                actual = self.took.at_s
+            elif due is not None:  # a link a hop away: its time is when its hosts applied it
                 message, applied = self.links.apply(action.object, action.verb, action.args, due)
                 actual = applied - self.scheduler.t0
             else:
@@ -101,6 +105,7 @@ class Actions:
     def unanswered(self, action: Action, source: str, planned_s: float, due: float) -> None:
         """Records an action handed over ahead of its time that the run's end gave up on."""
         waited_s = self.scheduler.now_s() - (due - self.scheduler.t0)
+        who = "nestbed-spawn" if action.object in self.programs else "its link emulators"
         self.events.add(
             {
                 "index": next(self.index),
@@ -112,8 +117,8 @@ class Actions:
                 "verb": action.verb,
                 "args": " ".join(action.args),
                 "outcome": "error",
-                "message": f"its link emulators had not answered {waited_s:.1f} s after its "
-                "time when the run ended; whether it took effect is unknown",
+                "message": f"{who} had not answered {waited_s:.1f} s after its time when the run "
+                "ended; whether it took effect is unknown",
             }
         )
 
@@ -172,11 +177,18 @@ class Actions:
             raise Refused(f"{flow.kind} {flow.name} has no verb {verb}")
         return ""
 
-    def program(self, prog: ProgramRunner, verb: str, args: tuple[str, ...], source: str) -> str:
+    def program(
+        self,
+        prog: ProgramRunner,
+        verb: str,
+        args: tuple[str, ...],
+        source: str,
+        due: float | None = None,
+    ) -> str:
         if verb == "set":
             prog.set(args[0], args[1])
         elif verb in ("start", "run"):
-            inv = prog.start()
+            inv = prog.start(due)
             # The event's time is when the program's process began (of a group's, the last):
             # not when it was asked for, which a start due with others is often much before.
             self.took.at_s = inv.started_s

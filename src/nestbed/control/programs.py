@@ -56,8 +56,9 @@ class Started(Protocol):
         ...
 
 
-# node, argv, environment, stdout file, stderr file: the program started, its process begun
-StartProgram = Callable[[str, list[str], dict[str, str], Path, Path], Started]
+# node, argv, environment, stdout file, stderr file, and the time.monotonic() it is due at
+# where it was handed over ahead of its time (None: now): the program started, its process begun
+StartProgram = Callable[[str, list[str], dict[str, str], Path, Path, float | None], Started]
 
 
 class Pumped:
@@ -151,7 +152,9 @@ class ProgramRunner:
         else:  # expected-exit-code
             self.expected = int(value)
 
-    def start(self) -> Invocation:
+    def start(self, due: float | None = None) -> Invocation:
+        """Starts the next invocation, at ``due`` (a ``time.monotonic()``) where it was
+        handed over ahead of its time; once its process has begun."""
         if self.running:
             raise Refused(f"program {self.name} is already running; stop it first")
         number = len(self.invocations)
@@ -176,6 +179,7 @@ class ProgramRunner:
             },
             stdout,
             stderr,
+            due,
         )
         inv = Invocation(number, process, self.since_t0(process.started_at), stdout, stderr)
         self.invocations.append(inv)

@@ -43,6 +43,10 @@ from nestbed.results.folder import RunFolder
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, Table
 
 STARTCMD = "startcmd-"  # a node's startcmd runs as the program startcmd-NODE at t0
+# How long ahead of its time a program's start is handed to nestbed-spawn: more than the
+# controller's threads take to get it there on a loaded machine, little enough that a start
+# refused as still running (its last invocation ending within it) stays rare.
+PROGRAM_LEAD_S = 0.05
 
 
 class Run:
@@ -71,7 +75,7 @@ class Run:
             node: (facts.get("monotonic_offset_s") or 0.0) * 1e9
             for facts in placement.get("hosts", {}).values() for node in facts.get("nodes", [])
         }  # fmt: skip
-        self.scheduler = Scheduler(self._perform, lambda action: self.links.lead_s(action.object))
+        self.scheduler = Scheduler(self._perform, self.lead_s)
         self.events = Table(self.folder.events, EVENT_COLUMNS)
         self.program_rows = Table(self.folder.programs_table, PROGRAM_COLUMNS)
         found = {n.name: backend.node_cgroup(self.plan, n.name) for n in self.plan.nodes}
@@ -181,14 +185,22 @@ class Run:
         return user_command(self.backend, self.options.run_as, argv, env, self.workdirs[node])
 
     def start_program(
-        self, node: str, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path
+        self,
+        node: str,
+        argv: list[str],
+        env: dict[str, str],
+        stdout: Path,
+        stderr: Path,
+        due: float | None = None,
     ) -> Started:
         """Starts a program (``ProgramRunner``) in a node, its output into ``stdout`` and
         ``stderr`` (at most OUTPUT_LIMIT bytes each), in a process group of its own, once its
-        process has begun. By nestbed-spawn where the node is entered from this machine; by
-        the back end otherwise (a cluster's host, a simulated node), its output copied here."""
+        process has begun. By nestbed-spawn where the node is entered from this machine, at
+        ``due`` (``time.monotonic()``) if given (``lead_s``); by the back end otherwise (a
+        cluster's host, a simulated node), its output copied here."""
         entering = self.entering.get(node)
         if self.spawner is None or entering is None:
+            assert due is None  # (no lead: ``lead_s``)
             process = self.spawn_user(
                 node, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,  # its own process group, so stop reaches its children
@@ -196,7 +208,18 @@ class Run:
             assert not isinstance(process, SimulatedProcess)  # (given no output file)
             return Pumped(process, stdout, stderr)
         argv, user_env = self._as_user(node, argv, env)
-        return self.spawner.start([*entering, *argv], user_env, stdout, stderr, OUTPUT_LIMIT)
+        return self.spawner.start(
+            [*entering, *argv], user_env, stdout, stderr, OUTPUT_LIMIT, at=due
+        )
+
+    def lead_s(self, action: Action) -> float:
+        """How long ahead of its time the scheduler hands ``action`` over: a link's hop to
+        its emulators (a cluster's), or a program's start to nestbed-spawn, which forks it
+        at its time however late the controller's threads run then (``PROGRAM_LEAD_S``)."""
+        runner = self.programs.get(action.object)
+        if runner is not None and action.verb in ("start", "run"):
+            return PROGRAM_LEAD_S if runner.program.node in self.entering else 0.0
+        return self.links.lead_s(action.object)
 
     def writable(self, path: Path, *, folder: bool = False) -> None:
         """Makes ``path`` (a folder, or an empty file) for one of the experiment's own
