@@ -282,6 +282,7 @@ def test_a_program_runs_in_its_nodes_namespace_and_cgroup_in_a_group_of_its_own(
     pid, _state, _ppid, group, session, *_ = pid_line.split()
     assert pid == group == session  # a session and group of its own, so stop reaches all
     [event] = [e for e in _rows(results / "events.csv") if e["object"] == "where"]
-    assert event["message"] == f"pid {pid}"  # the process started is the program's shell
+    # the process started is the program's shell
+    assert event["message"].startswith(f"pid {pid}, exec done "), event
     assert netns == placed.node("a").netns
     assert any(line.endswith(f"/nb-{placed.tag}-a") for line in cgroups), cgroups

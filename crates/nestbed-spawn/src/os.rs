@@ -61,21 +61,25 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 /// Starts `argv` (its first word looked up on the PATH of `env`) with environment `env`, in
 /// a new session at nice `nice` and the default timer slack, standard input from /dev/null,
 /// standard output and error onto `stdout` and `stderr`, SIGPIPE and SIGXFSZ at their
-/// defaults and no signal blocked; its pid, as
-/// soon as it is forked. Its `exec` goes on meanwhile: `exec_failed`, the write end of a
-/// close-on-exec pipe, closes when it succeeds and gets the error number when it fails
-/// (the child then exits 127). So the next program is forked without waiting for this
-/// one's `exec`, which takes several times as long as the fork of this small process.
+/// defaults and no signal blocked, at `CLOCK_MONOTONIC` `at_ns` (0: at once); its pid, as
+/// soon as it is forked.
+///
+/// The child waits for its time itself (its parent's priority and timer slack kept until
+/// then, and killed should its parent die meanwhile), so programs due together all begin
+/// then, none waiting for another's fork. Just before its `exec` it writes the time into
+/// `exec_failed`, the write end of a close-on-exec pipe: the moment the program began. The
+/// pipe then closes when the `exec` succeeds, or gets the error number when it fails (the
+/// child exits 127). So the next program is forked without waiting for this one's `exec`.
 ///
 /// A plain `fork`, because this process has one thread: the child may call anything
 /// before its `exec` (glibc's PATH search) without finding a lock another thread held.
 pub fn spawn(
     argv: &[CString],
     env: &[CString],
-    stdout: RawFd,
-    stderr: RawFd,
+    outputs: (RawFd, RawFd),
     exec_failed: RawFd,
     nice: i32,
+    at_ns: u64,
 ) -> io::Result<i32> {
     let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_p.push(ptr::null());
@@ -86,6 +90,7 @@ pub fn spawn(
     // before it (the argv and env arrays, which end with a null pointer) and leaves by exec
     // or _exit.
     unsafe {
+        let parent = libc::getpid();
         let pid = libc::fork();
         if pid < 0 {
             return Err(io::Error::last_os_error());
@@ -94,8 +99,6 @@ pub fn spawn(
             return Ok(pid);
         }
         libc::setsid();
-        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-        libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong); // (0: the default again)
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -103,14 +106,50 @@ pub fn spawn(
         libc::sigprocmask(libc::SIG_SETMASK, &none, ptr::null_mut());
         // (close-on-exec: only its copy as standard input outlives the exec)
         let null = libc::open(devnull.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if null >= 0
+        let ready = null >= 0
             && libc::dup2(null, 0) == 0
-            && libc::dup2(stdout, 1) == 1
-            && libc::dup2(stderr, 2) == 2
-        {
+            && libc::dup2(outputs.0, 1) == 1
+            && libc::dup2(outputs.1, 2) == 2;
+        let unready = if ready { 0 } else { *libc::__errno_location() };
+        if ready && at_ns > 0 {
+            // Woken at its time ahead of everything else (where it may: as root), so that
+            // programs due together all begin then, not one per CPU and the rest a scheduler
+            // tick later; the real-time policy is left again before anything else is done.
+            let first = libc::sched_param { sched_priority: 1 };
+            libc::sched_setscheduler(0, libc::SCHED_FIFO, &first);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != parent {
+                libc::_exit(127); // the parent died before the line above
+            }
+            let at = libc::timespec {
+                tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
+            };
+            let sleep = || {
+                libc::clock_nanosleep(
+                    libc::CLOCK_MONOTONIC,
+                    libc::TIMER_ABSTIME,
+                    &at,
+                    ptr::null_mut(),
+                )
+            };
+            while sleep() == libc::EINTR {}
+            libc::prctl(libc::PR_SET_PDEATHSIG, 0 as libc::c_ulong);
+        }
+        let began = monotonic_ns();
+        let other = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_OTHER, &other);
+        libc::write(exec_failed, (&began as *const u64).cast(), size_of::<u64>());
+        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+        libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong); // (0: the default again)
+        if ready {
             libc::execvpe(argv_p[0], argv_p.as_ptr(), env_p.as_ptr());
         }
-        let errno = *libc::__errno_location();
+        let errno = if ready {
+            *libc::__errno_location()
+        } else {
+            unready
+        };
         libc::write(
             exec_failed,
             (&errno as *const libc::c_int).cast(),

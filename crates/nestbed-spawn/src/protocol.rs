@@ -27,8 +27,9 @@ pub struct Start {
     pub stderr: String,
     /// How many bytes of each stream are kept (see [`crate::capped`]).
     pub limit: u64,
-    /// When to fork it (`CLOCK_MONOTONIC`, ns): handed over ahead of its time, it begins
-    /// then, however late the controller's threads run. Absent or past: at once.
+    /// When it is due (`CLOCK_MONOTONIC`, ns): handed over ahead of its time, it is forked
+    /// at once and waits, and begins then, however late the controller's threads run.
+    /// Absent or past: at once.
     #[serde(default)]
     pub at_ns: Option<u64>,
 }
@@ -50,9 +51,9 @@ pub fn parse(line: &[u8]) -> Result<Start, String> {
     Ok(start)
 }
 
-/// The answer to a start that began: its pid, when its process began (`began_ns`: just
-/// after the fork, the moment it exists; it joins its node from its first instruction on)
-/// and when its `exec` was seen to have succeeded (`exec_ns`), `CLOCK_MONOTONIC`, ns.
+/// The answer to a start that began: its pid, when it began its command (`began_ns`: the
+/// process's own clock just before its `exec`; at `at_ns` if it was given, not before) and
+/// when its `exec` was seen to have succeeded (`exec_ns`), `CLOCK_MONOTONIC`, ns.
 pub fn started(id: u64, pid: i32, began_ns: u64, exec_ns: u64) -> String {
     json!({"id": id, "pid": pid, "began_ns": began_ns, "exec_ns": exec_ns}).to_string() + "\n"
 }

@@ -14,9 +14,6 @@ use crate::capped::Capped;
 use crate::os;
 use crate::protocol::{self, Start};
 
-/// How long before a start's time the loop wakes, to spin the rest (ns).
-const SPIN_NS: u64 = 300_000;
-
 /// One output stream of a program: its pipe, its file, and how much it keeps.
 struct Stream {
     pipe: File,
@@ -64,30 +61,22 @@ struct Child {
     id: u64,
     pid: i32,
     argv0: String,
-    began_ns: u64,      // just after its fork
-    exec: Option<File>, // ends at its exec; the error number if that failed
+    exec: Option<File>, // what the child says before its exec; closes at it
+    said: Vec<u8>,      // what it said: when it began, then an error number if exec failed
     pidfd: Option<OwnedFd>,
     streams: Vec<Stream>,
-}
-
-/// What became of a program's `exec`, once known.
-enum Exec {
-    Done,
-    Failed(i32),
 }
 
 /// Serves the controller: requests on `requests`, answers and notes on `notes`, until the
 /// controller closes `requests`. An error here is one of talking to the controller.
 ///
 /// One request is taken per turn of the loop, and the loop only looks (does not wait) while
-/// more are waiting: a program's `exec` that ended meanwhile is answered before the next
-/// program is forked, so its time is not the time of the forks after it. A start handed
-/// over ahead of its time waits in `timed` and is forked when the loop wakes at its time.
-/// Programs get nice value `nice` (this process may run ahead of it).
+/// more are waiting, so a program's `exec` that ended meanwhile is answered before the next
+/// is forked. A program handed over ahead of its time is forked at once and waits for its
+/// time itself. Programs get nice value `nice` (this process may run ahead of it).
 pub fn serve(mut requests: File, mut notes: File, nice: i32) -> io::Result<()> {
     let mut children: Vec<Child> = Vec::new();
     let mut pending: Vec<u8> = Vec::new();
-    let mut timed: Vec<Ready> = Vec::new(); // soonest last
     let mut buf = vec![0u8; 65536];
     loop {
         let mut fds = vec![os::readable(&requests)];
@@ -96,15 +85,7 @@ pub fn serve(mut requests: File, mut notes: File, nice: i32) -> io::Result<()> {
             fds.extend(child.pidfd.iter().map(os::readable));
             fds.extend(child.streams.iter().map(|s| os::readable(&s.pipe)));
         }
-        let until = if pending.contains(&b'\n') {
-            Some(0) // only a look: a request waits
-        } else {
-            // (woken this much early, it spins the rest: a timer's wake-up on a busy machine
-            // is late by up to hundreds of microseconds, a spin is not)
-            timed
-                .last()
-                .map(|ready| ready.at_ns.saturating_sub(SPIN_NS))
-        };
+        let until = pending.contains(&b'\n').then_some(0); // (0: a request waits)
         os::poll(&mut fds, until)?;
         let mut at = 1; // the children's entries follow in the order they were pushed
         for child in &mut children {
@@ -118,9 +99,14 @@ pub fn serve(mut requests: File, mut notes: File, nice: i32) -> io::Result<()> {
             let streams_at = pidfd_at + usize::from(polled.1);
             at = streams_at + polled.2;
             if polled.0 && fds[exec_at].revents != 0 {
-                notes.write_all(settle(child).as_bytes())?;
+                if let Some(answer) = settle(child) {
+                    notes.write_all(answer.as_bytes())?;
+                }
             }
-            if child.pidfd.is_some() && child.exec.is_none() && fds[pidfd_at].revents != 0 {
+            if child.exec.is_some() {
+                continue; // its answer first: its exit and output wait for the next turn
+            }
+            if child.pidfd.is_some() && fds[pidfd_at].revents != 0 {
                 if let Some(code) = os::reap(child.pid)? {
                     let ended = protocol::exited(child.id, code, os::monotonic_ns());
                     notes.write_all(ended.as_bytes())?;
@@ -157,10 +143,14 @@ pub fn serve(mut requests: File, mut notes: File, nice: i32) -> io::Result<()> {
                 Err(sentence) => {
                     notes.write_all(protocol::failed(None, 0, &sentence, None).as_bytes())?
                 }
-                Ok((_, Ok(ready))) => {
-                    timed.push(ready);
-                    timed.sort_by_key(|ready| std::cmp::Reverse(ready.at_ns));
-                }
+                Ok((id, Ok(ready))) => match ready.fork(nice) {
+                    Ok(child) => children.push(child),
+                    Err(e) => {
+                        let errno = e.raw_os_error().unwrap_or(0);
+                        let answer = protocol::failed(Some(id), errno, &e.to_string(), None);
+                        notes.write_all(answer.as_bytes())?;
+                    }
+                },
                 Ok((id, Err((e, file)))) => {
                     let errno = e.raw_os_error().unwrap_or(0);
                     let answer = protocol::failed(Some(id), errno, &e.to_string(), file.as_deref());
@@ -168,50 +158,48 @@ pub fn serve(mut requests: File, mut notes: File, nice: i32) -> io::Result<()> {
                 }
             }
         }
-        let soon = os::monotonic_ns() + SPIN_NS;
-        if timed.last().is_some_and(|ready| ready.at_ns <= soon) {
-            let at = timed.last().map_or(0, |ready| ready.at_ns);
-            while os::monotonic_ns() < at {} // the last few microseconds: see SPIN_NS
-            let now = os::monotonic_ns();
-            while timed.last().is_some_and(|ready| ready.at_ns <= now) {
-                let ready = timed.pop().expect("checked above");
-                let id = ready.id;
-                match ready.fork(nice) {
-                    Ok(child) => children.push(child),
-                    Err(e) => {
-                        let errno = e.raw_os_error().unwrap_or(0);
-                        let answer = protocol::failed(Some(id), errno, &e.to_string(), None);
-                        notes.write_all(answer.as_bytes())?;
-                    }
-                }
-            }
-        }
     }
 }
 
-/// The answer to a program whose `exec` has just ended: started, with when it began and when
-/// its exec was seen to succeed (a moment after it did, never before); or failed, the child then reaped and
-/// forgotten, no note to follow.
-fn settle(child: &mut Child) -> String {
-    let mut errno = [0u8; 4];
-    let exec = match child.exec.take().map(|mut pipe| pipe.read(&mut errno)) {
-        Some(Ok(4)) => Exec::Failed(i32::from_ne_bytes(errno)),
-        _ => Exec::Done, // closed by the exec (a short read cannot happen: 4 bytes, one write)
-    };
-    match exec {
-        Exec::Done => protocol::started(child.id, child.pid, child.began_ns, os::monotonic_ns()),
-        Exec::Failed(errno) => {
-            os::reap_ending(child.pid);
-            child.pidfd = None;
-            child.streams.clear();
+/// Reads what a child says before its `exec`; once its pipe has closed, the answer: started,
+/// with when it began (its own clock, just before its exec) and when its exec was seen to
+/// succeed; or failed, the child then reaped and forgotten, no note to follow.
+fn settle(child: &mut Child) -> Option<String> {
+    let mut chunk = [0u8; 16];
+    if let Some(Ok(n @ 1..)) = child.exec.as_mut().map(|pipe| pipe.read(&mut chunk)) {
+        child.said.extend_from_slice(&chunk[..n]);
+        return None; // more to come, or the end
+    }
+    child.exec = None;
+    let said = &child.said;
+    let began = said
+        .get(..8)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+    let errno = said
+        .get(8..12)
+        .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")));
+    if let (Some(began), None) = (began, errno) {
+        return Some(protocol::started(
+            child.id,
+            child.pid,
+            began,
+            os::monotonic_ns(),
+        ));
+    }
+    os::reap_ending(child.pid);
+    child.pidfd = None;
+    child.streams.clear();
+    Some(match errno {
+        Some(errno) => {
             let error = io::Error::from_raw_os_error(errno).to_string();
             protocol::failed(Some(child.id), errno, &error, Some(&child.argv0))
         }
-    }
+        None => protocol::failed(Some(child.id), 0, "its process ended before its time", None),
+    })
 }
 
-/// A program ready to be forked at its time: its output files made, its pipes open, its
-/// words as C strings, so that at its time nothing but the fork is left to do.
+/// A program ready to be forked: its output files made, its pipes open, its words as C
+/// strings.
 struct Ready {
     id: u64,
     at_ns: u64, // 0: at once
@@ -250,17 +238,13 @@ fn prepare(start: &Start) -> Result<Ready, (io::Error, Option<String>)> {
 }
 
 impl Ready {
-    /// Forks it (its `exec` under way): the child, and when it began.
+    /// Forks it (to wait for its time, then exec): the child.
     fn fork(self, nice: i32) -> io::Result<Child> {
         let [(out_pipe, out_end), (err_pipe, err_end)] = self.pipes;
         let (exec, exec_end) = self.exec;
-        let ends = (
-            out_end.as_raw_fd(),
-            err_end.as_raw_fd(),
-            exec_end.as_raw_fd(),
-        );
-        let pid = os::spawn(&self.argv, &self.env, ends.0, ends.1, ends.2, nice)?;
-        let began_ns = os::monotonic_ns();
+        let outputs = (out_end.as_raw_fd(), err_end.as_raw_fd());
+        let (exec_fd, at) = (exec_end.as_raw_fd(), self.at_ns);
+        let pid = os::spawn(&self.argv, &self.env, outputs, exec_fd, nice, at)?;
         drop((out_end, err_end, exec_end)); // the child's alone now: its ends end the pipes
         let pidfd = match os::pidfd_open(pid) {
             Ok(fd) => fd,
@@ -281,8 +265,8 @@ impl Ready {
             id: self.id,
             pid,
             argv0: self.argv0,
-            began_ns,
             exec: Some(exec),
+            said: Vec::new(),
             pidfd: Some(pidfd),
             streams: vec![
                 stream(out_pipe, stdout, out_path),

@@ -271,5 +271,70 @@ fn a_program_gets_the_nice_value_nestbed_spawn_was_started_with() {
     spawner.note();
     let theirs = String::from_utf8(spawner.output(1, "stdout")).unwrap();
     assert_eq!(field(&theirs), field(&ours), "{theirs}"); // stat's 19th field, nice
+                                                          // and no real-time policy, handed over ahead of its time or not (stat's 41st field)
+    let policy = |stat: &str| {
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(38)
+            .map(str::to_owned)
+    };
+    let at = monotonic_ns() + 50_000_000;
+    let request = json!({
+        "id": 2, "argv": ["sh", "-c", "cat /proc/$$/stat"], "env": ["PATH=/usr/bin:/bin"],
+        "stdout": spawner.dir.join("2.stdout"), "stderr": spawner.dir.join("2.stderr"),
+        "limit": 1000, "at_ns": at,
+    });
+    spawner.send(format!("{request}\n").as_bytes());
+    spawner.note();
+    spawner.note();
+    let later = String::from_utf8(spawner.output(2, "stdout")).unwrap();
+    assert_eq!(policy(&later).as_deref(), Some("0"), "{later}");
+    assert_eq!(field(&later), field(&ours), "{later}");
     assert_eq!(spawner.close(), 0);
+}
+
+#[test]
+fn a_program_waiting_for_its_time_goes_with_nestbed_spawn() {
+    let mut spawner = Spawner::new("orphan");
+    let at = monotonic_ns() + 60_000_000_000; // a minute on: the test ends long before
+    let request = json!({
+        "id": 1, "argv": ["true"], "env": [], "stdout": spawner.dir.join("o"),
+        "stderr": spawner.dir.join("e"), "limit": 10, "at_ns": at,
+    });
+    spawner
+        .requests
+        .write_all(format!("{request}\n").as_bytes())
+        .unwrap();
+    // its process exists, waiting: found as the one child of the spawner
+    let children = format!("/proc/{0}/task/{0}/children", spawner.child.id());
+    let mut waiting = String::new();
+    for _ in 0..1000 {
+        waiting = std::fs::read_to_string(&children)
+            .unwrap()
+            .trim()
+            .to_owned();
+        if !waiting.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid: i32 = waiting.parse().expect("a waiting child");
+    spawner.child.kill().unwrap(); // nestbed-spawn dies before its time
+    spawner.child.wait().unwrap();
+    let alive = || {
+        std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z")
+    };
+    for _ in 0..1000 {
+        if !alive() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(!alive(), "the waiting program outlived nestbed-spawn");
+    std::fs::remove_dir_all(&spawner.dir).unwrap();
 }

@@ -3,14 +3,15 @@ instead of the controller, so what a start costs is not spent under the controll
 interpreter lock, where the programs due at one instant took turns.
 
 The controller starts one ``Spawner`` per run, before its t0. A start sends the program's
-argv (already entering its node: ``Backend.entering``), environment and output files on a
-socket, and gets back its pid and the time its process began (was forked); nestbed-spawn
+argv (already entering its node: ``Backend.entering``), environment, output files and,
+where it was handed over ahead of its time, that time, on a socket. nestbed-spawn forks the
+program's process at once; a process due later waits for its time itself (woken first: a
+real-time priority until it has read the clock), then execs. The answer says its pid and
+when it began (its clock just before the exec) once the exec has succeeded. nestbed-spawn
 copies the program's output into its files (at most a limit each) and reports its exit and
 the end of its output. Answers and notes come on one pipe, which one thread here reads and
 hands to each program (``Spawned``, a ``Popen`` to the code that waits for and stops
-programs). A start may be handed over ahead of its time (``at``): nestbed-spawn, which runs
-ahead of the machine's other work, forks it then. The protocol is
-``crates/nestbed-spawn/src/protocol.rs``.
+programs). The protocol is ``crates/nestbed-spawn/src/protocol.rs``.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ CLOSE_WAIT_S = 5.0  # how long closing waits for nestbed-spawn to go before kill
 
 class Spawned:
     """A program nestbed-spawn started: its pid, status and ``wait`` as a ``Popen``'s, the
-    ``time.monotonic()`` just after its process was forked (``started_at``: it exists, and
-    enters its node from its first instruction on) and when its first ``exec`` was seen to
-    have succeeded (``exec_at``), and the end of its output (``output_ended``). Should
-    nestbed-spawn end before it does, its wait ends with no status (``returncode`` None)."""
+    ``time.monotonic()`` its process began its command (``started_at``: by the process's own
+    clock, just before its first ``exec``; at its time if it was handed over ahead), when
+    that ``exec`` was seen to have succeeded (``exec_at``), and the end of its output
+    (``output_ended``). Should nestbed-spawn end before it does, its wait ends with no status
+    (``returncode`` None)."""
 
     def __init__(self, args: Sequence[str]) -> None:
         self.args = list(args)
@@ -110,11 +112,10 @@ class Spawner:
         /dev/null, its output into ``stdout`` and ``stderr`` (``limit`` bytes each); once its
         ``exec`` has succeeded. An ``OSError`` when it could not (a file, a command not found).
         At ``at`` (a ``time.monotonic()``) if given, not before: a start handed over ahead
-        of its time is forked then by nestbed-spawn, however late this process's threads run.
+        of its time begins then, however late this process's threads run.
 
-        Starts asked for together are sent without waiting for each other's answers: the
-        spawner forks them one after another as fast as it can, without waiting for one's
-        ``exec`` (several times as long as the fork) before the next fork."""
+        Starts asked for together are sent without waiting for each other's answers, and
+        nestbed-spawn forks the next without waiting for one's ``exec``."""
         spawned = Spawned(argv)
         number = next(self.numbers)
         request = {

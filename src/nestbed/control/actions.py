@@ -194,7 +194,9 @@ class Actions:
             self.took.at_s = inv.started_s
             if verb == "run" and source == "sequence":
                 prog.wait()
-            return f"pid {inv.process.pid}"
+            # (how long its first exec took after that, as seen: what the time leaves out)
+            exec_ms = (inv.process.exec_at - inv.process.started_at) * 1e3
+            return f"pid {inv.process.pid}, exec done {exec_ms:.1f} ms later"
         elif verb == "stop":
             prog.stop()
         else:  # kill [SIGNAL]

@@ -40,10 +40,12 @@ KILL_WAIT_S = 5.0  # how long the run's end waits for a group it sent SIGKILL to
 
 class Started(Protocol):
     """A program's process as the runner sees it: a ``Popen``'s pid, status and ``wait``, the
-    ``time.monotonic()`` just after its process began, and the end of its output."""
+    ``time.monotonic()`` its process began its command (``started_at``) and its first
+    ``exec`` was known to have succeeded, and the end of its output."""
 
     pid: int
     started_at: float
+    exec_at: float  # time.monotonic() its first exec was known to have succeeded
 
     @property
     def returncode(self) -> int | None: ...
@@ -67,7 +69,7 @@ class Pumped:
 
     def __init__(self, process: subprocess.Popen, stdout: Path, stderr: Path):
         self.process, self.pid = process, process.pid
-        self.started_at = time.monotonic()
+        self.started_at = self.exec_at = time.monotonic()  # (Popen returns after the exec)
         # a command on a cluster's host is signalled there (``_signal_group``)
         self.signal_group = getattr(process, "signal_group", None)
         self.pumps = [
