@@ -1,9 +1,11 @@
-//! The loop of nestbed-spawn: one thread, one `poll` over the request socket, each running
-//! program's pidfd and each of its output pipes still open. A request is answered at once
-//! (the program has begun, or why not); output is copied to its file as it comes; an ended
-//! process is reaped and noted; output that ended is noted once both of a program's streams
-//! have. Answers and notes go out on one stream, in the order they happened. The loop ends
-//! when the controller closes the request socket.
+//! The loop of nestbed-spawn: one thread, one `poll` over the request socket and, for each
+//! program, the pipe it speaks on before its `exec`, its pidfd and its output pipes still
+//! open. A request is forked at once (a program due later waits in its own process); its
+//! answer goes out once its `exec` is known to have happened (the program has begun, or why
+//! not); output is copied to its file as it comes; an ended process is reaped and noted;
+//! output that ended is noted once both of a program's streams have. Answers and notes go
+//! out on one stream, a program's answer before its notes. The loop ends when the
+//! controller closes the request socket.
 
 use std::ffi::CString;
 use std::fs::File;

@@ -50,7 +50,7 @@ class Actions:
         self.sequence_steps = {s.name: s for s in exp.sequences}
         self.agents = {a.name for a in exp.agents}
         # .at_s: when the action this thread carries out took effect, where that is not when
-        # it began (a program's start: when its process began, from nestbed-spawn's clock)
+        # it began (a program's start: when its process began its command, by its own clock)
         self.took = threading.local()
 
     def perform(

@@ -96,7 +96,7 @@ class Pumped:
 class Invocation:
     number: int
     process: Started
-    started_s: float  # since the run's t0: just after its process began
+    started_s: float  # since the run's t0: when its process began its command
     stdout: Path
     stderr: Path
     ended_s: float | None = None
