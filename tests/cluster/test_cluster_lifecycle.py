@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from simulated import DUMBBELL, SRC, namespaces, processes
+from simulated import DUMBBELL, SRC, namespaces, processes, unbuilt_checkout
 
+from nbtest import EXAMPLES, until
 from nestbed.backend.plan import experiment_tag
 
 pytestmark = pytest.mark.root
@@ -119,6 +120,42 @@ def test_swapin_exec_status_event_and_swapout_through_the_cli_leave_nothing_on_a
     cli.nothing_left(name)
     counters = (tmp_path / "run" / "links" / "counters.csv").read_text().splitlines()
     assert any(",bottleneck,r2," in row for row in counters[1:])
+
+
+def test_a_swapin_that_fails_on_a_host_without_linkd_says_so_in_one_line_and_leaves_nothing(
+    cluster, tmp_path
+):
+    """`nestbed swapin` where one host's nestbed is a fresh clone's, its Rust programs not
+    built (a fresh clone's run left one host's part behind): the command fails with one
+    line naming the host, the experiment is failed, and no host keeps anything."""
+    from nestbed.backend.cluster.backend import ClusterBackend
+
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bnolinkd{os.getpid()}"
+    # Six nodes, two a host: every host builds a part with shaped links (linkd).
+    path = write(tmp_path, name, (EXAMPLES / "dumbbell.yaml").read_text())
+    broken = "h2"
+    with ClusterBackend(agents.address) as probe:
+        agents.kill(broken)
+        until(lambda: broken not in probe.hosts(), f"the agent of {broken} to go")
+        agents.start(broken, env=unbuilt_checkout(tmp_path))
+        try:
+            until(lambda: probe.hosts() == machines.hosts, f"the agent of {broken} to join")
+            done = cli("swapin", str(path), "--results", str(tmp_path / "run"), check=False)
+            print(done.stderr)
+            assert done.returncode != 0
+            # One line beside the swap-in's warnings (about the hosts' clocks).
+            (line,) = [x for x in done.stderr.splitlines() if not x.startswith("warning: ")]
+            assert line.startswith("error: swap-in of experiment ")
+            assert f"failed on host {broken}: nestbed-linkd is not built" in line
+            assert cli.state(name) == "failed"
+            cli.nothing_left(name)
+        finally:
+            cli.swap_out_if_active(name)
+            agents.kill(broken)
+            agents.start(broken)
+            until(lambda: probe.hosts() == machines.hosts, f"the agent of {broken} to join")
 
 
 def test_cleanup_by_name_removes_an_experiment_whose_controller_died_from_every_host(
