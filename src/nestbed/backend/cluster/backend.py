@@ -51,13 +51,15 @@ from nestbed.backend.cluster.share import (
     Underlay,
     cut_links,
     shares,
+    simulator_host,
 )
+from nestbed.backend.cluster.simulator import RemoteSimulator
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.nofollow import write_tree
 from nestbed.backend.plan import Plan, experiment_tag
-from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
 
 if TYPE_CHECKING:
     from nestbed.model.options import RunAs
@@ -226,11 +228,6 @@ class ClusterBackend:
         return kept["nodes"], underlay
 
     def swap_in(self, plan: Plan) -> None:
-        if plan.simulation is not None:
-            raise UserError(
-                f"experiment {plan.experiment} has simulated nodes (make-simulated), which run "
-                "on one machine so far; swap it in with the linux back end"
-            )
         facts = self.facts()
         if not facts:
             self.require_ready()
@@ -586,6 +583,24 @@ class ClusterBackend:
                     for h, a in answers.items()}  # fmt: skip
 
         return ClusterChannel(parts, on_hosts, at_hosts)
+
+    def simulator(self, plan: Plan) -> RemoteSimulator:
+        """The experiment's nestbed-sim on the host its simulated nodes are on."""
+        kept = self.placement(plan)
+        where = None if kept is None else simulator_host(plan, kept[0])
+        if where is None:
+            raise EnvironmentProblem(
+                f"experiment {plan.experiment} has no simulated part on this cluster"
+            )
+
+        def on_host(function: Callable[..., Any], *args: Any) -> Any:
+            only = agent.state_only(plan)
+            (answer,) = self._on_hosts(function, {where: (only, *args)}, light=True).values()
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        return RemoteSimulator(on_host)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         """The node's cgroup on its host, as its CPU time and memory read through the
