@@ -171,7 +171,15 @@ def test_the_simulated_part_is_on_its_hosts_share_and_a_shaped_attachment_to_ano
     p = plan(build(HYBRID))
     assert cut_links(p, SIM_LEFT) == {"attach2": {"left", "right"}}
     left, right = (share(p, SIM_LEFT, h, UNDERLAY) for h in ("left", "right"))
-    assert left.plan.simulation == p.simulation and right.plan.simulation is None
+    assert right.plan.simulation is None
+    # The same simulated part, its cut attachment's device told the tunnel's inner MTU.
+    assert left.plan.simulation.nodes == p.simulation.nodes
+    assert {a.link: a.mtu for a in left.plan.simulation.attachments} == {
+        "attach1": None,
+        "attach2": 1450,
+    }
+    assert "attach attach2 r2 " in left.plan.simulation.description({"attach1": 7, "attach2": 8})
+    assert left.plan.simulation.description({"attach1": 7, "attach2": 8}).count(" 8 1450\n") == 1
     # nestbed-sim reads each attachment's interface in its host's fabric, where it is built.
     ends = {(e.netns, e.ifname) for v in left.plan.veths for e in (v.a, v.b)}
     assert {(left.plan.fabric, a.ifname) for a in p.simulation.attachments} <= ends
