@@ -585,15 +585,16 @@ class ClusterBackend:
         return ClusterChannel(parts, on_hosts, at_hosts)
 
     def simulator(self, plan: Plan) -> RemoteSimulator:
-        """The experiment's nestbed-sim on the host its simulated nodes are on."""
-        kept = self.placement(plan)
-        where = None if kept is None else simulator_host(plan, kept[0])
-        if where is None:
-            raise EnvironmentProblem(
-                f"experiment {plan.experiment} has no simulated part on this cluster"
-            )
+        """The experiment's nestbed-sim on the host its simulated nodes are on (found when
+        first asked: an experiment without one has this too, unasked)."""
 
         def on_host(function: Callable[..., Any], *args: Any) -> Any:
+            kept = self.placement(plan)
+            where = None if kept is None else simulator_host(plan, kept[0])
+            if where is None:
+                raise EnvironmentProblem(
+                    f"experiment {plan.experiment} has no simulated part on this cluster"
+                )
             only = agent.state_only(plan)
             (answer,) = self._on_hosts(function, {where: (only, *args)}, light=True).values()
             if isinstance(answer, BaseException):
