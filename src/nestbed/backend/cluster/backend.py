@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -525,9 +526,9 @@ class ClusterBackend:
         asked: dict[str, dict[str, str]] = {}
         for node, folder in folders.items():
             asked.setdefault(kept[0][node], {})[node] = str(folder)
-        answers = self._on_hosts(
-            workdirs.bring_back, {h: (plan.experiment, homes) for h, homes in asked.items()}
-        )
+        answers = self._taken(plan.experiment, self._on_hosts(
+            workdirs.spool_back, {h: (plan.experiment, homes) for h, homes in asked.items()}
+        ))  # fmt: skip
         owner = None if run_as is None else (run_as.uid, run_as.gid)
         said = []
         for h, answer in sorted(answers.items()):
@@ -540,6 +541,35 @@ class ClusterBackend:
                 if left:
                     said.append(workdirs.left_out_sentence(f"work/{node}", h, left))
         return said
+
+    def _taken(self, experiment: str, spooled: dict[str, Any]) -> dict[str, Any]:
+        """Each host's trees of ``workdirs.spool_back``, the rest of a large one taken in
+        ``workdirs.CHUNK_BYTES`` a host per round, all hosts at once; or its error."""
+        got: dict[str, Any] = {}
+        left: dict[str, tuple[str, int]] = {}  # host -> (spool, size)
+        for h, answer in spooled.items():
+            if isinstance(answer, BaseException):
+                got[h] = answer
+                continue
+            head, name, size = answer
+            got[h] = bytearray(head)
+            if name is not None:
+                left[h] = (name, size)
+        while left:
+            chunks = self._on_hosts(workdirs.take, {
+                h: (experiment, name, len(got[h])) for h, (name, _) in left.items()
+            })  # fmt: skip
+            for h, chunk in chunks.items():
+                if not chunk:  # a spool cut short under it
+                    chunk = EnvironmentProblem(f"it ended at {len(got[h])} of {left[h][1]} bytes")
+                if isinstance(chunk, BaseException):
+                    got[h] = chunk
+                    del left[h]
+                    continue
+                got[h] += chunk
+                if len(got[h]) >= left[h][1]:
+                    del left[h]
+        return {h: a if isinstance(a, BaseException) else pickle.loads(a) for h, a in got.items()}
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv
