@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,28 +153,31 @@ def cut_links(p: Plan, placement: Mapping[str, str]) -> dict[str, set[str]]:
 def link_members(p: Plan) -> dict[str, list[str]]:
     """Each link or LAN's member nodes, links in the plan's order (the IR's); an attachment's
     simulated node is a member by its end in the fabric, which nestbed-sim reads."""
+    member = _members(p)
     found: dict[str, list[str]] = {}
     for veth in p.veths:
         found.setdefault(veth.link, [])
         for end in (veth.a, veth.b):
-            member = _member(p, veth.link, end)
-            if member is not None:
-                found[veth.link].append(member)
+            node = member(veth.link, end)
+            if node is not None:
+                found[veth.link].append(node)
     return found
 
 
-def _member(p: Plan, link: str, end: Interface) -> str | None:
-    """The node whose end ``end`` of a veth of ``link`` is: an emulated node's in its
-    namespace, a simulated node's the attachment's interface in the fabric; None for the
-    fabric's other ends."""
-    for node in p.nodes:
-        if node.netns == end.netns:
-            return node.name
-    if end.netns == p.fabric and p.simulation is not None:
-        for attachment in p.simulation.attachments:
-            if (attachment.link, attachment.ifname) == (link, end.ifname):
-                return attachment.simulated_node
-    return None
+def _members(p: Plan) -> Callable[[str, Interface], str | None]:
+    """The node whose end a veth's end of a link is: an emulated node's in its namespace, a
+    simulated node's the attachment's interface in the fabric; None for the fabric's other
+    ends (looked up, not searched: a plan has thousands of ends)."""
+    node_of = {n.netns: n.name for n in p.nodes}
+    attachments = p.simulation.attachments if p.simulation is not None else ()
+    attached = {(a.link, a.ifname): a.simulated_node for a in attachments}
+
+    def member(link: str, end: Interface) -> str | None:
+        if end.netns == p.fabric:
+            return attached.get((link, end.ifname))
+        return node_of.get(end.netns)
+
+    return member
 
 
 def simulator_host(p: Plan, placement: Mapping[str, str]) -> str | None:
@@ -190,10 +193,10 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     local_ns = {n.netns for n in p.nodes if placement[n.name] == host}
     fabric = host_fabric(p.fabric, host)
     cut = cut_links(p, placement)
-    members = link_members(p)
+    member_of = _members(p)
     # Numbers for the names a cut adds (its tunnel; an unshaped one's bridge and ends, named
     # unlike any of the plan's own, whose numbers count simulated links too).
-    index = {link: i for i, link in enumerate(members)}
+    index = {link: i for i, link in enumerate(link_members(p))}
     inner = underlay.inner_mtu
     simulator = simulator_host(p, placement) == host
 
@@ -205,7 +208,7 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     cut_bridges: dict[str, tuple[str, list[str]]] = {}  # link -> (bridge, fabric ends)
     for veth in p.veths:
         owned = [(end, m) for end in (veth.a, veth.b)
-                 if (m := _member(p, veth.link, end)) is not None]  # fmt: skip
+                 if (m := member_of(veth.link, end)) is not None]  # fmt: skip
         if veth.link in cut and len(owned) == 2:
             # An unshaped cut link: each local member's own veth to a bridge in the fabric
             # (a simulated member's end is nestbed-sim's, frames whole: no offloads).
