@@ -173,7 +173,7 @@ def bring_back(experiment: str, homes: dict[str, str]) -> dict[str, Tree]:
 # ``nofollow.LIMIT_BYTES``): a whole answer of a host with several full folders held a
 # message of hundreds of MiB in the agent and here at once, and the agent's connection
 # (its heartbeats, every other answer) behind it while it crossed.
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 16 << 20
 _SPOOL = ".back-"  # in the experiment's folder: a run's folders read, until taken
 
 
