@@ -279,6 +279,41 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
                                                           ("bottleneck", "up")}  # fmt: skip
 
 
+# A program on r2 that leaves 40 MiB of random bytes and their digest in its working folder.
+BIG_FOLDER = (
+    DUMBBELL
+    + """
+programs:
+  - {name: big, node: r2, command: "head -c 41943040 /dev/urandom > big.bin; sha256sum big.bin > big.sum"}
+events:
+  - {at: 0.1, object: big, verb: start}
+"""
+)
+
+
+def test_a_working_folder_larger_than_a_chunk_comes_back_whole(cluster, tmp_path):
+    """40 MiB, three chunks of ``workdirs.CHUNK_BYTES`` (16 MiB) from r2's host, written into
+    ``work/r2`` byte for byte, and the host keeps nothing of them."""
+    import hashlib
+
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bbig{os.getpid()}"
+    results = tmp_path / "run"
+    try:
+        cli("run", str(write(tmp_path, name, BIG_FOLDER)), "--duration", "2",
+            "--results", str(results))  # fmt: skip
+    finally:
+        cli.swap_out_if_active(name)
+    cli.nothing_left(name)
+    folder = results / "work" / "r2"
+    data = (folder / "big.bin").read_bytes()
+    assert len(data) == 40 << 20
+    assert (folder / "big.sum").read_text().split()[0] == hashlib.sha256(data).hexdigest()
+    manifest = json.loads((results / "manifest.json").read_text())
+    assert "did not come back" not in (manifest.get("reason") or "")
+
+
 def test_linktest_level_3_passes_across_hosts_on_the_dumbbell(cluster, tmp_path):
     machines, agents = cluster
     cli = Cli(machines, agents, tmp_path / "store.db")
