@@ -19,7 +19,9 @@
 //       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
 //   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
 //       (LOSS: of every packet between two members)
-//   attach LINK NODE ADDR FD
+//   attach LINK NODE ADDR FD [MTU]
+//       (MTU: the largest IP packet the attachment's interface carries, 1500 if not given;
+//       less across a cluster's VXLAN, where ns-3 fragments what is larger)
 //   route NODE PREFIX NEXT_HOP        PREFIX "0.0.0.0/0" is the default route
 //   cbr NAME FROM_NODE TO_ADDR PORT PACKET_BYTES RATE_BPS START_S STOP_S
 //       (UDP at a constant rate in simulated time, STOP_S 0 for never; a simulated node
@@ -406,6 +408,11 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto addr = Word<std::string>(words, "address");
         auto fd = Word<int>(words, "file descriptor");
         Ptr<FdNetDevice> device = CreateObject<FdNetDevice>();
+        uint16_t mtu = 0;
+        if (words >> mtu && !device->SetMtu(mtu))
+        {
+            throw BadLine("bad MTU " + std::to_string(mtu));
+        }
         // Frames read but not yet simulated wait here while the simulator is behind (1000
         // by default: a 250 ms stall at 4000 packets/s would drop them).
         if (!device->SetAttributeFailSafe("RxQueueSize", UintegerValue(1 << 16)))

@@ -244,12 +244,14 @@ class Agents:
         self.scheduler, address = self._scheduler(self.address.rsplit(":", 1)[1])
         assert address == self.address, (address, self.address)
 
-    def start(self, host: str) -> None:
+    def start(self, host: str, env: dict[str, str] | None = None) -> None:
+        """The host's agent, its environment the host's with ``env`` over it (a test's
+        broken host: where its Rust programs are, ``NESTBED_LINKD``)."""
         argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
                 "--host", host, "--slots", str(self.slots), *self.options]  # fmt: skip
         with self._log(f"agent-{host}") as log:
             self.agents[host] = subprocess.Popen(
-                self.machines.argv(host, *argv), env=self.machines.env(host),
+                self.machines.argv(host, *argv), env={**self.machines.env(host), **(env or {})},
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
@@ -336,6 +338,16 @@ def started(
             finally:
                 machines.stop()
     assert not set(machines.namespaces.values()) & namespaces()
+
+
+def unbuilt_checkout(folder: Path) -> dict[str, str]:
+    """An agent's environment whose nestbed is a checkout without its Rust programs built
+    (a copy of ``src`` in ``folder``, no ``target`` beside it), none on its PATH either: a
+    fresh clone's."""
+    shutil.copytree(SRC, folder / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    path = [d for d in os.environ.get("PATH", "").split(":")
+            if d and not (Path(d) / "nestbed-linkd").exists()]  # fmt: skip
+    return {"PYTHONPATH": str(folder / "src"), "PATH": ":".join(path), "NESTBED_LINKD": ""}
 
 
 def namespaces() -> set[str]:

@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from simulated import DUMBBELL, SRC, namespaces, processes
+from simulated import DUMBBELL, SRC, namespaces, processes, unbuilt_checkout
 
+from nbtest import EXAMPLES, until
 from nestbed.backend.plan import experiment_tag
 
 pytestmark = pytest.mark.root
@@ -119,6 +120,42 @@ def test_swapin_exec_status_event_and_swapout_through_the_cli_leave_nothing_on_a
     cli.nothing_left(name)
     counters = (tmp_path / "run" / "links" / "counters.csv").read_text().splitlines()
     assert any(",bottleneck,r2," in row for row in counters[1:])
+
+
+def test_a_swapin_that_fails_on_a_host_without_linkd_says_so_in_one_line_and_leaves_nothing(
+    cluster, tmp_path
+):
+    """`nestbed swapin` where one host's nestbed is a fresh clone's, its Rust programs not
+    built (a fresh clone's run left one host's part behind): the command fails with one
+    line naming the host, the experiment is failed, and no host keeps anything."""
+    from nestbed.backend.cluster.backend import ClusterBackend
+
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bnolinkd{os.getpid()}"
+    # Six nodes, two a host: every host builds a part with shaped links (linkd).
+    path = write(tmp_path, name, (EXAMPLES / "dumbbell.yaml").read_text())
+    broken = "h2"
+    with ClusterBackend(agents.address) as probe:
+        agents.kill(broken)
+        until(lambda: broken not in probe.hosts(), f"the agent of {broken} to go")
+        agents.start(broken, env=unbuilt_checkout(tmp_path))
+        try:
+            until(lambda: probe.hosts() == machines.hosts, f"the agent of {broken} to join")
+            done = cli("swapin", str(path), "--results", str(tmp_path / "run"), check=False)
+            print(done.stderr)
+            assert done.returncode != 0
+            # One line beside the swap-in's warnings (about the hosts' clocks).
+            (line,) = [x for x in done.stderr.splitlines() if not x.startswith("warning: ")]
+            assert line.startswith("error: swap-in of experiment ")
+            assert f"failed on host {broken}: nestbed-linkd is not built" in line
+            assert cli.state(name) == "failed"
+            cli.nothing_left(name)
+        finally:
+            cli.swap_out_if_active(name)
+            agents.kill(broken)
+            agents.start(broken)
+            until(lambda: probe.hosts() == machines.hosts, f"the agent of {broken} to join")
 
 
 def test_cleanup_by_name_removes_an_experiment_whose_controller_died_from_every_host(
@@ -240,6 +277,41 @@ def test_a_run_across_hosts_has_every_hosts_tables_and_its_link_event_takes_effe
     events = rows(results / "events.csv")
     assert {(e["object"], e["verb"]) for e in events} >= {("bottleneck", "down"),
                                                           ("bottleneck", "up")}  # fmt: skip
+
+
+# A program on r2 that leaves 40 MiB of random bytes and their digest in its working folder.
+BIG_FOLDER = (
+    DUMBBELL
+    + """
+programs:
+  - {name: big, node: r2, command: "head -c 41943040 /dev/urandom > big.bin; sha256sum big.bin > big.sum"}
+events:
+  - {at: 0.1, object: big, verb: start}
+"""
+)
+
+
+def test_a_working_folder_larger_than_a_chunk_comes_back_whole(cluster, tmp_path):
+    """40 MiB, three chunks of ``workdirs.CHUNK_BYTES`` (16 MiB) from r2's host, written into
+    ``work/r2`` byte for byte, and the host keeps nothing of them."""
+    import hashlib
+
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21bbig{os.getpid()}"
+    results = tmp_path / "run"
+    try:
+        cli("run", str(write(tmp_path, name, BIG_FOLDER)), "--duration", "2",
+            "--results", str(results))  # fmt: skip
+    finally:
+        cli.swap_out_if_active(name)
+    cli.nothing_left(name)
+    folder = results / "work" / "r2"
+    data = (folder / "big.bin").read_bytes()
+    assert len(data) == 40 << 20
+    assert (folder / "big.sum").read_text().split()[0] == hashlib.sha256(data).hexdigest()
+    manifest = json.loads((results / "manifest.json").read_text())
+    assert "did not come back" not in (manifest.get("reason") or "")
 
 
 def test_linktest_level_3_passes_across_hosts_on_the_dumbbell(cluster, tmp_path):

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from simulated import DUMBBELL, namespaces, processes
+from simulated import DUMBBELL, interfaces, namespaces, processes, unbuilt_checkout
 
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster import host as host_part
@@ -100,6 +100,77 @@ def test_a_host_that_fails_its_part_leaves_nothing_on_the_others(cluster):
         assert not backend.run_dir(p).exists()
     finally:
         subprocess.run(["ip", "netns", "delete", taken], check=True)
+
+
+def _nothing_of(p, machines, backend) -> list[str]:
+    """What experiment ``p`` has anywhere: namespaces, cgroups, state folders on every host
+    and here (``leftovers``), its claims and build notes on each host, processes naming its
+    state folders."""
+    found = [f"{p.tag}: {t}" for t in backend.leftovers().get(p.tag, [])]
+    found += [n for n in namespaces() if n.startswith(f"nb-{p.tag}")]
+    for h in machines.hosts:
+        root = machines.run_dir(h)
+        for path in (root / p.experiment, root / ".claims" / p.tag, root / BUILDING / p.experiment,
+                     machines.work_dir(h) / p.experiment):  # fmt: skip
+            if path.exists():
+                found.append(f"host {h}: {path}")
+        found += [f"host {h}: process {c}" for c in processes(str(root / p.experiment))]
+    return found
+
+
+def _host_interfaces(machines) -> dict[str, set[str]]:
+    """Every interface of each simulated host's own namespace (where VXLAN devices are made)."""
+    found = {}
+    for h, namespace in machines.namespaces.items():
+        out = subprocess.run(["ip", "-n", namespace, "-br", "link"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        found[h] = {line.split()[0].split("@")[0] for line in out.splitlines() if line.strip()}
+    return found
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        {"NESTBED_LINKD": "/nonexistent/nestbed-linkd"},  # a path that does not exist
+        {"NESTBED_LINKD": "/bin/false"},  # a program that exits at once
+        "unbuilt",  # a fresh checkout's: "nestbed-linkd is not built"
+    ],
+    ids=["missing", "exits", "unbuilt"],
+)
+def test_a_host_whose_link_emulator_cannot_start_fails_the_swap_in_and_leaves_nothing_anywhere(
+    cluster, breakage, tmp_path
+):
+    """A host without a working nestbed-linkd (a fresh clone's run left three namespaces of
+    one host's part, no process in them): its agent is started, as an operator could start
+    it, with a linkd that does not start. The swap-in fails in one sentence naming that host
+    and linkd, and no host keeps anything of the experiment."""
+    machines, backend, agents = cluster
+    # Six nodes, two a host: every host holds a part, and each part a shaped link (linkd).
+    p = plan(experiment((EXAMPLES / "dumbbell.yaml").read_text(), "i21nolinkd"))
+    broken = "h2"
+    before = (interfaces(), _host_interfaces(machines))
+    agents.kill(broken)
+    until(lambda: broken not in backend.hosts(), f"the scheduler to see the agent of {broken} go")
+    agents.start(broken, env=unbuilt_checkout(tmp_path) if breakage == "unbuilt" else breakage)
+    try:
+        until(lambda: backend.hosts() == machines.hosts, f"the agent of {broken} to join")
+        assert broken in place(p, backend.facts()).values()
+        try:
+            backend.swap_in(p)
+        except EnvironmentProblem as exc:
+            said = str(exc)
+        else:
+            backend.swap_out(p)
+            raise AssertionError(f"host {broken} swapped its part in")
+        print(said)
+        assert f"swap-in of experiment {p.experiment} failed on host {broken}: " in said
+        assert "nestbed-linkd" in said and "\n" not in said
+        assert _nothing_of(p, machines, backend) == []
+        assert (interfaces(), _host_interfaces(machines)) == before
+    finally:
+        agents.kill(broken)
+        agents.start(broken)
+        until(lambda: backend.hosts() == machines.hosts, f"the agent of {broken} to join")
 
 
 def test_the_six_node_dumbbell_over_three_hosts_reaches_every_host_from_every_other(

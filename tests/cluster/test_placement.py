@@ -76,3 +76,19 @@ def test_hosts_whose_link_emulators_are_slow_share_the_shaped_links():
     assert len(set(place(plan(build(shaped)), slow).values())) == 2
     fast = [replace(h, linkd_pps=None) for h in slow]
     assert len(set(place(plan(build(shaped)), fast).values())) == 1
+
+
+def test_the_simulated_part_is_one_node_to_the_mapper_placed_beside_an_emulated_one():
+    from nbtest import EXAMPLES
+    from nestbed.backend.cluster.placement import SIMULATOR
+
+    p = plan(build((EXAMPLES / "hybrid.yaml").read_text()))
+    topology = topology_of_plan(p)
+    assert [n.name for n in topology.nodes] == ["h1", "h2", SIMULATOR]
+    ends = {link.name: {link.a, link.b} for link in topology.links}
+    assert ends == {"attach1": {"h1", SIMULATOR}, "attach2": {"h2", SIMULATOR}}
+    # Two a host: the simulator takes a slot, beside one of the hosts it is attached to.
+    placed = place(p, hosts(2))
+    assert placed["r1"] == placed["r2"] in {placed["h1"], placed["h2"]}
+    assert placed["h1"] != placed["h2"]
+    assert SIMULATOR not in placed

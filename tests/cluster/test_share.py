@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from simulated import DUMBBELL
 
-from nbtest import build
+from nbtest import EXAMPLES, build
 from nestbed.backend.cluster.host import least_one_way_s
 from nestbed.backend.cluster.share import (
     TUNNEL_PORT,
@@ -160,3 +160,70 @@ def test_the_underlays_time_given_up_is_its_least_crossing_never_its_mean():
     assert least_one_way_s(summary, "10.9.0.2") == pytest.approx(0.000206)
     with pytest.raises(EnvironmentProblem, match=r"to 10\.9\.0\.2 failed: no echo came back"):
         least_one_way_s("--- 10.9.0.2 ping statistics ---\n", "10.9.0.2")
+
+
+HYBRID = (EXAMPLES / "hybrid.yaml").read_text()
+# The simulated part (r1, r2) beside h1; h2's attachment is cut.
+SIM_LEFT = {"h1": "left", "r1": "left", "r2": "left", "h2": "right"}
+
+
+def test_the_simulated_part_is_on_its_hosts_share_and_a_shaped_attachment_to_another_is_cut():
+    p = plan(build(HYBRID))
+    assert cut_links(p, SIM_LEFT) == {"attach2": {"left", "right"}}
+    left, right = (share(p, SIM_LEFT, h, UNDERLAY) for h in ("left", "right"))
+    assert right.plan.simulation is None
+    # The same simulated part, its cut attachment's device told the tunnel's inner MTU.
+    assert left.plan.simulation.nodes == p.simulation.nodes
+    assert {a.link: a.mtu for a in left.plan.simulation.attachments} == {
+        "attach1": None,
+        "attach2": 1450,
+    }
+    assert "attach attach2 r2 " in left.plan.simulation.description({"attach1": 7, "attach2": 8})
+    assert left.plan.simulation.description({"attach1": 7, "attach2": 8}).count(" 8 1450\n") == 1
+    # nestbed-sim reads each attachment's interface in its host's fabric, where it is built.
+    ends = {(e.netns, e.ifname) for v in left.plan.veths for e in (v.a, v.b)}
+    assert {(left.plan.fabric, a.ifname) for a in p.simulation.attachments} <= ends
+    # attach2 is shaped on each side by its sender's pipes, then tunnelled: r2's egress on
+    # the simulator's host, h2's on its own.
+    for part, member in ((left, "r2"), (right, "h2")):
+        (link,) = [e for e in part.plan.emulated if e.link == "attach2"]
+        assert [port.port for port in link.ports] == [member, TUNNEL_PORT]
+        assert link.ports[0].egress["bandwidth"]["rate_bps"] == 100_000_000
+        (tunnel,) = part.tunnels
+        assert tunnel.link == "attach2" and tunnel.bridge is None
+    assert [n.name for n in right.plan.nodes] == ["h2"]
+    assert [e.link for e in left.plan.emulated] == ["attach1", "attach2"]
+
+
+def test_an_unshaped_attachment_to_another_host_bridges_the_simulators_end_to_its_tunnel():
+    p = plan(build(HYBRID.replace(", bandwidth: 100Mb, simulated: true}", ", simulated: true}")))
+    assert not p.emulated
+    left, right = (share(p, SIM_LEFT, h, UNDERLAY) for h in ("left", "right"))
+    (attachment,) = [a for a in p.simulation.attachments if a.link == "attach2"]
+    for part, end in ((left, attachment.ifname), (right, None)):
+        (bridge,) = part.plan.bridges
+        (tunnel,) = part.tunnels
+        assert tunnel.bridge == bridge.ifname
+        (veth,) = [v for v in part.plan.veths if v.link == "attach2"]
+        assert veth.b.ifname in bridge.ports and veth.b.no_offloads == (end is not None)
+        if end is not None:  # the simulator's own end, whole frames
+            assert (veth.a.netns, veth.a.ifname, veth.a.no_offloads) == (
+                part.plan.fabric,
+                end,
+                True,
+            )
+        else:
+            assert veth.a.netns == p.node("h2").netns
+    # The names a cut adds are none of the plan's own (whose numbers count simulated links).
+    for part in (left, right):
+        names = [
+            e.ifname for v in part.plan.veths for e in (v.a, v.b) if e.netns == part.plan.fabric
+        ] + [b.ifname for b in part.plan.bridges]
+        names += [t.ifname for t in part.tunnels]
+        assert len(names) == len(set(names)), names
+
+
+def test_simulated_nodes_placed_on_two_hosts_are_refused():
+    p = plan(build(HYBRID))
+    with pytest.raises(UserError, match=r"simulated nodes of experiment .* more than one host"):
+        share(p, {**SIM_LEFT, "r2": "right"}, "left", UNDERLAY)

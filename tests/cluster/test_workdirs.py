@@ -140,3 +140,31 @@ def test_a_runs_folders_come_back_without_what_was_planted_and_go_from_the_host(
         "work/h1 on host hostA: 3 entries did not come back (fifo: not a regular file or "
         "folder; hard: a file with 2 names (a hard link); shadow: a symbolic link)"
     )
+
+
+def test_a_large_bring_back_is_taken_in_chunks_and_its_spool_goes_with_the_last(root, monkeypatch):
+    import pickle
+
+    monkeypatch.setattr(workdirs, "CHUNK_BYTES", 1000)
+    folder = workdirs.prepare("i21kexp", "h1", HOME, IDENTITY)
+    written = os.urandom(4500)
+    (folder / "big.bin").write_bytes(written)
+    head, name, size = workdirs.spool_back("i21kexp", {"h1": HOME})
+    assert name is not None and len(head) == 1000 < size
+    data = bytearray(head)
+    while len(data) < size:
+        chunk = workdirs.take("i21kexp", name, len(data))
+        assert 0 < len(chunk) <= 1000
+        data += chunk
+    (tree,) = pickle.loads(data).values()
+    assert [(e.path, e.data) for e in tree.entries] == [("big.bin", written)]
+    assert not (root / "i21kexp" / name).exists()  # taken whole, the spool is gone
+    with pytest.raises(EnvironmentProblem):
+        workdirs.take("i21kexp", "../../etc/shadow", 0)
+
+
+def test_a_small_bring_back_comes_in_its_first_answer(root):
+    folder = workdirs.prepare("i21kexp", "h1", HOME, IDENTITY)
+    (folder / "small.txt").write_text("hello")
+    head, name, size = workdirs.spool_back("i21kexp", {"h1": HOME})
+    assert name is None and len(head) == size

@@ -29,7 +29,8 @@ def _run_dir(tmp_path, pid: int):  # type: ignore[no-untyped-def]
 def test_a_run_keeps_the_lag_of_its_own_seconds_and_marks_a_late_simulator(tmp_path):
     with subprocess.Popen(["sleep", "30"]) as alive:
         directory = _run_dir(tmp_path, alive.pid)
-        record = SimulationLag(plan(build(HYBRID)), directory)  # the run starts here
+        # The run starts here.
+        record = SimulationLag(plan(build(HYBRID)), sim.LocalSimulator(directory))
         with (directory / sim.LOG).open("a") as log:
             log.write("lag 1 0.002000 0.002000 0\nlag 2 0.009000 0.009000 4\n")
         folder = RunFolder(tmp_path / "results")
@@ -47,7 +48,7 @@ def test_a_run_keeps_the_lag_of_its_own_seconds_and_marks_a_late_simulator(tmp_p
 def test_a_simulator_that_died_during_the_run_is_said(tmp_path):
     gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True)
     directory = _run_dir(tmp_path, int(gone.stdout))
-    record = SimulationLag(plan(build(HYBRID)), directory)
+    record = SimulationLag(plan(build(HYBRID)), sim.LocalSimulator(directory))
     with (directory / sim.LOG).open("a") as log:
         log.write('lag 1 0.001000 0.001000 0\nmsg="FdNetDevice read error"\n')
     problems = record.record(RunFolder(tmp_path / "results"))

@@ -170,17 +170,6 @@ def test_simulated_traffic_comes_last():
     assert text.endswith(f"{line}\nend\n")
 
 
-def test_the_cluster_back_end_refuses_simulated_nodes_in_one_sentence():
-    from nestbed.backend.cluster.backend import ClusterBackend
-
-    with pytest.raises(UserError) as caught:
-        ClusterBackend.swap_in(None, plan(build(HYBRID)))  # type: ignore[arg-type]  # refused first
-    assert str(caught.value) == (
-        "experiment t has simulated nodes (make-simulated), which run on one machine so far; "
-        "swap it in with the linux back end"
-    )
-
-
 def test_a_simulated_node_runs_its_agents():
     with_agents = HYBRID + (
         "agents:\n  - {name: u, type: udp, node: r1}\n  - {name: n, type: null, node: h1}\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import statistics
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,11 @@ def test_validate_measures_the_configured_link(tmp_path, monkeypatch):
     # least; above 40 ms by the hosts' own path, well under 1 ms. (The median, printed, also
     # carries what a loaded machine adds to most of the packets: CI saw 43.3 ms.)
     assert delay["packets"] == SMALL.delay_packets and delay["rtt_ms"] >= 40
+    # linkd's own timing over the row: every probe and its echo crossed it once.
+    print(f"linkd late: mean {delay['linkd_late_mean_us']:.1f} µs, stdev "
+          f"{delay['linkd_late_stdev_us']:.1f} µs, {delay['linkd_late_50us_pct']:.2f} % ≥ 50 µs")  # fmt: skip
+    assert delay["linkd_frames"] >= 2 * SMALL.delay_packets
+    assert delay["linkd_late_mean_us"] >= 0 and delay["linkd_late_stdev_us"] >= 0
     assert 40 <= rtt_min_ms < 41
     (bandwidth,) = tables["bandwidth"]
     ((_, _, log),) = seen["bandwidth"]
@@ -109,6 +115,28 @@ def test_validate_measures_the_configured_link(tmp_path, monkeypatch):
         assert (results / f"{name}.csv").read_text().count("\n") == 2
     assert (results / "jitter.csv").read_text().count("\n") == 3
     assert (results / "validate.json").exists()
+
+
+def _thread(frames: int, sum_ns: float, sum_sq_ns: float, late: int) -> dict:
+    buckets = {"lt_1us": frames - late, "lt_10us": 0, "lt_50us": 0, "lt_100us": late,
+               "lt_1ms": 0, "ge_1ms": 0}  # fmt: skip
+    return {"lateness": {"frames": frames, "buckets": buckets, "sum_ns": sum_ns,
+                         "sum_sq_ns": sum_sq_ns}}  # fmt: skip
+
+
+def test_linkds_lateness_over_a_row_is_that_of_the_frames_sent_during_it():
+    # Before: 10 frames 1 µs late on thread 0. During the row: thread 0 sends 2 frames, 2 and
+    # 4 µs late, thread 1 one frame 60 µs late. Mean 22 µs, population stdev of 2, 4, 60.
+    before = {"threads": [_thread(10, 10_000, 10 * 1e6, 0), _thread(0, 0, 0, 0)]}
+    after = {"threads": [_thread(12, 16_000, 10 * 1e6 + 4e6 + 16e6, 0),
+                         _thread(1, 60_000, 3.6e9, 1)]}  # fmt: skip
+    late = validate.linkd_lateness(before, after)
+    assert late["linkd_frames"] == 3
+    assert late["linkd_late_mean_us"] == pytest.approx(22)
+    assert late["linkd_late_stdev_us"] == pytest.approx(statistics.pstdev([2, 4, 60]))
+    assert late["linkd_late_50us_pct"] == pytest.approx(100 / 3)
+    # No linkd (a simulated link's bench): nothing to say.
+    assert validate.linkd_lateness({}, {})["linkd_late_mean_us"] is None
 
 
 def test_wilson_interval():

@@ -22,6 +22,7 @@ pub struct Histogram {
     max_ns: u64,
     total: u64,
     sum_ns: u128,
+    sum_sq_ns: u128,
 }
 
 /// The JSON form of a [`Histogram`].
@@ -35,6 +36,11 @@ pub struct HistogramReport {
     pub max_ns: u64,
     /// Mean lateness, ns.
     pub mean_ns: f64,
+    /// Sum of the lateness and of its squares, ns and ns²: two reports' difference gives
+    /// the mean and standard deviation of the frames between them.
+    pub sum_ns: f64,
+    /// See `sum_ns`.
+    pub sum_sq_ns: f64,
 }
 
 impl Histogram {
@@ -48,6 +54,7 @@ impl Histogram {
         self.max_ns = self.max_ns.max(late_ns);
         self.total += 1;
         self.sum_ns += u128::from(late_ns);
+        self.sum_sq_ns += u128::from(late_ns) * u128::from(late_ns);
     }
 
     /// Bucket counts in the order of [`LABELS`].
@@ -63,6 +70,7 @@ impl Histogram {
         self.max_ns = self.max_ns.max(other.max_ns);
         self.total += other.total;
         self.sum_ns += other.sum_ns;
+        self.sum_sq_ns += other.sum_sq_ns;
     }
 
     /// The JSON form.
@@ -80,6 +88,8 @@ impl Histogram {
             } else {
                 self.sum_ns as f64 / self.total as f64
             },
+            sum_ns: self.sum_ns as f64,
+            sum_sq_ns: self.sum_sq_ns as f64,
         }
     }
 }
@@ -90,10 +100,11 @@ mod tests {
 
     #[test]
     fn buckets_and_max() {
-        let mut h = Histogram::default();
-        for ns in [
+        let samples: [u64; 9] = [
             0, 999, 1_000, 9_999, 49_999, 99_999, 999_999, 1_000_000, 5_000_000,
-        ] {
+        ];
+        let mut h = Histogram::default();
+        for ns in samples {
             h.record(ns);
         }
         assert_eq!(h.counts(), [2, 2, 1, 1, 1, 2]);
@@ -101,6 +112,12 @@ mod tests {
         assert_eq!(r.frames, 9);
         assert_eq!(r.max_ns, 5_000_000);
         assert_eq!(r.buckets["ge_1ms"], 2);
+        // Exact in f64: every partial sum is an integer below 2^53.
+        assert_eq!(r.sum_ns, samples.iter().sum::<u64>() as f64);
+        assert_eq!(
+            r.sum_sq_ns,
+            samples.iter().map(|&n| n * n).sum::<u64>() as f64
+        );
         let mut g = Histogram::default();
         g.merge(&h);
         assert_eq!(g, h);

@@ -100,6 +100,10 @@ struct SendArgs {
     /// receiver keep their bursts apart in its log.
     #[arg(long, value_name = "ID", default_value_t = 0)]
     first_burst: u16,
+    /// Time echoes by when they reached this host (the kernel's receive time) rather than
+    /// when this process read them: round trips without this host's wait to be scheduled.
+    #[arg(long)]
+    kernel_times: bool,
 }
 
 #[derive(Args, Debug)]
@@ -133,6 +137,11 @@ struct RecvArgs {
     /// 0 keeps the kernel's default (net.core.rmem_default).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RCVBUF)]
     rcvbuf: usize,
+    /// Time arrivals by when they reached this host (the kernel's receive time) rather than
+    /// when this process read them: the network's delay, without the wait in the socket
+    /// and for this process to be scheduled (application to application is the default).
+    #[arg(long)]
+    kernel_times: bool,
 }
 
 /// Parses a non-negative number of seconds.
@@ -192,6 +201,7 @@ fn send_config(a: SendArgs) -> SendConfig {
         sndbuf: a.sndbuf,
         echo_log: a.echo_log,
         first_burst: a.first_burst,
+        kernel_times: a.kernel_times,
     }
 }
 
@@ -206,6 +216,7 @@ fn recv_config(a: RecvArgs) -> RecvConfig {
         expect: a.expect,
         log: a.log,
         rcvbuf: a.rcvbuf,
+        kernel_times: a.kernel_times,
     }
 }
 

@@ -1,7 +1,8 @@
 //! The only place that talks to the kernel through `libc` and so the only module allowed
 //! `unsafe`: the monotonic clock and absolute sleeps, timer slack, socket options that
-//! `socket2` does not offer (`SO_RXQ_OVFL`, `SO_RCVBUFFORCE`, `SO_SNDBUFFORCE`), `recvmsg` with
-//! the kernel's drop counter, and a SIGINT/SIGTERM flag.
+//! `socket2` does not offer (`SO_RXQ_OVFL`, `SO_TIMESTAMPNS`, `SO_RCVBUFFORCE`,
+//! `SO_SNDBUFFORCE`), `recvmsg` with the kernel's drop counter and receive time, and a
+//! SIGINT/SIGTERM flag.
 //!
 //! Linux only, like the rest of nestbed's platform code.
 #![allow(unsafe_code)]
@@ -93,6 +94,13 @@ pub fn enable_rxq_ovfl(sock: &impl AsRawFd) -> io::Result<()> {
     setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)
 }
 
+/// Asks the kernel to attach the time each datagram reached the socket's host
+/// (`SO_TIMESTAMPNS`, on `CLOCK_REALTIME`): a receive time that does not count how long the
+/// reading thread took to be scheduled.
+pub fn enable_kernel_timestamps(sock: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+}
+
 /// `SO_RCVBUFFORCE`: sets the receive buffer beyond `net.core.rmem_max` (needs
 /// CAP_NET_ADMIN; fails with EPERM otherwise).
 pub fn force_recv_buffer(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
@@ -116,10 +124,15 @@ pub struct Received {
     /// The kernel's running count of datagrams dropped on this socket, when `SO_RXQ_OVFL`
     /// is on and the kernel attached it.
     pub kernel_drops: Option<u32>,
+    /// When the datagram reached this host's network stack, on `CLOCK_MONOTONIC` (ns), when
+    /// `SO_TIMESTAMPNS` is on: the kernel's `CLOCK_REALTIME` stamp moved onto the monotonic
+    /// clock by the two clocks' difference read right after `recvmsg` returned.
+    pub kernel_ns: Option<u64>,
 }
 
-/// Space for one `SO_RXQ_OVFL` control message (a u32), with room to spare.
-const CONTROL_LEN: usize = 64;
+/// Space for the `SO_RXQ_OVFL` (a u32) and `SO_TIMESTAMPNS` (a timespec) control messages,
+/// with room to spare.
+const CONTROL_LEN: usize = 128;
 
 fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     match storage.ss_family as libc::c_int {
@@ -174,14 +187,21 @@ pub fn recv_with_drops(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Receiv
     }
 
     let mut kernel_drops = None;
+    let mut stamp = None;
     // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the CMSG macros walk only
-    // within it, and SO_RXQ_OVFL's data is one u32.
+    // within it; SO_RXQ_OVFL's data is one u32 and SCM_TIMESTAMPNS's one timespec.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
                 kernel_drops = Some(std::ptr::read_unaligned(
                     libc::CMSG_DATA(cmsg).cast::<u32>(),
+                ));
+            }
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                stamp = Some(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(cmsg).cast::<libc::timespec>(),
                 ));
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
@@ -191,7 +211,34 @@ pub fn recv_with_drops(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Receiv
         len: n as usize,
         from: sockaddr_to_std(&storage, msg.msg_namelen),
         kernel_drops,
+        kernel_ns: stamp.and_then(realtime_to_monotonic),
     })
+}
+
+fn timespec_ns(ts: &libc::timespec) -> Option<i128> {
+    // A zero stamp means the kernel took none (timestamping was turned on after the
+    // datagram arrived).
+    (ts.tv_sec > 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
+}
+
+/// A `CLOCK_REALTIME` stamp of the recent past on `CLOCK_MONOTONIC`: the clocks' difference
+/// is read now, between two monotonic reads, so a step of the wall clock between the stamp and
+/// now would move it (none happens on a host while it measures).
+fn realtime_to_monotonic(stamp: libc::timespec) -> Option<u64> {
+    let stamp = timespec_ns(&stamp)?;
+    let before = monotonic_ns();
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: now is a valid out-pointer; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    let after = monotonic_ns();
+    let mono_now = i128::from(before / 2 + after / 2);
+    let real_now = timespec_ns(&now)?;
+    // Never later than now: the datagram was read before the clocks were.
+    let mono = mono_now - (real_now - stamp).max(0);
+    u64::try_from(mono).ok()
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -245,5 +292,34 @@ mod tests {
         assert_eq!(&buf[..12], b"hello probe!");
         // The counter is attached only once the socket has dropped something.
         assert!(r.kernel_drops.unwrap_or(0) == 0);
+        // No receive time was asked for.
+        assert_eq!(r.kernel_ns, None);
+    }
+
+    #[test]
+    fn the_kernels_receive_time_is_on_the_monotonic_clock_before_the_read() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_kernel_timestamps(&rx).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent = monotonic_ns();
+        tx.send_to(b"stamp", rx.local_addr().unwrap()).unwrap();
+        // The datagram waits in the socket: its stamp must say when it came, not when it
+        // was read.
+        sleep_until_monotonic_ns(sent + 20_000_000);
+        let mut buf = [0u8; 64];
+        let r = recv_with_drops(&rx, &mut buf).unwrap();
+        let read = monotonic_ns();
+        let stamp = r.kernel_ns.expect("a kernel receive time");
+        // The two clocks are read a few hundred ns apart to move the stamp across.
+        assert!(
+            stamp + 10_000 >= sent,
+            "stamped {} ns before it was sent",
+            sent - stamp
+        );
+        assert!(
+            read - stamp >= 20_000_000,
+            "stamped {} ns before it was read, after a 20 ms wait",
+            read - stamp
+        );
     }
 }

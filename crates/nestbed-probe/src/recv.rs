@@ -51,6 +51,8 @@ pub struct RecvConfig {
     pub log: Option<PathBuf>,
     /// Requested receive buffer in bytes; 0 keeps the kernel's default.
     pub rcvbuf: usize,
+    /// Time arrivals by the kernel's receive time (`SO_TIMESTAMPNS`) instead of the read.
+    pub kernel_times: bool,
 }
 
 /// One received probe datagram, as kept during the run.
@@ -132,6 +134,9 @@ pub struct RecvSummary {
     pub kernel_drops: u64,
     /// Whether the kernel drop counter is available on this socket.
     pub kernel_drops_available: bool,
+    /// Whether receive times are the kernel's (`--kernel-times`: when a datagram reached this
+    /// host) rather than when this process read it.
+    pub kernel_receive_times: bool,
     /// Receive buffer requested, bytes (0: the kernel's default).
     pub rcvbuf_requested: usize,
     /// Receive buffer the kernel granted (as it reports it, doubled).
@@ -182,6 +187,7 @@ pub struct Receiver {
     local: SocketAddr,
     rcvbuf_granted: usize,
     kernel_drops_available: bool,
+    kernel_receive_times: bool,
 }
 
 impl Receiver {
@@ -202,6 +208,11 @@ impl Receiver {
         }
         let rcvbuf_granted = sock.recv_buffer_size().unwrap_or(0);
         let kernel_drops_available = os::enable_rxq_ovfl(&sock).is_ok();
+        if cfg.kernel_times {
+            os::enable_kernel_timestamps(&sock)
+                .map_err(|e| ProbeError::io("setting SO_TIMESTAMPNS", e))?;
+        }
+        let kernel_receive_times = cfg.kernel_times;
         let bind_to = match cfg.group {
             Some(g) => {
                 sock.set_reuse_address(true)
@@ -240,6 +251,7 @@ impl Receiver {
             local,
             rcvbuf_granted,
             kernel_drops_available,
+            kernel_receive_times,
         })
     }
 
@@ -287,8 +299,11 @@ impl Receiver {
                 }
                 Err(e) => return Err(ProbeError::io(format!("receiving on {}", self.local), e)),
             };
-            let recv_ns = os::monotonic_ns();
-            last_activity = recv_ns;
+            let now = os::monotonic_ns();
+            last_activity = now;
+            // The kernel's receive time (when asked for) leaves out the wait in the socket and
+            // for this thread to be scheduled: the delay measured is the network's alone.
+            let recv_ns = r.kernel_ns.unwrap_or(now);
             let datagram = &buf[..r.len];
             if cfg.echo {
                 if let Some(from) = r.from {
@@ -386,6 +401,7 @@ impl Receiver {
             rate,
             kernel_drops,
             kernel_drops_available: self.kernel_drops_available,
+            kernel_receive_times: self.kernel_receive_times,
             rcvbuf_requested: self.cfg.rcvbuf,
             rcvbuf_granted: self.rcvbuf_granted,
             echoed,

@@ -69,6 +69,8 @@ pub struct SendConfig {
     /// Burst id of the first burst; later bursts count up from it (wrapping at 2^16), so
     /// successive runs into one receiver keep their bursts apart.
     pub first_burst: u16,
+    /// Time echoes by the kernel's receive time (`SO_TIMESTAMPNS`) instead of the read.
+    pub kernel_times: bool,
 }
 
 impl SendConfig {
@@ -364,8 +366,16 @@ fn open_socket(cfg: &SendConfig) -> Result<Socket, ProbeError> {
             }
         }
     }
-    if cfg.echo_wait_ns.is_some() && os::force_recv_buffer(&sock, ECHO_RCVBUF).is_err() {
-        opt("setting SO_RCVBUF", sock.set_recv_buffer_size(ECHO_RCVBUF))?;
+    if cfg.echo_wait_ns.is_some() {
+        if os::force_recv_buffer(&sock, ECHO_RCVBUF).is_err() {
+            opt("setting SO_RCVBUF", sock.set_recv_buffer_size(ECHO_RCVBUF))?;
+        }
+        if cfg.kernel_times {
+            opt(
+                "setting SO_TIMESTAMPNS",
+                os::enable_kernel_timestamps(&sock),
+            )?;
+        }
     }
     if let Some(bytes) = cfg.sndbuf {
         if os::force_send_buffer(&sock, bytes).is_err() {
@@ -405,7 +415,8 @@ fn spawn_echo_collector(
         loop {
             match os::recv_with_drops(&sock, &mut buf) {
                 Ok(r) => {
-                    let now = os::monotonic_ns();
+                    // The kernel's receive time when asked for, as the receiver's (`recv`).
+                    let now = r.kernel_ns.unwrap_or_else(os::monotonic_ns);
                     if let Ok(h) = Header::decode(&buf[..r.len]) {
                         got.push(Echo {
                             seq: h.seq,
@@ -660,6 +671,7 @@ mod tests {
             sndbuf: None,
             echo_log: None,
             first_burst: 0,
+            kernel_times: false,
         }
     }
 

@@ -339,3 +339,34 @@ fn echo_log_without_echo_wait_is_a_usage_error() {
     ]);
     assert!(err.contains("--echo-log needs --echo-wait"), "{err}");
 }
+
+/// Sends 20 datagrams to a receiver held stopped (SIGSTOP) for 300 ms after they were sent,
+/// and returns its summary.
+fn delays_of_a_receiver_held_while_they_arrive(args: &[&str]) -> Value {
+    let r = start_recv(&[&["--count", "20", "--idle", "10"], args].concat());
+    let pid = r.child.id().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    send(r.port, &["--size", "100", "--count", "20", "--pps", "1000"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal("-CONT");
+    finish(r.child)
+}
+
+#[test]
+fn kernel_times_leave_out_the_wait_for_the_receiver_and_read_times_count_it() {
+    // Read times (the default): application to application, so the datagrams waited in the
+    // socket for the stopped receiver, every one for at least the 300 ms it was held.
+    let read = delays_of_a_receiver_held_while_they_arrive(&[]);
+    assert_eq!(read["kernel_receive_times"], false);
+    assert!(u(&read, "delay.min_ns") >= 300_000_000, "{read}");
+    // Kernel times: when the datagrams reached the host, before the hold ended.
+    let kernel = delays_of_a_receiver_held_while_they_arrive(&["--kernel-times"]);
+    assert_eq!(kernel["kernel_receive_times"], true);
+    assert_eq!(u(&kernel, "packets"), 20, "{kernel}");
+    assert_sane_delay(&kernel["delay"]);
+    assert!(u(&kernel, "delay.max_ns") < 300_000_000, "{kernel}");
+}

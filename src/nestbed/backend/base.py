@@ -20,6 +20,7 @@ from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan
 
 if TYPE_CHECKING:
+    from nestbed.backend.sim import Simulator
     from nestbed.model.options import RunAs
 
 
@@ -89,6 +90,9 @@ class Backend(Protocol):
 
     def linkd(self, plan: Plan) -> Channel:
         """A client of the experiment's running link emulator."""
+
+    def simulator(self, plan: Plan) -> Simulator:
+        """The experiment's nestbed-sim (its simulated nodes), connected when first asked."""
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         """The node's cgroup, or None where it has none."""

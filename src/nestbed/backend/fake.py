@@ -144,6 +144,11 @@ class FakeBackend:
             raise FileNotFoundError(f"no fake network of experiment {plan.experiment}")
         return FakeLinkd(self.run_dir(plan) / "linkd.jsonl", plan)
 
+    def simulator(self, plan: Plan) -> Any:
+        from nestbed.backend.sim import LocalSimulator
+
+        return LocalSimulator(self.run_dir(plan))  # none runs: a request finds no socket
+
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         return None
 

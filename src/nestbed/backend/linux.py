@@ -767,5 +767,11 @@ class LinuxBackend:
         return {}  # one machine: the manifest's host facts say it all
 
     @staticmethod
+    def simulator(plan: Plan) -> Any:
+        from nestbed.backend.sim import LocalSimulator  # sim imports this module
+
+        return LocalSimulator(run_dir(plan))
+
+    @staticmethod
     def bring_back(plan: Plan, folders: dict[str, Path], run_as: RunAs | None) -> list[str]:
         return []  # the programs wrote in the folders themselves

@@ -6,7 +6,9 @@ nestbed-sim writes "ready" once the simulation is built, then a lag line every s
 log (``sim.log``) is what ``lag`` reads. It answers commands (start and stop traffic tools in
 simulated nodes, change or take down simulated links, read their counters) on a Unix socket
 in the same directory (``sim.sock``), which swap-in opens and hands to it: ``SimChannel`` is
-its client.
+its client. Above the back ends, a ``Simulator`` is how the controller, linktest and the
+instruments reach it, its commands and its log: ``LocalSimulator`` on this machine, the
+cluster's on the host that runs it (``cluster.simulator``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from nestbed.backend.linux import SIM_PID
@@ -160,10 +162,64 @@ class SimChannel:
         self.sock.close()
 
 
+class Simulator(Protocol):
+    """An experiment's nestbed-sim, wherever it runs."""
+
+    def request(self, *words: object) -> dict[str, Any]:
+        """Carries out one command (``SimChannel.request``); files it names are written
+        where it names them."""
+
+    def log(self, offset: int = 0) -> tuple[str, int] | None:
+        """What nestbed-sim has logged from byte ``offset`` on, and the byte it ends at;
+        None if it left no log."""
+
+    def running(self) -> bool:
+        """Whether nestbed-sim still runs."""
+
+    def close(self) -> None:
+        """Closes the connection (a later request opens another)."""
+
+
+class LocalSimulator:
+    """The experiment's nestbed-sim on this machine, found by its run directory; connected
+    when first asked."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.channel: SimChannel | None = None
+
+    def request(self, *words: object) -> dict[str, Any]:
+        if self.channel is None:
+            self.channel = SimChannel(self.directory)
+        return self.channel.request(*words)
+
+    def log(self, offset: int = 0) -> tuple[str, int] | None:
+        return read_log(self.directory, offset)
+
+    def running(self) -> bool:
+        return running(self.directory)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+def read_log(directory: Path, offset: int = 0) -> tuple[str, int] | None:
+    """The log of the nestbed-sim in ``directory`` from byte ``offset`` on, and its end."""
+    try:
+        with (directory / LOG).open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    return data.decode(errors="replace"), offset + len(data)
+
+
 class SimulatedProcess:
     """A traffic tool running in nestbed-sim, as a flow (or linktest) sees a process."""
 
-    def __init__(self, channel: SimChannel, tool: str, argv: Sequence[str]):
+    def __init__(self, channel: Simulator, tool: str, argv: Sequence[str]):
         self.channel, self.tool, self.args = channel, tool, list(argv)
         self.returncode: int | None = None
 

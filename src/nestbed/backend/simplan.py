@@ -49,6 +49,9 @@ class Attachment:
     simulated_node: str
     address: str  # the simulated node's "A.B.C.D/LEN" on the link
     ifname: str  # the fabric interface nestbed-sim's socket is bound to
+    # The largest IP packet its interface carries (None: Ethernet's 1500); less where a
+    # cluster's VXLAN carries it, and ns-3 fragments what is larger.
+    mtu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Simulation:
         lines += self.links
         lines += [
             f"attach {a.link} {a.simulated_node} {a.address} {fds[a.link]}"
+            + ("" if a.mtu is None else f" {a.mtu}")
             for a in self.attachments
         ]
         lines += [

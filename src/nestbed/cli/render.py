@@ -157,6 +157,8 @@ _VALIDATE_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
             "% err": lambda r: _num(r["rtt_error_pct"], ".2f"),
             "one-way err µs": lambda r: f"{r['one_way_error_us']:+.1f}",
             "one-way stdev µs": lambda r: f"{r['one_way_stdev_us']:.1f}",
+            "linkd late µs": lambda r: _num(r.get("linkd_late_mean_us"), ".1f"),
+            "linkd late stdev µs": lambda r: _num(r.get("linkd_late_stdev_us"), ".1f"),
             "Dummynet RTT ms": lambda r: _num(r["dummynet_rtt_ms"], ".3f"),
         },
     ),

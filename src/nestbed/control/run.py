@@ -80,7 +80,8 @@ class Run:
         self.program_rows = Table(self.folder.programs_table, PROGRAM_COLUMNS)
         found = {n.name: backend.node_cgroup(self.plan, n.name) for n in self.plan.nodes}
         self.cgroups: dict[str, NodeCgroup] = {n: cg for n, cg in found.items() if cg}
-        self.simulated = SimulatedPart(self.plan, backend.run_dir(self.plan))
+        self.simulator = backend.simulator(self.plan)
+        self.simulated = SimulatedPart(self.plan, self.simulator)
         self.links = LinkStates(self.exp, self.plan, backend, self.simulated)
         self.sampler = Sampler(
             backend, self.plan, self.folder, self.cgroups, self.now_s,
@@ -114,7 +115,7 @@ class Run:
             backend, self.plan, self.folder, self.options.capture_nodes, self.spawn
         )
         self.linktests = Linktests(backend.name, backend.run_dir(self.plan), self.folder)
-        self.simulation_lag = SimulationLag(self.plan, backend.run_dir(self.plan))
+        self.simulation_lag = SimulationLag(self.plan, self.simulator)
         self.actions = Actions(
             self.exp, self.scheduler, self.links, self.flows, self.programs, self.linktests,
             self.events, self._end_by_event,

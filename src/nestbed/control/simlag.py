@@ -7,10 +7,9 @@ in its manifest's reason, so its figures are never silently wrong.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nestbed.backend import sim
 from nestbed.backend.plan import Plan
+from nestbed.backend.sim import Simulator
 from nestbed.results.folder import RunFolder
 from nestbed.results.tables import write_table
 
@@ -21,27 +20,27 @@ class SimulationLag:
     """Reads the lag nestbed-sim logs from the moment the run starts (a reused network's
     simulator started before it)."""
 
-    def __init__(self, plan: Plan, run_dir: Path):
+    def __init__(self, plan: Plan, simulator: Simulator):
         self.simulation = plan.simulation
-        self.log = run_dir / sim.LOG
-        self.start = self.log.stat().st_size if self.simulation and self.log.exists() else 0
+        self.simulator = simulator
+        logged = simulator.log() if self.simulation else None
+        self.start = 0 if logged is None else logged[1]
 
     def record(self, folder: RunFolder) -> list[str]:
         """Writes the run's lag table; what to say if the simulator fell behind."""
         if self.simulation is None:
             return []
-        if not self.log.exists():
+        logged = self.simulator.log(self.start)
+        if logged is None:
             return ["the simulated part left no log of its lag behind real time"]
-        with self.log.open("rb") as f:
-            f.seek(self.start)
-            text = f.read().decode(errors="replace")
+        text = logged[0]
         lag = sim.lag(text)
         problems = []
         # What nestbed-sim said during the run, beside its lag table.
         kept = folder.simulation_lag.with_name("nestbed-sim.log")
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.write_text(text)
-        if not sim.running(self.log.parent):
+        if not self.simulator.running():
             words = [line for line in text.strip().splitlines() if not _lag_line(line)]
             last = " / ".join(words[-3:]) or "no output"
             problems.append(

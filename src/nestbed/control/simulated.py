@@ -21,7 +21,7 @@ from typing import Any
 from nestbed.backend import simplan
 from nestbed.backend.linkd import Pipe, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.backend.sim import SimChannel, SimulatedProcess, word
+from nestbed.backend.sim import SimulatedProcess, Simulator, word
 from nestbed.errors import Refused
 from nestbed.model import Link
 
@@ -87,19 +87,16 @@ class SimulatedPart:
     """The experiment's nestbed-sim during a run (nothing without simulated nodes); one
     connection, opened when first needed."""
 
-    def __init__(self, plan: Plan, run_dir: Path):
+    def __init__(self, plan: Plan, simulator: Simulator):
         simulation = plan.simulation
         self.nodes = set(simulation.nodes) if simulation else set()
         self.links = set(simulation.link_names) if simulation else set()
-        self.run_dir = run_dir
-        self.channel: SimChannel | None = None
+        self.simulator = simulator
         self.prefix = uuid.uuid4().hex[:8]  # tools of earlier runs stay in nestbed-sim
         self.started = 0
 
-    def _channel(self) -> SimChannel:
-        if self.channel is None:
-            self.channel = SimChannel(self.run_dir)
-        return self.channel
+    def _channel(self) -> Simulator:
+        return self.simulator
 
     def spawn(self, node: str, argv: Sequence[str], output: Path) -> SimulatedProcess:
         """Starts ``argv`` (a traffic tool) in simulated node ``node``."""
@@ -130,6 +127,4 @@ class SimulatedPart:
         return found
 
     def close(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
+        self.simulator.close()

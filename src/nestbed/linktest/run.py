@@ -238,7 +238,7 @@ class _Probe:
 class _Tester:
     def __init__(self, backend: Backend, plan: Plan, report: Report):
         self.backend, self.plan, self.report = backend, plan, report
-        self.simulated = SimulatedProbes(plan, lambda: backend.run_dir(plan), expect.wire_bits)
+        self.simulated = SimulatedProbes(plan, backend, expect.wire_bits)
 
     def close(self) -> None:
         self.simulated.close()

@@ -13,15 +13,18 @@ import json
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestbed.backend import sim
 from nestbed.backend.linkd import Pipe, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.backend.sim import SimChannel, SimulatedProcess, word
+from nestbed.backend.sim import SimulatedProcess, Simulator, word
 from nestbed.errors import InternalError
+
+if TYPE_CHECKING:
+    from nestbed.backend.base import Backend
 
 _POLL_S = 0.02
 # nestbed-sim writes a lag line every simulated second; a little more than one is waited for.
@@ -32,14 +35,19 @@ class SimulatedProbes:
     """Starts probes in the simulated nodes of a swapped-in experiment, through its
     nestbed-sim (one connection, opened when first needed)."""
 
-    def __init__(self, plan: Plan | None, run_dir: Callable[[], Path], wire_bits: Any):
+    def __init__(self, plan: Plan | None, backend: Backend, wire_bits: Any):
         simulation = plan.simulation if plan is not None else None
         self.nodes = set(simulation.nodes) if simulation is not None else set()
-        self.run_dir = run_dir  # the experiment's, where nestbed-sim's socket is
+        self.plan, self.backend = plan, backend
         self.wire_bits = wire_bits  # payload bytes -> bits on the wire, linktest's measure
-        self.channel: SimChannel | None = None
+        self.channel: Simulator | None = None
         self.prefix = f"linktest-{uuid.uuid4().hex[:8]}"
         self.started = 0
+
+    def run_dir(self) -> Path:
+        """The experiment's state folder here, where the tools' summaries and logs go."""
+        assert self.plan is not None
+        return self.backend.run_dir(self.plan)
 
     def start(self, node: str, argv: Sequence[str]) -> SimulatedProbe:
         """``argv``, nestbed-probe's (``recv --bind IP:PORT ...`` or ``send --to IP:PORT
@@ -81,15 +89,20 @@ class SimulatedProbes:
         if not self.nodes:
             yield lags
             return
-        log = self.run_dir() / sim.LOG
-        before = sim.lag(log.read_text(errors="replace")).per_second_s
+        simulator = self._channel()
+
+        def logged() -> str:
+            found = simulator.log()
+            return "" if found is None else found[0]
+
+        before = sim.lag(logged()).per_second_s
         # The second in progress began before the block: its line is not written yet.
         first = before[-1][0] + 1 if before else 0
         yield lags
-        ended = len(sim.lag(log.read_text(errors="replace")).per_second_s)
+        ended = len(sim.lag(logged()).per_second_s)
         deadline = time.monotonic() + _LAG_WAIT_S
         while True:
-            seconds = sim.lag(log.read_text(errors="replace")).per_second_s
+            seconds = sim.lag(logged()).per_second_s
             if len(seconds) > ended or time.monotonic() > deadline:
                 break
             time.sleep(_POLL_S)
@@ -99,9 +112,10 @@ class SimulatedProbes:
         """The simulated links' counters, as linkd's pipes."""
         return pipe_counters(self._channel())
 
-    def _channel(self) -> SimChannel:
+    def _channel(self) -> Simulator:
         if self.channel is None:
-            self.channel = SimChannel(self.run_dir())
+            assert self.plan is not None
+            self.channel = self.backend.simulator(self.plan)
         return self.channel
 
     def close(self) -> None:
@@ -128,7 +142,7 @@ class SimulatedProbe(SimulatedProcess):
     duration ends when it has passed; others end when linktest terminates them (a receiver)
     or when they have sent their count (a sender)."""
 
-    def __init__(self, channel: SimChannel, tool: str, argv: list[str], out: Path, log: Path,
+    def __init__(self, channel: Simulator, tool: str, argv: list[str], out: Path, log: Path,
                  seconds: float | None, wire_bits: Any):  # fmt: skip
         super().__init__(channel, tool, argv)
         self.out, self.log, self.wire_bits = out, log, wire_bits

@@ -2,7 +2,9 @@
 
 Two nodes joined by one emulated link; nestbed-probe sends UDP between them while the link's
 parameters are changed between measurements. Delay (Table 1) is the round trip of echoed
-packets and the one-way delay on the hosts' shared monotonic clock; bandwidth (Table 2) is the
+packets and the one-way delay on the hosts' shared monotonic clock, arrivals timed by the
+kernel's receive time (so a probe waiting for a core does not count as the link's delay),
+beside linkd's own lateness over the same packets; bandwidth (Table 2) is the
 receiver's goodput on the wire while the sender offers slightly more; loss (Table 3) is the
 received proportion against a 99 % binomial interval; Gilbert-Elliott loss and jitter are
 checked too. Nothing is adjusted after the fact. The paper's Dummynet figures are printed
@@ -34,6 +36,9 @@ from nestbed.lifecycle import Active, Testbed, signals
 from nestbed.model.options import RunOptions
 from nestbed.store import Store
 
+# Delays are the link's: a datagram's arrival is when it reached the receiving node (the
+# kernel's receive time), not when the probe, waiting for a core, read it.
+KERNEL_TIMES = "--kernel-times"
 # Ethernet frame sizes of the paper (with FCS) and the UDP payload that makes them.
 FRAME_SIZES = {64: 18, 1518: 1472}
 PORT = 5001
@@ -202,6 +207,41 @@ class Bench:
         return json.loads(sender.stdout), json.loads(out), log_path
 
 
+def _lateness_totals(counters: dict[str, Any]) -> tuple[float, float, float, float]:
+    """linkd's frames, their summed lateness and its square (ns, ns²), and the frames at
+    least 50 µs late, over all its threads, as counted so far."""
+    frames = total = squares = late = 0.0
+    for thread in counters.get("threads", []):
+        h = thread["lateness"]
+        frames += h["frames"]
+        total += h["sum_ns"]
+        squares += h["sum_sq_ns"]
+        late += sum(h["buckets"][b] for b in ("lt_100us", "lt_1ms", "ge_1ms"))
+    return frames, total, squares, late
+
+
+def linkd_lateness(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """How late linkd sent the frames it sent between two counter reports: its own timing
+    error (send time − due time) apart from the probes' and the hosts' scheduling, which the
+    one-way figures include."""
+    f0, s0, q0, l0 = _lateness_totals(before)
+    f1, s1, q1, l1 = _lateness_totals(after)
+    frames = f1 - f0
+    if frames <= 0:
+        return {
+            "linkd_frames": 0, "linkd_late_mean_us": None, "linkd_late_stdev_us": None,
+            "linkd_late_50us_pct": None,
+        }  # fmt: skip
+    mean = (s1 - s0) / frames
+    variance = max((q1 - q0) / frames - mean * mean, 0.0)
+    return {
+        "linkd_frames": round(frames),
+        "linkd_late_mean_us": mean / 1e3,
+        "linkd_late_stdev_us": math.sqrt(variance) / 1e3,
+        "linkd_late_50us_pct": 100 * (l1 - l0) / frames,
+    }
+
+
 def _pct(measured: float, expected: float) -> float | None:
     return abs(measured - expected) / expected * 100 if expected else None
 
@@ -213,11 +253,14 @@ def measure_delay(bench: Bench, s: Settings, progress: Callable[[str], None]) ->
         for size in s.sizes:
             progress(f"delay {delay_ms} ms, {size}-byte frames")
             pps = s.pps[size]
+            before = bench.counters() if bench.client else {}
             sent, got, _ = bench.probe(
                 ["--size", str(FRAME_SIZES[size]), "--pps", str(pps),
-                 "--count", str(s.delay_packets), "--echo-wait", str(1 + 2 * delay_ms / 1000)],
-                ["--echo", "--idle", str(2 + 2 * delay_ms / 1000)],
+                 "--count", str(s.delay_packets), "--echo-wait", str(1 + 2 * delay_ms / 1000),
+                 KERNEL_TIMES],
+                ["--echo", "--idle", str(2 + 2 * delay_ms / 1000), KERNEL_TIMES],
             )  # fmt: skip
+            late = linkd_lateness(before, bench.counters() if bench.client else {})
             rtt = sent["echo"]["rtt"]
             one_way = got["delay"]
             expected_ns = 2 * delay_ms * 1e6
@@ -234,6 +277,7 @@ def measure_delay(bench: Bench, s: Settings, progress: Callable[[str], None]) ->
                     "rtt_error_pct": _pct(rtt["mean_ns"], expected_ns),
                     "one_way_error_us": (one_way["mean_ns"] - delay_ms * 1e6) / 1e3,
                     "one_way_stdev_us": one_way["stdev_ns"] / 1e3,
+                    **late,
                     "dummynet_rtt_ms": DUMMYNET_RTT_MS.get((delay_ms, size)),
                 }
             )
@@ -389,7 +433,7 @@ def measure_jitter(bench: Bench, s: Settings, progress: Callable[[str], None]) -
             )
             _, got, _ = bench.probe(
                 ["--size", "18", "--pps", "2000", "--count", str(s.delay_packets)],
-                ["--idle", str(2 + delay_ms / 500)],
+                ["--idle", str(2 + delay_ms / 500), KERNEL_TIMES],
             )
             d = got["delay"]
             rows.append(

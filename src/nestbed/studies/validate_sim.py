@@ -27,7 +27,7 @@ from nestbed.api import Experiment
 from nestbed.backend import get as get_backend
 from nestbed.backend import sim
 from nestbed.backend.plan import plan
-from nestbed.backend.sim import SimChannel
+from nestbed.backend.sim import Simulator
 from nestbed.studies import validate
 from nestbed.studies.validate import FRAME_SIZES, Settings
 
@@ -100,13 +100,13 @@ class SimulatedBench(validate.Bench):
         self.client = None
         self.store = None
         self.active = None
-        self.simulator: SimChannel | None = None
+        self.simulator: Simulator | None = None
 
     def __enter__(self) -> SimulatedBench:
         super().__enter__()
         assert self.active is not None
         try:
-            self.simulator = SimChannel(self.active.backend.run_dir(self.plan))
+            self.simulator = self.active.backend.simulator(self.plan)
         except BaseException:
             self.__exit__()
             raise
@@ -233,7 +233,7 @@ def run(settings: Settings, results: Path, progress: Callable[[str], None]) -> d
 def _lag(bench: SimulatedBench) -> dict[str, Any]:
     """nestbed-sim's lag behind real time over the whole validation."""
     assert bench.active is not None
-    log = bench.active.backend.run_dir(bench.plan) / sim.LOG
-    lag = sim.lag(log.read_text())
+    logged = bench.active.backend.simulator(bench.plan).log()
+    lag = sim.lag("" if logged is None else logged[0])
     late = sum(1 for _, lag_s in lag.per_second_s if lag_s > 0.005)
     return {"worst_s": lag.worst_s, "seconds": len(lag.per_second_s), "seconds_over_5ms": late}

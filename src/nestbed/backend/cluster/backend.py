@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -51,13 +52,15 @@ from nestbed.backend.cluster.share import (
     Underlay,
     cut_links,
     shares,
+    simulator_host,
 )
+from nestbed.backend.cluster.simulator import RemoteSimulator
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.nofollow import write_tree
 from nestbed.backend.plan import Plan, experiment_tag
-from nestbed.errors import EnvironmentProblem, InternalError, NestbedError, UserError
+from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
 
 if TYPE_CHECKING:
     from nestbed.model.options import RunAs
@@ -226,11 +229,6 @@ class ClusterBackend:
         return kept["nodes"], underlay
 
     def swap_in(self, plan: Plan) -> None:
-        if plan.simulation is not None:
-            raise UserError(
-                f"experiment {plan.experiment} has simulated nodes (make-simulated), which run "
-                "on one machine so far; swap it in with the linux back end"
-            )
         facts = self.facts()
         if not facts:
             self.require_ready()
@@ -531,9 +529,9 @@ class ClusterBackend:
         asked: dict[str, dict[str, str]] = {}
         for node, folder in folders.items():
             asked.setdefault(kept[0][node], {})[node] = str(folder)
-        answers = self._on_hosts(
-            workdirs.bring_back, {h: (plan.experiment, homes) for h, homes in asked.items()}
-        )
+        answers = self._taken(plan.experiment, self._on_hosts(
+            workdirs.spool_back, {h: (plan.experiment, homes) for h, homes in asked.items()}
+        ))  # fmt: skip
         owner = None if run_as is None else (run_as.uid, run_as.gid)
         said = []
         for h, answer in sorted(answers.items()):
@@ -546,6 +544,35 @@ class ClusterBackend:
                 if left:
                     said.append(workdirs.left_out_sentence(f"work/{node}", h, left))
         return said
+
+    def _taken(self, experiment: str, spooled: dict[str, Any]) -> dict[str, Any]:
+        """Each host's trees of ``workdirs.spool_back``, the rest of a large one taken in
+        ``workdirs.CHUNK_BYTES`` a host per round, all hosts at once; or its error."""
+        got: dict[str, Any] = {}
+        left: dict[str, tuple[str, int]] = {}  # host -> (spool, size)
+        for h, answer in spooled.items():
+            if isinstance(answer, BaseException):
+                got[h] = answer
+                continue
+            head, name, size = answer
+            got[h] = bytearray(head)
+            if name is not None:
+                left[h] = (name, size)
+        while left:
+            chunks = self._on_hosts(workdirs.take, {
+                h: (experiment, name, len(got[h])) for h, (name, _) in left.items()
+            })  # fmt: skip
+            for h, chunk in chunks.items():
+                if not chunk:  # a spool cut short under it
+                    chunk = EnvironmentProblem(f"it ended at {len(got[h])} of {left[h][1]} bytes")
+                if isinstance(chunk, BaseException):
+                    got[h] = chunk
+                    del left[h]
+                    continue
+                got[h] += chunk
+                if len(got[h]) >= left[h][1]:
+                    del left[h]
+        return {h: a if isinstance(a, BaseException) else pickle.loads(a) for h, a in got.items()}
 
     def capture_argv(self, ifname: str, path: Path) -> list[str]:
         from nestbed.backend.linux import capture_argv
@@ -589,6 +616,25 @@ class ClusterBackend:
                     for h, a in answers.items()}  # fmt: skip
 
         return ClusterChannel(parts, on_hosts, at_hosts)
+
+    def simulator(self, plan: Plan) -> RemoteSimulator:
+        """The experiment's nestbed-sim on the host its simulated nodes are on (found when
+        first asked: an experiment without one has this too, unasked)."""
+
+        def on_host(function: Callable[..., Any], *args: Any) -> Any:
+            kept = self.placement(plan)
+            where = None if kept is None else simulator_host(plan, kept[0])
+            if where is None:
+                raise EnvironmentProblem(
+                    f"experiment {plan.experiment} has no simulated part on this cluster"
+                )
+            only = agent.state_only(plan)
+            (answer,) = self._on_hosts(function, {where: (only, *args)}, light=True).values()
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        return RemoteSimulator(on_host)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         """The node's cgroup on its host, as its CPU time and memory read through the

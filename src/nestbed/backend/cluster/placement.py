@@ -1,6 +1,11 @@
 """Where a swap-in plan's nodes go on a cluster: the plan as the mapper's topology, the hosts'
 own facts (reported by their agents) as its testbed, and the mapper's answer as node -> host.
 
+Simulated nodes (``make-simulated``) all run in one nestbed-sim: the mapper places them as
+one node (``SIMULATOR``, a process taking a slot like a node's), joined by the attachments
+to the emulated nodes around it, so it lands beside them where it can; each simulated node
+is then on the simulator's host.
+
 Pure: the facts are handed in.
 """
 
@@ -38,11 +43,18 @@ class HostFacts:
     clock_port: int | None = None  # UDP port its agent answers time requests on
 
 
+SIMULATOR = "_simulator"  # the simulated part, as one node to the mapper (no node has a "_")
+
+
 def topology_of_plan(p: Plan) -> Topology:
     """The plan's nodes, links and LANs as the mapper sees them: a node wants its CPU quota
     and memory limit; a link or LAN member weighs its fastest shaped direction (unlimited
-    ones the mapper's estimate of an unshaped link)."""
+    ones the mapper's estimate of an unshaped link). The simulated nodes are one node,
+    ``SIMULATOR``, and the links among them are inside it."""
     nodes = [VirtualNode(n.name, desires=desires(n.cpu_cores, n.memory_bytes)) for n in p.nodes]
+    simulated = set(p.simulation.nodes) if p.simulation is not None else set()
+    if simulated:
+        nodes.append(VirtualNode(SIMULATOR))
     rates: dict[tuple[str, str], int] = {}  # (link, node) -> bits/s
     lans = {link.link for link in p.emulated if link.lan} | {b.link for b in p.bridges}
     for link in p.emulated:
@@ -55,12 +67,15 @@ def topology_of_plan(p: Plan) -> Topology:
     def rate(link: str, node: str) -> int:
         return rates.get((link, node)) or UNLIMITED_ESTIMATE_BPS
 
+    def placed(node: str) -> str:
+        return SIMULATOR if node in simulated else node
+
     links, virtual_lans = [], []
     for link, members in link_members(p).items():
         if len(members) == 2 and link not in lans:
             a, b = members
             bps = max(rate(link, a), rate(link, b))
-            links.append(VirtualLink(link, a, b, bps, shaped=(link, a) in rates))
+            links.append(VirtualLink(link, placed(a), placed(b), bps, shaped=(link, a) in rates))
         else:
             virtual_lans.append(VirtualLan(link, tuple(
                 LanMember(m, rate(link, m), f"{link}-{m}") for m in members
@@ -89,5 +104,10 @@ def testbed_of(hosts: list[HostFacts]) -> Testbed:
 
 
 def place(p: Plan, hosts: list[HostFacts]) -> dict[str, str]:
-    """Node -> host, from the mapper (UserError with one sentence if nothing fits)."""
-    return map_topology(topology_of_plan(p), testbed_of(hosts)).hosts
+    """Node -> host, from the mapper (UserError with one sentence if nothing fits); every
+    simulated node on the simulator's host."""
+    found = dict(map_topology(topology_of_plan(p), testbed_of(hosts)).hosts)
+    simulator = found.pop(SIMULATOR, None)
+    if p.simulation is not None and simulator is not None:
+        found |= {node: simulator for node in p.simulation.nodes}
+    return found

@@ -22,13 +22,20 @@ be on several hosts, each farther or nearer: its delays are not compensated.
 
 Every interface of a cut link or LAN gets the inner MTU (the underlay's less the 50 bytes of
 VXLAN over IPv4): a larger frame would be dropped or fragmented silently inside the tunnel.
+
+Simulated nodes (``make-simulated``) have no namespace: all of them run in one nestbed-sim,
+on one host, which the placement names for each of them. An attachment (a link between an
+emulated and a simulated node) has the simulator's fabric interface as its simulated
+member's end, so an attachment whose emulated node is on another host is cut as any link
+is: the simulator's end is bridged to (unshaped) or piped into (shaped) the link's tunnel on
+the simulator's host. Only that host's share has the simulated part.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +49,7 @@ from nestbed.backend.plan import (
     Veth,
     check_names,
 )
+from nestbed.backend.simplan import Simulation
 from nestbed.errors import InternalError, UserError
 
 DEFAULT_PORT = 14789  # VXLAN's UDP port between hosts (containerlab's choice; IANA's is 4789)
@@ -113,9 +121,15 @@ def host_fabric(fabric: str, host: str) -> str:
 
 def check_placement(p: Plan, placement: Mapping[str, str], underlay: Underlay) -> None:
     """One sentence (UserError) for a placement or underlay the shares cannot be built from."""
-    missing = [n.name for n in p.nodes if n.name not in placement]
+    simulated = p.simulation.nodes if p.simulation is not None else ()
+    missing = [n for n in [*(n.name for n in p.nodes), *simulated] if n not in placement]
     if missing:
         raise UserError(f"node {missing[0]} of experiment {p.experiment} is placed on no host")
+    if len({placement[n] for n in simulated}) > 1:
+        raise UserError(
+            f"the simulated nodes of experiment {p.experiment} are placed on more than one "
+            "host; they run in one nestbed-sim, so place them all on one"
+        )
     for host in sorted(set(placement.values())):
         if not HOST_NAME_RE.match(host):
             raise UserError(f"host name {host!r} may hold only letters, digits, '-' and '_'")
@@ -137,15 +151,40 @@ def cut_links(p: Plan, placement: Mapping[str, str]) -> dict[str, set[str]]:
 
 
 def link_members(p: Plan) -> dict[str, list[str]]:
-    """Each link or LAN's member nodes, links in the plan's order (the IR's)."""
-    node_of = {n.netns: n.name for n in p.nodes}
+    """Each link or LAN's member nodes, links in the plan's order (the IR's); an attachment's
+    simulated node is a member by its end in the fabric, which nestbed-sim reads."""
+    member = _members(p)
     found: dict[str, list[str]] = {}
     for veth in p.veths:
         found.setdefault(veth.link, [])
         for end in (veth.a, veth.b):
-            if end.netns in node_of:
-                found[veth.link].append(node_of[end.netns])
+            node = member(veth.link, end)
+            if node is not None:
+                found[veth.link].append(node)
     return found
+
+
+def _members(p: Plan) -> Callable[[str, Interface], str | None]:
+    """The node whose end a veth's end of a link is: an emulated node's in its namespace, a
+    simulated node's the attachment's interface in the fabric; None for the fabric's other
+    ends (looked up, not searched: a plan has thousands of ends)."""
+    node_of = {n.netns: n.name for n in p.nodes}
+    attachments = p.simulation.attachments if p.simulation is not None else ()
+    attached = {(a.link, a.ifname): a.simulated_node for a in attachments}
+
+    def member(link: str, end: Interface) -> str | None:
+        if end.netns == p.fabric:
+            return attached.get((link, end.ifname))
+        return node_of.get(end.netns)
+
+    return member
+
+
+def simulator_host(p: Plan, placement: Mapping[str, str]) -> str | None:
+    """The host of the experiment's nestbed-sim: its simulated nodes' (None without)."""
+    if p.simulation is None:
+        return None
+    return placement[p.simulation.nodes[0]]
 
 
 def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) -> HostShare:
@@ -154,8 +193,12 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     local_ns = {n.netns for n in p.nodes if placement[n.name] == host}
     fabric = host_fabric(p.fabric, host)
     cut = cut_links(p, placement)
-    index = {link: i for i, link in enumerate(link_members(p))}  # as plan() numbered them
+    member_of = _members(p)
+    # Numbers for the names a cut adds (its tunnel; an unshaped one's bridge and ends, named
+    # unlike any of the plan's own, whose numbers count simulated links too).
+    index = {link: i for i, link in enumerate(link_members(p))}
     inner = underlay.inner_mtu
+    simulator = simulator_host(p, placement) == host
 
     def here(end: Interface) -> Interface:
         return replace(end, netns=fabric) if end.netns == p.fabric else end
@@ -164,16 +207,18 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     bridges: list[Bridge] = []
     cut_bridges: dict[str, tuple[str, list[str]]] = {}  # link -> (bridge, fabric ends)
     for veth in p.veths:
-        node_ends = [end for end in (veth.a, veth.b) if end.netns != p.fabric]
-        if veth.link in cut and len(node_ends) == 2:
-            # An unshaped cut link: each local member's own veth to a bridge in the fabric.
+        owned = [(end, m) for end in (veth.a, veth.b)
+                 if (m := member_of(veth.link, end)) is not None]  # fmt: skip
+        if veth.link in cut and len(owned) == 2:
+            # An unshaped cut link: each local member's own veth to a bridge in the fabric
+            # (a simulated member's end is nestbed-sim's, frames whole: no offloads).
             i = index[veth.link]
-            for j, end in enumerate(node_ends):
-                if end.netns in local_ns:
-                    fabric_end = f"l{i}p{j}"
-                    veths.append(Veth(end, Interface(fabric, fabric_end), veth.link))
-                    cut_bridges.setdefault(veth.link, (f"br{i}", []))[1].append(fabric_end)
-        elif any(end.netns in local_ns for end in node_ends):
+            for j, (end, member) in enumerate(owned):
+                if placement[member] == host:
+                    fabric_end = Interface(fabric, f"c{i}p{j}", None, end.netns == p.fabric)
+                    veths.append(Veth(here(end), fabric_end, veth.link))
+                    cut_bridges.setdefault(veth.link, (f"bc{i}", []))[1].append(fabric_end.ifname)
+        elif any(placement[member] == host for _, member in owned):
             veths.append(Veth(here(veth.a), here(veth.b), veth.link))
     bridges += [Bridge(fabric, br, tuple(ends), link) for link, (br, ends) in cut_bridges.items()]
     fabric_ends = {end.ifname for v in veths for end in (v.a, v.b) if end.netns == fabric}
@@ -219,7 +264,7 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
         (end.netns, end.ifname, inner) for v in veths if v.link in cut for end in (v.a, v.b)
     )
     nodes = tuple(n for n in p.nodes if n.netns in local_ns)
-    uses_fabric = bool(bridges or emulated or tunnels)
+    uses_fabric = bool(bridges or emulated or tunnels or simulator)
     result = replace(
         p,
         fabric=fabric,
@@ -228,11 +273,23 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
         bridges=tuple(bridges),
         emulated=tuple(emulated),
         namespaces=((fabric,) if uses_fabric else ()) + tuple(n.netns for n in nodes),
+        simulation=_simulation(p, cut, inner) if simulator else None,
     )
     too_long = check_names(result) + [t.ifname for t in tunnels if len(t.ifname) > IFNAME_MAX]
     if too_long:
         raise InternalError(f"interface name {too_long[0]} is longer than {IFNAME_MAX}")
     return HostShare(host, result, tuple(tunnels), mtus, underlay, tuple(compensated))
+
+
+def _simulation(p: Plan, cut: Mapping[str, set[str]], inner_mtu: int) -> Simulation | None:
+    """The simulated part as its host runs it: an attachment cut between hosts carries the
+    inner MTU, and nestbed-sim's device there is told so (ns-3's TCP segments are 1448
+    bytes and heed no peer's MSS: it fragments them rather than have the tunnel drop them)."""
+    if p.simulation is None:
+        return None
+    attachments = tuple(replace(a, mtu=inner_mtu) if a.link in cut else a
+                        for a in p.simulation.attachments)  # fmt: skip
+    return replace(p.simulation, attachments=attachments)
 
 
 def less_delay(params: dict[str, Any], by_s: float) -> dict[str, Any]:

@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pickle
 import re
 import shutil
 import stat
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -165,6 +167,43 @@ def bring_back(experiment: str, homes: dict[str, str]) -> dict[str, Tree]:
     for run in {_run(experiment, home) for home in homes.values()}:
         shutil.rmtree(run, ignore_errors=True)  # never follows a link in it
     return found
+
+
+# What one answer of a host carries of a run's working folders (up to 64 MiB a node,
+# ``nofollow.LIMIT_BYTES``): a whole answer of a host with several full folders held a
+# message of hundreds of MiB in the agent and here at once, and the agent's connection
+# (its heartbeats, every other answer) behind it while it crossed.
+CHUNK_BYTES = 16 << 20
+_SPOOL = ".back-"  # in the experiment's folder: a run's folders read, until taken
+
+
+def spool_back(experiment: str, homes: dict[str, str]) -> tuple[bytes, str | None, int]:
+    """``bring_back``'s trees, pickled: the first ``CHUNK_BYTES`` of them, and if there is
+    more, the name of the file in the experiment's folder (root's alone) that holds it all,
+    for ``take``; and their size."""
+    data = pickle.dumps(bring_back(experiment, homes))
+    if len(data) <= CHUNK_BYTES:
+        return data, None, len(data)
+    folder = root() / experiment  # exists: it held the folders read
+    name = f"{_SPOOL}{uuid.uuid4().hex}"
+    fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as spool:
+        spool.write(data)
+    return data[:CHUNK_BYTES], name, len(data)
+
+
+def take(experiment: str, name: str, offset: int) -> bytes:
+    """The next ``CHUNK_BYTES`` of a spooled bring-back from ``offset`` on; the file goes
+    with its last."""
+    if not name.startswith(_SPOOL) or "/" in name:
+        raise EnvironmentProblem(f"{name!r} is no bring-back of experiment {experiment}")
+    path = root() / experiment / name
+    with open(path, "rb") as spool:
+        spool.seek(offset)
+        data = spool.read(CHUNK_BYTES)
+        if not spool.read(1):
+            path.unlink()
+    return data
 
 
 LEFT_OUT_NAMED = 3  # a run's reason names this many of a folder's left-out entries
