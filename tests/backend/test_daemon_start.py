@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from nestbed.backend.sockets import SocketClient, start_daemon
+from nestbed.errors import InternalError
 
 # Binds, waits for a go-ahead file, then listens and answers one JSON line per connection.
 DAEMON = """
@@ -42,3 +45,14 @@ def test_a_daemon_that_has_bound_but_not_listened_is_waited_for(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_daemon_that_ends_at_start_is_said_with_how_it_ended_and_its_last_words(tmp_path):
+    said = ["sh", "-c", "echo 'cannot open /dev/nothing' >&2; exit 3"]
+    with pytest.raises(InternalError, match=r"exited at start \(exit code 3\): cannot open"):
+        start_daemon(said, tmp_path / "d.sock", tmp_path / "d.log", "a test daemon",
+                     timeout_s=30, ping=False)  # fmt: skip
+    silent = ["sh", "-c", "kill -KILL $$"]
+    with pytest.raises(InternalError, match=r"exited at start \(killed by SIGKILL\): no output"):
+        start_daemon(silent, tmp_path / "e.sock", tmp_path / "e.log", "a test daemon",
+                     timeout_s=30, ping=False)  # fmt: skip

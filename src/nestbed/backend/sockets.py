@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -120,6 +121,15 @@ def spawn_daemon(
         )
 
 
+def _status(code: int) -> str:
+    """A process's end as a person reads it: its exit code, or the signal that ended it."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def wait_daemon(
     process: subprocess.Popen, sock: Path, log: Path, what: str, *, timeout_s: float, ping: bool
 ) -> None:
@@ -131,7 +141,8 @@ def wait_daemon(
     while True:
         if process.poll() is not None:
             lines = log.read_text(errors="replace").strip().splitlines()
-            raise InternalError(f"{what} exited at start: {lines[-1] if lines else 'no output'}")
+            said = lines[-1] if lines else "no output"
+            raise InternalError(f"{what} exited at start ({_status(process.returncode)}): {said}")
         if sock.exists() and (answers(sock, what) if ping else _listens(sock)):
             return
         if time.monotonic() > deadline:
