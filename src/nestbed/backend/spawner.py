@@ -95,6 +95,11 @@ class Spawner:
         self.sending = threading.Lock()  # a request is one write of whole lines
         self.numbers = itertools.count(1)
         self.running: dict[int, Spawned] = {}
+        # Taken where a start is added to ``running`` and where the reader, at
+        # nestbed-spawn's end, takes what is running as lost: a start after that end is
+        # refused rather than left waiting for an answer nobody will give.
+        self.ending = threading.Lock()
+        self.ended = False
         self.closing = False
         self.reader = threading.Thread(target=self._read, name="spawner-reader", daemon=True)
         self.reader.start()
@@ -124,7 +129,10 @@ class Spawner:
         }  # fmt: skip
         if at is not None:
             request["at_ns"] = round(at * 1e9)
-        self.running[number] = spawned  # before its answer can come
+        with self.ending:
+            if self.ended:
+                raise InternalError("nestbed-spawn ended; programs can no longer be started")
+            self.running[number] = spawned  # before its answer can come
         try:
             with self.sending:
                 self.socket.sendall(json.dumps(request).encode() + b"\n")
@@ -170,7 +178,9 @@ class Spawner:
                 spawned.take(message)
                 if spawned.exited.is_set() and spawned.closed.is_set():
                     del self.running[message["id"]]
-        lost = list(self.running.values())
+        with self.ending:
+            self.ended = True
+            lost = list(self.running.values())
         if any(s.pid for s in lost) and not self.closing:
             pids = ", ".join(str(s.pid) for s in lost if s.pid)
             print(f"nestbed-spawn ended while programs ran (pids {pids}); their status "
