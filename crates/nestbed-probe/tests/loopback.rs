@@ -344,6 +344,9 @@ fn echo_log_without_echo_wait_is_a_usage_error() {
 /// and returns its summary.
 fn delays_of_a_receiver_held_while_they_arrive(args: &[&str]) -> Value {
     let r = start_recv(&[&["--count", "20", "--idle", "10"], args].concat());
+    // The kernel turns arrival stamps on a moment after a socket asks for them (deferred
+    // work); the receiver has asked by the time it says its port.
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let pid = r.child.id().to_string();
     let signal = |sig: &str| {
         let status = Command::new("kill").args([sig, &pid]).status().unwrap();
