@@ -213,6 +213,8 @@ def _lateness_totals(counters: dict[str, Any]) -> tuple[float, float, float, flo
     frames = total = squares = late = 0.0
     for thread in counters.get("threads", []):
         h = thread["lateness"]
+        if "sum_ns" not in h:  # a linkd older than its sums (NESTBED_LINKD): nothing to say
+            continue
         frames += h["frames"]
         total += h["sum_ns"]
         squares += h["sum_sq_ns"]
