@@ -23,6 +23,12 @@ def built_binary(name: str) -> str:
     return found
 
 
+# A delay measured by nestbed-probe is the link's when arrivals are timed by the kernel's
+# receive time (when the datagram reached the receiving node), not by when the probe, waiting
+# for a core on a busy host, read it.
+KERNEL_TIMES = "--kernel-times"
+
+
 def probe_recv(bind: str, *options: str) -> list[str]:
     """nestbed-probe receiving on ``bind`` (ADDRESS:PORT) with further options."""
     return [built_binary("nestbed-probe"), "recv", "--bind", bind, *options]

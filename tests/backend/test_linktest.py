@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,58 @@ def test_a_cpu_starved_senders_bursts_overflow_the_queue_and_are_not_blamed_on_t
     assert loss["a → b"].numbers["queue_drops"] > 0, linktest_run.markdown(report)
     assert "queue dropped" in loss["a → b"].reason
     assert [c for c in loss.values() if c.verdict == "fail"] == [], linktest_run.markdown(report)
+
+
+class _ReceiversHeld(LinuxBackend):
+    """This machine, with every probe receiver stopped from the moment it listens until the
+    senders of its round have sent everything: a receiver a busy host did not schedule for
+    the whole test, its datagrams waiting in its socket."""
+
+    def __init__(self) -> None:
+        self.held: list[subprocess.Popen] = []
+        self.stopped = 0
+
+    def wait_listening(self, process, port, proto, timeout=5):  # type: ignore[override]
+        LinuxBackend.wait_listening(process, port, proto, timeout)
+        os.kill(process.pid, signal.SIGSTOP)
+        self.held.append(process)
+        self.stopped += 1
+
+    def start_in(self, plan, node, argv, **popen):  # type: ignore[override]
+        process = LinuxBackend.start_in(plan, node, argv, **popen)
+        return _Releasing(process, self.held) if argv[1] == "send" else process
+
+
+class _Releasing:
+    """A sender whose end lets the held receivers go on."""
+
+    def __init__(self, process: subprocess.Popen, held: list[subprocess.Popen]):
+        self.process, self.held = process, held
+
+    def communicate(self, timeout=None):
+        try:
+            return self.process.communicate(timeout=timeout)
+        finally:
+            while self.held:
+                os.kill(self.held.pop().pid, signal.SIGCONT)
+
+    def __getattr__(self, name):
+        return getattr(self.process, name)
+
+
+def test_latency_is_the_links_even_when_the_receiving_probe_waits_for_a_core(swapped):
+    # Timed when the probe read them, the datagrams' delays would be the time its receiver
+    # was stopped (the whole test), and every direction would fail level 1.
+    exp = experiment(
+        "nodes: [{name: a}, {name: b}]\n"
+        "links: [{name: ab, members: [a, b], bandwidth: 10Mb, delay: 3ms}]\n",
+        "lt-held",
+    )
+    backend = _ReceiversHeld()
+    report = linktest(swapped(exp), exp, 1, backend=backend)
+    assert backend.stopped >= 2, "the receivers were not held"
+    latency = [c for c in report.checks if c.level == 1]
+    assert len(latency) == 2 and failures(report) == [], linktest_run.markdown(report)
 
 
 @pytest.mark.parametrize(

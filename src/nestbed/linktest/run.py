@@ -28,7 +28,7 @@ from nestbed.backend import get as get_backend
 from nestbed.backend.base import Backend
 from nestbed.backend.linkd import Pipe, drops_by_kind, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.binaries import probe_recv, probe_send
+from nestbed.binaries import KERNEL_TIMES, probe_recv, probe_send
 from nestbed.linktest import expect, stats
 from nestbed.linktest.expect import Direction, Route
 from nestbed.linktest.levels import LEVELS, Notify, check_level
@@ -385,8 +385,9 @@ class _Tester:
         idle = 0.5 + 2 * (d.delay_s(LATENCY_PAYLOAD) + d.jitter_s) + 4 * interval
         send = ["--size", str(LATENCY_PAYLOAD), "--count", str(LATENCY_PROBES),
                 "--interval", f"{interval:.6f}"]  # fmt: skip
+        # The link's delay, not the receiving probe's wait for a core (KERNEL_TIMES).
         recv = ["--count", str(LATENCY_PROBES), "--idle", f"{idle + RECEIVER_START_S:.3f}",
-                "--expect", str(LATENCY_PROBES)]  # fmt: skip
+                "--expect", str(LATENCY_PROBES), KERNEL_TIMES]  # fmt: skip
         return _Probe(d.src, d.dst, d.dst_ip, d.src_ip, send, recv, linger_s=idle)
 
     def _confirmed(self, checks: list[Check], alone: Callable[[int], Check],

@@ -125,7 +125,17 @@ class SimulatedProbes:
 
 
 def _options(words: Sequence[str]) -> dict[str, str]:
-    return dict(zip(words[::2], words[1::2], strict=False))
+    """nestbed-probe's options: ``--name value``, or a flag alone (``--kernel-times``: in
+    nestbed-sim an arrival is timed when it happens anyway), which maps to ""."""
+    options: dict[str, str] = {}
+    name = None
+    for given in words:
+        if given.startswith("--"):
+            name = given
+            options[name] = ""
+        elif name is not None:
+            options[name], name = given, None
+    return options
 
 
 def _interval(options: dict[str, str], wire_bits: int) -> float:

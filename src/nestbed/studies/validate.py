@@ -30,15 +30,12 @@ from nestbed.api import Experiment
 from nestbed.backend import get as get_backend
 from nestbed.backend.linkd import Channel
 from nestbed.backend.plan import Plan, plan
-from nestbed.binaries import probe_recv, probe_send
+from nestbed.binaries import KERNEL_TIMES, probe_recv, probe_send
 from nestbed.errors import InternalError
 from nestbed.lifecycle import Active, Testbed, signals
 from nestbed.model.options import RunOptions
 from nestbed.store import Store
 
-# Delays are the link's: a datagram's arrival is when it reached the receiving node (the
-# kernel's receive time), not when the probe, waiting for a core, read it.
-KERNEL_TIMES = "--kernel-times"
 # Ethernet frame sizes of the paper (with FCS) and the UDP payload that makes them.
 FRAME_SIZES = {64: 18, 1518: 1472}
 PORT = 5001
