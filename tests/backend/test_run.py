@@ -118,10 +118,12 @@ def test_a_whole_run_writes_every_table(store, testbed, tmp_path):
     late_s = sender["lateness"]["max_ns"] / 1e9
     assert abs(sent - 1 - 250 * span_s) <= 1 + 250 * late_s
     assert cbr_events["stop"] - cbr_events["start"] - 0.3 < span_s
-    # The link was down from its down event to its up event: what was sent then is lost.
+    # The link was down from its down event to its up event: what was sent then is lost,
+    # give or take what a sender held up by a loaded machine moved into or out of the outage
+    # (a sender 0.1 s late sends 25 datagrams of before the outage in it, or of it after).
     link0 = {e["verb"]: float(e["actual_s"]) for e in static if e["object"] == "link0"}
     outage_s = link0["up"] - link0["down"]
-    assert abs((sent - received) - 250 * outage_s) <= 50
+    assert abs((sent - received) - 250 * outage_s) <= 50 + 250 * late_s
     assert float(cbr["delay_mean_ms"]) >= 5.0
     series = _rows(results / "traffic" / "cbr0.csv")
     by_second = {int(float(r["t_s"])): int(r["packets"]) for r in series}
