@@ -140,7 +140,9 @@ def test_both_ways_print_fail_and_stop_alike_and_the_fast_one_loads_no_typer(
 @pytest.mark.parametrize(
     "text",
     ["experiment a is swapped out; results in /r/a-1", "a [bold]b[/bold] c", "a :smile: b",
-     "tab\there", "ünïcode", "bell\x07", "[x]", "trailing  "],
+     "tab\there", "ünïcode", "bell\x07", "[x]", "trailing  ",
+     "experiment a is active: 3 nodes, 2 emulated links (0.85 s); results in /r/a-1",
+     "in /r/x:smile:y", "a:thumbs_up-emoji:b", "x: y: z", "::"],
 )  # fmt: skip
 def test_say_prints_what_rich_prints(text, capsys, monkeypatch):
     monkeypatch.setattr(plain, "_consoles", {})
@@ -150,11 +152,16 @@ def test_say_prints_what_rich_prints(text, capsys, monkeypatch):
     assert ours == capsys.readouterr().out
 
 
-def test_say_loads_no_console_for_plain_text(capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "text",
+    ["experiment a is swapped out; results in /r/a-1",
+     "experiment a is active: 3 nodes, 2 emulated links (0.85 s); results in /r/a-1"],
+)  # fmt: skip
+def test_say_loads_no_console_for_plain_text(text, capsys, monkeypatch):
     monkeypatch.setattr(plain, "_consoles", {})
-    plain.say("experiment a is swapped out; results in /r/a-1")
+    plain.say(text)
     assert plain._consoles == {}
-    assert capsys.readouterr().out == "experiment a is swapped out; results in /r/a-1\n"
+    assert capsys.readouterr().out == text + "\n"
 
 
 @pytest.mark.parametrize("variable", ["FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"])

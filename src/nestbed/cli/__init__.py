@@ -98,13 +98,14 @@ def main_entry() -> None:
 
     Usage errors are click's (exit 2); anything not a ``NestbedError`` is a bug and keeps its
     traceback. A plain `nestbed exec` becomes its command before any of that is loaded, and a
-    plain `nestbed status` or `nestbed swapout` runs without typer (``faststatus``,
-    ``fastswapout``); rich is loaded only to print what needs it (an error, a spinner).
+    plain `nestbed status`, `nestbed swapin` or `nestbed swapout` runs without typer
+    (``faststatus``, ``fastswapin``, ``fastswapout``); rich is loaded only to print what
+    needs it (an error, a spinner).
     """
     from nestbed.cli import fastexec
 
     fastexec.run(sys.argv[1:])
-    from nestbed.cli import faststatus, fastswapout, plain
+    from nestbed.cli import faststatus, fastswapin, fastswapout, plain
     from nestbed.cli.plain import state
     from nestbed.errors import NestbedError
     from nestbed.lifecycle import signals
@@ -112,9 +113,15 @@ def main_entry() -> None:
     # SIGTERM and SIGHUP (timeout, systemd, a closed SSH session) stop a command as Ctrl-C
     # does: what was measured is kept, the experiment swapped out.
     signals.install()
-    # A plain `nestbed status` or `swapout` runs without typer; everything else through the app.
+    # A plain `nestbed status`, `swapin` or `swapout` runs without typer; everything else
+    # through the app.
     args = sys.argv[1:]
-    run = faststatus.command(args) or fastswapout.command(args) or register()
+    run = (
+        faststatus.command(args)
+        or fastswapin.command(args)
+        or fastswapout.command(args)
+        or register()
+    )
     try:
         run()
         # A stop swallowed on the way (Python drops what a finalizer raises) still stops.

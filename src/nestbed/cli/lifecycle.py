@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,8 +34,10 @@ if TYPE_CHECKING:
 
 def stored_name(tb, target: str, params: list[str] | None = None) -> str:  # type: ignore[no-untyped-def]
     """An experiment name, or a file to define (created or refreshed) under its name first."""
+    from nestbed.cli.fastswapin import is_file
+
     path = Path(target)
-    if not (path.suffix and path.is_file()):
+    if not is_file(target):
         if params:
             raise UserError(
                 f"parameters (-p) apply to experiment files; '{target}' is a stored experiment "
@@ -81,21 +82,9 @@ def swapin(
     options = run_options(results=results, capture=capture, linktest=linktest,
                           linktest_strict=linktest_strict, cpumon=cpumon,
                           cpumon_duty=cpumon_duty, capture_nodes=capture_nodes)  # fmt: skip
-    with store() as db:
-        tb = testbed(db)
-        name = stored_name(tb, target)
-        start = time.monotonic()
-        with err.status(f"swapping in {name}") as status:
-            active = tb.swap_in(name, options, status.update)
-    p = active.plan
-    if active.linktest is not None:
-        from nestbed.cli.render import linktest_tables
+    from nestbed.cli.fastswapin import swap_in
 
-        out.print(linktest_tables(active.linktest.to_json()))
-    out.print(
-        f"experiment {name} is active: {len(p.nodes)} nodes, {len(p.emulated)} emulated links "
-        f"({time.monotonic() - start:.2f} s); results in {active.results}"
-    )
+    swap_in(lambda tb: stored_name(tb, target), options)
 
 
 @app.command()

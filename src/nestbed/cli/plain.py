@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -24,6 +25,8 @@ SERVER_ENV = "NESTBED_SERVER"  # the --server option's variable: client mode
 # What makes rich treat a stream as a terminal other than the stream itself (rich's
 # Console.is_terminal and is_interactive): with any of them set, rich decides.
 _RICH_TERMINAL_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+# What rich's emoji replacement looks at (its pattern is ``:\S*?:``, with a variant suffix).
+_EMOJI = re.compile(r":\S*?:")
 
 
 class _State:
@@ -59,9 +62,10 @@ def print_json(data: Any) -> None:
 
 
 def _plain_text(text: str) -> bool:
-    """Whether rich prints ``text`` as it is: printable ASCII with no markup (``[``), no
-    emoji code (``:name:``) and no tab or control character, which rich would change."""
-    return text.isascii() and text.isprintable() and "[" not in text and ":" not in text
+    """Whether rich prints ``text`` as it is: printable ASCII with no markup (``[``), nothing
+    rich could take for an emoji code (``:name:``, two colons with no space between) and no
+    tab or control character, which rich would change."""
+    return text.isascii() and text.isprintable() and "[" not in text and not _EMOJI.search(text)
 
 
 def say(text: str) -> None:
@@ -85,13 +89,15 @@ def _rich_shows_progress() -> bool:
 
 
 @contextlib.contextmanager
-def progress(text: str) -> Iterator[None]:
-    """``err.status(text)``: a spinner while the block runs, where rich would show one."""
+def progress(text: str) -> Iterator[Callable[[str], None]]:
+    """``err.status(text)``: a spinner while the block runs, where rich would show one; what
+    the block is given changes its text (``status.update``)."""
     if "err" not in _consoles and not _rich_shows_progress():
-        yield  # rich would write nothing: a transient status off a terminal leaves no trace
+        # rich would write nothing: a transient status off a terminal leaves no trace
+        yield lambda _text: None
         return
-    with _console("err").status(text):
-        yield
+    with _console("err").status(text) as status:
+        yield status.update
 
 
 class GlobalOptions(NamedTuple):
