@@ -115,6 +115,9 @@ pub enum Handled {
 pub struct Waiting {
     action: Action,
     answer: Receiver<Result<Applied, String>>,
+    /// When it was handed to its worker (CLOCK_MONOTONIC ns): after its
+    /// time, it was handed over late.
+    handed_ns: u64,
     /// Kept until its reply is written.
     pub answering: Answering,
 }
@@ -164,6 +167,7 @@ impl Daemon {
                 Ok(answer) => Handled::Later(Box::new(Waiting {
                     action,
                     answer,
+                    handed_ns: os::monotonic_ns(),
                     answering: Answering::new(&self.unanswered),
                 })),
                 Err(e) => Handled::Now(error_reply(&e), false),
@@ -227,6 +231,7 @@ impl Daemon {
         };
         let mut reply = Map::new();
         reply.insert("at_ns".into(), (*at_ns).into());
+        reply.insert("handed_ns".into(), waiting.handed_ns.into());
         reply.insert("applied_ns".into(), applied.applied_ns.into());
         let replies: Vec<Value> = actions
             .iter()

@@ -9,7 +9,9 @@
 //!
 //! `at` carries a due time (`at_ns`, CLOCK_MONOTONIC) and a list of `set`,
 //! `up` and `down` requests on one link, which the link's worker applies
-//! in order at that time; its reply comes then, saying when (`applied_ns`).
+//! in order at that time; its reply comes then, saying when it was handed to
+//! the worker (`handed_ns`: after `at_ns`, it came late) and applied
+//! (`applied_ns`).
 
 use nestbed_pipe::PipeParams;
 use serde::de::DeserializeOwned;

@@ -14,7 +14,12 @@
 //!
 //! A timed change of a link ([`Timed`], linkd's `at`) waits here as a due
 //! time of its own, so the timer and the busy-wait that send frames on time
-//! apply it on time too; its answer says when it was applied. Every change
+//! apply it on time too; its answer says when it was applied. While a timed
+//! change is the worker's next due time, the worker is in the real-time
+//! class (lowest priority, where it may), so that its timer wakes it ahead
+//! of the machine's other work (programs started at that instant, say):
+//! that is the spin window before the change, and the sleep before it.
+//! Frames' own due times leave it in the normal class. Every change
 //! of a pipe or a link's state has a number, rising, by which the registry
 //! knows which came last ([`crate::dispatch`]).
 
@@ -213,6 +218,10 @@ struct Worker {
     timed: Vec<(u64, Timed)>,
     /// The number of the last change made.
     changes: u64,
+    /// Whether the thread is in the real-time class now; and whether it
+    /// may not be (no privilege: not tried again).
+    realtime: bool,
+    realtime_refused: bool,
 }
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC, to turn kernel receive timestamps into
@@ -295,6 +304,8 @@ impl Worker {
             running: true,
             timed: Vec::new(),
             changes: 0,
+            realtime: false,
+            realtime_refused: false,
         })
     }
 
@@ -306,6 +317,7 @@ impl Worker {
         let mut busy = false;
         while self.running {
             tokens.clear();
+            self.follow_timed(next);
             let timeout = if busy {
                 // Due within the spin window: look for input without
                 // sleeping, then go round again; but let any thread waiting
@@ -335,6 +347,22 @@ impl Worker {
             next = self.service(start);
             let now = os::monotonic_ns();
             busy = next.is_some_and(|t| t <= now + self.spin_ns);
+        }
+    }
+
+    /// Puts the thread in the real-time class while a timed change is its
+    /// next due time `next`, and back once it is not.
+    fn follow_timed(&mut self, next: Option<u64>) {
+        let wanted = self
+            .timed
+            .first()
+            .is_some_and(|(_, t)| next == Some(t.at_ns));
+        if wanted == self.realtime || (wanted && self.realtime_refused) {
+            return;
+        }
+        match os::set_realtime(wanted) {
+            Ok(()) => self.realtime = wanted,
+            Err(_) => self.realtime_refused = true,
         }
     }
 
@@ -758,11 +786,15 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(30); // only a bound on a hung test
 
     fn worker_with_link() -> WorkerHandle {
+        worker_with_link_numbered(0)
+    }
+
+    fn worker_with_link_numbered(index: usize) -> WorkerHandle {
         let line = r#"{"op":"add_link","link":"l0","ports":[{"port":"a","ifname":"nbtw0a"},{"port":"b","ifname":"nbtw0b"}]}"#;
         let Ok(Request::AddLink(spec)) = parse_request(line) else {
             panic!()
         };
-        let w = WorkerHandle::spawn(0, 200).unwrap();
+        let w = WorkerHandle::spawn(index, 200).unwrap();
         ask(&w, |r| {
             Command::AddLink(Box::new(Link::new(&spec).unwrap()), 1, r)
         })
@@ -883,5 +915,56 @@ mod tests {
         );
         assert_eq!(seen(&w), ("admin_down".into(), 50));
         w.stop();
+    }
+
+    /// The scheduling policy of this process's thread called `name` (0
+    /// normal, 1 FIFO), from its stat line.
+    fn policy_of(name: &str) -> u64 {
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() == name {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+                let after = stat.rsplit_once(')').unwrap().1;
+                // (fields from the third on; the policy is the 41st)
+                return after.split_whitespace().nth(38).unwrap().parse().unwrap();
+            }
+        }
+        panic!("no thread {name}")
+    }
+
+    #[test]
+    fn the_worker_waits_for_a_timed_change_in_the_real_time_class_and_leaves_it_after() {
+        let mut w = worker_with_link_numbered(7); // a name no other test's worker has
+        let far = at(
+            &w,
+            os::monotonic_ns() + 3_600_000_000_000,
+            vec![queue_of(9)],
+        );
+        let wanted = if is_root() { 1 } else { 0 }; // without the privilege: as before
+        until_policy("linkd-worker-7", wanted);
+        ask(&w, |r| Command::RemoveLink("l0".into(), r)).unwrap();
+        assert!(far.recv_timeout(WAIT).unwrap().is_err());
+        until_policy("linkd-worker-7", 0);
+        w.stop();
+    }
+
+    fn until_policy(name: &str, wanted: u64) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while policy_of(name) != wanted {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: policy not {wanted}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Whether this process runs as root (may take the real-time class).
+    fn is_root() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
     }
 }

@@ -834,6 +834,7 @@ fn timed_changes_are_applied_at_their_time_while_other_requests_are_served() {
         (applied - due) / 1000
     );
     assert!(applied >= due, "applied before its time: {r}");
+    assert!(r["handed_ns"].as_u64().unwrap() <= applied, "{r}");
     assert_eq!(r["at_ns"], due);
     assert_eq!(r["replies"][0]["queue_limit"]["packets"], 50, "{r}");
     assert_eq!(delay_of(&mut c, 0), 30 * ms);
