@@ -4,6 +4,7 @@ the change. Everything it makes is swapped out at the end and checked gone."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import time
@@ -82,3 +83,44 @@ def test_a_link_event_is_applied_by_linkd_at_its_time_and_its_row_has_linkds_ans
     assert row["actual_s"] == reply["applied_ns"] / 1e9 - scheduler.t0  # linkd's own time
     assert row["error_ms"] >= 0.0
     assert before_ms < 60 <= after_ms, (before_ms, after_ms)
+
+
+def _run_experiment(name: str, command: str | None) -> Any:
+    from nestbed.api import Experiment
+
+    exp = Experiment(name)
+    a, b = exp.node("a"), exp.node("b")
+    link = exp.link(a, b, name="l0", bandwidth="100Mb", delay="5ms")
+    if command is not None:
+        exp.at(0.2, exp.program("pinger", a, command), "start")
+    exp.at(1.5, link, "delay", "60ms")
+    exp.at(4.5, "ns", "halt")
+    return exp.build()
+
+
+def test_in_a_whole_run_a_link_event_takes_effect_at_its_time_and_its_row_says_so(
+    tmp_path: Path,
+):
+    from nestbed.lifecycle.runs import run_alone
+    from nestbed.model.options import RunOptions
+    from nestbed.results.folder import RunFolder
+
+    name = f"i18t-run-{os.getpid()}"
+    ir = _run_experiment(name, None)  # (the same addresses, to name b's in the command)
+    b = next(port.ip for link in ir.all_links for port in link.ports if port.node == "b")
+    ir = _run_experiment(name, f"ping -n -i 0.1 -c 30 -W 2 {b}")
+    results = tmp_path / "results"
+    run_alone(tmp_path / "store.db", ir, RunOptions(results=results, report=False))
+    folder = RunFolder(results)
+    with folder.events.open() as f:
+        (row,) = [r for r in csv.DictReader(f) if r["object"] == "l0"]
+    assert row["outcome"] == "ok", row
+    assert float(row["actual_s"]) >= float(row["planned_s"]) == 1.5
+    # ping's replies: icmp_seq N was sent about 0.2 + 0.1 (N - 1) s into the run
+    replies = re.findall(r"icmp_seq=(\d+) .*time=([0-9.]+) ms", (folder.programs /
+                         "pinger.stdout").read_text())  # fmt: skip
+    rtt = {int(seq): float(ms) for seq, ms in replies}
+    early = [ms for seq, ms in rtt.items() if seq <= 8]  # sent by 0.9 s
+    late = [ms for seq, ms in rtt.items() if seq >= 22]  # sent from 2.3 s on
+    assert early and late, rtt
+    assert max(early) < 60 <= min(late), rtt
