@@ -295,3 +295,67 @@ def test_events_handed_over_early_are_scheduled_without_walking_the_queue_for_ea
     # begin() and end() walk it a few times; before, each event handed over early read all of it
     # to look for a pending end (about count² / 2 reads).
     assert Counted.walked <= 4 * (count + 1)
+
+
+def test_this_machines_linkd_takes_link_events_ahead_of_their_time_as_nestbed_spawn_takes_starts():
+    from nestbed.backend.base import LOCAL_LEAD_S
+    from nestbed.backend.linux import LinuxBackend
+
+    exp = build(LINKED)
+    links = LinkStates(exp, plan(exp), LinuxBackend())  # type: ignore[arg-type]
+    assert links.lead_s("l0") == LinuxBackend.link_lead_s == LOCAL_LEAD_S > 0
+
+
+class Untimed(TimedLinkd):
+    """Link emulators that also take requests at once, recording them."""
+
+    def __init__(self) -> None:
+        super().__init__(late_s=0.0)
+        self.now: list[tuple[str, dict[str, Any]]] = []
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.now.append((op, fields))
+        return {"ok": True}
+
+
+def test_an_event_asked_for_now_is_sent_at_once_where_linkd_takes_changes_ahead(tmp_path: Path):
+    linkd = Untimed()
+    actions, links, rows = _actions(tmp_path, linkd)
+    actions.perform(_link("down"), "dynamic", actions.scheduler.now_s())  # `nestbed event`
+    assert linkd.now == [("down", {"link": "l0", "mode": "blackhole"})] and not linkd.timed
+    assert rows[0]["outcome"] == "ok" and links.state["l0"] == "down"
+
+
+class AppliedLate(TimedLinkd):
+    """Link emulators that apply a change at its time or, past it, when they get it, and
+    say when: a little after either."""
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        self.timed.append((due, requests))
+        self.answered = max(due, time.monotonic()) + 0.002
+        return self.answered
+
+
+def test_a_link_event_scheduled_within_its_lead_is_handed_over_at_once_and_timed_by_the_answer(
+    tmp_path: Path,
+):
+    linkd = AppliedLate(late_s=0.0)
+    run: dict[str, Actions] = {}
+    done = threading.Event()
+    lead_s = 0.05
+    scheduler = Scheduler(lambda *a: (run["actions"].perform(*a), done.set()),
+                          lambda a: lead_s)  # fmt: skip
+    actions, links, rows = _actions(tmp_path, linkd, scheduler)
+    run["actions"] = actions
+    scheduler.begin()
+    # A dynamic event a moment from now: its lead has passed already when it is pushed.
+    at_s = scheduler.now_s() + lead_s / 5
+    scheduler.push(_link("down"), "dynamic", at_s)
+    assert done.wait(60)
+    scheduler.end()
+    ((due, _),) = linkd.timed
+    assert due == scheduler.t0 + at_s  # its own time, not when it was handed over
+    (row,) = rows
+    assert row["outcome"] == "ok" and links.state["l0"] == "down"
+    assert row["actual_s"] == linkd.answered - scheduler.t0  # when linkd said it applied it
+    assert row["error_ms"] > 0

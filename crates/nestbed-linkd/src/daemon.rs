@@ -13,9 +13,15 @@
 //! link whose ports failed to start then stays, carrying no frames, and
 //! `ready` says which.
 //!
+//! A timed batch (`at`) is checked and planned under the lock, handed to
+//! its link's worker, which applies it at its time, and answered when it
+//! was: its connection's thread waits for that without the lock, so other
+//! connections' requests go on meanwhile (one connection's requests are
+//! answered in order).
+//!
 //! On `shutdown`, SIGTERM or SIGINT, interfaces set down by `down admin`
-//! are set up again, traces are flushed, and the socket and pid file are
-//! removed.
+//! are set up again, traces are flushed, timed batches not yet applied are
+//! answered so, and the socket and pid file are removed.
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -25,7 +31,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use nestbed_pipe::Instant;
@@ -39,7 +45,7 @@ use crate::os::{self, Io, Unstarted};
 use crate::protocol::{error_reply, ok_reply, parse_request, MAX_LINE};
 use crate::starter;
 use crate::trace::Trace;
-use crate::worker::{Command, Reply, WorkerHandle};
+use crate::worker::{Applied, Change, Command, Reply, Timed, WorkerHandle};
 
 /// The daemon's state behind the control socket.
 pub struct Daemon {
@@ -52,6 +58,78 @@ pub struct Daemon {
     /// Links added with `"wait": false` whose ports may still be starting
     /// ([`crate::starter`]), and where their outcome will come.
     starting: Vec<(String, Receiver<Result<(), String>>)>,
+    /// Timed batches handed to workers whose replies are not yet written.
+    unanswered: Arc<Unanswered>,
+}
+
+/// How many timed batches' replies are still to be written: shutting down
+/// waits (a little) for them, so that each connection hears why its batch
+/// was not applied before the process ends.
+#[derive(Default)]
+pub struct Unanswered {
+    count: Mutex<usize>,
+    zero: Condvar,
+}
+
+impl Unanswered {
+    fn count(&self) -> usize {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until every reply was written, or `limit` has passed.
+    fn wait(&self, limit: Duration) {
+        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.zero.wait_timeout_while(count, limit, |n| *n > 0);
+    }
+}
+
+/// One timed batch's reply still to be written; written (or given up) when
+/// dropped.
+pub struct Answering(Arc<Unanswered>);
+
+impl Answering {
+    fn new(unanswered: &Arc<Unanswered>) -> Answering {
+        *unanswered.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Answering(Arc::clone(unanswered))
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        let mut n = self.0.count.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        self.0.zero.notify_all();
+    }
+}
+
+/// What became of a request line.
+pub enum Handled {
+    /// The reply line, and whether the daemon must shut down.
+    Now(String, bool),
+    /// A timed batch handed to its worker: its reply comes when the worker
+    /// applied it ([`Waiting::wait`], then [`Daemon::applied`]).
+    Later(Box<Waiting>),
+}
+
+/// A timed batch its worker has, and where its answer will come.
+pub struct Waiting {
+    action: Action,
+    answer: Receiver<Result<Applied, String>>,
+    /// When it was handed to its worker (CLOCK_MONOTONIC ns): after its
+    /// time, it was handed over late.
+    handed_ns: u64,
+    /// Kept until its reply is written.
+    pub answering: Answering,
+}
+
+impl Waiting {
+    /// Waits (without the daemon's lock) until the worker applied the
+    /// batch, or said why it did not.
+    pub fn wait(&self) -> Result<Applied, String> {
+        self.answer
+            .recv()
+            .unwrap_or_else(|_| Err("its worker thread ended before its time".into()))
+    }
 }
 
 fn ask<T>(worker: &WorkerHandle, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, String> {
@@ -73,28 +151,101 @@ impl Daemon {
             io,
             last_id: 0,
             starting: Vec::new(),
+            unanswered: Arc::default(),
         })
     }
 
-    /// Handles one request line; returns the reply line and whether the
-    /// daemon must shut down.
-    pub fn handle_line(&mut self, line: &str) -> (String, bool) {
+    /// Handles one request line: the reply line and whether the daemon
+    /// must shut down, or a timed batch to wait for.
+    pub fn handle_line(&mut self, line: &str) -> Handled {
         let action = match parse_request(line).and_then(|r| self.registry.plan(r)) {
             Ok(a) => a,
-            Err(e) => return (error_reply(&e), false),
+            Err(e) => return Handled::Now(error_reply(&e), false),
         };
+        if let Action::At { .. } = action {
+            return match self.hand_over(&action) {
+                Ok(answer) => Handled::Later(Box::new(Waiting {
+                    action,
+                    answer,
+                    handed_ns: os::monotonic_ns(),
+                    answering: Answering::new(&self.unanswered),
+                })),
+                Err(e) => Handled::Now(error_reply(&e), false),
+            };
+        }
         let shutdown = action == Action::Shutdown;
         match self.execute(&action) {
-            Ok(fields) => {
-                self.registry.commit(&action);
-                (ok_reply(fields), shutdown)
+            Ok((fields, number)) => {
+                self.registry.commit(&action, number);
+                Handled::Now(ok_reply(fields), shutdown)
             }
-            Err(e) => (error_reply(&e), false),
+            Err(e) => Handled::Now(error_reply(&e), false),
         }
     }
 
-    fn execute(&mut self, action: &Action) -> Result<Map<String, Value>, String> {
+    /// Gives a timed batch to its link's worker.
+    fn hand_over(&self, at: &Action) -> Result<Receiver<Result<Applied, String>>, String> {
+        let Action::At {
+            thread,
+            link,
+            at_ns,
+            actions,
+            ..
+        } = at
+        else {
+            return Err("not a timed batch".into());
+        };
+        let changes = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Set {
+                    port,
+                    direction,
+                    params,
+                    ..
+                } => Some(Change::Set(*port, *direction, Box::new(params.clone()))),
+                Action::SetState { state, .. } => Some(Change::State(*state)),
+                _ => None,
+            })
+            .collect();
+        let (reply, answer) = channel();
+        self.workers[*thread].send(Command::At(Box::new(Timed {
+            at_ns: *at_ns,
+            link: link.clone(),
+            changes,
+            reply,
+        })))?;
+        Ok(answer)
+    }
+
+    /// The reply to a timed batch once its worker answered: when it was
+    /// applied (recorded in the registry) and each request's reply fields.
+    pub fn applied(&mut self, waiting: &Waiting, outcome: Result<Applied, String>) -> String {
+        let applied = match outcome {
+            Ok(a) => a,
+            Err(e) => return error_reply(&e),
+        };
+        self.registry.commit_applied(&waiting.action, applied.first);
+        let Action::At { at_ns, actions, .. } = &waiting.action else {
+            return error_reply("not a timed batch");
+        };
         let mut reply = Map::new();
+        reply.insert("at_ns".into(), (*at_ns).into());
+        reply.insert("handed_ns".into(), waiting.handed_ns.into());
+        reply.insert("applied_ns".into(), applied.applied_ns.into());
+        let replies: Vec<Value> = actions
+            .iter()
+            .map(|a| Value::Object(a.reply_fields()))
+            .collect();
+        reply.insert("replies".into(), replies.into());
+        ok_reply(reply)
+    }
+
+    /// Carries out an action: its reply's fields, and the worker's number
+    /// of the change it made (0 if none).
+    fn execute(&mut self, action: &Action) -> Result<(Map<String, Value>, u64), String> {
+        let mut reply = action.reply_fields();
+        let mut number = 0;
         match action {
             Action::AddLink { thread, spec } => {
                 let link = Link::new(spec)?;
@@ -164,10 +315,9 @@ impl Daemon {
                 direction,
                 params,
             } => {
-                ask(&self.workers[*thread], |r| {
+                number = ask(&self.workers[*thread], |r| {
                     Command::Set(link.clone(), *port, *direction, Box::new(params.clone()), r)
                 })?;
-                reply.insert("queue_limit".into(), json!(params.queue_limit()));
             }
             Action::SetState {
                 thread,
@@ -178,24 +328,23 @@ impl Daemon {
             } => {
                 // Blackhole before the interfaces go up, admin-down after
                 // frames stop being forwarded: no window of unwanted traffic.
-                if let Some(up) = *admin {
-                    if up {
-                        ask(&self.workers[*thread], |r| {
-                            Command::SetState(link.clone(), *state, r)
-                        })?;
-                        set_admin(ifnames, true)?;
-                    } else {
-                        set_admin(ifnames, false)?;
-                        ask(&self.workers[*thread], |r| {
-                            Command::SetState(link.clone(), *state, r)
-                        })?;
-                    }
-                } else {
+                let set_state = || {
                     ask(&self.workers[*thread], |r| {
                         Command::SetState(link.clone(), *state, r)
-                    })?;
-                }
-                reply.insert("state".into(), json!(state));
+                    })
+                };
+                number = match *admin {
+                    Some(true) => {
+                        let n = set_state()?;
+                        set_admin(ifnames, true)?;
+                        n
+                    }
+                    Some(false) => {
+                        set_admin(ifnames, false)?;
+                        set_state()?
+                    }
+                    None => set_state()?,
+                };
             }
             Action::Counters { links } => {
                 let mut out = Map::new();
@@ -231,7 +380,10 @@ impl Daemon {
                 })?;
                 reply.insert("lines".into(), lines.into());
             }
-            Action::Status => reply = self.registry.status(),
+            Action::Status => {
+                reply = self.registry.status();
+                reply.insert("timed_waiting".into(), self.unanswered.count().into());
+            }
             Action::Ready => {
                 let waited = self.starting.len();
                 let failed: Vec<String> = self
@@ -254,8 +406,9 @@ impl Daemon {
                 reply.insert("waited_for".into(), waited.into());
             }
             Action::Shutdown => {}
+            Action::At { .. } => return Err("a timed batch is handed over, not executed".into()),
         }
-        Ok(reply)
+        Ok((reply, number))
     }
 
     /// Sets admin-down interfaces up again and stops the workers.
@@ -329,19 +482,17 @@ fn serve_connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>, stop: Arc<At
             Ok(n) => n,
         };
         let too_long = n > MAX_LINE && buf.last() != Some(&b'\n');
-        let (reply, shutdown) = if too_long {
+        let (reply, shutdown, answering) = if too_long {
             (
                 error_reply(&format!("request: line longer than {MAX_LINE} bytes")),
                 false,
+                None,
             )
         } else {
             match std::str::from_utf8(&buf) {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => match daemon.lock() {
-                    Ok(mut d) => d.handle_line(line.trim_end()),
-                    Err(_) => (error_reply("daemon state is poisoned"), false),
-                },
-                Err(_) => (error_reply("request: not valid UTF-8"), false),
+                Ok(line) => handle(&daemon, line.trim_end()),
+                Err(_) => (error_reply("request: not valid UTF-8"), false, None),
             }
         };
         if writer
@@ -352,6 +503,7 @@ fn serve_connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>, stop: Arc<At
         {
             return;
         }
+        drop(answering);
         if shutdown {
             stop.store(true, Ordering::SeqCst);
             return;
@@ -362,14 +514,34 @@ fn serve_connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>, stop: Arc<At
     }
 }
 
+/// One request line's reply, whether the daemon must shut down, and (a
+/// timed batch's, once its worker applied it, waited for without the lock)
+/// what to drop once the reply is written.
+fn handle(daemon: &Mutex<Daemon>, line: &str) -> (String, bool, Option<Answering>) {
+    let poisoned = || (error_reply("daemon state is poisoned"), false, None);
+    let handled = match daemon.lock() {
+        Ok(mut d) => d.handle_line(line),
+        Err(_) => return poisoned(),
+    };
+    match handled {
+        Handled::Now(reply, shutdown) => (reply, shutdown, None),
+        Handled::Later(waiting) => {
+            let outcome = waiting.wait();
+            let reply = match daemon.lock() {
+                Ok(mut d) => d.applied(&waiting, outcome),
+                Err(_) => error_reply("daemon state is poisoned"),
+            };
+            (reply, false, Some(waiting.answering))
+        }
+    }
+}
+
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT.
 pub fn serve(opts: &Options) -> io::Result<()> {
     os::catch_stop_signals()?;
-    let daemon = Arc::new(Mutex::new(Daemon::start(
-        opts.threads,
-        opts.spin_us,
-        opts.io,
-    )?));
+    let daemon = Daemon::start(opts.threads, opts.spin_us, opts.io)?;
+    let unanswered = Arc::clone(&daemon.unanswered);
+    let daemon = Arc::new(Mutex::new(daemon));
     let listener = bind_socket(&opts.socket)?;
     listener.set_nonblocking(true)?;
     if let Some(pid) = &opts.pidfile {
@@ -401,6 +573,10 @@ pub fn serve(opts: &Options) -> io::Result<()> {
         Ok(mut d) => d.stop(),
         Err(p) => p.into_inner().stop(),
     }
+    // The workers answered the timed batches still waiting; their
+    // connections' threads write that (bounded: a client that does not read
+    // cannot hold the exit up).
+    unanswered.wait(Duration::from_secs(2));
     let _ = fs::remove_file(&opts.socket);
     if let Some(pid) = &opts.pidfile {
         let _ = fs::remove_file(pid);

@@ -3,6 +3,12 @@
 //! daemon to carry out; after the action succeeded the daemon calls
 //! [`Registry::commit`]. Everything here is pure, so it is unit-tested and
 //! fuzzed without root.
+//!
+//! A link's worker applies its pipes' and state's changes in an order of
+//! its own: a timed one (`at`) at its time, beside changes asked for now.
+//! Each change the worker makes has a number, rising, and the registry
+//! keeps a pipe's parameters and a link's state from the highest-numbered
+//! change, whichever order the daemon's threads commit them in.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +49,8 @@ pub struct PortEntry {
     pub params: [PipeParams; 2],
     /// Pipe seeds, egress then ingress.
     pub seeds: [u64; 2],
+    /// The worker's number of the change that set `params`, egress then ingress.
+    pub changed: [u64; 2],
 }
 
 /// What the registry knows about one link.
@@ -60,6 +68,11 @@ pub struct LinkEntry {
     pub state: LinkState,
     /// Trace file, if tracing.
     pub trace: Option<String>,
+    /// The worker's number of the change that set `state`.
+    pub state_changed: u64,
+    /// Which `add_link` of the daemon made it (a timed change planned on a
+    /// link removed and added again before it came back is not kept).
+    pub added: u64,
 }
 
 impl LinkEntry {
@@ -140,6 +153,37 @@ pub enum Action {
     Ready,
     /// Shut down.
     Shutdown,
+    /// Give the link's worker these changes to apply at `at_ns`.
+    At {
+        /// Worker thread.
+        thread: usize,
+        /// The link all of them change.
+        link: String,
+        /// The link's `added` when they were planned.
+        added: u64,
+        /// When (CLOCK_MONOTONIC ns).
+        at_ns: u64,
+        /// `Set` and `SetState` without interface changes, in order.
+        actions: Vec<Action>,
+    },
+}
+
+impl Action {
+    /// The reply's fields of a `set` (the queue limit it gives) or a state
+    /// change (the state); none for others.
+    pub fn reply_fields(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        match self {
+            Action::Set { params, .. } => {
+                m.insert("queue_limit".into(), json!(params.queue_limit()));
+            }
+            Action::SetState { state, .. } => {
+                m.insert("state".into(), json!(state));
+            }
+            _ => {}
+        }
+        m
+    }
 }
 
 /// The daemon's view of its links.
@@ -147,6 +191,8 @@ pub enum Action {
 pub struct Registry {
     threads: usize,
     links: BTreeMap<String, LinkEntry>,
+    /// `add_link`s committed so far.
+    adds: u64,
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -183,6 +229,7 @@ impl Registry {
         Registry {
             threads: threads.max(1),
             links: BTreeMap::new(),
+            adds: 0,
         }
     }
 
@@ -378,13 +425,80 @@ impl Registry {
             Request::Status => Action::Status,
             Request::Ready => Action::Ready,
             Request::Shutdown => Action::Shutdown,
+            Request::At { at_ns, requests } => self.plan_at(at_ns, requests)?,
         })
     }
 
-    /// Records the effect of an action that was carried out.
-    pub fn commit(&mut self, action: &Action) {
+    /// A timed batch: every request checked (all or nothing), all on one
+    /// link, none changing its interfaces (the worker applies the batch by
+    /// itself, and setting interfaces is the control thread's).
+    fn plan_at(&self, at_ns: u64, requests: Vec<Request>) -> Result<Action, String> {
+        if requests.is_empty() {
+            return Err("at: field `requests`: give at least one (set, up or down)".into());
+        }
+        let mut actions = Vec::new();
+        let mut problems = Vec::new();
+        for (i, r) in requests.into_iter().enumerate() {
+            let admin_down = matches!(
+                r,
+                Request::Down {
+                    mode: DownMode::Admin,
+                    ..
+                }
+            );
+            match self.plan(r) {
+                Ok(_) if admin_down => problems.push(format!(
+                    "requests[{i}]: `down` with mode admin cannot be timed (it sets interfaces \
+                     down); use mode blackhole"
+                )),
+                Ok(Action::SetState {
+                    admin: Some(_),
+                    link,
+                    ..
+                }) => problems.push(format!(
+                    "requests[{i}]: link {link:?} is down admin, so its interfaces must be set \
+                     up, which cannot be timed; send `up` without a time first"
+                )),
+                Ok(a) => actions.push(a),
+                Err(e) => problems.push(format!("requests[{i}]: {e}")),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(format!("at: {}", problems.join("; ")));
+        }
+        let target = |a: &Action| match a {
+            Action::Set { thread, link, .. } | Action::SetState { thread, link, .. } => {
+                Some((*thread, link.clone()))
+            }
+            _ => None,
+        };
+        let (thread, link) = target(&actions[0]).ok_or("at: nothing to apply")?;
+        if let Some(i) = actions
+            .iter()
+            .position(|a| target(a).is_none_or(|(_, l)| l != link))
+        {
+            return Err(format!(
+                "at: field `requests[{i}].link`: every request of one `at` must name the same \
+                 link ({link:?})"
+            ));
+        }
+        Ok(Action::At {
+            thread,
+            added: self.links[&link].added,
+            link,
+            at_ns,
+            actions,
+        })
+    }
+
+    /// Records the effect of an action that was carried out; `number` is
+    /// the worker's number of the change it made (`Set`, `SetState`),
+    /// ignored for others. A timed batch (`At`) is recorded when it was
+    /// applied ([`Registry::commit_applied`]).
+    pub fn commit(&mut self, action: &Action, number: u64) {
         match action {
             Action::AddLink { thread, spec } => {
+                self.adds += 1;
                 let ports = spec
                     .ports
                     .iter()
@@ -394,6 +508,7 @@ impl Registry {
                         ifname: p.ifname.clone(),
                         params: [p.egress.clone(), p.ingress.clone()],
                         seeds: Direction::BOTH.map(|d| pipe_seed(spec.seed, i, d)),
+                        changed: [0; 2],
                     })
                     .collect();
                 self.links.insert(
@@ -405,6 +520,8 @@ impl Registry {
                         ports,
                         state: LinkState::Up,
                         trace: None,
+                        state_changed: 0,
+                        added: self.adds,
                     },
                 );
             }
@@ -423,12 +540,19 @@ impl Registry {
                     .get_mut(link)
                     .and_then(|e| e.ports.get_mut(*port))
                 {
-                    p.params[*direction as usize] = params.clone();
+                    let d = *direction as usize;
+                    if number >= p.changed[d] {
+                        p.params[d] = params.clone();
+                        p.changed[d] = number;
+                    }
                 }
             }
             Action::SetState { link, state, .. } => {
                 if let Some(e) = self.links.get_mut(link) {
-                    e.state = *state;
+                    if number >= e.state_changed {
+                        e.state = *state;
+                        e.state_changed = number;
+                    }
                 }
             }
             Action::TraceStart { link, path, .. } => {
@@ -441,7 +565,31 @@ impl Registry {
                     e.trace = None;
                 }
             }
-            Action::Counters { .. } | Action::Status | Action::Ready | Action::Shutdown => {}
+            Action::Counters { .. }
+            | Action::Status
+            | Action::Ready
+            | Action::Shutdown
+            | Action::At { .. } => {}
+        }
+    }
+
+    /// Records a timed batch its worker applied, its changes numbered from
+    /// `first` on; nothing if its link was removed (and maybe added again)
+    /// meanwhile.
+    pub fn commit_applied(&mut self, at: &Action, first: u64) {
+        let Action::At {
+            link,
+            added,
+            actions,
+            ..
+        } = at
+        else {
+            return;
+        };
+        if self.links.get(link).is_some_and(|e| e.added == *added) {
+            for (n, a) in (first..).zip(actions) {
+                self.commit(a, n);
+            }
         }
     }
 
@@ -495,7 +643,7 @@ mod tests {
 
     fn add(reg: &mut Registry, line: &str) -> Result<Action, String> {
         let a = reg.plan(parse_request(line)?)?;
-        reg.commit(&a);
+        reg.commit(&a, u64::MAX);
         Ok(a)
     }
 
@@ -629,5 +777,97 @@ mod tests {
                 links: vec![(0, "l0".into())]
             }
         );
+    }
+
+    const L1: &str = r#"{"op":"add_link","link":"l1","ports":[{"port":"a","ifname":"v1a"},{"port":"b","ifname":"v1b"}]}"#;
+
+    fn set_delay(link: &str, port: &str, ns: u64) -> String {
+        format!(
+            r#"{{"op":"set","link":"{link}","port":"{port}","direction":"egress","params":{{"delay":{{"delay_ns":{ns}}}}}}}"#
+        )
+    }
+
+    fn at(requests: &[String]) -> String {
+        format!(
+            r#"{{"op":"at","at_ns":7,"requests":[{}]}}"#,
+            requests.join(",")
+        )
+    }
+
+    fn plan(reg: &Registry, line: &str) -> Result<Action, String> {
+        reg.plan(parse_request(line)?)
+    }
+
+    #[test]
+    fn a_timed_batch_is_planned_whole_on_one_link_without_interface_changes() {
+        let mut reg = Registry::new(2);
+        add(&mut reg, L0).unwrap();
+        add(&mut reg, L1).unwrap();
+        let down = r#"{"op":"down","link":"l1","mode":"blackhole"}"#.to_string();
+        let a = plan(&reg, &at(&[set_delay("l1", "a", 5), down.clone()])).unwrap();
+        let Action::At {
+            thread,
+            link,
+            at_ns,
+            actions,
+            ..
+        } = a
+        else {
+            panic!()
+        };
+        assert_eq!((thread, link.as_str(), at_ns), (1, "l1", 7));
+        assert!(matches!(actions[0], Action::Set { port: 0, .. }));
+        assert!(matches!(
+            actions[1],
+            Action::SetState {
+                admin: None,
+                state: LinkState::Blackhole,
+                ..
+            }
+        ));
+        // All or nothing: one bad request refuses the batch, naming it.
+        let bad = r#"{"op":"set","link":"l1","port":"zz","direction":"egress","params":{}}"#;
+        let e = plan(&reg, &at(&[set_delay("l1", "a", 5), bad.into()])).unwrap_err();
+        assert!(e.contains("requests[1]") && e.contains("zz"), "{e}");
+        let e = plan(
+            &reg,
+            &at(&[set_delay("l1", "a", 5), set_delay("l0", "a", 5)]),
+        )
+        .unwrap_err();
+        assert!(e.contains("requests[1].link"), "{e}");
+        let e = plan(&reg, &at(&[])).unwrap_err();
+        assert!(e.contains("requests"), "{e}");
+        let admin = r#"{"op":"down","link":"l1","mode":"admin"}"#;
+        let e = plan(&reg, &at(&[admin.into()])).unwrap_err();
+        assert!(e.contains("mode admin"), "{e}");
+        add(&mut reg, admin).unwrap();
+        let e = plan(&reg, &at(&[r#"{"op":"up","link":"l1"}"#.into()])).unwrap_err();
+        assert!(e.contains("down admin"), "{e}");
+        // A pipe's parameters can change while the link is down admin.
+        assert!(plan(&reg, &at(&[set_delay("l1", "b", 9)])).is_ok());
+    }
+
+    #[test]
+    fn the_registry_keeps_the_change_its_worker_made_last_whatever_order_they_come_back_in() {
+        let mut reg = Registry::new(1);
+        let added = reg.plan(parse_request(L0).unwrap()).unwrap();
+        reg.commit(&added, 0);
+        let timed = plan(&reg, &at(&[set_delay("l0", "a", 5)])).unwrap();
+        let now = plan(&reg, &set_delay("l0", "a", 9)).unwrap();
+        let delay = |reg: &Registry| reg.links()["l0"].ports[0].params[0].delay.delay_ns;
+        // The worker applied the timed change (number 1), then the one asked for
+        // now (2); the timed one's answer is committed last.
+        reg.commit(&now, 2);
+        reg.commit_applied(&timed, 1);
+        assert_eq!(delay(&reg), 9);
+        // The other way round.
+        reg.commit_applied(&timed, 3);
+        assert_eq!(delay(&reg), 5);
+        // A link removed and added again takes nothing planned on the old one.
+        add(&mut reg, r#"{"op":"remove_link","link":"l0"}"#).unwrap();
+        let again = reg.plan(parse_request(L0).unwrap()).unwrap();
+        reg.commit(&again, 0);
+        reg.commit_applied(&timed, 4);
+        assert_eq!(delay(&reg), 0);
     }
 }

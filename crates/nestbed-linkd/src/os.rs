@@ -70,6 +70,23 @@ pub fn set_min_timer_slack() -> io::Result<()> {
     cvt(rc).map(|_| ())
 }
 
+/// Puts the calling thread in the real-time FIFO class at the lowest
+/// priority (`on`), or back in the normal class (its nice value is kept).
+/// Needs CAP_SYS_NICE to go in.
+pub fn set_realtime(on: bool) -> io::Result<()> {
+    let (policy, priority) = if on {
+        (libc::SCHED_FIFO, 1)
+    } else {
+        (libc::SCHED_OTHER, 0)
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: param is a valid sched_param; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    cvt(rc).map(|_| ())
+}
+
 /// Offers the CPU to other runnable threads (`sched_yield`). A busy-waiting
 /// worker calls it on every round so that a thread woken on its CPU (the
 /// receiver of a frame just sent, say) runs at once instead of at the next

@@ -6,6 +6,12 @@
 //! fields are rejected everywhere, including inside pipe parameters
 //! (`nestbed_pipe::PipeParams`'s serde form). Replies are
 //! `{"ok": true, ...}` or `{"ok": false, "error": "..."}`.
+//!
+//! `at` carries a due time (`at_ns`, CLOCK_MONOTONIC) and a list of `set`,
+//! `up` and `down` requests on one link, which the link's worker applies
+//! in order at that time; its reply comes then, saying when it was handed to
+//! the worker (`handed_ns`: after `at_ns`, it came late) and applied
+//! (`applied_ns`).
 
 use nestbed_pipe::PipeParams;
 use serde::de::DeserializeOwned;
@@ -141,6 +147,13 @@ pub enum Request {
     Ready,
     /// Restore interfaces, stop every link and exit.
     Shutdown,
+    /// Apply these requests (`set`, `up`, `down`) in order at a time.
+    At {
+        /// When, on CLOCK_MONOTONIC (at once if it has passed).
+        at_ns: u64,
+        /// The requests, in the order they are applied.
+        requests: Vec<Request>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -183,8 +196,19 @@ struct TraceStartFields {
 #[serde(deny_unknown_fields)]
 struct NoFields {}
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AtFields {
+    at_ns: u64,
+    requests: Vec<Value>,
+}
+
+/// The ops an `at` request may carry: the ones that change a link's pipes
+/// or state, which its worker applies by itself.
+pub const TIMED_OPS: [&str; 3] = ["set", "up", "down"];
+
 /// The ops, in the order they are documented.
-pub const OPS: [&str; 11] = [
+pub const OPS: [&str; 12] = [
     "add_link",
     "remove_link",
     "set",
@@ -196,6 +220,7 @@ pub const OPS: [&str; 11] = [
     "status",
     "ready",
     "shutdown",
+    "at",
 ];
 
 fn fields<T: DeserializeOwned>(op: &str, rest: Map<String, Value>) -> Result<T, String> {
@@ -218,14 +243,45 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
     }
     let value: Value =
         serde_json::from_str(line).map_err(|e| format!("request: malformed JSON: {e}"))?;
-    let Value::Object(mut map) = value else {
+    let Value::Object(map) = value else {
         return Err("request: must be a JSON object with an \"op\" field".into());
     };
-    let op = match map.remove("op") {
-        Some(Value::String(op)) => op,
-        Some(_) => return Err("field `op`: must be a string".into()),
-        None => return Err("field `op`: missing (one of add_link, remove_link, set, up, down, counters, trace_start, trace_stop, status, ready, shutdown)".into()),
-    };
+    parse_object(map)
+}
+
+fn op_of(map: &mut Map<String, Value>) -> Result<String, String> {
+    match map.remove("op") {
+        Some(Value::String(op)) => Ok(op),
+        Some(_) => Err("field `op`: must be a string".into()),
+        None => Err(format!("field `op`: missing (one of {})", OPS.join(", "))),
+    }
+}
+
+/// The requests of an `at`: each one of [`TIMED_OPS`]; the error names the
+/// request by its index.
+fn timed_requests(requests: Vec<Value>) -> Result<Vec<Request>, String> {
+    requests
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let Value::Object(mut map) = v else {
+                return Err(format!("at: field `requests[{i}]`: must be a JSON object"));
+            };
+            let op = op_of(&mut map).map_err(|e| format!("at: requests[{i}]: {e}"))?;
+            if !TIMED_OPS.contains(&op.as_str()) {
+                return Err(format!(
+                    "at: field `requests[{i}].op`: {op:?} cannot be timed (only {})",
+                    TIMED_OPS.join(", ")
+                ));
+            }
+            map.insert("op".into(), op.into());
+            parse_object(map).map_err(|e| format!("at: requests[{i}]: {e}"))
+        })
+        .collect()
+}
+
+fn parse_object(mut map: Map<String, Value>) -> Result<Request, String> {
+    let op = op_of(&mut map)?;
     let op = op.as_str();
     Ok(match op {
         "add_link" => Request::AddLink(fields(op, map)?),
@@ -275,6 +331,13 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
         "shutdown" => {
             fields::<NoFields>(op, map)?;
             Request::Shutdown
+        }
+        "at" => {
+            let f: AtFields = fields(op, map)?;
+            Request::At {
+                at_ns: f.at_ns,
+                requests: timed_requests(f.requests)?,
+            }
         }
         other => {
             return Err(format!(
@@ -372,6 +435,42 @@ mod tests {
 
     fn err(line: &str) -> String {
         parse_request(line).unwrap_err()
+    }
+
+    #[test]
+    fn parses_a_timed_batch_and_refuses_what_cannot_be_timed() {
+        let at = r#"{"op":"at","at_ns":5,"requests":[{"op":"set","link":"x","port":"a","direction":"egress","params":{}},{"op":"down","link":"x","mode":"blackhole"},{"op":"up","link":"x"}]}"#;
+        let Request::At { at_ns, requests } = parse_request(at).unwrap() else {
+            panic!()
+        };
+        assert_eq!(at_ns, 5);
+        assert!(matches!(requests[0], Request::Set { .. }));
+        assert_eq!(
+            requests[1..],
+            [
+                Request::Down {
+                    link: "x".into(),
+                    mode: DownMode::Blackhole
+                },
+                Request::Up { link: "x".into() }
+            ]
+        );
+        let e =
+            err(r#"{"op":"at","at_ns":5,"requests":[{"op":"up","link":"x"},{"op":"counters"}]}"#);
+        assert!(
+            e.contains("requests[1].op") && e.contains("counters"),
+            "{e}"
+        );
+        let e = err(r#"{"op":"at","at_ns":5,"requests":[{"op":"at","at_ns":1,"requests":[]}]}"#);
+        assert!(e.contains("requests[0].op"), "{e}");
+        let e = err(r#"{"op":"at","at_ns":5,"requests":[{"op":"up","link":"x","mode":"admin"}]}"#);
+        assert!(e.contains("requests[0]") && e.contains("mode"), "{e}");
+        let e = err(r#"{"op":"at","at_ns":-1,"requests":[]}"#);
+        assert!(e.contains("at_ns"), "{e}");
+        let e = err(r#"{"op":"at","at_ns":1,"requests":[7]}"#);
+        assert!(e.contains("requests[0]"), "{e}");
+        let e = err(r#"{"op":"at","requests":[]}"#);
+        assert!(e.contains("at_ns"), "{e}");
     }
 
     #[test]

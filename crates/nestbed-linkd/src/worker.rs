@@ -11,6 +11,17 @@
 //! without a usable timestamp it is the time of the read. Frames are read
 //! and sent in batches with reused buffers. Each frame's lateness (send time
 //! − due time) goes into the thread's histogram.
+//!
+//! A timed change of a link ([`Timed`], linkd's `at`) waits here as a due
+//! time of its own, so the timer and the busy-wait that send frames on time
+//! apply it on time too; its answer says when it was applied. While a timed
+//! change is the worker's next due time, the worker is in the real-time
+//! class (lowest priority, where it may), so that its timer wakes it ahead
+//! of the machine's other work (programs started at that instant, say):
+//! that is the spin window before the change, and the sleep before it.
+//! Frames' own due times leave it in the normal class. Every change
+//! of a pipe or a link's state has a number, rising, by which the registry
+//! knows which came last ([`crate::dispatch`]).
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -67,10 +78,12 @@ pub enum Command {
     Attach(u64, Result<Vec<PacketSocket>, String>, Sender<Attached>),
     /// Stop serving a link (its trace is flushed).
     RemoveLink(String, Reply<()>),
-    /// Change one pipe.
-    Set(String, usize, Direction, Box<PipeParams>, Reply<()>),
-    /// Change the link state.
-    SetState(String, LinkState, Reply<()>),
+    /// Change one pipe; the reply is the change's number.
+    Set(String, usize, Direction, Box<PipeParams>, Reply<u64>),
+    /// Change the link state; the reply is the change's number.
+    SetState(String, LinkState, Reply<u64>),
+    /// Apply changes of one link at a time; the reply comes then.
+    At(Box<Timed>),
     /// Counters of these links, and the thread's lateness histogram.
     Counters(Vec<String>, Reply<(Vec<(String, Value)>, Histogram)>),
     /// Start tracing a link.
@@ -79,6 +92,37 @@ pub enum Command {
     TraceStop(String, Reply<u64>),
     /// Flush traces and exit.
     Shutdown,
+}
+
+/// Changes of one link to apply in order at a time (CLOCK_MONOTONIC ns):
+/// at once if it has passed.
+pub struct Timed {
+    /// When.
+    pub at_ns: u64,
+    /// The link.
+    pub link: String,
+    /// What, in order.
+    pub changes: Vec<Change>,
+    /// Where the answer goes, when they were applied (or why not).
+    pub reply: Reply<Applied>,
+}
+
+/// One change of a [`Timed`] batch.
+pub enum Change {
+    /// A pipe's parameters: port index, direction.
+    Set(usize, Direction, Box<PipeParams>),
+    /// The link's state (never admin down: that is the control thread's).
+    State(LinkState),
+}
+
+/// When a [`Timed`] batch was applied, and the number of its first change
+/// (the others follow it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// CLOCK_MONOTONIC ns, read once the last change was made.
+    pub applied_ns: u64,
+    /// The first change's number.
+    pub first: u64,
 }
 
 /// The answer to [`Command::Attach`]: whether the link carries frames, and
@@ -169,6 +213,15 @@ struct Worker {
     big_pool: Vec<Vec<u8>>,
     clock: ClockOffset,
     running: bool,
+    /// Timed batches waiting for their time, soonest first (in arrival
+    /// order at one time), with the id of their link's slot.
+    timed: Vec<(u64, Timed)>,
+    /// The number of the last change made.
+    changes: u64,
+    /// Whether the thread is in the real-time class now; and whether it
+    /// may not be (no privilege: not tried again).
+    realtime: bool,
+    realtime_refused: bool,
 }
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC, to turn kernel receive timestamps into
@@ -249,6 +302,10 @@ impl Worker {
             big_pool: Vec::new(),
             clock: ClockOffset::measure(),
             running: true,
+            timed: Vec::new(),
+            changes: 0,
+            realtime: false,
+            realtime_refused: false,
         })
     }
 
@@ -260,6 +317,7 @@ impl Worker {
         let mut busy = false;
         while self.running {
             tokens.clear();
+            self.follow_timed(next);
             let timeout = if busy {
                 // Due within the spin window: look for input without
                 // sleeping, then go round again; but let any thread waiting
@@ -289,6 +347,22 @@ impl Worker {
             next = self.service(start);
             let now = os::monotonic_ns();
             busy = next.is_some_and(|t| t <= now + self.spin_ns);
+        }
+    }
+
+    /// Puts the thread in the real-time class while a timed change is its
+    /// next due time `next`, and back once it is not.
+    fn follow_timed(&mut self, next: Option<u64>) {
+        let wanted = self
+            .timed
+            .first()
+            .is_some_and(|(_, t)| next == Some(t.at_ns));
+        if wanted == self.realtime || (wanted && self.realtime_refused) {
+            return;
+        }
+        match os::set_realtime(wanted) {
+            Ok(()) => self.realtime = wanted,
+            Err(_) => self.realtime_refused = true,
         }
     }
 
@@ -404,10 +478,71 @@ impl Worker {
         }
     }
 
-    /// Moves every link forward to `now`, sends what is due, and returns
-    /// the earliest next due time (monotonic ns).
+    /// Applies the timed batches due by `now`, each at its own time in its
+    /// pipes (or their clock, if that is later: it never goes back).
+    fn apply_timed(&mut self, now: u64) {
+        while self.timed.first().is_some_and(|(_, t)| t.at_ns <= now) {
+            let (id, t) = self.timed.remove(0);
+            let answer = self
+                .apply(id, t.at_ns, &t.changes)
+                .map_err(|e| format!("link {:?}: {e}", t.link));
+            let _ = t.reply.send(answer);
+        }
+    }
+
+    /// Makes a timed batch's changes of the link in slot `id`, all or none.
+    fn apply(&mut self, id: u64, at_ns: u64, changes: &[Change]) -> Result<Applied, String> {
+        let Some(s) = self.slots.iter_mut().flatten().find(|s| s.id == id) else {
+            return Err("removed before the change's time; nothing applied".into());
+        };
+        let state_change = changes.iter().any(|c| matches!(c, Change::State(_)));
+        if state_change && s.link.state() == LinkState::AdminDown {
+            // Its interfaces are down: setting a state here would hide that.
+            return Err("set down admin before the change's time; nothing applied".into());
+        }
+        let first = self.changes + 1;
+        for change in changes {
+            match change {
+                Change::Set(port, direction, params) => {
+                    let pipe = s
+                        .link
+                        .port_mut(*port)
+                        .ok_or("no such port")?
+                        .pipe_mut(*direction);
+                    // (checked when planned: this cannot fail half-way)
+                    pipe.set_params(Instant::from_nanos(at_ns), (**params).clone())
+                        .map_err(|e| format!("field `params`: {e}"))?;
+                }
+                Change::State(state) => s.link.set_state(*state),
+            }
+            self.changes += 1;
+        }
+        Ok(Applied {
+            applied_ns: os::monotonic_ns(),
+            first,
+        })
+    }
+
+    /// Answers the timed batches of slot `id` (None: all) that they will
+    /// not be applied.
+    fn drop_timed(&mut self, id: Option<u64>, why: &str) {
+        let (gone, kept) = std::mem::take(&mut self.timed)
+            .into_iter()
+            .partition(|(slot, _)| id.is_none_or(|i| i == *slot));
+        self.timed = kept;
+        for (_, t) in gone {
+            let _ = t
+                .reply
+                .send(Err(format!("link {:?}: {why}; nothing applied", t.link)));
+        }
+    }
+
+    /// Moves every link forward to `now` (after the timed batches due by
+    /// then), sends what is due, and returns the earliest next due time
+    /// (monotonic ns).
     fn service(&mut self, now: u64) -> Option<u64> {
-        let mut next: Option<u64> = None;
+        self.apply_timed(now);
+        let mut next: Option<u64> = self.timed.first().map(|(_, t)| t.at_ns);
         let now = Instant::from_nanos(now);
         for s in self.slots.iter_mut().flatten() {
             s.link.poll(now, &mut self.out);
@@ -460,6 +595,12 @@ impl Worker {
             .ok_or_else(|| format!("field `link`: unknown link {name:?} in worker"))
     }
 
+    /// The number of a change just made.
+    fn numbered(&mut self) -> u64 {
+        self.changes += 1;
+        self.changes
+    }
+
     fn command(&mut self, cmd: Command) {
         let now = Instant::from_nanos(os::monotonic_ns());
         match cmd {
@@ -501,6 +642,7 @@ impl Worker {
                     .position(|s| s.as_ref().is_some_and(|s| s.link.name() == name));
                 let r = match pos.and_then(|i| self.slots[i].take()) {
                     Some(mut s) => {
+                        self.drop_timed(Some(s.id), "removed before the change's time");
                         for sock in &s.sockets {
                             let _ = self.epoll.delete(sock.as_raw_fd());
                         }
@@ -523,12 +665,21 @@ impl Worker {
                         .set_params(now, *params)
                         .map_err(|e| format!("field `params`: {e}"))
                 });
-                let _ = reply.send(r);
+                let _ = reply.send(r.map(|()| self.numbered()));
             }
             Command::SetState(name, state, reply) => {
                 let r = self.find(&name).map(|s| s.link.set_state(state));
-                let _ = reply.send(r);
+                let _ = reply.send(r.map(|()| self.numbered()));
             }
+            Command::At(t) => match self.find(&t.link).map(|s| s.id) {
+                Ok(id) => {
+                    let at = self.timed.partition_point(|(_, o)| o.at_ns <= t.at_ns);
+                    self.timed.insert(at, (id, *t));
+                }
+                Err(e) => {
+                    let _ = t.reply.send(Err(e));
+                }
+            },
             Command::Counters(names, reply) => {
                 let mut links = Vec::new();
                 for name in names {
@@ -566,6 +717,7 @@ impl Worker {
                 let _ = reply.send(r);
             }
             Command::Shutdown => {
+                self.drop_timed(None, "nestbed-linkd stopped before the change's time");
                 for s in self.slots.iter_mut().flatten() {
                     if let Some(t) = s.link.stop_trace() {
                         let _ = t.finish();
@@ -618,5 +770,201 @@ fn send(s: &mut Slot, scratch: &mut SendBatch, out: &[Outgoing], lateness: &mut 
                 p.stats.sent_bytes += group().map(|o| o.frame.len() as u64).sum::<u64>();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Timed changes through a real worker thread (its timer and busy-wait),
+    //! on a link without sockets: no root needed.
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::protocol::{parse_request, Request};
+
+    const WAIT: Duration = Duration::from_secs(30); // only a bound on a hung test
+
+    fn worker_with_link() -> WorkerHandle {
+        worker_with_link_numbered(0)
+    }
+
+    fn worker_with_link_numbered(index: usize) -> WorkerHandle {
+        let line = r#"{"op":"add_link","link":"l0","ports":[{"port":"a","ifname":"nbtw0a"},{"port":"b","ifname":"nbtw0b"}]}"#;
+        let Ok(Request::AddLink(spec)) = parse_request(line) else {
+            panic!()
+        };
+        let w = WorkerHandle::spawn(index, 200).unwrap();
+        ask(&w, |r| {
+            Command::AddLink(Box::new(Link::new(&spec).unwrap()), 1, r)
+        })
+        .unwrap();
+        w
+    }
+
+    fn ask<T>(w: &WorkerHandle, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, String> {
+        let (tx, rx) = channel();
+        w.send(make(tx)).unwrap();
+        rx.recv_timeout(WAIT).unwrap()
+    }
+
+    /// Hands the worker a timed batch; where its answer comes.
+    fn at(w: &WorkerHandle, at_ns: u64, changes: Vec<Change>) -> Receiver<Result<Applied, String>> {
+        let (reply, answer) = channel();
+        let link = "l0".to_string();
+        w.send(Command::At(Box::new(Timed {
+            at_ns,
+            link,
+            changes,
+            reply,
+        })))
+        .unwrap();
+        answer
+    }
+
+    /// The link's state and port a's egress queue limit (packets), as its
+    /// counters say.
+    fn seen(w: &WorkerHandle) -> (String, u64) {
+        let (links, _) = ask(w, |r| Command::Counters(vec!["l0".into()], r)).unwrap();
+        let c = &links[0].1;
+        let limit = c["ports"]["a"]["egress"]["queue_limit"]["packets"].as_u64();
+        (c["state"].as_str().unwrap().into(), limit.unwrap())
+    }
+
+    fn queue_of(packets: u64) -> Change {
+        let params: PipeParams =
+            serde_json::from_value(serde_json::json!({"queue": {"limit": {"packets": packets}}}))
+                .unwrap();
+        Change::Set(0, Direction::Egress, Box::new(params))
+    }
+
+    #[test]
+    fn a_timed_batch_is_applied_at_its_time_in_order_and_answered_with_when() {
+        let mut w = worker_with_link();
+        let before = seen(&w);
+        assert_eq!(before, ("up".into(), 50));
+        let due = os::monotonic_ns() + 20_000_000;
+        let answer = at(
+            &w,
+            due,
+            vec![queue_of(7), Change::State(LinkState::Blackhole)],
+        );
+        let applied = answer.recv_timeout(WAIT).unwrap().unwrap();
+        assert!(applied.applied_ns >= due, "applied before its time");
+        assert_eq!(seen(&w), ("blackhole".into(), 7));
+        // Numbered after each other, and after them the next change asked for now.
+        let n = ask(&w, |r| Command::SetState("l0".into(), LinkState::Up, r)).unwrap();
+        assert_eq!(n, applied.first + 2);
+        w.stop();
+    }
+
+    #[test]
+    fn a_timed_batch_waits_for_its_time_while_the_worker_answers_other_commands() {
+        let mut w = worker_with_link();
+        // An hour from now: still waiting whatever the machine's load.
+        let far = at(
+            &w,
+            os::monotonic_ns() + 3_600_000_000_000,
+            vec![queue_of(9)],
+        );
+        let past = at(&w, 1, vec![Change::State(LinkState::Blackhole)]);
+        assert!(
+            past.recv_timeout(WAIT).unwrap().is_ok(),
+            "past its time: at once"
+        );
+        assert_eq!(seen(&w), ("blackhole".into(), 50)); // the far one not yet
+        assert!(far.try_recv().is_err());
+        // Removing the link answers it at once, and nothing was applied.
+        ask(&w, |r| Command::RemoveLink("l0".into(), r)).unwrap();
+        let e = far.recv_timeout(WAIT).unwrap().unwrap_err();
+        assert!(
+            e.contains("removed") && e.contains("nothing applied"),
+            "{e}"
+        );
+        w.stop();
+    }
+
+    #[test]
+    fn stopping_answers_the_timed_batches_still_waiting() {
+        let mut w = worker_with_link();
+        let far = at(
+            &w,
+            os::monotonic_ns() + 3_600_000_000_000,
+            vec![queue_of(9)],
+        );
+        w.stop(); // returns: the worker does not wait for it
+        let e = far.recv_timeout(WAIT).unwrap().unwrap_err();
+        assert!(
+            e.contains("stopped") && e.contains("nothing applied"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_timed_state_change_is_not_applied_to_a_link_set_down_admin_meanwhile() {
+        let mut w = worker_with_link();
+        ask(&w, |r| {
+            Command::SetState("l0".into(), LinkState::AdminDown, r)
+        })
+        .unwrap();
+        let answer = at(&w, 1, vec![queue_of(9), Change::State(LinkState::Up)]);
+        let e = answer.recv_timeout(WAIT).unwrap().unwrap_err();
+        assert!(
+            e.contains("down admin") && e.contains("nothing applied"),
+            "{e}"
+        );
+        assert_eq!(seen(&w), ("admin_down".into(), 50));
+        w.stop();
+    }
+
+    /// The scheduling policy of this process's thread called `name` (0
+    /// normal, 1 FIFO), from its stat line.
+    fn policy_of(name: &str) -> u64 {
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() == name {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+                let after = stat.rsplit_once(')').unwrap().1;
+                // (fields from the third on; the policy is the 41st)
+                return after.split_whitespace().nth(38).unwrap().parse().unwrap();
+            }
+        }
+        panic!("no thread {name}")
+    }
+
+    #[test]
+    fn the_worker_waits_for_a_timed_change_in_the_real_time_class_and_leaves_it_after() {
+        let mut w = worker_with_link_numbered(7); // a name no other test's worker has
+        let far = at(
+            &w,
+            os::monotonic_ns() + 3_600_000_000_000,
+            vec![queue_of(9)],
+        );
+        let wanted = if is_root() { 1 } else { 0 }; // without the privilege: as before
+        until_policy("linkd-worker-7", wanted);
+        ask(&w, |r| Command::RemoveLink("l0".into(), r)).unwrap();
+        assert!(far.recv_timeout(WAIT).unwrap().is_err());
+        until_policy("linkd-worker-7", 0);
+        w.stop();
+    }
+
+    fn until_policy(name: &str, wanted: u64) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while policy_of(name) != wanted {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: policy not {wanted}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Whether this process runs as root (may take the real-time class).
+    fn is_root() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
     }
 }

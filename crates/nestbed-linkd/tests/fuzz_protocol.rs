@@ -39,6 +39,7 @@ fn corpus() -> Vec<String> {
         r#"{"op":"trace_stop","link":"link0"}"#,
         r#"{"op":"status"}"#,
         r#"{"op":"shutdown"}"#,
+        r#"{"op":"at","at_ns":5,"requests":[{"op":"set","link":"link0","port":"a","direction":"egress","params":{"delay":{"delay_ns":1000}}},{"op":"down","link":"link0","mode":"blackhole"},{"op":"up","link":"link0"}]}"#,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -170,7 +171,8 @@ fn parser_and_dispatch_never_panic() {
                 ok += 1;
                 // Keep the registry small but exercised.
                 if case % 7 != 0 {
-                    registry.commit(&action);
+                    registry.commit(&action, u64::from(case));
+                    registry.commit_applied(&action, u64::from(case));
                 }
             }
             Err(e) => {

@@ -794,3 +794,107 @@ fn links_added_without_waiting_take_requests_at_once_and_carry_frames_once_ready
     );
     remove_and_check(env);
 }
+
+/// Port `port`'s egress delay in force, as `status` says.
+fn delay_of(c: &mut Client, port: usize) -> u64 {
+    let st = c.ok(json!({"op": "status"}));
+    st["links"]["link0"]["ports"][port]["egress"]["params"]["delay"]["delay_ns"]
+        .as_u64()
+        .unwrap()
+}
+
+fn set_delay(port: &str, ns: u64) -> Value {
+    json!({"op": "set", "link": "link0", "port": port, "direction": "egress",
+           "params": {"delay": {"delay_ns": ns}}})
+}
+
+#[test]
+fn timed_changes_are_applied_at_their_time_while_other_requests_are_served() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespace tests need root");
+        return;
+    }
+    let mut env = Env::new("t");
+    let (ns_a, host_a, _) = env.add_node(0, "10.200.31.1");
+    let (_, host_b, _) = env.add_node(1, "10.200.31.2");
+    let mut c = env.start_daemon(&["--spin-us", "200"]);
+    let ms = 1_000_000;
+    let delay = json!({"delay": {"delay_ns": ms}});
+    c.ok(json!({"op": "add_link", "link": "link0", "ports": [
+        {"port": "a", "ifname": host_a, "egress": delay},
+        {"port": "b", "ifname": host_b, "egress": delay}]}));
+    assert_eq!(ping(&ns_a, "10.200.31.2", 1, "0.2").0, 1, "warm-up ping");
+
+    // Applied at its time, not before, and answered with when.
+    let due = nestbed_linkd::os::monotonic_ns() + 300 * ms;
+    let r = c.ok(json!({"op": "at", "at_ns": due, "requests": [set_delay("a", 30 * ms)]}));
+    let applied = r["applied_ns"].as_u64().unwrap();
+    eprintln!(
+        "due {due}, applied {applied} ns: {} µs after",
+        (applied - due) / 1000
+    );
+    assert!(applied >= due, "applied before its time: {r}");
+    assert!(r["handed_ns"].as_u64().unwrap() <= applied, "{r}");
+    assert_eq!(r["at_ns"], due);
+    assert_eq!(r["replies"][0]["queue_limit"]["packets"], 50, "{r}");
+    assert_eq!(delay_of(&mut c, 0), 30 * ms);
+    let (got, rtt, _) = ping(&ns_a, "10.200.31.2", 3, "0.05");
+    assert_eq!(got, 3);
+    assert!(
+        rtt.is_some_and(|t| t >= 31.0),
+        "RTT after the change: {rtt:?}"
+    );
+
+    // One waiting an hour on its connection; another connection is served
+    // meanwhile, in full.
+    let mut waiting = Client::new(UnixStream::connect(env.socket()).unwrap());
+    let far = nestbed_linkd::os::monotonic_ns() + 3_600_000 * ms;
+    let line = json!({"op": "at", "at_ns": far, "requests": [set_delay("b", 40 * ms)]});
+    waiting
+        .writer
+        .write_all(format!("{line}\n").as_bytes())
+        .unwrap();
+    wait_for("the far change to be handed to its worker", 10, || {
+        c.ok(json!({"op": "status"}))["timed_waiting"] == 1
+    });
+    let counters = c.ok(json!({"op": "counters"}));
+    assert!(counters["now_ns"].as_u64().unwrap() < far);
+    assert_eq!(delay_of(&mut c, 1), ms, "the far change was applied early");
+    // Past its time: at once.
+    let down = json!({"op": "down", "link": "link0", "mode": "blackhole"});
+    let r = c.ok(json!({"op": "at", "at_ns": 1, "requests": [down]}));
+    assert_eq!(r["replies"][0]["state"], "blackhole", "{r}");
+    assert_eq!(ping(&ns_a, "10.200.31.2", 2, "0.05").0, 0, "blackholed");
+    let up = json!({"op": "up", "link": "link0"});
+    c.ok(json!({"op": "at", "at_ns": 1, "requests": [up]}));
+    assert_eq!(ping(&ns_a, "10.200.31.2", 2, "0.05").0, 2);
+    // A bad request in a batch: nothing of it is applied.
+    let bad =
+        json!({"op": "set", "link": "link0", "port": "zz", "direction": "egress", "params": {}});
+    let e = c.err(
+        &json!({"op": "at", "at_ns": 1, "requests": [set_delay("a", 2 * ms), bad]}).to_string(),
+    );
+    assert!(e.contains("requests[1]") && e.contains("zz"), "{e}");
+    assert_eq!(
+        delay_of(&mut c, 0),
+        30 * ms,
+        "part of a refused batch was applied"
+    );
+    let e =
+        c.err(r#"{"op":"at","at_ns":1,"requests":[{"op":"down","link":"link0","mode":"admin"}]}"#);
+    assert!(e.contains("mode admin"), "{e}");
+
+    // Shutting down does not wait for it: it is answered that it was not applied.
+    c.ok(json!({"op": "shutdown"}));
+    let mut reply = String::new();
+    waiting.reader.read_line(&mut reply).unwrap();
+    assert!(
+        reply.contains("stopped before") && reply.contains("nothing applied"),
+        "{reply}"
+    );
+    let mut child = env.daemon.take().unwrap();
+    wait_for("nestbed-linkd to exit", 10, || {
+        child.try_wait().unwrap().is_some()
+    });
+    remove_and_check(env);
+}

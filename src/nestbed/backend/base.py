@@ -24,13 +24,22 @@ if TYPE_CHECKING:
     from nestbed.model.options import RunAs
 
 
+# How long ahead of its time the controller hands a change to a daemon on this machine that
+# makes it at that time itself (a program's start to nestbed-spawn, a link event to
+# nestbed-linkd): more than the controller's threads take to get it there on a loaded
+# machine, little enough that a program's start refused as still running (its last
+# invocation ending within it) stays rare.
+LOCAL_LEAD_S = 0.05
+
+
 class Backend(Protocol):
     """Where an experiment's network lives."""
 
     name: str  # "linux", "fake": recorded with the experiment, read by its controller
     state_root: Path  # where run_dir()s and the life cycle's locks live
     # How long ahead of its time a link event is handed to the link emulators, which take it
-    # with its time (``linkd.TimedChannel``): 0 where they are on this machine.
+    # with its time and apply it then (``linkd.TimedChannel``): a hop for a cluster's hosts,
+    # ``LOCAL_LEAD_S`` for this machine's nestbed-linkd; 0 where they take it only at once.
     link_lead_s: float
     # Whether a node's programs may run where the results folder is not (a cluster's other
     # hosts): then every run gives each node a working folder (``work_folder``), confined or

@@ -1,13 +1,18 @@
 """Talking to an experiment's link emulator (nestbed-linkd) over its control socket: its
-pipes' counters, and setting the pipes a link change touched."""
+pipes' counters, setting the pipes a link change touched, and changes handed over ahead of
+their time, which linkd applies then (``LinkdClient.request_at``)."""
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from nestbed.backend.plan import PipeSettings
-from nestbed.errors import NestbedError
+from nestbed.backend.sockets import SocketClient
+from nestbed.errors import InternalError, NestbedError
 
 Pipe = tuple[str, str, str]  # (link, port, direction) of one of linkd's pipes
 
@@ -32,6 +37,66 @@ class TimedChannel(Channel, Protocol):
         """Carries out ``requests`` in order when this machine's time.monotonic() reads
         ``due`` (at once if it has passed); when the last host applied them, on that clock."""
         ...
+
+
+class LinkdClient:
+    """This machine's nestbed-linkd for threads at once (a run's link events, its sampler):
+    each request goes on a connection no other is using, since a timed one holds its
+    connection until linkd has applied it (linkd serves each connection's requests in
+    order, and other connections meanwhile). The first is opened at once (an ``OSError`` if
+    linkd does not listen), others when none is free; all are kept for the next request, but
+    one whose request failed is closed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.idle: list[SocketClient] = [SocketClient(path)]
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        with self.lock:
+            if self.closed:
+                raise InternalError(f"the connection to nestbed-linkd at {self.path} is closed")
+            client = self.idle.pop() if self.idle else None
+        client = client or SocketClient(self.path)
+        try:
+            reply = client.request(op, **fields)
+        except BaseException:  # (refused, broken, or left half-read: a new one costs little)
+            client.close()
+            raise
+        self._give_back(client)
+        return reply
+
+    def request_at(self, due: float, requests: list[Request]) -> float:
+        """Has linkd apply ``requests`` (of one link) in order when time.monotonic() reads
+        ``due`` (at once if it has passed); when it applied them, by its clock, which is
+        this one (CLOCK_MONOTONIC). Nothing to apply takes effect at its time."""
+        if not requests:
+            return due
+        timed = [{"op": op, **fields} for op, fields in requests]
+        # (rounded up: applied at or after the due time in nanoseconds is never before it)
+        reply = self.request("at", at_ns=math.ceil(due * 1e9), requests=timed)
+        return int(reply["applied_ns"]) / 1e9
+
+    def _give_back(self, client: SocketClient) -> None:
+        with self.lock:
+            if not self.closed:
+                self.idle.append(client)
+                return
+        client.close()
+
+    def close(self) -> None:
+        """Closes the connections; one in use is closed when its request is done."""
+        with self.lock:
+            self.closed, idle, self.idle = True, self.idle, []
+        for client in idle:
+            client.close()
+
+    def __enter__(self) -> LinkdClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 class Requests:

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from nestbed import places
 from nestbed.backend import entry, netlink, offloads, processes
+from nestbed.backend.base import LOCAL_LEAD_S
 from nestbed.backend.cgroups import CGROUP_PREFIX, Cgroups, Limits, NodeCgroup
 from nestbed.backend.confine import confined_argv, hand_over, private_folder, work_folder
+from nestbed.backend.linkd import LinkdClient
 from nestbed.backend.plan import (
     MARK_PREFIX,
     NS_PREFIX,
@@ -482,6 +484,12 @@ def linkd(plan: Plan, timeout_s: float | None = None) -> SocketClient:
     return SocketClient(run_dir(plan) / "linkd.sock", timeout=timeout_s)
 
 
+def linkd_channel(plan: Plan) -> LinkdClient:
+    """The experiment's running nestbed-linkd for the controller and the life cycle: any
+    number of threads at once, and changes handed over ahead of their time."""
+    return LinkdClient(run_dir(plan) / "linkd.sock")
+
+
 def _pid_in(pidfile: Path) -> int | None:
     try:
         return int(pidfile.read_text().strip())
@@ -737,7 +745,7 @@ class LinuxBackend:
     """This machine: network namespaces, veth pairs, bridges, cgroups and nestbed-linkd."""
 
     name = "linux"
-    link_lead_s = 0.0  # linkd is a socket away
+    link_lead_s = LOCAL_LEAD_S  # linkd applies a link event at its time itself
     state_root = RUN_DIR
     work_elsewhere = False  # programs write in the results' own working folders
 
@@ -755,7 +763,7 @@ class LinuxBackend:
     work_folder = staticmethod(work_folder)
     capture_argv = staticmethod(capture_argv)
     open_socket = staticmethod(open_socket)
-    linkd = staticmethod(linkd)
+    linkd = staticmethod(linkd_channel)
     node_cgroup = staticmethod(node_cgroup)
     wait_listening = staticmethod(wait_listening)
     leftovers = staticmethod(leftovers_by_tag)

@@ -57,8 +57,8 @@ class Actions:
         self, action: Action, source: str, planned_s: float | None, due: float | None = None
     ) -> dict[str, Any]:
         """Carries out ``action`` now, or at ``due`` (time.monotonic()) where it was handed
-        over ahead of its time (a link a hop away, a program's start to nestbed-spawn), and
-        records it in events.csv; the row.
+        over ahead of its time (a link's change to its emulators, a program's start to
+        nestbed-spawn), and records it in events.csv; the row.
 
         An action refused (or one the machine could not do) is an event that failed: its
         row says why and the run goes on. Anything else is a bug of nestbed: the row says
@@ -70,7 +70,7 @@ class Actions:
             if due is not None and action.object in self.programs:  # to nestbed-spawn
                 message = self.program(self.programs[action.object], action.verb, (), source, due)
                 actual = self.took.at_s
-            elif due is not None:  # a link a hop away: its time is when its hosts applied it
+            elif due is not None:  # a link's: its time is when its emulators applied it
                 message, applied = self.links.apply(action.object, action.verb, action.args, due)
                 actual = applied - self.scheduler.t0
             else:

@@ -30,15 +30,16 @@ class LinkStates:
         self.emulated = {e.link for e in plan.emulated}
         self.lock = threading.Lock()
         self.channel: Channel | None = None  # opened by the first link event
-        # Changes handed over ahead of their time (a cluster's) are planned before they are
-        # applied: a link's next event starts from the planned link, and a change that comes
-        # back is kept unless a later one came back first.
+        # Changes handed over ahead of their time (to this machine's linkd, or a cluster's
+        # hosts) are planned before they are applied: a link's next event starts from the
+        # planned link, and a change that comes back is kept unless a later one came back
+        # first.
         self.planned = dict(self.links)
         self.kept_due: dict[str, float] = {}
 
     def lead_s(self, name: str) -> float:
-        """How long ahead of its time an event on ``name`` is handed over: its link
-        emulators' hop (a cluster's), or 0 where the link is not emulated there."""
+        """How long ahead of its time an event on ``name`` is handed over to its link
+        emulators (``Backend.link_lead_s``), or 0 where the link is not emulated there."""
         simulated = self.simulated is not None and name in self.simulated.links
         return self.backend.link_lead_s if name in self.emulated and not simulated else 0.0
 
@@ -50,7 +51,8 @@ class LinkStates:
     ) -> tuple[str, float]:
         """Carries out a link event now, or at ``due`` (time.monotonic()) where the link
         emulators take changes ahead of their time; what it did, and when it took effect
-        (time.monotonic(): for a change handed over ahead, when its last host applied it)."""
+        (time.monotonic(): for a change handed over ahead, when its link emulators said they
+        applied it, the last of a cluster's hosts)."""
         if self.simulated is not None and name in self.simulated.links:
             with self.lock:
                 return self._apply_simulated(self.simulated, name, verb, args), time.monotonic()
@@ -75,7 +77,7 @@ class LinkStates:
                 return message, done
             asked = Requests()
             message, state, after = self._apply(asked, name, verb, args)
-        # Outside the lock: the hosts wait for the time, and other links' events go on.
+        # Outside the lock: linkd waits for the time, and other links' events go on.
         try:
             applied = channel.request_at(due, asked.requests)
         except BaseException:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nestbed.backend import kept
-from nestbed.backend.base import Backend
+from nestbed.backend.base import LOCAL_LEAD_S, Backend
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.confine import user_command
 from nestbed.backend.spawner import Spawner
@@ -43,10 +43,6 @@ from nestbed.results.folder import RunFolder
 from nestbed.results.tables import EVENT_COLUMNS, PROGRAM_COLUMNS, Table
 
 STARTCMD = "startcmd-"  # a node's startcmd runs as the program startcmd-NODE at t0
-# How long ahead of its time a program's start is handed to nestbed-spawn: more than the
-# controller's threads take to get it there on a loaded machine, little enough that a start
-# refused as still running (its last invocation ending within it) stays rare.
-PROGRAM_LEAD_S = 0.05
 
 
 class Run:
@@ -216,10 +212,10 @@ class Run:
     def lead_s(self, action: Action) -> float:
         """How long ahead of its time the scheduler hands ``action`` over: a link's hop to
         its emulators (a cluster's), or a program's start to nestbed-spawn, which forks it
-        at its time however late the controller's threads run then (``PROGRAM_LEAD_S``)."""
+        at its time however late the controller's threads run then (``LOCAL_LEAD_S``)."""
         runner = self.programs.get(action.object)
         if runner is not None and action.verb in ("start", "run"):
-            return PROGRAM_LEAD_S if runner.program.node in self.entering else 0.0
+            return LOCAL_LEAD_S if runner.program.node in self.entering else 0.0
         return self.links.lead_s(action.object)
 
     def writable(self, path: Path, *, folder: bool = False) -> None:

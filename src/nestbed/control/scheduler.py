@@ -2,16 +2,17 @@
 object, so events due together on different objects all begin on time and the events of one
 object stay in order.
 
-An action whose object is a hop away (a link emulated on a cluster's hosts), or a program's
-start (nestbed-spawn's, ``Run.lead_s``), is handed to its own thread ``lead_s`` ahead of its
-time, with the time it is due, and takes effect there then: the hop's own delay (a Dask
-round trip, over a second on a loaded machine), or this process's threads running late, no
-longer makes it late. Such an action is in flight until its answer is back, and the run's
-end waits for it, but not for ever: one still without an answer ``END_GRACE_S`` past its
-lead after its time is given up (``Scheduler.unanswered``; its row says it failed) and the
-run ends. An action due after a pending end of the run (``$ns halt``) is not handed over
-early, so it is skipped as on one host; one due within ``lead_s`` after an end nobody
-scheduled (`nestbed halt`, a signal) takes effect after that end, and its row says when.
+An action on an emulated link (to this machine's nestbed-linkd, or a cluster's hosts a hop
+away), or a program's start (nestbed-spawn's, ``Run.lead_s``), is handed to its own thread
+``lead_s`` ahead of its time, with the time it is due, and takes effect there then: the
+hop's own delay (a Dask round trip, over a second on a loaded machine), or this process's
+threads running late, no longer makes it late. Such an action is in flight until its answer
+is back, and the run's end waits for it, but not for ever: one still without an answer
+``END_GRACE_S`` past its lead after its time is given up (``Scheduler.unanswered``; its row
+says it failed) and the run ends. An action due after a pending end of the run (``$ns
+halt``) is not handed over early, so it is skipped as on one host; one due within
+``lead_s`` after an end nobody scheduled (`nestbed halt`, a signal) takes effect after that
+end, and its row says when.
 """
 
 from __future__ import annotations
