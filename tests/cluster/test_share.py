@@ -12,7 +12,9 @@ from nestbed.backend.cluster.share import (
     Underlay,
     check_placement,
     cut_links,
+    kernel_end,
     less_delay,
+    mtu_warning,
     share,
     shares,
     vni,
@@ -50,7 +52,12 @@ def test_a_shaped_cut_link_is_shaped_on_the_sending_side_and_tunnelled_once():
         assert local.egress["bandwidth"]["rate_bps"] == 10_000_000
         assert (tunnel_port.port, tunnel_port.egress, tunnel_port.ingress) == (TUNNEL_PORT, {}, {})
         (tunnel,) = part.tunnels
-        assert tunnel.ifname == tunnel_port.ifname and tunnel.remotes == (remote,)
+        assert tunnel.remotes == (remote,)
+        # linkd sends into the tunnel through its feed; what arrives is shaped already and
+        # goes to the node's port by the kernel, not through linkd a second time.
+        assert tunnel_port.ifname == tunnel.feed != tunnel.ifname
+        assert tunnel.deliver == local.ifname
+        assert len({tunnel.ifname, tunnel.feed, kernel_end(tunnel.feed)}) == 3
         assert tunnel.vni == vni(p.experiment, "bottleneck") and tunnel.port == 14789
         assert tunnel.bridge is None and tunnel.mtu == 1450
         # Both ends of the node's veth on the cut link carry the inner MTU; nothing else does.
@@ -59,6 +66,25 @@ def test_a_shaped_cut_link_is_shaped_on_the_sending_side_and_tunnelled_once():
             (part.plan.fabric.split("-")[-1], local.ifname),
         }
         assert {mtu for *_, mtu in part.mtus} == {1450}
+
+
+def test_a_cut_link_carries_what_a_local_one_does_on_a_jumbo_underlay_and_1450_on_1500():
+    p = plan(build(DUMBBELL))
+    cut = cut_links(p, LEFT_RIGHT)
+    for mtu, link_mtu in ((9000, 1500), (1550, 1500), (1500, 1450), (1400, 1350)):
+        underlay = Underlay(UNDERLAY.addresses, mtu=mtu)
+        part = share(p, LEFT_RIGHT, "left", underlay)
+        assert {t.mtu for t in part.tunnels} == {link_mtu}
+        assert {m for *_, m in part.mtus} == {link_mtu}
+        warning = mtu_warning(p, cut, underlay)
+        assert (warning is None) == (link_mtu == 1500)
+    assert mtu_warning(p, cut, Underlay(UNDERLAY.addresses, mtu=1500)) == (
+        f"the links of experiment {p.experiment} cut between hosts (bottleneck) carry packets "
+        "of at most 1450 bytes, a link on one host 1500: the underlay's MTU 1500 less VXLAN's "
+        "50; give the underlay an MTU of 1550 or more (jumbo frames, docs/cluster.md) to carry "
+        "1500"
+    )
+    assert mtu_warning(p, {}, Underlay(UNDERLAY.addresses, mtu=1500)) is None
 
 
 def test_an_unshaped_cut_link_is_bridged_to_its_tunnel():

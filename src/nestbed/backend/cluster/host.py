@@ -5,6 +5,10 @@ is), and every interface of a cut link gets the inner MTU, read back to check it
 
 The VXLAN device lives in the fabric namespace, so swapping out (deleting the experiment's
 namespaces) removes it and closes its socket; nothing of the experiment stays on the host.
+A shaped point-to-point cut link's tunnel is joined to linkd and to the local member by the
+kernel (tc's ``mirred``): linkd sends into a veth pair whose far end is redirected into the
+VXLAN device, and what the device receives is redirected to the member's port, shaped
+already on the sending host, without a second link emulator on its way.
 
 A share being built is written down first (``BUILDING``), and crossed out once built or
 removed: an agent that dies while building leaves the note, and the host's next agent
@@ -25,7 +29,7 @@ from pathlib import Path
 from nestbed.backend import linux, offloads
 from nestbed.backend.cluster import remote as commands
 from nestbed.backend.cluster import workdirs
-from nestbed.backend.cluster.share import HostShare, Tunnel
+from nestbed.backend.cluster.share import HostShare, Tunnel, kernel_end
 from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
 
@@ -111,15 +115,39 @@ def remove_unfinished() -> list[str]:
 PINGS = 20  # per other host, 10 ms apart, when the underlay's time is measured
 
 
-def underlay_delays_s(addresses: list[str]) -> dict[str, float]:
-    """The least one-way time from this host to each address (``least_one_way_s``): what
-    every frame of a cut link meets on the underlay, its processing included."""
+def underlay_paths(addresses: list[str]) -> dict[str, tuple[float, int]]:
+    """For each address, the one-way time from this host (``least_one_way_s``): what every
+    frame of a cut link meets on the underlay, its processing included; and the MTU of the
+    route there, which a packet of that size must cross unfragmented (a switch between the
+    hosts that carries less would drop the tunnel's largest frames without a word)."""
     found = {}
     for address in addresses:
         out = _ip(["ping", "-n", "-q", "-c", str(PINGS), "-i", "0.01", "-W", "1", address],
                   f"measuring the underlay to {address}")  # fmt: skip
-        found[address] = least_one_way_s(out, address)
+        mtu = route_mtu(address)[1]
+        whole = subprocess.run(
+            ["ping", "-n", "-q", "-c", "2", "-i", "0.01", "-W", "1", "-M", "do", "-s",
+             str(mtu - ICMP_HEADERS), address], capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if whole.returncode != 0:
+            raise EnvironmentProblem(
+                f"a {mtu}-byte packet does not reach {address} unfragmented, though the route "
+                f"there has MTU {mtu}; give every switch between the hosts that MTU, or the "
+                "hosts' interfaces the MTU the switches carry"
+            )
+        found[address] = (least_one_way_s(out, address), mtu)
     return found
+
+
+ICMP_HEADERS = 28  # IPv4's 20 bytes and ICMP's 8 around a ping's payload
+
+
+def route_mtu(address: str) -> tuple[str, int]:
+    """The interface this host reaches ``address`` through, and its MTU."""
+    (route,) = json.loads(_ip(["ip", "-j", "route", "get", address], f"routing to {address}"))
+    dev = route["dev"]
+    (link,) = json.loads(_ip(["ip", "-j", "link", "show", "dev", dev], f"reading {dev}"))
+    return dev, int(link["mtu"])
 
 
 def least_one_way_s(ping_output: str, address: str) -> float:
@@ -147,12 +175,10 @@ def check_underlay(part: HostShare) -> None:
     """Every other host of a cut link is reached through an interface whose MTU carries the
     configured underlay MTU (else VXLAN's frames would be dropped or fragmented)."""
     for remote in sorted({r for t in part.tunnels for r in t.remotes}):
-        (route,) = json.loads(_ip(["ip", "-j", "route", "get", remote], f"routing to {remote}"))
-        dev = route["dev"]
-        (link,) = json.loads(_ip(["ip", "-j", "link", "show", "dev", dev], f"reading {dev}"))
-        if link["mtu"] < part.underlay.mtu:
+        dev, mtu = route_mtu(remote)
+        if mtu < part.underlay.mtu:
             raise EnvironmentProblem(
-                f"host {part.host} reaches {remote} through {dev}, whose MTU is {link['mtu']}, "
+                f"host {part.host} reaches {remote} through {dev}, whose MTU is {mtu}, "
                 f"below the underlay MTU {part.underlay.mtu} the cluster is configured with; "
                 "configure the underlay MTU to match"
             )
@@ -165,13 +191,14 @@ def _attach(part: HostShare, step: list[str]) -> None:
         _create_tunnel(part, tunnel)
     if part.tunnels:
         step[0] = f"turning offloads off in {fabric}"
+        linkd_side = [name for t in part.tunnels if t.bridge is None for name in t.devices]
         with linux.inside(fabric):
-            offloads.turn_off([t.ifname for t in part.tunnels if t.bridge is None], linux.OFFLOADS)
+            offloads.turn_off(linkd_side, linux.OFFLOADS)
     for namespace, ifname, mtu in part.mtus:
         step[0] = f"setting the MTU of {ifname} in {namespace}"
         _ip(["ip", "-n", namespace, "link", "set", "dev", ifname, "mtu", str(mtu)], step[0])
     step[0] = "checking the MTU of the cut links"
-    wanted = {(fabric, t.ifname): t.mtu for t in part.tunnels}
+    wanted = {(fabric, name): t.mtu for t in part.tunnels for name in t.devices}
     wanted.update({(ns, ifname): mtu for ns, ifname, mtu in part.mtus})
     for (namespace, ifname), mtu in sorted(wanted.items()):
         have = _mtu(namespace, ifname)
@@ -197,7 +224,26 @@ def _create_tunnel(part: HostShare, t: Tunnel) -> None:
              "dst", remote], what)  # fmt: skip
     if t.bridge is not None:
         _ip(["ip", "-n", fabric, "link", "set", "dev", t.ifname, "master", t.bridge], what)
+    if t.feed is not None and t.deliver is not None:
+        into = kernel_end(t.feed)
+        _ip(["ip", "-n", fabric, "link", "add", t.feed, "mtu", str(t.mtu), "type", "veth",
+             "peer", "name", into, "mtu", str(t.mtu)], what)  # fmt: skip
+        _ip(["ip", "-n", fabric, "link", "property", "add", "dev", t.feed, "altname",
+             mark(part.plan.experiment, t.link, "feed")], what)  # fmt: skip
+        _redirect(fabric, into, t.ifname, what)  # linkd's frames, into the tunnel
+        _redirect(fabric, t.ifname, t.deliver, what)  # the tunnel's, to the member
+        for end in (t.feed, into):
+            _ip(["ip", "-n", fabric, "link", "set", "dev", end, "up"], what)
     _ip(["ip", "-n", fabric, "link", "set", "dev", t.ifname, "up"], what)
+
+
+def _redirect(namespace: str, source: str, target: str, what: str) -> None:
+    """Every frame ``source`` receives is sent out of ``target`` instead, by the kernel (an
+    ingress filter matching all, as ``matchall`` would: this kernel has only ``u32``)."""
+    _ip(["tc", "-n", namespace, "qdisc", "add", "dev", source, "ingress"], what)
+    _ip(["tc", "-n", namespace, "filter", "add", "dev", source, "parent", "ffff:", "protocol",
+         "all", "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect",
+         "dev", target], what)  # fmt: skip
 
 
 def _mtu(namespace: str, ifname: str) -> int:
