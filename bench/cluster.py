@@ -247,7 +247,11 @@ def hops() -> None:
     with tempfile.TemporaryDirectory() as tmp, started(2, slots=1, options=nic) as (m, agents):
         os.environ["NESTBED_CLUSTER"] = agents.address
         switch = m.run_dir("switch") / "linkd.sock"
-        with Bench(Path(tmp)) as bench:
+        bench = Bench(Path(tmp))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(bench)
+            # Closed before the agents stop: its client would try the scheduler again and again.
+            stack.callback(lambda: bench.active and bench.active.backend.close())  # type: ignore[union-attr]
             channel = bench.client
             assert channel is not None
             kept = bench.active.backend.placement(bench.plan)  # type: ignore[union-attr]

@@ -81,7 +81,7 @@ def test_a_dumbbell_is_placed_cut_at_its_bottleneck_swapped_in_and_pinged_across
     assert ping.returncode == 0, ping.stdout + ping.stderr
     rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
     print(f"ping h1 -> h3 through ClusterBackend: min RTT {rtt_min_ms:.3f} ms (link 2 x 20 ms)")
-    # The bottleneck's sending pipes gave up the underlay's least one-way time (see share).
+    # The bottleneck's sending pipes gave up the underlay's typical one-way time (see host).
     given_up_ms = 1e3 * sum(underlay.delays_s[nodes[a]][nodes[b]]
                             for a, b in (("r1", "r2"), ("r2", "r1")))  # fmt: skip
     assert 40 - given_up_ms <= rtt_min_ms < 60

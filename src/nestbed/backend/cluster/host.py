@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import statistics
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -112,17 +113,17 @@ def remove_unfinished() -> list[str]:
     return removed
 
 
-PINGS = 20  # per other host, 10 ms apart, when the underlay's time is measured
+PINGS = 50  # per other host, 5 ms apart, when the underlay's time is measured
 
 
 def underlay_paths(addresses: list[str]) -> dict[str, tuple[float, int]]:
-    """For each address, the one-way time from this host (``least_one_way_s``): what every
+    """For each address, the one-way time from this host (``typical_one_way_s``): what a
     frame of a cut link meets on the underlay, its processing included; and the MTU of the
     route there, which a packet of that size must cross unfragmented (a switch between the
     hosts that carries less would drop the tunnel's largest frames without a word)."""
     found = {}
     for address in addresses:
-        out = _ip(["ping", "-n", "-q", "-c", str(PINGS), "-i", "0.01", "-W", "1", address],
+        out = _ip(["ping", "-n", "-c", str(PINGS), "-i", "0.005", "-W", "1", address],
                   f"measuring the underlay to {address}")  # fmt: skip
         mtu = route_mtu(address)[1]
         whole = subprocess.run(
@@ -135,7 +136,7 @@ def underlay_paths(addresses: list[str]) -> dict[str, tuple[float, int]]:
                 f"there has MTU {mtu}; give every switch between the hosts that MTU, or the "
                 "hosts' interfaces the MTU the switches carry"
             )
-        found[address] = (least_one_way_s(out, address), mtu)
+        found[address] = (typical_one_way_s(out, address), mtu)
     return found
 
 
@@ -150,25 +151,25 @@ def route_mtu(address: str) -> tuple[str, int]:
     return dev, int(link["mtu"])
 
 
-def least_one_way_s(ping_output: str, address: str) -> float:
-    """Half the least round trip of ping's summary (``rtt min/avg/max/mdev = 0.4/1.1/1.6/0.2
-    ms``).
+def typical_one_way_s(ping_output: str, address: str) -> float:
+    """Half the median round trip of ping's replies (``64 bytes from …: icmp_seq=1 ttl=64
+    time=0.512 ms``).
 
-    A cut link's pipe gives this much of its delay up, so a frame that crosses faster than
-    what was given up arrives early. The hosts are pinged during swap-in, when they are at
-    their busiest: the mean (and even the median) of the round trips then stands well above
-    what a crossing takes later, and the links were early by as much once the hosts were
-    quiet (linktest 19.10 ms of 20.10 ± 0.45 ms; a CBR flow's median 19.26 ms over a 20 ms
-    link). The least is what every crossing takes again: a cut link is never early, and late
-    by the underlay's spread, as a link on one host is late by its host's (20.41 ms at a
-    load of 4)."""
-    try:
-        least_ms = float(ping_output.rsplit(" = ", 1)[1].split("/")[0])
-    except (IndexError, ValueError):
-        raise EnvironmentProblem(
-            f"measuring the underlay to {address} failed: no echo came back"
-        ) from None
-    return least_ms / 2 / 1e3
+    A cut link's pipe gives this much of its delay up, so that its frames arrive, on the
+    whole, after the link's delay, as on one host. Half the least round trip, given up
+    before, left every frame late by the underlay's spread over its fastest crossing: on the
+    simulated hosts a stream's mean crossing stood 22-160 µs above it (docs/benchmarks.md,
+    ``bench/cluster.py --hops``), and a cut link was late by as much on top of its own
+    emulator's lateness. The median holds up where the mean does not: the hosts are pinged
+    at swap-in, each pinging its peers at once, and a few round trips held up by a busy
+    host would pull a mean a millisecond above what a crossing takes later (the mean, given
+    up once, made the links that much early; linktest 19.10 ms of 20.10 ± 0.45 ms). Half of
+    the crossings are faster than what is given up, so a cut link's frame may arrive that
+    much early, by the underlay's spread below its median (tens of µs here)."""
+    times_ms = sorted(float(t.split()[0]) for t in ping_output.split(" time=")[1:])
+    if not times_ms:
+        raise EnvironmentProblem(f"measuring the underlay to {address} failed: no echo came back")
+    return statistics.median(times_ms) / 2 / 1e3
 
 
 def check_underlay(part: HostShare) -> None:
