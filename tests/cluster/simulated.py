@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import pickle
 import shutil
@@ -86,12 +87,18 @@ class _Subnet:
         self.fd = -1
 
 
+_made = itertools.count()  # simulated clusters this process made
+
+
 class Machines:
     """``count`` simulated hosts called h1, h2, …"""
 
     def __init__(self, count: int, mtu: int = UNDERLAY_MTU):
         self.mtu = mtu
-        self.id = f"{os.getpid() % 100000}"
+        # A second cluster of the same process (a test's own, beside the session's) gets
+        # names of its own: the same names would have each remove the other's hosts.
+        made = next(_made)
+        self.id = f"{os.getpid() % 100000}" + (f"n{made}" if made else "")
         self.gateway = f"i21g{self.id}"  # the root namespace's end of its uplink
         self.switch = f"i21-{self.id}-switch"
         self.hosts = [f"h{i}" for i in range(1, count + 1)]
@@ -99,7 +106,7 @@ class Machines:
         # A /24 of 10.221.0.0/16 of this run's own: the root namespace routes it to this run.
         # Claimed, not derived from the pid alone: two runs whose pids agreed modulo 250
         # shared one, and each took the other's agents for its own.
-        self._subnet = _Subnet.claim(int(self.id) % SUBNETS)
+        self._subnet = _Subnet.claim(os.getpid() % SUBNETS)
         subnet = f"10.221.{self._subnet.number}"
         self.addresses = {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)}
         self.gateway_address = f"{subnet}.254"  # the root namespace's address on the underlay
