@@ -16,6 +16,11 @@
    simulated hosts (each agent holds one node, so its link is cut), side by side against the
    issue's goals (one-way delay error ≤ 60 µs, bandwidth ≤ 0.5 %, loss inside its 99 %
    interval). One clock serves both simulated hosts, so the one-way delays need no offset.
+5. As root, with --hops: where a cut link's delay error goes, row by row (validate's delay
+   rows across two simulated hosts): each link emulator's lateness over the row (the
+   sending host's, the receiving host's, the underlay's), the underlay's time given up,
+   and the underlay's own one-way time for frames of the row's size and rate, measured
+   between the hosts by nestbed-probe with the kernel's receive times.
 
 Medians of RUNS runs. Stopped by Ctrl-C, SIGTERM or SIGHUP, it swaps out what it swapped
 in and removes its simulated hosts before it exits.
@@ -23,6 +28,7 @@ in and removes its simulated hosts before it exits.
     PYTHONPATH=src python bench/cluster.py              # part 2 needs root
     PYTHONPATH=src python bench/cluster.py --linktest   # part 3 only, root
     PYTHONPATH=src python bench/cluster.py --accuracy   # part 4 only, root
+    PYTHONPATH=src python bench/cluster.py --hops       # part 5 only, root
 """
 
 from __future__ import annotations
@@ -198,9 +204,9 @@ def accuracy() -> None:
                 raise SystemExit(f"validate on {where} failed: {stderr.strip()}")
             tables[where] = json.loads(stdout)
     one, two = tables["one host"], tables["two hosts"]
-    print("(a cut link's MTU is the underlay's less VXLAN's 50 bytes, 1450 here: validate's "
-          "1518-byte frames, 1500-byte IP packets, do not cross it whole, so their rows "
-          "across two hosts measure that, not the emulation)")  # fmt: skip
+    print("(the simulated underlay has jumbo frames, 9000 bytes: a cut link carries "
+          "validate's 1518-byte frames whole, as a link on one host; a 0 ms link across hosts "
+          "has no delay to give the underlay's time up from, so its row carries it)")  # fmt: skip
     print("\n| delay | frame | one-way error, one host | across two hosts | stdev, one host "
           "| across | goal |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
@@ -221,6 +227,90 @@ def accuracy() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
+def hops() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cluster"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from dataclasses import replace
+
+    from simulated import started
+
+    from nestbed.backend.sockets import SocketClient
+    from nestbed.studies.validate import Bench, Settings, linkd_lateness, measure_delay
+
+    settings = Settings.quick()
+    nic = ("--nic", "1000Gb")  # as --accuracy: validate's link must be cut
+    print(
+        "\n| delay | frame | one-way error | sending linkd late | receiving linkd late "
+        "(frames) | underlay linkd late | given up | underlay one-way (probe) | load |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp, started(2, slots=1, options=nic) as (m, agents):
+        os.environ["NESTBED_CLUSTER"] = agents.address
+        switch = m.run_dir("switch") / "linkd.sock"
+        bench = Bench(Path(tmp))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(bench)
+            # Closed before the agents stop: its client would try the scheduler again and again.
+            stack.callback(lambda: bench.active and bench.active.backend.close())  # type: ignore[union-attr]
+            channel = bench.client
+            assert channel is not None
+            kept = bench.active.backend.placement(bench.plan)  # type: ignore[union-attr]
+            assert kept is not None
+            nodes, underlay = kept
+            sender, receiver = nodes["s"], nodes["r"]
+            given_us = underlay.delays_s[sender][receiver] * 1e6
+
+            def counters() -> dict[str, dict]:
+                found = channel.on_hosts([sender, receiver], "counters", {})  # type: ignore[attr-defined]
+                with SocketClient(switch) as client:
+                    found["underlay"] = client.request("counters")
+                return found
+
+            for delay_ms in settings.delays_ms:
+                for size in settings.sizes:
+                    before = counters()
+                    (row,) = measure_delay(
+                        bench, replace(settings, delays_ms=(delay_ms,), sizes=(size,)),
+                        lambda _: None,
+                    )  # fmt: skip
+                    after = counters()
+                    late = {h: linkd_lateness(before[h], after[h])
+                            for h in (sender, receiver, "underlay")}  # fmt: skip
+                    crossing = _underlay_one_way(m, size, settings)
+
+                    means = {h: v["linkd_late_mean_us"] for h, v in late.items()}
+                    us = {h: "–" if m is None else f"{m:.0f} µs" for h, m in means.items()}
+                    print(f"| {delay_ms:g} ms | {size} B | {row['one_way_error_us']:+.0f} µs "
+                          f"| {us[sender]} | {us[receiver]} ({late[receiver]['linkd_frames']}) "
+                          f"| {us['underlay']} | {given_us:.0f} µs | {crossing:.0f} µs "
+                          f"| {os.getloadavg()[0]:.1f} |")  # fmt: skip
+
+
+def _underlay_one_way(m, size: int, settings) -> float:  # type: ignore[no-untyped-def]
+    """The mean one-way time (µs) from host h1 to h2 over the underlay alone, for a stream of
+    the row's frame size and rate, by the kernel's receive times (both hosts' one clock)."""
+    from nestbed.binaries import probe_recv, probe_send
+    from nestbed.studies.validate import FRAME_SIZES, KERNEL_TIMES
+
+    to = f"{m.addresses['h2']}:5009"
+    receiver = subprocess.Popen(m.argv("h2", *probe_recv(to, "--idle", "2", KERNEL_TIMES)),
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(0.2)  # the receiver binds before the first packet
+        subprocess.run(
+            m.argv("h1", *probe_send(to, "--size", str(FRAME_SIZES[size]), "--pps",
+                                     str(settings.pps[size]), "--count",
+                                     str(settings.delay_packets))),
+            check=True, capture_output=True,
+        )  # fmt: skip
+        out, _ = receiver.communicate(timeout=60)
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
+    return json.loads(out)["delay"]["mean_ns"] / 1e3
+
+
 def main() -> None:
     # SIGTERM and SIGHUP (timeout, a closed SSH session) stop it as Ctrl-C does: what it
     # built is removed on the way out.
@@ -230,6 +320,9 @@ def main() -> None:
         return
     if "--accuracy" in sys.argv:
         accuracy()
+        return
+    if "--hops" in sys.argv:
+        hops()
         return
     control_traffic()
     if os.geteuid() == 0:

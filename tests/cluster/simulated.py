@@ -5,7 +5,9 @@ everyone, as on a real host, so its mount namespace stays the machine's).
 
 The underlay is a switch namespace where nestbed-linkd joins every host's uplink, and the root
 namespace's (where the tests' Dask scheduler listens), as one LAN with a delay and a rate: so
-crossing from host to host costs something real, as a network between machines does. Every
+crossing from host to host costs something real, as a network between machines does. Its MTU
+is 9000 by default (jumbo frames, as testbeds' experiment networks often have), so that a cut
+link carries 1500-byte packets as a link on one host does; ``mtu=1500`` makes a plain one. Every
 name carries ``i21`` and this process's id, so nothing collides with other experiments or test
 runs on the machine, and ``stop`` removes exactly what ``start`` made.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import pickle
 import shutil
@@ -32,6 +35,7 @@ from nestbed.binaries import built_binary
 SRC = Path(__file__).resolve().parents[2] / "src"
 UNDERLAY_DELAY_S = 0.0005  # from host to host, each way (the sending port's egress pipe)
 UNDERLAY_RATE_BPS = 1_000_000_000
+UNDERLAY_MTU = 9000
 # Two hosts on each side of a bottleneck; two nodes a host put each side on its own host.
 DUMBBELL = """
 routing: static
@@ -83,11 +87,18 @@ class _Subnet:
         self.fd = -1
 
 
+_made = itertools.count()  # simulated clusters this process made
+
+
 class Machines:
     """``count`` simulated hosts called h1, h2, …"""
 
-    def __init__(self, count: int):
-        self.id = f"{os.getpid() % 100000}"
+    def __init__(self, count: int, mtu: int = UNDERLAY_MTU):
+        self.mtu = mtu
+        # A second cluster of the same process (a test's own, beside the session's) gets
+        # names of its own: the same names would have each remove the other's hosts.
+        made = next(_made)
+        self.id = f"{os.getpid() % 100000}" + (f"n{made}" if made else "")
         self.gateway = f"i21g{self.id}"  # the root namespace's end of its uplink
         self.switch = f"i21-{self.id}-switch"
         self.hosts = [f"h{i}" for i in range(1, count + 1)]
@@ -95,7 +106,7 @@ class Machines:
         # A /24 of 10.221.0.0/16 of this run's own: the root namespace routes it to this run.
         # Claimed, not derived from the pid alone: two runs whose pids agreed modulo 250
         # shared one, and each took the other's agents for its own.
-        self._subnet = _Subnet.claim(int(self.id) % SUBNETS)
+        self._subnet = _Subnet.claim(os.getpid() % SUBNETS)
         subnet = f"10.221.{self._subnet.number}"
         self.addresses = {h: f"{subnet}.{i}" for i, h in enumerate(self.hosts, 1)}
         self.gateway_address = f"{subnet}.254"  # the root namespace's address on the underlay
@@ -103,14 +114,15 @@ class Machines:
 
     def start(self) -> None:
         _run("ip", "netns", "add", self.switch)
-        _run("ip", "link", "add", self.gateway, "type", "veth",
-             "peer", "name", "gw", "netns", self.switch)  # fmt: skip
+        mtu = ("mtu", str(self.mtu))  # on both ends, before linkd sizes its rings by it
+        _run("ip", "link", "add", self.gateway, *mtu, "type", "veth",
+             "peer", "name", "gw", "netns", self.switch, *mtu)  # fmt: skip
         _run("ip", "addr", "add", f"{self.gateway_address}/24", "dev", self.gateway)
         _run("ip", "link", "set", self.gateway, "up")
         for host, namespace in self.namespaces.items():
             _run("ip", "netns", "add", namespace)
-            _run("ip", "link", "add", "up0", "netns", namespace, "type", "veth",
-                 "peer", "name", host, "netns", self.switch)  # fmt: skip
+            _run("ip", "link", "add", "up0", "netns", namespace, *mtu, "type", "veth",
+                 "peer", "name", host, "netns", self.switch, *mtu)  # fmt: skip
             _run("ip", "-n", namespace, "addr", "add", f"{self.addresses[host]}/24", "dev", "up0")
             _run("ip", "-n", namespace, "link", "set", "up0", "up")
             _run("ip", "-n", namespace, "link", "set", "lo", "up")
@@ -311,16 +323,16 @@ def _scheduler_address(path: Path) -> str:
 
 @contextlib.contextmanager
 def started(
-    count: int, slots: int, options: tuple[str, ...] = ()
+    count: int, slots: int, options: tuple[str, ...] = (), mtu: int = UNDERLAY_MTU
 ) -> Iterator[tuple[Machines, Agents]]:
     """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes (and
-    its other ``options``), joined to a scheduler on the underlay; all stopped and removed
-    at the end, however it ends (a second signal waits until all is removed)."""
+    its other ``options``), joined to a scheduler on an underlay of MTU ``mtu``; all stopped
+    and removed at the end, however it ends (a second signal waits until all is removed)."""
     from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
     from nestbed.lifecycle import signals
 
-    machines = Machines(count)
+    machines = Machines(count, mtu)
     agents = None
     try:
         machines.start()

@@ -45,7 +45,7 @@ class Hosts:
         if op != "counters":
             return {h: {"ok": True} for h in hosts}
         node = {"left": "r1", "right": "r2"}
-        return {h: {"ok": True, "links": {"bottleneck": {"ports": {
+        return {h: {"ok": True, "threads": [{"host": h}], "links": {"bottleneck": {"ports": {
             node[h]: {"egress": {"counters": {"host": h}}}, TUNNEL_PORT: {"egress": {}},
         }}}} for h in hosts}  # fmt: skip
 
@@ -67,11 +67,14 @@ def test_a_port_goes_to_its_host_a_link_to_all_its_hosts(channel):
 
 def test_counters_of_every_host_are_merged_without_the_tunnel_ports(channel):
     ch, _ = channel
-    ports = ch.request("counters")["links"]["bottleneck"]["ports"]
+    counters = ch.request("counters")
+    ports = counters["links"]["bottleneck"]["ports"]
     assert {p: v["egress"]["counters"]["host"] for p, v in ports.items()} == {
         "r1": "left",
         "r2": "right",
     }
+    # Every host's threads, whose lateness validate reports (it read none across hosts).
+    assert counters["threads"] == [{"host": "left"}, {"host": "right"}]
 
 
 def test_a_new_delay_on_a_cut_links_sending_pipe_stays_compensated(channel):

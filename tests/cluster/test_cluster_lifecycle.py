@@ -89,8 +89,8 @@ def test_swapin_exec_status_event_and_swapout_through_the_cli_leave_nothing_on_a
         assert placed["r1"] != placed["r2"]  # the bottleneck is cut between two hosts
         ping = cli("exec", name, "h1", "--", "ping", "-n", "-c", "5", "-i", "0.2", "h3")
         rtt_min_ms = before_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
-        # The bottleneck's sending pipes gave up the underlay's least one-way time, which
-        # every crossing takes again (up to its measurement's noise).
+        # The bottleneck's sending pipes gave up the underlay's typical one-way time (half its median
+        # round trip), which no crossing takes away again.
         given_up_ms = 1e3 * sum(kept["delays_s"][placed[a]][placed[b]]
                                 for a, b in (("r1", "r2"), ("r2", "r1")))  # fmt: skip
         print(f"nestbed exec ping h1 -> h3 across hosts: min RTT {rtt_min_ms:.3f} ms "

@@ -1,7 +1,8 @@
 """One experiment on two simulated hosts, its cut link over VXLAN: each host builds its share
 from inside its own namespace; ping and a probe stream across the cut link see the link's
-delay and rate, the inner MTU is 1450 and fits the underlay, and swapping out on every host
-leaves nothing, however the test ended."""
+delay and rate, each direction passing one link emulator; the cut link's MTU is 1450 on a
+1500-byte underlay (the nodes refuse larger DF packets themselves) and 1500 on the jumbo
+one; swapping out on every host leaves nothing, however the test ended."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from simulated import UNDERLAY_DELAY_S, interfaces, namespaces, processes
 from nbtest import experiment, until
 from nestbed.backend import linux
 from nestbed.backend.cgroups import Cgroups
-from nestbed.backend.cluster.share import Underlay, shares
+from nestbed.backend.cluster.share import TUNNEL_PORT, Underlay, shares
 from nestbed.backend.plan import plan
+from nestbed.backend.sockets import SocketClient
 from nestbed.binaries import probe_recv, probe_send
 from nestbed.errors import UserError
 from nestbed.linktest.expect import wire_bits
@@ -46,9 +48,9 @@ def cluster(simulated_cluster):
     machines, _ = simulated_cluster
     made = []
 
-    def swap_in(exp, placement=PLACEMENT):
+    def swap_in(exp, placement=PLACEMENT, underlay_mtu=1500):
         p = plan(exp)
-        parts = shares(p, placement, Underlay(machines.addresses))
+        parts = shares(p, placement, Underlay(machines.addresses, mtu=underlay_mtu))
         made.append(parts)
         for host, part in parts.items():
             done = machines.call(host, "swap_in", part)
@@ -75,6 +77,18 @@ def cluster(simulated_cluster):
     mine = {n for parts in made for part in parts.values() for n in part.plan.namespaces}
     assert mine & namespaces() == set()
     assert {i for i in interfaces() - before_if if "i21" in i} == set()
+
+
+@pytest.fixture
+def machines_linkd(simulated_cluster):
+    """A host's linkd's counters of an experiment (as its agent would read them)."""
+    machines, _ = simulated_cluster
+
+    def counters(host, p):
+        with SocketClient(machines.run_dir(host) / p.experiment / "linkd.sock") as client:
+            return client.request("counters")
+
+    return counters
 
 
 def _ping(p, node, dst, *options):
@@ -132,10 +146,10 @@ def test_a_dumbbell_over_two_hosts_has_its_links_delay_and_rate_across_the_cut(c
     assert got["lost"] > 0  # offered twice the rate: the bottleneck's queue dropped the rest
 
 
-def test_the_cut_link_carries_1450_bytes_and_no_more(cluster):
+def test_on_a_1500_byte_underlay_a_cut_link_carries_1450_bytes_and_a_node_refuses_more(cluster):
     _, swap_in = cluster
     exp = experiment(DUMBBELL, "i21mtu")
-    p, parts = swap_in(exp)
+    p, parts = swap_in(exp, underlay_mtu=1500)
     r2 = exp.links[1].port("r2").ip
     ifname = parts["h1"].plan.interfaces()[("bottleneck", "r1")]
     shown = linux.exec_in(
@@ -144,12 +158,57 @@ def test_the_cut_link_carries_1450_bytes_and_no_more(cluster):
     assert json.loads(shown.stdout)[0]["mtu"] == 1450
     fits = _ping(p, "r1", r2, "-c", "2", "-W", "2", "-M", "do", "-s", str(1450 - 28))
     assert fits.returncode == 0, fits.stdout + fits.stderr
-    too_big = _ping(p, "r1", r2, "-c", "1", "-W", "2", "-M", "do", "-s", str(1450 - 27))
+    # A 1500-byte packet that may not be fragmented is refused by the node's own stack, in
+    # so many words, rather than sent into the tunnel to vanish there.
+    too_big = _ping(p, "r1", r2, "-c", "1", "-W", "2", "-M", "do", "-s", str(1500 - 28))
     assert too_big.returncode != 0
+    assert "message too long, mtu=1450" in too_big.stdout + too_big.stderr, too_big.stderr
     # From a node whose own link is 1500 bytes, the router on the cut says how much fits.
     assert _ping(p, "h1", "h3", "-c", "3", "-W", "2", "-M", "do", "-s", "1422").returncode == 0
     big = _ping(p, "h1", "h3", "-c", "3", "-W", "2", "-M", "do", "-s", "1472")
     assert big.returncode != 0 and "1450" in big.stdout + big.stderr, big.stdout + big.stderr
+
+
+def test_on_a_jumbo_underlay_a_cut_link_carries_1500_byte_packets_whole_as_a_local_one(cluster):
+    machines, swap_in = cluster
+    assert machines.mtu == 9000
+    exp = experiment(DUMBBELL, "i21jumbo")
+    p, parts = swap_in(exp, underlay_mtu=machines.mtu)
+    r2 = exp.links[1].port("r2").ip
+    ifname = parts["h1"].plan.interfaces()[("bottleneck", "r1")]
+    shown = linux.exec_in(
+        p, "r1", ["ip", "-j", "link", "show", ifname], capture_output=True, text=True
+    )
+    assert json.loads(shown.stdout)[0]["mtu"] == 1500
+    for src, dst in (("r1", r2), ("h1", "h3"), ("h3", "h1")):
+        whole = _ping(p, src, dst, "-c", "3", "-i", "0.2", "-W", "2", "-M", "do", "-s", "1472")
+        assert whole.returncode == 0, f"{src} -> {dst}: {whole.stdout}{whole.stderr}"
+        assert "1480 bytes from" in whole.stdout  # the echo came back whole too
+
+
+def test_a_cut_links_frames_pass_a_link_emulator_once_per_direction(cluster, machines_linkd):
+    """Each direction is shaped by the sending host's linkd alone: what arrives from the
+    tunnel goes to the node by the kernel, and the link's delay is the configured one, not
+    twice it."""
+    _, swap_in = cluster
+    exp = experiment(DUMBBELL, "i21once")
+    p, _ = swap_in(exp)
+    r2 = exp.links[1].port("r2").ip
+    ping = _ping(p, "r1", r2, "-c", "10", "-i", "0.1", "-W", "2")
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
+    # 2 x 20 ms and the underlay's 2 x 0.5 ms (none given up here); shaped twice, 80 ms.
+    assert 40 <= rtt_min_ms < 60, rtt_min_ms
+    for host, node in (("h1", "r1"), ("h2", "r2")):
+        ports = machines_linkd(host, p)["links"]["bottleneck"]["ports"]
+        tunnel, member = ports[TUNNEL_PORT], ports[node]
+        print(
+            f"{host}: {node} received {member['received']}, sent {member['sent']}; "
+            f"tunnel received {tunnel['received']}, sent {tunnel['sent']}"
+        )
+        assert member["received"] >= 10 and tunnel["sent"] == member["received"]
+        # Nothing came out of the tunnel through linkd, nor went from linkd to the node.
+        assert tunnel["received"] == 0 and member["sent"] == 0
 
 
 LAN = """
@@ -180,14 +239,13 @@ def test_a_lan_over_three_hosts_and_an_unshaped_cut_link_reach_every_node(cluste
 
 def test_an_underlay_narrower_than_configured_fails_the_swap_in_before_anything_is_made(cluster):
     machines, _ = cluster
-    p = plan(experiment(DUMBBELL, "i21jumbo"))
-    parts = shares(p, PLACEMENT, Underlay(machines.addresses, mtu=9000))
-    assert parts["h1"].tunnels[0].mtu == 8950
+    p = plan(experiment(DUMBBELL, "i21wide"))
+    parts = shares(p, PLACEMENT, Underlay(machines.addresses, mtu=machines.mtu + 1000))
     done = machines.call("h1", "swap_in", parts["h1"])
     assert done.returncode != 0
     assert (
-        f"reaches {machines.addresses['h2']} through up0, whose MTU is 1500, below the underlay MTU 9000"
-        in done.stderr
+        f"reaches {machines.addresses['h2']} through up0, whose MTU is {machines.mtu}, below "
+        f"the underlay MTU {machines.mtu + 1000}" in done.stderr
     )
     assert not set(parts["h1"].plan.namespaces) & namespaces()
 

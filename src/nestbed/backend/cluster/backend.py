@@ -51,6 +51,7 @@ from nestbed.backend.cluster.share import (
     HostShare,
     Underlay,
     cut_links,
+    mtu_warning,
     shares,
     simulator_host,
 )
@@ -93,7 +94,7 @@ class ClusterBackend:
         self,
         scheduler: str,
         *,
-        underlay_mtu: int = DEFAULT_UNDERLAY_MTU,
+        underlay_mtu: int | None = None,  # None: the least MTU of the hosts' routes
         port: int = DEFAULT_PORT,
         state_root: Path = STATE_ROOT,
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -234,15 +235,17 @@ class ClusterBackend:
             self.require_ready()
         nodes = place(plan, facts)
         addresses = {f.name: f.address for f in facts}
-        delays = self.underlay_delays(cut_links(plan, nodes), addresses)
-        underlay = Underlay(addresses, self.underlay_mtu, self.port, delays)
+        cut = cut_links(plan, nodes)
+        delays, mtu = self.underlay_paths(cut, addresses)
+        underlay = Underlay(addresses, mtu, self.port, delays)
         parts = shares(plan, nodes, underlay)
         directory = self.run_dir(plan)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         offsets = self.clock_offsets([f for f in facts if f.name in parts])
         tolerated = clocks.tolerance_s(_cut_delays_s(plan, nodes))
         said = clocks.warnings(offsets, tolerated)
-        for warning in said:
+        narrow = mtu_warning(plan, cut, underlay)
+        for warning in said + ([narrow] if narrow else []):
             print(f"warning: {warning}", file=sys.stderr)
         (directory / PLACEMENT).write_text(json.dumps({
             "nodes": nodes, "addresses": underlay.addresses, "mtu": underlay.mtu,
@@ -278,26 +281,32 @@ class ClusterBackend:
                 + after
             ) from exc
 
-    def underlay_delays(
+    def underlay_paths(
         self, cut: dict[str, set[str]], addresses: dict[str, str]
-    ) -> dict[str, dict[str, float]]:
+    ) -> tuple[dict[str, dict[str, float]], int]:
         """host -> other host -> one-way time over the underlay, for the pairs of hosts a
-        cut link joins (each host pings its peers, all hosts at once)."""
+        cut link joins (each host pings its peers, all hosts at once), and the underlay's
+        MTU: the one configured, else the least of those pairs' routes (each checked to
+        carry it unfragmented)."""
         peers: dict[str, set[str]] = {}
         for hosts in cut.values():
             for h in hosts:
                 peers.setdefault(h, set()).update(hosts - {h})
         asked = {h: ([addresses[o] for o in sorted(others)],) for h, others in peers.items()}
-        answers = self._on_hosts(host.underlay_delays_s, asked)
-        found = {}
+        answers = self._on_hosts(host.underlay_paths, asked)
+        found: dict[str, dict[str, float]] = {}
+        mtus = []
+        name = {a: o for o, a in addresses.items()}
         for h, answer in answers.items():
             if isinstance(answer, BaseException):
                 raise EnvironmentProblem(
                     f"host {h} could not measure the underlay: {_reason(answer)}"
                 ) from answer
-            name = {a: o for o, a in addresses.items()}
-            found[h] = {name[a]: s for a, s in answer.items()}
-        return found
+            found[h] = {name[a]: s for a, (s, _) in answer.items()}
+            mtus += [mtu for _, mtu in answer.values()]
+        if self.underlay_mtu is not None:
+            return found, self.underlay_mtu
+        return found, min(mtus, default=DEFAULT_UNDERLAY_MTU)
 
     def clock_offsets(self, facts: list[HostFacts]) -> dict[str, clocks.Offset]:
         """Each host's clock less this machine's (and its monotonic clock's), from

@@ -115,12 +115,15 @@ def _answered(replies: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
 
 def merge_counters(replies: list[dict[str, Any]]) -> dict[str, Any]:
     """Several linkds' ``counters`` replies as one: every link's ports from every host,
-    without the tunnel ports."""
+    without the tunnel ports, and every host's threads (their lateness: validate's columns
+    of linkd's own timing error, over every frame a link emulator sent)."""
     links: dict[str, Any] = {}
+    threads: list[Any] = []
     for reply in replies:
+        threads += reply.get("threads", [])
         for link, data in reply.get("links", {}).items():
             merged = links.setdefault(link, {**data, "ports": {}})
             for port, pipes in data.get("ports", {}).items():
                 if port != TUNNEL_PORT:
                     merged["ports"][port] = pipes
-    return {"ok": True, "links": links}
+    return {"ok": True, "links": links, "threads": threads}

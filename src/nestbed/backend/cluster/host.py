@@ -5,6 +5,10 @@ is), and every interface of a cut link gets the inner MTU, read back to check it
 
 The VXLAN device lives in the fabric namespace, so swapping out (deleting the experiment's
 namespaces) removes it and closes its socket; nothing of the experiment stays on the host.
+A shaped point-to-point cut link's tunnel is joined to linkd and to the local member by the
+kernel (tc's ``mirred``): linkd sends into a veth pair whose far end is redirected into the
+VXLAN device, and what the device receives is redirected to the member's port, shaped
+already on the sending host, without a second link emulator on its way.
 
 A share being built is written down first (``BUILDING``), and crossed out once built or
 removed: an agent that dies while building leaves the note, and the host's next agent
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import statistics
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -25,7 +30,7 @@ from pathlib import Path
 from nestbed.backend import linux, offloads
 from nestbed.backend.cluster import remote as commands
 from nestbed.backend.cluster import workdirs
-from nestbed.backend.cluster.share import HostShare, Tunnel
+from nestbed.backend.cluster.share import HostShare, Tunnel, kernel_end
 from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
 
@@ -108,51 +113,73 @@ def remove_unfinished() -> list[str]:
     return removed
 
 
-PINGS = 20  # per other host, 10 ms apart, when the underlay's time is measured
+PINGS = 50  # per other host, 5 ms apart, when the underlay's time is measured
 
 
-def underlay_delays_s(addresses: list[str]) -> dict[str, float]:
-    """The least one-way time from this host to each address (``least_one_way_s``): what
-    every frame of a cut link meets on the underlay, its processing included."""
+def underlay_paths(addresses: list[str]) -> dict[str, tuple[float, int]]:
+    """For each address, the one-way time from this host (``typical_one_way_s``): what a
+    frame of a cut link meets on the underlay, its processing included; and the MTU of the
+    route there, which a packet of that size must cross unfragmented (a switch between the
+    hosts that carries less would drop the tunnel's largest frames without a word)."""
     found = {}
     for address in addresses:
-        out = _ip(["ping", "-n", "-q", "-c", str(PINGS), "-i", "0.01", "-W", "1", address],
+        out = _ip(["ping", "-n", "-c", str(PINGS), "-i", "0.005", "-W", "1", address],
                   f"measuring the underlay to {address}")  # fmt: skip
-        found[address] = least_one_way_s(out, address)
+        mtu = route_mtu(address)[1]
+        whole = subprocess.run(
+            ["ping", "-n", "-q", "-c", "2", "-i", "0.01", "-W", "1", "-M", "do", "-s",
+             str(mtu - ICMP_HEADERS), address], capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if whole.returncode != 0:
+            raise EnvironmentProblem(
+                f"a {mtu}-byte packet does not reach {address} unfragmented, though the route "
+                f"there has MTU {mtu}; give every switch between the hosts that MTU, or the "
+                "hosts' interfaces the MTU the switches carry"
+            )
+        found[address] = (typical_one_way_s(out, address), mtu)
     return found
 
 
-def least_one_way_s(ping_output: str, address: str) -> float:
-    """Half the least round trip of ping's summary (``rtt min/avg/max/mdev = 0.4/1.1/1.6/0.2
-    ms``).
+ICMP_HEADERS = 28  # IPv4's 20 bytes and ICMP's 8 around a ping's payload
 
-    A cut link's pipe gives this much of its delay up, so a frame that crosses faster than
-    what was given up arrives early. The hosts are pinged during swap-in, when they are at
-    their busiest: the mean (and even the median) of the round trips then stands well above
-    what a crossing takes later, and the links were early by as much once the hosts were
-    quiet (linktest 19.10 ms of 20.10 ± 0.45 ms; a CBR flow's median 19.26 ms over a 20 ms
-    link). The least is what every crossing takes again: a cut link is never early, and late
-    by the underlay's spread, as a link on one host is late by its host's (20.41 ms at a
-    load of 4)."""
-    try:
-        least_ms = float(ping_output.rsplit(" = ", 1)[1].split("/")[0])
-    except (IndexError, ValueError):
-        raise EnvironmentProblem(
-            f"measuring the underlay to {address} failed: no echo came back"
-        ) from None
-    return least_ms / 2 / 1e3
+
+def route_mtu(address: str) -> tuple[str, int]:
+    """The interface this host reaches ``address`` through, and its MTU."""
+    (route,) = json.loads(_ip(["ip", "-j", "route", "get", address], f"routing to {address}"))
+    dev = route["dev"]
+    (link,) = json.loads(_ip(["ip", "-j", "link", "show", "dev", dev], f"reading {dev}"))
+    return dev, int(link["mtu"])
+
+
+def typical_one_way_s(ping_output: str, address: str) -> float:
+    """Half the median round trip of ping's replies (``64 bytes from …: icmp_seq=1 ttl=64
+    time=0.512 ms``).
+
+    A cut link's pipe gives this much of its delay up, so that its frames arrive, on the
+    whole, after the link's delay, as on one host. Half the least round trip, given up
+    before, left every frame late by the underlay's spread over its fastest crossing: on the
+    simulated hosts a stream's mean crossing stood 22-160 µs above it (docs/benchmarks.md,
+    ``bench/cluster.py --hops``), and a cut link was late by as much on top of its own
+    emulator's lateness. The median holds up where the mean does not: the hosts are pinged
+    at swap-in, each pinging its peers at once, and a few round trips held up by a busy
+    host would pull a mean a millisecond above what a crossing takes later (the mean, given
+    up once, made the links that much early; linktest 19.10 ms of 20.10 ± 0.45 ms). Half of
+    the crossings are faster than what is given up, so a cut link's frame may arrive that
+    much early, by the underlay's spread below its median (tens of µs here)."""
+    times_ms = sorted(float(t.split()[0]) for t in ping_output.split(" time=")[1:])
+    if not times_ms:
+        raise EnvironmentProblem(f"measuring the underlay to {address} failed: no echo came back")
+    return statistics.median(times_ms) / 2 / 1e3
 
 
 def check_underlay(part: HostShare) -> None:
     """Every other host of a cut link is reached through an interface whose MTU carries the
     configured underlay MTU (else VXLAN's frames would be dropped or fragmented)."""
     for remote in sorted({r for t in part.tunnels for r in t.remotes}):
-        (route,) = json.loads(_ip(["ip", "-j", "route", "get", remote], f"routing to {remote}"))
-        dev = route["dev"]
-        (link,) = json.loads(_ip(["ip", "-j", "link", "show", "dev", dev], f"reading {dev}"))
-        if link["mtu"] < part.underlay.mtu:
+        dev, mtu = route_mtu(remote)
+        if mtu < part.underlay.mtu:
             raise EnvironmentProblem(
-                f"host {part.host} reaches {remote} through {dev}, whose MTU is {link['mtu']}, "
+                f"host {part.host} reaches {remote} through {dev}, whose MTU is {mtu}, "
                 f"below the underlay MTU {part.underlay.mtu} the cluster is configured with; "
                 "configure the underlay MTU to match"
             )
@@ -165,13 +192,14 @@ def _attach(part: HostShare, step: list[str]) -> None:
         _create_tunnel(part, tunnel)
     if part.tunnels:
         step[0] = f"turning offloads off in {fabric}"
+        linkd_side = [name for t in part.tunnels if t.bridge is None for name in t.devices]
         with linux.inside(fabric):
-            offloads.turn_off([t.ifname for t in part.tunnels if t.bridge is None], linux.OFFLOADS)
+            offloads.turn_off(linkd_side, linux.OFFLOADS)
     for namespace, ifname, mtu in part.mtus:
         step[0] = f"setting the MTU of {ifname} in {namespace}"
         _ip(["ip", "-n", namespace, "link", "set", "dev", ifname, "mtu", str(mtu)], step[0])
     step[0] = "checking the MTU of the cut links"
-    wanted = {(fabric, t.ifname): t.mtu for t in part.tunnels}
+    wanted = {(fabric, name): t.mtu for t in part.tunnels for name in t.devices}
     wanted.update({(ns, ifname): mtu for ns, ifname, mtu in part.mtus})
     for (namespace, ifname), mtu in sorted(wanted.items()):
         have = _mtu(namespace, ifname)
@@ -197,7 +225,26 @@ def _create_tunnel(part: HostShare, t: Tunnel) -> None:
              "dst", remote], what)  # fmt: skip
     if t.bridge is not None:
         _ip(["ip", "-n", fabric, "link", "set", "dev", t.ifname, "master", t.bridge], what)
+    if t.feed is not None and t.deliver is not None:
+        into = kernel_end(t.feed)
+        _ip(["ip", "-n", fabric, "link", "add", t.feed, "mtu", str(t.mtu), "type", "veth",
+             "peer", "name", into, "mtu", str(t.mtu)], what)  # fmt: skip
+        _ip(["ip", "-n", fabric, "link", "property", "add", "dev", t.feed, "altname",
+             mark(part.plan.experiment, t.link, "feed")], what)  # fmt: skip
+        _redirect(fabric, into, t.ifname, what)  # linkd's frames, into the tunnel
+        _redirect(fabric, t.ifname, t.deliver, what)  # the tunnel's, to the member
+        for end in (t.feed, into):
+            _ip(["ip", "-n", fabric, "link", "set", "dev", end, "up"], what)
     _ip(["ip", "-n", fabric, "link", "set", "dev", t.ifname, "up"], what)
+
+
+def _redirect(namespace: str, source: str, target: str, what: str) -> None:
+    """Every frame ``source`` receives is sent out of ``target`` instead, by the kernel (an
+    ingress filter matching all, as ``matchall`` would: this kernel has only ``u32``)."""
+    _ip(["tc", "-n", namespace, "qdisc", "add", "dev", source, "ingress"], what)
+    _ip(["tc", "-n", namespace, "filter", "add", "dev", source, "parent", "ffff:", "protocol",
+         "all", "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect",
+         "dev", target], what)  # fmt: skip
 
 
 def _mtu(namespace: str, ifname: str) -> int:

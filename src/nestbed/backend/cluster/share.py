@@ -7,11 +7,14 @@ host. A link or LAN whose members sit on different hosts is *cut*: on every host
 members of it, its fabric gets one VXLAN device (one VNI per link or LAN, the same on every
 host) that stands for all the members elsewhere.
 
-- A shaped cut link or LAN stays in nestbed-linkd: the VXLAN device is one more, unshaped,
-  port of the link. Each member's pipes run on that member's host, so a frame leaves through
-  its sender's egress pipe before it is encapsulated: a cut link (whose shaping is all on the
+- A shaped cut link or LAN stays in nestbed-linkd: the tunnel is one more, unshaped, port of
+  the link. Each member's pipes run on that member's host, so a frame leaves through its
+  sender's egress pipe before it is encapsulated: a cut link (whose shaping is all on the
   sending side, see ``spec.resolve``) is shaped exactly once per direction, on the sending
-  host. A LAN's ingress half runs on the receiving host, once.
+  host, and what arrives from the tunnel is handed to the local member by the kernel with no
+  link emulator on the way (``Tunnel.deliver``; linkd sends into the tunnel through a veth
+  pair, ``Tunnel.feed``, since whatever arrives on a port linkd reads it would forward). A
+  LAN's ingress half and its switching run in the receiving host's linkd, once.
 - An unshaped cut link becomes what an unshaped LAN is: each local member's veth to the
   fabric, and a bridge there joined by the VXLAN device.
 
@@ -20,8 +23,10 @@ much of its delay as the underlay's measured one-way time to the other host (nev
 zero), so that a frame arrives after the link's delay, as on one host. A LAN's members may
 be on several hosts, each farther or nearer: its delays are not compensated.
 
-Every interface of a cut link or LAN gets the inner MTU (the underlay's less the 50 bytes of
-VXLAN over IPv4): a larger frame would be dropped or fragmented silently inside the tunnel.
+Every interface of a cut link or LAN gets the link MTU: a local link's (1500), unless the
+inner MTU (the underlay's less the 50 bytes of VXLAN over IPv4) is smaller, as on a 1500-byte
+underlay (1450). The nodes' own interfaces carry it, so their stacks fragment larger packets
+or refuse them (DF) themselves, where the tunnel would drop them silently.
 
 Simulated nodes (``make-simulated``) have no namespace: all of them run in one nestbed-sim,
 on one host, which the placement names for each of them. An attachment (a link between an
@@ -54,6 +59,7 @@ from nestbed.errors import InternalError, UserError
 
 DEFAULT_PORT = 14789  # VXLAN's UDP port between hosts (containerlab's choice; IANA's is 4789)
 DEFAULT_UNDERLAY_MTU = 1500
+LINK_MTU = 1500  # a link's MTU on one host: veth's default, which the one-host build keeps
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 TUNNEL_PORT = "_vxlan"  # the VXLAN device's port name in linkd (no node name has a "_")
 HOST_NAME_RE = re.compile(r"^[-0-9A-Za-z_]+$")
@@ -74,6 +80,11 @@ class Underlay:
     def inner_mtu(self) -> int:
         return self.mtu - VXLAN_OVERHEAD
 
+    @property
+    def link_mtu(self) -> int:
+        """The MTU of a cut link's interfaces: a local link's, or the inner MTU if smaller."""
+        return min(LINK_MTU, self.inner_mtu)
+
 
 @dataclass(frozen=True)
 class Tunnel:
@@ -87,12 +98,22 @@ class Tunnel:
     port: int
     mtu: int
     bridge: str | None  # the fabric bridge it joins (unshaped), or None (a linkd port)
+    # A shaped point-to-point cut link: the fabric end of the local member's port, to which
+    # the kernel hands what arrives (shaped on the sending host already), and linkd's port
+    # into the tunnel, one end of a veth pair whose other end the kernel redirects into it.
+    deliver: str | None = None
+    feed: str | None = None
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The interfaces it makes in the fabric: the VXLAN device, and the feed's pair."""
+        return (self.ifname,) + ((self.feed, kernel_end(self.feed)) if self.feed else ())
 
 
 @dataclass(frozen=True)
 class HostShare:
     """What one host builds: a plan of its own nodes, its tunnels, and the interfaces whose
-    MTU is the inner MTU."""
+    MTU is the link MTU."""
 
     host: str
     plan: Plan
@@ -197,7 +218,7 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
     # Numbers for the names a cut adds (its tunnel; an unshaped one's bridge and ends, named
     # unlike any of the plan's own, whose numbers count simulated links too).
     index = {link: i for i, link in enumerate(link_members(p))}
-    inner = underlay.inner_mtu
+    mtu = underlay.link_mtu
     simulator = simulator_host(p, placement) == host
 
     def here(end: Interface) -> Interface:
@@ -228,11 +249,13 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
             bridges.append(replace(bridge, netns=fabric, ports=ports))
     emulated: list[EmulatedLink] = []
     compensated: list[tuple[str, str, float]] = []
+    delivered: dict[str, tuple[str, str]] = {}  # link -> (local member's port, linkd's feed)
     for link in p.emulated:
         ports = tuple(port for port in link.ports if port.ifname in fabric_ends)
         if not ports:
             continue
         if link.link in cut:
+            tunnel_port = _tunnel_ifname(index[link.link])
             if not link.lan and len(cut[link.link]) == 2:
                 (other,) = cut[link.link] - {host}
                 by_s = underlay.delays_s.get(host, {}).get(other, 0.0)
@@ -240,7 +263,11 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
                     ports = tuple(replace(port, egress=less_delay(port.egress, by_s))
                                   for port in ports)  # fmt: skip
                     compensated += [(link.link, port.port, by_s) for port in ports]
-            ports += (PipePort(TUNNEL_PORT, _tunnel_ifname(index[link.link]), {}, {}),)
+                (local,) = ports  # the one member here; the other is across the tunnel
+                if not local.ingress:  # nothing to shape on arrival: the kernel delivers
+                    tunnel_port = _feed_ifname(index[link.link])
+                    delivered[link.link] = (local.ifname, tunnel_port)
+            ports += (PipePort(TUNNEL_PORT, tunnel_port, {}, {}),)
         emulated.append(replace(link, ports=ports))
 
     tunnels = []
@@ -256,13 +283,13 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
                 local=underlay.addresses[host],
                 remotes=tuple(sorted(underlay.addresses[h] for h in cut[link] - {host})),
                 port=underlay.port,
-                mtu=inner,
+                mtu=mtu,
                 bridge=bridge_of.get(link),
+                deliver=delivered.get(link, (None, None))[0],
+                feed=delivered.get(link, (None, None))[1],
             )
         )
-    mtus = tuple(
-        (end.netns, end.ifname, inner) for v in veths if v.link in cut for end in (v.a, v.b)
-    )
+    mtus = tuple((end.netns, end.ifname, mtu) for v in veths if v.link in cut for end in (v.a, v.b))
     nodes = tuple(n for n in p.nodes if n.netns in local_ns)
     uses_fabric = bool(bridges or emulated or tunnels or simulator)
     result = replace(
@@ -273,21 +300,37 @@ def share(p: Plan, placement: Mapping[str, str], host: str, underlay: Underlay) 
         bridges=tuple(bridges),
         emulated=tuple(emulated),
         namespaces=((fabric,) if uses_fabric else ()) + tuple(n.netns for n in nodes),
-        simulation=_simulation(p, cut, inner) if simulator else None,
+        simulation=_simulation(p, cut, mtu) if simulator else None,
     )
-    too_long = check_names(result) + [t.ifname for t in tunnels if len(t.ifname) > IFNAME_MAX]
+    added = [name for t in tunnels for name in t.devices]
+    too_long = check_names(result) + [n for n in added if len(n) > IFNAME_MAX]
     if too_long:
         raise InternalError(f"interface name {too_long[0]} is longer than {IFNAME_MAX}")
     return HostShare(host, result, tuple(tunnels), mtus, underlay, tuple(compensated))
 
 
-def _simulation(p: Plan, cut: Mapping[str, set[str]], inner_mtu: int) -> Simulation | None:
+def mtu_warning(p: Plan, cut: Mapping[str, set[str]], underlay: Underlay) -> str | None:
+    """One line for a swap-in whose cut links carry smaller packets than its links on one
+    host do (None if they carry as much)."""
+    if not cut or underlay.link_mtu >= LINK_MTU:
+        return None
+    links = list(cut)
+    named = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+    return (
+        f"the links of experiment {p.experiment} cut between hosts ({named}) carry packets of "
+        f"at most {underlay.link_mtu} bytes, a link on one host {LINK_MTU}: the underlay's MTU "
+        f"{underlay.mtu} less VXLAN's {VXLAN_OVERHEAD}; give the underlay an MTU of "
+        f"{LINK_MTU + VXLAN_OVERHEAD} or more (jumbo frames, docs/cluster.md) to carry {LINK_MTU}"
+    )
+
+
+def _simulation(p: Plan, cut: Mapping[str, set[str]], link_mtu: int) -> Simulation | None:
     """The simulated part as its host runs it: an attachment cut between hosts carries the
-    inner MTU, and nestbed-sim's device there is told so (ns-3's TCP segments are 1448
+    link MTU, and nestbed-sim's device there is told so (ns-3's TCP segments are 1448
     bytes and heed no peer's MSS: it fragments them rather than have the tunnel drop them)."""
     if p.simulation is None:
         return None
-    attachments = tuple(replace(a, mtu=inner_mtu) if a.link in cut else a
+    attachments = tuple(replace(a, mtu=link_mtu) if a.link in cut else a
                         for a in p.simulation.attachments)  # fmt: skip
     return replace(p.simulation, attachments=attachments)
 
@@ -302,6 +345,16 @@ def less_delay(params: dict[str, Any], by_s: float) -> dict[str, Any]:
 
 def _tunnel_ifname(index: int) -> str:
     return f"vx{index}"
+
+
+def _feed_ifname(index: int) -> str:
+    """linkd's end of the veth pair into the tunnel (the other end is ``kernel_end``'s)."""
+    return f"vx{index}f"
+
+
+def kernel_end(feed: str) -> str:
+    """The end of the feed's veth pair that the kernel redirects into the VXLAN device."""
+    return f"{feed}k"
 
 
 def shares(p: Plan, placement: Mapping[str, str], underlay: Underlay) -> dict[str, HostShare]:
