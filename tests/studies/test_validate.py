@@ -200,13 +200,15 @@ def test_the_small_frame_bandwidth_row_is_sent_and_counted_on_rings_and_counts_w
     ((sent, got),) = seen
     assert sent["ring_interface"] and got["ring_interface"], "the row is on packet rings"
     # Every frame the receiver counted is one linkd sent towards it, and it missed none.
-    print(f"sent {sent['packets_sent']}, crossed {crossed}, counted {got['unique']}")
-    assert got["unique"] == got["packets"] == crossed
-    assert got["kernel_drops"] == 0 and row["receiver_drops"] == 0
+    counts = f"sent {sent['packets_sent']}, crossed {crossed}, counted {got['unique']}"
+    print(counts)
+    assert got["unique"] == got["packets"] == crossed, counts
+    assert got["kernel_drops"] == 0 and row["receiver_drops"] == 0, got
     # Half of what was sent crossed (30 000 frames: within 2 % of half, 5 sigma).
-    assert abs(crossed / sent["packets_sent"] - 0.5) < 0.02
+    assert abs(crossed / sent["packets_sent"] - 0.5) < 0.02, counts
     # The row's rate is the receiver's: half the generator's, not the configured rate.
     assert row["measured_bps"] == got["rate"]["wire_bps"]
     assert row["sent_bps"] == sent["achieved_wire_rate_bps"]
-    print(f"row: sent {row['sent_bps'] / 1e6:.3f} Mb/s, measured {row['measured_bps'] / 1e6:.3f}")
-    assert abs(row["measured_bps"] / row["sent_bps"] - 0.5) < 0.04
+    rates = f"sent {row['sent_bps'] / 1e6:.3f} Mb/s, measured {row['measured_bps'] / 1e6:.3f}"
+    print(rates)
+    assert abs(row["measured_bps"] / row["sent_bps"] - 0.5) < 0.04, rates

@@ -163,7 +163,7 @@ _VALIDATE_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
         },
     ),
     "bandwidth": (
-        "Table 2: bandwidth (receiver goodput on the wire, offered +5 %)",
+        "Table 2: bandwidth (receiver goodput on the wire, offered +5 % into a 20 ms queue)",
         {
             "configured kb/s": lambda r: f"{r['bandwidth_bps'] / 1000:g}",
             "frame B": lambda r: str(r["frame_bytes"]),
