@@ -14,7 +14,9 @@ once whose runs alternate, so that both paths see the same load on the shared ma
   linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
 
 Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
-the trafgen rows alone; ``--runs N`` changes RUNS.
+the trafgen rows alone; ``--runs N`` changes RUNS; ``--linkd-before PATH`` compares the rings
+path of another linkd binary instead of the copy path; ``--perf FILE`` records a profile of
+linkd on the rings path (``perf``, Debian's linux-perf) during its trafgen window.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ RUNS = 3
 #: linkd's frame I/O paths (its ``--io``, set through NESTBED_LINKD_IO when the bench starts it).
 IO_PATHS = ("copy", "rings")
 WINDOW_S = 3.0
+#: --perf: where to write a profile of linkd on the rings path (one trafgen window of it).
+PERF_FILE: str | None = None
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -136,7 +140,15 @@ def trafgen_run(bench: Bench, conf: Path) -> dict[str, float]:
     try:
         time.sleep(1.0)
         before = sample()
-        time.sleep(WINDOW_S)
+        if PERF_FILE and linkd and bench.workdir.name == "linkd-rings":
+            # A profile of linkd over the window (perf adds a little CPU of its own).
+            subprocess.run(
+                ["perf", "record", "-g", "-o", PERF_FILE, "-p", str(linkd), "--",
+                 "sleep", str(WINDOW_S)],
+                capture_output=True, check=True,
+            )  # fmt: skip
+        else:
+            time.sleep(WINDOW_S)
         after = sample()
     finally:
         os.killpg(gen.pid, signal.SIGINT)
@@ -294,7 +306,7 @@ def environment(**values: str | None) -> Iterator[None]:
 
 
 def main() -> None:
-    global RUNS
+    global RUNS, PERF_FILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--trafgen-only", action="store_true")
@@ -303,8 +315,11 @@ def main() -> None:
         help="compare the rings path with this linkd binary's (runs alternating) "
         "instead of with the copy path",
     )  # fmt: skip
+    parser.add_argument(
+        "--perf", metavar="FILE", help="perf record linkd (rings) in its trafgen window"
+    )
     args = parser.parse_args()
-    RUNS = args.runs
+    RUNS, PERF_FILE = args.runs, args.perf
     # label, frame I/O path (None: a plain veth), linkd binary (None: this checkout's)
     setups: list[tuple[str, str | None, str | None]] = [("direct veth", None, None)]
     if args.linkd_before:
