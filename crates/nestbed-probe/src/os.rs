@@ -164,6 +164,15 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
     }
 }
 
+/// Whether a receive error only says nothing came in time (the socket's read timeout) or a
+/// signal came: the caller checks its stop conditions and reads again.
+pub fn nothing_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Receives one datagram with `recvmsg`, returning its length, its sender and the kernel's
 /// drop counter if attached. Blocks up to the socket's read timeout (then `WouldBlock`).
 pub fn recv_with_drops(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Received> {

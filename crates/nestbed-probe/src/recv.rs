@@ -482,16 +482,7 @@ fn receive_on_socket(
         }
         let r = match os::recv_with_drops(sock, &mut buf) {
             Ok(r) => r,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
+            Err(e) if os::nothing_yet(&e) => continue,
             Err(e) => return Err(ProbeError::io(format!("receiving on {local}"), e)),
         };
         let now = os::monotonic_ns();

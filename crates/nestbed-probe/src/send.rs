@@ -477,13 +477,7 @@ fn spawn_echo_collector(
                         });
                     }
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if os::nothing_yet(&e) => {}
                 Err(_) => break,
             }
             if os::monotonic_ns() >= deadline.load(Ordering::Relaxed)

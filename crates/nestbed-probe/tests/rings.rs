@@ -24,6 +24,15 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the test can run (root), saying why not.
+fn root() -> bool {
+    let root = is_root();
+    if !root {
+        eprintln!("skipped: needs root (network namespaces)");
+    }
+    root
+}
+
 fn must(argv: &[&str]) -> String {
     let out = Command::new(argv[0]).args(&argv[1..]).output().unwrap();
     assert!(
@@ -76,31 +85,20 @@ impl Pair {
         c
     }
 
+    /// A file of `b`'s `veth0` in sysfs (as `b` sees it).
+    fn of_b(&self, file: &str) -> String {
+        let path = format!("/sys/class/net/veth0/{file}");
+        must(&["ip", "netns", "exec", &self.b, "cat", &path])
+            .trim()
+            .to_string()
+    }
+
     fn rx_packets(&self) -> u64 {
-        must(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.b,
-            "cat",
-            "/sys/class/net/veth0/statistics/rx_packets",
-        ])
-        .trim()
-        .parse()
-        .unwrap()
+        self.of_b("statistics/rx_packets").parse().unwrap()
     }
 
     fn mac_of_b(&self) -> String {
-        must(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.b,
-            "cat",
-            "/sys/class/net/veth0/address",
-        ])
-        .trim()
-        .to_string()
+        self.of_b("address")
     }
 }
 
@@ -196,8 +194,7 @@ fn flow(pair: &Pair, dst_mac: &str, size: &str) -> (Value, Value, Value, u64) {
 
 #[test]
 fn ring_frames_are_counted_by_the_ring_receiver_and_dropped_early_by_another_macs_stack() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
+    if !root() {
         return;
     }
     let pair = Pair::new("x");
@@ -223,8 +220,7 @@ fn ring_frames_are_counted_by_the_ring_receiver_and_dropped_early_by_another_mac
 
 #[test]
 fn ring_frames_to_the_receivers_mac_are_valid_udp_datagrams() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
+    if !root() {
         return;
     }
     let pair = Pair::new("y");
