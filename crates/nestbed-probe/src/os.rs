@@ -164,6 +164,17 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
     }
 }
 
+/// User and system CPU seconds this process has used so far (`getrusage`): what a probe
+/// costs, reported in its summary.
+pub fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: all-zero is a valid rusage, filled by the call.
+    let mut usage: libc::rusage = unsafe { zeroed() };
+    // SAFETY: usage is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (seconds(usage.ru_utime), seconds(usage.ru_stime))
+}
+
 /// Whether a receive error only says nothing came in time (the socket's read timeout) or a
 /// signal came: the caller checks its stop conditions and reads again.
 pub fn nothing_yet(e: &io::Error) -> bool {

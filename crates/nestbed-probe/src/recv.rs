@@ -150,6 +150,10 @@ pub struct RecvSummary {
     /// The interface whose packet ring the datagrams were counted on (`--ring`), or none:
     /// they were received on a UDP socket.
     pub ring_interface: Option<String>,
+    /// User and system CPU seconds the receiver used until it stopped receiving.
+    pub cpu_user_s: f64,
+    /// See `cpu_user_s`.
+    pub cpu_system_s: f64,
     /// Receive buffer requested, bytes (0: the kernel's default).
     pub rcvbuf_requested: usize,
     /// Receive buffer the kernel granted (as it reports it, doubled).
@@ -326,6 +330,19 @@ impl Receiver {
             Source::Socket(sock) => receive_on_socket(sock, &self.cfg, self.local, &mut got, stop)?,
             Source::Ring(ring, to) => receive_on_ring(ring, *to, &self.cfg, &mut got, stop),
         };
+        let cpu = os::cpu_seconds();
+        if let Some(path) = &self.cfg.log {
+            write_log(path, &got.records)?;
+        }
+        Ok(self.summarize(got, stopped_by, cpu))
+    }
+
+    fn summarize(
+        &self,
+        got: Got,
+        stopped_by: StopReason,
+        (cpu_user_s, cpu_system_s): (f64, f64),
+    ) -> RecvSummary {
         let Got {
             records,
             malformed,
@@ -333,29 +350,7 @@ impl Receiver {
             echo_errors,
             kernel_drops,
         } = got;
-        let cfg = &self.cfg;
-        if let Some(path) = &cfg.log {
-            write_log(path, &records)?;
-        }
-        Ok(self.summarize(
-            &records,
-            malformed,
-            echoed,
-            echo_errors,
-            kernel_drops,
-            stopped_by,
-        ))
-    }
-
-    fn summarize(
-        &self,
-        records: &[Record],
-        malformed: BTreeMap<String, u64>,
-        echoed: u64,
-        echo_errors: u64,
-        kernel_drops: u64,
-        stopped_by: StopReason,
-    ) -> RecvSummary {
+        let records = &records[..];
         let seq = sequence_stats(records.iter().map(|r| r.seq), self.cfg.expect);
         let mut delays: Vec<u64> = records
             .iter()
@@ -409,6 +404,8 @@ impl Receiver {
             kernel_drops_available: self.kernel_drops_available,
             kernel_receive_times: self.kernel_receive_times,
             ring_interface: self.cfg.ring.clone(),
+            cpu_user_s,
+            cpu_system_s,
             rcvbuf_requested: self.cfg.rcvbuf,
             rcvbuf_granted: self.rcvbuf_granted,
             echoed,

@@ -312,6 +312,10 @@ pub struct SendSummary {
     pub sndbuf_bytes: usize,
     /// The interface whose packet ring sent the frames (`--ring`), or none: the UDP socket.
     pub ring_interface: Option<String>,
+    /// User and system CPU seconds the sender used (the whole run, setup included).
+    pub cpu_user_s: f64,
+    /// See `cpu_user_s`.
+    pub cpu_system_s: f64,
     /// Round trips, with `--echo-wait`.
     pub echo: Option<EchoSummary>,
     /// True when SIGINT/SIGTERM ended the run early.
@@ -814,6 +818,7 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
     };
     let achieved_pps = span_s.map(|s| (sent - 1) as f64 / s);
     let interval = schedule.interval_ns;
+    let (cpu_user_s, cpu_system_s) = os::cpu_seconds();
     Ok(SendSummary {
         role: "send",
         to: cfg.to.to_string(),
@@ -840,6 +845,8 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
         lateness: Distribution::of(&mut lateness),
         sndbuf_bytes,
         ring_interface: cfg.ring.as_ref().map(|r| r.interface.clone()),
+        cpu_user_s,
+        cpu_system_s,
         echo,
         interrupted,
     })
