@@ -9,12 +9,16 @@ once whose runs alternate, so that both paths see the same load on the shared ma
   offered as fast as it can: frames per second delivered to the receiver's interface, and
   the CPU time each process spent per million frames (from /proc/PID/stat), which says where
   the ceiling is on a machine whose two cores the generator, linkd and the receiver share.
+- 64-byte frames from nestbed-probe on packet rings paced at 148 800 frames/s (validate's
+  generator and counter for its 100 Mb/s row): what the receiver counted, and the CPU per
+  million frames of the generator, the receiver and linkd (user and system).
 - the same with nestbed-probe's sender (a UDP socket) and receiver, as in earlier runs.
 - one iperf3 TCP stream with the veths' offloads off (nestbed's default for shaped links:
   linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
 
 Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
-the trafgen rows alone; ``--runs N`` changes RUNS; ``--linkd-before PATH`` compares the rings
+the 64-byte rows of the fast generators alone (trafgen, and nestbed-probe on packet rings at
+validate's 148 800 frames/s); ``--runs N`` changes RUNS; ``--linkd-before PATH`` compares the rings
 path of another linkd binary instead of the copy path; ``--perf FILE`` records a profile of
 linkd on the rings path (``perf``, Debian's linux-perf) during its trafgen window.
 """
@@ -187,6 +191,37 @@ def trafgen_conf(bench: Bench, directory: Path) -> Path:
     return conf
 
 
+#: validate's 100 Mb/s row of 64-byte frames, in frames per second.
+PACED_PPS = 148_800
+
+
+def probe_ring_run(bench: Bench) -> dict[str, float]:
+    """nestbed-probe on packet rings (validate's bandwidth generator and counter) at
+    PACED_PPS through the unshaped link: frames per second counted at the receiver, frames
+    lost, and CPU seconds per million frames of the generator, the receiver and linkd's
+    worker threads (user, system)."""
+    if bench.plan.needs_linkd:
+        bench.set_link({})
+    linkd = _linkd_pid(bench)
+    before = _workers_cpu(linkd)
+    send, recv = bench.rings()
+    sent, got, _ = bench.probe(
+        ["--size", "18", "--pps", str(PACED_PPS), "--duration", str(WINDOW_S), *send],
+        ["--idle", "1", *recv],
+    )
+    user, system = (a - b for a, b in zip(_workers_cpu(linkd), before, strict=True))
+    per_mpkt = (lambda cpu: cpu / (got["packets"] / 1e6)) if got["packets"] else (lambda _: 0.0)
+    return {
+        "sent_pps": sent["achieved_pps"],
+        "pps": got["rate"]["pps"],
+        "lost": sent["packets_sent"] - got["unique"],
+        "gen_cpu_s_per_mpkt": per_mpkt(sent["cpu_user_s"] + sent["cpu_system_s"]),
+        "recv_cpu_s_per_mpkt": per_mpkt(got["cpu_user_s"] + got["cpu_system_s"]),
+        "linkd_user_s_per_mpkt": per_mpkt(user),
+        "linkd_sys_s_per_mpkt": per_mpkt(system),
+    }
+
+
 def udp_pps(bench: Bench) -> float:
     _, got, _ = bench.probe(
         ["--size", "18", "--pps", "3000000", "--duration", "3"], ["--idle", "2"]
@@ -273,6 +308,7 @@ def measure(benches: dict[str, Bench], trafgen_only: bool) -> dict[str, dict]:
     if shutil.which("trafgen"):
         confs = {id(b): trafgen_conf(b, b.workdir) for b in benches.values()}
         put("trafgen", alternating(benches, lambda b: trafgen_run(b, confs[id(b)])))
+    put("probe_ring", alternating(benches, probe_ring_run))
     if trafgen_only:
         return rows
     put("probe_pps", alternating(benches, lambda b: {"pps": udp_pps(b)}))
@@ -363,6 +399,15 @@ def report(rows: dict[str, dict]) -> None:
                 print(f"rings / {other.removeprefix('linkd ')}: linkd CPU per frame "
                       f"{rings['linkd_cpu_s_per_mpkt'] / was['linkd_cpu_s_per_mpkt']:.2f}, "
                       f"delivered pps {rings['pps'] / was['pps']:.2f}")  # fmt: skip
+    print(f"\n64-byte frames from nestbed-probe's rings at {PACED_PPS:,} frames/s (validate's "
+          "100 Mb/s row), counted at the receiver's ring")  # fmt: skip
+    print(f"{'path':<20}{'sent pps':>10}{'counted pps':>13}{'lost':>8}{'gen CPU s/Mpkt':>16}"
+          f"{'recv CPU s/Mpkt':>17}{'linkd user':>12}{'linkd sys':>11}")  # fmt: skip
+    for label, row in rows.items():
+        t = row["probe_ring"]
+        print(f"{label:<20}{t['sent_pps']:>10,.0f}{t['pps']:>13,.0f}{t['lost']:>8,.0f}"
+              f"{t['gen_cpu_s_per_mpkt']:>16.3f}{t['recv_cpu_s_per_mpkt']:>17.3f}"
+              f"{t['linkd_user_s_per_mpkt']:>12.3f}{t['linkd_sys_s_per_mpkt']:>11.3f}")  # fmt: skip
     if "probe_pps" not in base:
         return
     print("\n64-byte UDP from nestbed-probe (sender and receiver through the whole stack)")
