@@ -11,7 +11,9 @@ once whose runs alternate, so that both paths see the same load on the shared ma
   the ceiling is on a machine whose two cores the generator, linkd and the receiver share.
 - 64-byte frames from nestbed-probe on packet rings paced at 148 800 frames/s (validate's
   generator and counter for its 100 Mb/s row): what the receiver counted, and the CPU per
-  million frames of the generator, the receiver and linkd (user and system).
+  million frames of the generator, the receiver and linkd (user and system); and the same
+  frames to the receiving node's own MAC and a UDP socket, whose stack work for each frame
+  a veth runs in linkd's context.
 - the same with nestbed-probe's sender (a UDP socket) and receiver, as in earlier runs.
 - one iperf3 TCP stream with the veths' offloads off (nestbed's default for shaped links:
   linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
@@ -195,16 +197,21 @@ def trafgen_conf(bench: Bench, directory: Path) -> Path:
 PACED_PPS = 148_800
 
 
-def probe_ring_run(bench: Bench) -> dict[str, float]:
+def probe_ring_run(bench: Bench, to_socket: bool = False) -> dict[str, float]:
     """nestbed-probe on packet rings (validate's bandwidth generator and counter) at
     PACED_PPS through the unshaped link: frames per second counted at the receiver, frames
     lost, and CPU seconds per million frames of the generator, the receiver and linkd's
-    worker threads (user, system)."""
+    worker threads (user, system). ``to_socket``: the frames go to the receiving node's own
+    MAC and a UDP socket receives them, so its whole stack runs for each (on a veth, in the
+    sending context: linkd's), where otherwise it drops them on arrival."""
     if bench.plan.needs_linkd:
         bench.set_link({})
     linkd = _linkd_pid(bench)
-    before = _workers_cpu(linkd)
     send, recv = bench.rings()
+    if to_socket:
+        r_mac = _in(bench, "r", ["cat", f"/sys/class/net/{recv[1]}/address"]).strip()
+        send, recv = [*send[:2], "--dst-mac", r_mac], []
+    before = _workers_cpu(linkd)
     sent, got, _ = bench.probe(
         ["--size", "18", "--pps", str(PACED_PPS), "--duration", str(WINDOW_S), *send],
         ["--idle", "1", *recv],
@@ -309,6 +316,7 @@ def measure(benches: dict[str, Bench], trafgen_only: bool) -> dict[str, dict]:
         confs = {id(b): trafgen_conf(b, b.workdir) for b in benches.values()}
         put("trafgen", alternating(benches, lambda b: trafgen_run(b, confs[id(b)])))
     put("probe_ring", alternating(benches, probe_ring_run))
+    put("probe_ring_socket", alternating(benches, lambda b: probe_ring_run(b, to_socket=True)))
     if trafgen_only:
         return rows
     put("probe_pps", alternating(benches, lambda b: {"pps": udp_pps(b)}))
@@ -400,14 +408,17 @@ def report(rows: dict[str, dict]) -> None:
                       f"{rings['linkd_cpu_s_per_mpkt'] / was['linkd_cpu_s_per_mpkt']:.2f}, "
                       f"delivered pps {rings['pps'] / was['pps']:.2f}")  # fmt: skip
     print(f"\n64-byte frames from nestbed-probe's rings at {PACED_PPS:,} frames/s (validate's "
-          "100 Mb/s row), counted at the receiver's ring")  # fmt: skip
+          "100 Mb/s row)")  # fmt: skip
     print(f"{'path':<20}{'sent pps':>10}{'counted pps':>13}{'lost':>8}{'gen CPU s/Mpkt':>16}"
           f"{'recv CPU s/Mpkt':>17}{'linkd user':>12}{'linkd sys':>11}")  # fmt: skip
-    for label, row in rows.items():
-        t = row["probe_ring"]
-        print(f"{label:<20}{t['sent_pps']:>10,.0f}{t['pps']:>13,.0f}{t['lost']:>8,.0f}"
-              f"{t['gen_cpu_s_per_mpkt']:>16.3f}{t['recv_cpu_s_per_mpkt']:>17.3f}"
-              f"{t['linkd_user_s_per_mpkt']:>12.3f}{t['linkd_sys_s_per_mpkt']:>11.3f}")  # fmt: skip
+    for key, receiver in (("probe_ring", "ring, another MAC"), ("probe_ring_socket", "UDP socket")):
+        print(f"receiver: {receiver}")
+        for label, row in rows.items():
+            t = row[key]
+            cpu = (t["gen_cpu_s_per_mpkt"], t["recv_cpu_s_per_mpkt"],
+                   t["linkd_user_s_per_mpkt"], t["linkd_sys_s_per_mpkt"])  # fmt: skip
+            print(f"{label:<20}{t['sent_pps']:>10,.0f}{t['pps']:>13,.0f}{t['lost']:>8,.0f}"
+                  f"{cpu[0]:>16.3f}{cpu[1]:>17.3f}{cpu[2]:>12.3f}{cpu[3]:>11.3f}")  # fmt: skip
     if "probe_pps" not in base:
         return
     print("\n64-byte UDP from nestbed-probe (sender and receiver through the whole stack)")
