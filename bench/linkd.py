@@ -9,12 +9,20 @@ once whose runs alternate, so that both paths see the same load on the shared ma
   offered as fast as it can: frames per second delivered to the receiver's interface, and
   the CPU time each process spent per million frames (from /proc/PID/stat), which says where
   the ceiling is on a machine whose two cores the generator, linkd and the receiver share.
+- 64-byte frames from nestbed-probe on packet rings paced at 148 800 frames/s (validate's
+  generator and counter for its 100 Mb/s row): what the receiver counted, and the CPU per
+  million frames of the generator, the receiver and linkd (user and system); and the same
+  frames to the receiving node's own MAC and a UDP socket, whose stack work for each frame
+  a veth runs in linkd's context.
 - the same with nestbed-probe's sender (a UDP socket) and receiver, as in earlier runs.
 - one iperf3 TCP stream with the veths' offloads off (nestbed's default for shaped links:
   linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
 
 Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
-the trafgen rows alone; ``--runs N`` changes RUNS.
+the 64-byte rows of the fast generators alone (trafgen, and nestbed-probe on packet rings at
+validate's 148 800 frames/s); ``--runs N`` changes RUNS; ``--linkd-before PATH`` compares the rings
+path of another linkd binary instead of the copy path; ``--perf FILE`` records a profile of
+linkd on the rings path (``perf``, Debian's linux-perf) during its trafgen window.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ RUNS = 3
 #: linkd's frame I/O paths (its ``--io``, set through NESTBED_LINKD_IO when the bench starts it).
 IO_PATHS = ("copy", "rings")
 WINDOW_S = 3.0
+#: --perf: where to write a profile of linkd on the rings path (one trafgen window of it).
+PERF_FILE: str | None = None
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -59,12 +69,39 @@ def _counter(bench: Bench, node: str, ifname: str, name: str) -> int:
     return int(_in(bench, node, ["cat", f"/sys/class/net/{ifname}/statistics/{name}"]))
 
 
+def _user_system(stat: Path) -> tuple[float, float]:
+    """User and system CPU seconds in a /proc ``stat`` file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICKS_PER_S, int(fields[12]) / TICKS_PER_S
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` (all its threads) and its children so
+    far. System time is the kernel's work on the process's behalf, which on a veth includes
+    the receiving namespace's stack for the frames it sends."""
+    user, system = _user_system(Path(f"/proc/{pid}/stat"))
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        u, s = _cpu_split(int(child))
+        user, system = user + u, system + s
+    return user, system
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all its threads) and its children so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    own = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-    return own + sum(_cpu_s(int(c)) for c in children)
+    return sum(_cpu_split(pid))
+
+
+def _workers_cpu(pid: int | None) -> tuple[float, float]:
+    """User and system CPU seconds of linkd's worker threads (the frame path) so far."""
+    if pid is None:
+        return 0.0, 0.0
+    user = system = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if (task / "comm").read_text().startswith("linkd-worker"):
+                u, s = _user_system(task / "stat")
+                user, system = user + u, system + s
+    return user, system
 
 
 def _linkd_pid(bench: Bench) -> int | None:
@@ -99,27 +136,41 @@ def trafgen_run(bench: Bench, conf: Path) -> dict[str, float]:
     # trafgen forks its sender; both go on SIGINT to the process group.
     gen = linux.start_in(bench.plan, "s", argv, stdout=subprocess.DEVNULL, start_new_session=True)
     linkd = _linkd_pid(bench)
+
+    def sample() -> tuple[float, ...]:
+        return (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
+                _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
+                _cpu_s(linkd) if linkd else 0.0, _linkd_read(bench),
+                *_workers_cpu(linkd))  # fmt: skip
+
     try:
         time.sleep(1.0)
-        before = (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
-                  _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
-                  _cpu_s(linkd) if linkd else 0.0, _linkd_read(bench))  # fmt: skip
-        time.sleep(WINDOW_S)
-        after = (time.monotonic(), _counter(bench, "s", s_if, "tx_packets"),
-                 _counter(bench, "r", r_if, "rx_packets"), _cpu_s(gen.pid),
-                 _cpu_s(linkd) if linkd else 0.0, _linkd_read(bench))  # fmt: skip
+        before = sample()
+        if PERF_FILE and linkd and bench.workdir.name == "linkd-rings":
+            # A profile of linkd over the window (perf adds a little CPU of its own).
+            subprocess.run(
+                ["perf", "record", "-g", "-o", PERF_FILE, "-p", str(linkd), "--",
+                 "sleep", str(WINDOW_S)],
+                capture_output=True, check=True,
+            )  # fmt: skip
+        else:
+            time.sleep(WINDOW_S)
+        after = sample()
     finally:
         os.killpg(gen.pid, signal.SIGINT)
         gen.wait()
-    seconds, sent, got, gen_cpu, linkd_cpu, read = (
+    seconds, sent, got, gen_cpu, linkd_cpu, read, user, system = (
         a - b for a, b in zip(after, before, strict=True)
     )
+    per_mpkt = (lambda cpu: cpu / (got / 1e6)) if got else (lambda _: float("nan"))
     return {
+        "linkd_user_s_per_mpkt": per_mpkt(user),
+        "linkd_sys_s_per_mpkt": per_mpkt(system),
         "offered_pps": sent / seconds,
         "read_pps": read / seconds,
         "pps": got / seconds,
         "gen_cpu_s_per_mpkt": gen_cpu / (sent / 1e6) if sent else float("nan"),
-        "linkd_cpu_s_per_mpkt": linkd_cpu / (got / 1e6) if got else float("nan"),
+        "linkd_cpu_s_per_mpkt": per_mpkt(linkd_cpu),
         "linkd_cores": linkd_cpu / seconds,
     }
 
@@ -140,6 +191,42 @@ def trafgen_conf(bench: Bench, directory: Path) -> Path:
         "udp(sport=9, dport=9), fill(0, 18) }\n"
     )
     return conf
+
+
+#: validate's 100 Mb/s row of 64-byte frames, in frames per second.
+PACED_PPS = 148_800
+
+
+def probe_ring_run(bench: Bench, to_socket: bool = False) -> dict[str, float]:
+    """nestbed-probe on packet rings (validate's bandwidth generator and counter) at
+    PACED_PPS through the unshaped link: frames per second counted at the receiver, frames
+    lost, and CPU seconds per million frames of the generator, the receiver and linkd's
+    worker threads (user, system). ``to_socket``: the frames go to the receiving node's own
+    MAC and a UDP socket receives them, so its whole stack runs for each (on a veth, in the
+    sending context: linkd's), where otherwise it drops them on arrival."""
+    if bench.plan.needs_linkd:
+        bench.set_link({})
+    linkd = _linkd_pid(bench)
+    send, recv = bench.rings()
+    if to_socket:
+        r_mac = _in(bench, "r", ["cat", f"/sys/class/net/{recv[1]}/address"]).strip()
+        send, recv = [*send[:2], "--dst-mac", r_mac], []
+    before = _workers_cpu(linkd)
+    sent, got, _ = bench.probe(
+        ["--size", "18", "--pps", str(PACED_PPS), "--duration", str(WINDOW_S), *send],
+        ["--idle", "1", *recv],
+    )
+    user, system = (a - b for a, b in zip(_workers_cpu(linkd), before, strict=True))
+    per_mpkt = (lambda cpu: cpu / (got["packets"] / 1e6)) if got["packets"] else (lambda _: 0.0)
+    return {
+        "sent_pps": sent["achieved_pps"],
+        "pps": got["rate"]["pps"],
+        "lost": sent["packets_sent"] - got["unique"],
+        "gen_cpu_s_per_mpkt": per_mpkt(sent["cpu_user_s"] + sent["cpu_system_s"]),
+        "recv_cpu_s_per_mpkt": per_mpkt(got["cpu_user_s"] + got["cpu_system_s"]),
+        "linkd_user_s_per_mpkt": per_mpkt(user),
+        "linkd_sys_s_per_mpkt": per_mpkt(system),
+    }
 
 
 def udp_pps(bench: Bench) -> float:
@@ -228,6 +315,8 @@ def measure(benches: dict[str, Bench], trafgen_only: bool) -> dict[str, dict]:
     if shutil.which("trafgen"):
         confs = {id(b): trafgen_conf(b, b.workdir) for b in benches.values()}
         put("trafgen", alternating(benches, lambda b: trafgen_run(b, confs[id(b)])))
+    put("probe_ring", alternating(benches, probe_ring_run))
+    put("probe_ring_socket", alternating(benches, lambda b: probe_ring_run(b, to_socket=True)))
     if trafgen_only:
         return rows
     put("probe_pps", alternating(benches, lambda b: {"pps": udp_pps(b)}))
@@ -243,33 +332,54 @@ def measure(benches: dict[str, Bench], trafgen_only: bool) -> dict[str, dict]:
 
 
 @contextlib.contextmanager
-def linkd_io(path: str) -> Iterator[None]:
-    """linkd processes started inside use frame I/O path ``path``."""
-    old = os.environ.get("NESTBED_LINKD_IO")
-    os.environ["NESTBED_LINKD_IO"] = path
+def environment(**values: str | None) -> Iterator[None]:
+    """Processes started inside (linkd among them) see ``values`` in their environment
+    (None: as it is), e.g. NESTBED_LINKD_IO, the frame I/O path, or NESTBED_LINKD, the binary."""
+    old = {key: os.environ.get(key) for key in values}
+    for key, value in values.items():
+        if value is not None:
+            os.environ[key] = value
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["NESTBED_LINKD_IO"]
-        else:
-            os.environ["NESTBED_LINKD_IO"] = old
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def main() -> None:
-    global RUNS
+    global RUNS, PERF_FILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--trafgen-only", action="store_true")
+    parser.add_argument(
+        "--linkd-before", metavar="PATH",
+        help="compare the rings path with this linkd binary's (runs alternating) "
+        "instead of with the copy path",
+    )  # fmt: skip
+    parser.add_argument(
+        "--perf", metavar="FILE", help="perf record linkd (rings) in its trafgen window"
+    )
     args = parser.parse_args()
-    RUNS = args.runs
+    RUNS, PERF_FILE = args.runs, args.perf
+    # label, frame I/O path (None: a plain veth), linkd binary (None: this checkout's)
+    setups: list[tuple[str, str | None, str | None]] = [("direct veth", None, None)]
+    if args.linkd_before:
+        setups += [
+            ("linkd rings before", "rings", args.linkd_before),
+            ("linkd rings", "rings", None),
+        ]
+    else:
+        setups += [(f"linkd {p}", p, None) for p in IO_PATHS]
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         benches: dict[str, Bench] = {}
-        for label, path in (("direct veth", None), *((f"linkd {p}", p) for p in IO_PATHS)):
+        for label, path, binary in setups:
             directory = Path(tmp) / label.replace(" ", "-")
             directory.mkdir()
-            with linkd_io(path or "copy"):
-                name = f"bench-{path or 'direct'}"
+            with environment(NESTBED_LINKD_IO=path or "copy", NESTBED_LINKD=binary):
+                name = f"bench-{label.removeprefix('linkd ').replace(' ', '-')}-{os.getpid()}"
                 bench = Bench(directory, through_linkd=path is not None, name=name)
                 benches[label] = stack.enter_context(bench)
         rows = measure(benches, args.trafgen_only)
@@ -281,18 +391,34 @@ def report(rows: dict[str, dict]) -> None:
     print(f"link capacity, median of {RUNS} runs, linkd's two I/O paths alternating")
     if "trafgen" in base:
         print("\n64-byte frames from trafgen (one process), delivered to the receiver's interface")
-        print(f"{'path':<16}{'offered pps':>13}{'linkd read pps':>16}{'delivered pps':>15}"
+        print(f"{'path':<20}{'offered pps':>13}{'linkd read pps':>16}{'delivered pps':>15}"
               f"{'× direct':>10}{'gen CPU s/Mpkt':>16}{'linkd CPU s/Mpkt':>18}"
-              f"{'linkd cores':>13}")  # fmt: skip
+              f"{'user':>7}{'sys':>7}{'linkd cores':>13}")  # fmt: skip
         for label, row in rows.items():
             t = row["trafgen"]
-            print(f"{label:<16}{t['offered_pps']:>13,.0f}{t['read_pps']:>16,.0f}{t['pps']:>15,.0f}"
+            print(f"{label:<20}{t['offered_pps']:>13,.0f}{t['read_pps']:>16,.0f}{t['pps']:>15,.0f}"
                   f"{t['pps'] / base['trafgen']['pps']:>10.2f}{t['gen_cpu_s_per_mpkt']:>16.3f}"
-                  f"{t['linkd_cpu_s_per_mpkt']:>18.3f}{t['linkd_cores']:>13.2f}")  # fmt: skip
-        rings, copy = rows["linkd rings"]["trafgen"], rows["linkd copy"]["trafgen"]
-        print(f"rings / copy: linkd CPU per frame "
-              f"{rings['linkd_cpu_s_per_mpkt'] / copy['linkd_cpu_s_per_mpkt']:.2f}, "
-              f"delivered pps {rings['pps'] / copy['pps']:.2f}")  # fmt: skip
+                  f"{t['linkd_cpu_s_per_mpkt']:>18.3f}{t['linkd_user_s_per_mpkt']:>7.3f}"
+                  f"{t['linkd_sys_s_per_mpkt']:>7.3f}{t['linkd_cores']:>13.2f}")  # fmt: skip
+        print("(user, sys: linkd's worker threads' user and system CPU-s per million frames)")
+        for other in ("linkd copy", "linkd rings before"):
+            if other in rows:
+                rings, was = rows["linkd rings"]["trafgen"], rows[other]["trafgen"]
+                print(f"rings / {other.removeprefix('linkd ')}: linkd CPU per frame "
+                      f"{rings['linkd_cpu_s_per_mpkt'] / was['linkd_cpu_s_per_mpkt']:.2f}, "
+                      f"delivered pps {rings['pps'] / was['pps']:.2f}")  # fmt: skip
+    print(f"\n64-byte frames from nestbed-probe's rings at {PACED_PPS:,} frames/s (validate's "
+          "100 Mb/s row)")  # fmt: skip
+    print(f"{'path':<20}{'sent pps':>10}{'counted pps':>13}{'lost':>8}{'gen CPU s/Mpkt':>16}"
+          f"{'recv CPU s/Mpkt':>17}{'linkd user':>12}{'linkd sys':>11}")  # fmt: skip
+    for key, receiver in (("probe_ring", "ring, another MAC"), ("probe_ring_socket", "UDP socket")):
+        print(f"receiver: {receiver}")
+        for label, row in rows.items():
+            t = row[key]
+            cpu = (t["gen_cpu_s_per_mpkt"], t["recv_cpu_s_per_mpkt"],
+                   t["linkd_user_s_per_mpkt"], t["linkd_sys_s_per_mpkt"])  # fmt: skip
+            print(f"{label:<20}{t['sent_pps']:>10,.0f}{t['pps']:>13,.0f}{t['lost']:>8,.0f}"
+                  f"{cpu[0]:>16.3f}{cpu[1]:>17.3f}{cpu[2]:>12.3f}{cpu[3]:>11.3f}")  # fmt: skip
     if "probe_pps" not in base:
         return
     print("\n64-byte UDP from nestbed-probe (sender and receiver through the whole stack)")

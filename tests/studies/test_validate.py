@@ -163,3 +163,52 @@ def test_a_bench_stopped_by_a_signal_says_so_in_its_run(tmp_path):
         raise signals.Interrupted(signal.SIGTERM)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["outcome"] == "interrupted (SIGTERM)"
+
+
+def _egress_out(counters: dict) -> int:
+    """Frames linkd's pipe from s towards r has sent out so far."""
+    return counters["links"]["link0"]["ports"]["s"]["egress"]["counters"]["packets_out"]
+
+
+def test_the_small_frame_bandwidth_row_is_sent_and_counted_on_rings_and_counts_what_crossed(
+    tmp_path, monkeypatch
+):
+    """The 64-byte bandwidth row's generator and receiver are nestbed-probe's packet rings,
+    and the receiver counts the frames that crossed the link: with the link dropping half of
+    them (Bernoulli loss before the queue), it counts what linkd sent on, and the row's rate is
+    half the offered one, not the configured one."""
+    seen: list[tuple[dict, dict]] = []
+    probe = validate.Bench.probe
+
+    def recording(self, send, recv, *, log=False):  # type: ignore[no-untyped-def]
+        sent, got, path = probe(self, send, recv, log=log)
+        seen.append((sent, got))
+        return sent, got, path
+
+    monkeypatch.setattr(validate.Bench, "probe", recording)
+    settings = validate.Settings(
+        bandwidths_bps=(20_000_000,), sizes=(64,), bandwidth_seconds=1.0, bandwidth_min_packets=50
+    )
+    with validate.Bench(tmp_path) as bench:
+        set_link = bench.set_link
+        monkeypatch.setattr(
+            bench, "set_link", lambda p: set_link({**p, "loss": {"model": "bernoulli", "p": 0.5}})
+        )
+        before = _egress_out(bench.counters())
+        (row,) = validate.measure_bandwidth(bench, settings, lambda _: None)
+        crossed = _egress_out(bench.counters()) - before
+    ((sent, got),) = seen
+    assert sent["ring_interface"] and got["ring_interface"], "the row is on packet rings"
+    # Every frame the receiver counted is one linkd sent towards it, and it missed none.
+    counts = f"sent {sent['packets_sent']}, crossed {crossed}, counted {got['unique']}"
+    print(counts)
+    assert got["unique"] == got["packets"] == crossed, counts
+    assert got["kernel_drops"] == 0 and row["receiver_drops"] == 0, got
+    # Half of what was sent crossed (30 000 frames: within 2 % of half, 5 sigma).
+    assert abs(crossed / sent["packets_sent"] - 0.5) < 0.02, counts
+    # The row's rate is the receiver's: half the generator's, not the configured rate.
+    assert row["measured_bps"] == got["rate"]["wire_bps"]
+    assert row["sent_bps"] == sent["achieved_wire_rate_bps"]
+    rates = f"sent {row['sent_bps'] / 1e6:.3f} Mb/s, measured {row['measured_bps'] / 1e6:.3f}"
+    print(rates)
+    assert abs(row["measured_bps"] / row["sent_bps"] - 0.5) < 0.04, rates

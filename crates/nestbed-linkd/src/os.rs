@@ -23,6 +23,8 @@ use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use nestbed_ring::{PACKET_OUTGOING, PACKET_VNET_HDR};
+
 use crate::offload::{header, meta_from_header, HEADER_LEN};
 
 pub mod ring;
@@ -41,11 +43,7 @@ pub enum Io {
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// `SOL_PACKET` option: sent frames skip the device's qdisc.
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
-/// `sll_pkttype` of a frame the host sent.
-const PACKET_OUTGOING: u8 = 4;
 const ETH_P_ALL: u16 = 0x0003;
-/// `SOL_PACKET` option: frames are read and sent after a virtio-net header.
-const PACKET_VNET_HDR: libc::c_int = 15;
 
 /// Largest frame read: a 64 KB super-frame (GSO, offloads on) with its
 /// Ethernet and VLAN headers; a larger frame is read truncated and counted.

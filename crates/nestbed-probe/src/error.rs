@@ -27,6 +27,20 @@ impl ProbeError {
         }
     }
 
+    /// A failure of a packet ring (`--ring`): not permitted or no such interface is the
+    /// user's to fix, anything else the system's.
+    pub fn ring(what: &str, source: io::Error) -> ProbeError {
+        match source.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => ProbeError::Usage(format!(
+                "{what} is not permitted: --ring needs root (CAP_NET_RAW)."
+            )),
+            Some(libc::ENODEV) => {
+                ProbeError::Usage(format!("{what}: no such interface in this namespace."))
+            }
+            _ => ProbeError::io(what, source),
+        }
+    }
+
     /// Wraps an I/O error with what was being done.
     pub fn io(what: impl Into<String>, source: io::Error) -> ProbeError {
         ProbeError::Io {

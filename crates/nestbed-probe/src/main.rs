@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use nestbed_probe::frame::{parse_mac, Mac};
 use nestbed_probe::os;
 use nestbed_probe::pacing::{Burst, Limit};
 use nestbed_probe::recv::{Receiver, RecvConfig, DEFAULT_RCVBUF};
-use nestbed_probe::send::{self, Pace, SendConfig};
+use nestbed_probe::send::{self, Pace, RingOut, SendConfig};
 use nestbed_probe::ProbeError;
 use serde::Serialize;
 
@@ -104,6 +105,15 @@ struct SendArgs {
     /// when this process read them: round trips without this host's wait to be scheduled.
     #[arg(long)]
     kernel_times: bool,
+    /// Send whole Ethernet frames from a packet ring (PACKET_TX_RING) on this interface, a
+    /// batch per system call, instead of through the UDP stack (IPv4, root; the frames come
+    /// from the address and port the UDP socket would use).
+    #[arg(long, value_name = "IFACE", requires = "dst_mac")]
+    ring: Option<String>,
+    /// Destination MAC of the frames --ring sends (a MAC other than the receiver's has its IP
+    /// stack drop them on arrival, where `recv --ring` still counts them).
+    #[arg(long, value_name = "MAC", value_parser = parse_mac, requires = "ring")]
+    dst_mac: Option<Mac>,
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +152,12 @@ struct RecvArgs {
     /// and for this process to be scheduled (application to application is the default).
     #[arg(long)]
     kernel_times: bool,
+    /// Count the datagrams to --bind in the frames reaching this interface, read from a
+    /// packet ring (PACKET_RX_RING) with the kernel's receive times, instead of receiving
+    /// them on a UDP socket: frames the IP stack drops (another MAC) are counted too, and
+    /// the receiver costs no UDP stack work (IPv4, root; no --echo or --group).
+    #[arg(long, value_name = "IFACE")]
+    ring: Option<String>,
 }
 
 /// Parses a non-negative number of seconds.
@@ -202,6 +218,10 @@ fn send_config(a: SendArgs) -> SendConfig {
         echo_log: a.echo_log,
         first_burst: a.first_burst,
         kernel_times: a.kernel_times,
+        ring: a
+            .ring
+            .zip(a.dst_mac)
+            .map(|(interface, dst_mac)| RingOut { interface, dst_mac }),
     }
 }
 
@@ -217,6 +237,7 @@ fn recv_config(a: RecvArgs) -> RecvConfig {
         log: a.log,
         rcvbuf: a.rcvbuf,
         kernel_times: a.kernel_times,
+        ring: a.ring,
     }
 }
 

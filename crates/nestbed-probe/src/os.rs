@@ -2,10 +2,13 @@
 //! `unsafe`: the monotonic clock and absolute sleeps, timer slack, socket options that
 //! `socket2` does not offer (`SO_RXQ_OVFL`, `SO_TIMESTAMPNS`, `SO_RCVBUFFORCE`,
 //! `SO_SNDBUFFORCE`), `recvmsg` with the kernel's drop counter and receive time, and a
-//! SIGINT/SIGTERM flag.
+//! SIGINT/SIGTERM flag; and, in [`ring`], the packet rings of `send --ring` and
+//! `recv --ring`.
 //!
 //! Linux only, like the rest of nestbed's platform code.
 #![allow(unsafe_code)]
+
+pub mod ring;
 
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
@@ -161,6 +164,26 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
     }
 }
 
+/// User and system CPU seconds this process has used so far (`getrusage`): what a probe
+/// costs, reported in its summary.
+pub fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: all-zero is a valid rusage, filled by the call.
+    let mut usage: libc::rusage = unsafe { zeroed() };
+    // SAFETY: usage is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (seconds(usage.ru_utime), seconds(usage.ru_stime))
+}
+
+/// Whether a receive error only says nothing came in time (the socket's read timeout) or a
+/// signal came: the caller checks its stop conditions and reads again.
+pub fn nothing_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Receives one datagram with `recvmsg`, returning its length, its sender and the kernel's
 /// drop counter if attached. Blocks up to the socket's read timeout (then `WouldBlock`).
 pub fn recv_with_drops(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<Received> {
@@ -221,11 +244,11 @@ fn timespec_ns(ts: &libc::timespec) -> Option<i128> {
     (ts.tv_sec > 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
-/// A `CLOCK_REALTIME` stamp of the recent past on `CLOCK_MONOTONIC`: the clocks' difference
-/// is read now, between two monotonic reads, so a step of the wall clock between the stamp and
-/// now would move it (none happens on a host while it measures).
-fn realtime_to_monotonic(stamp: libc::timespec) -> Option<u64> {
-    let stamp = timespec_ns(&stamp)?;
+/// `CLOCK_REALTIME` − `CLOCK_MONOTONIC` now, ns: the realtime clock read between two
+/// monotonic reads, so a stamp of the recent past on the realtime clock minus this is on the
+/// monotonic one (a step of the wall clock in between would move it; none happens on a host
+/// while it measures).
+pub fn realtime_offset_ns() -> Option<i128> {
     let before = monotonic_ns();
     let mut now = libc::timespec {
         tv_sec: 0,
@@ -235,10 +258,17 @@ fn realtime_to_monotonic(stamp: libc::timespec) -> Option<u64> {
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
     let after = monotonic_ns();
     let mono_now = i128::from(before / 2 + after / 2);
-    let real_now = timespec_ns(&now)?;
+    Some(timespec_ns(&now)? - mono_now)
+}
+
+/// A `CLOCK_REALTIME` stamp of the recent past on `CLOCK_MONOTONIC`, by the clocks'
+/// difference read now ([`realtime_offset_ns`]).
+fn realtime_to_monotonic(stamp: libc::timespec) -> Option<u64> {
+    let stamp = timespec_ns(&stamp)?;
+    let offset = realtime_offset_ns()?;
     // Never later than now: the datagram was read before the clocks were.
-    let mono = mono_now - (real_now - stamp).max(0);
-    u64::try_from(mono).ok()
+    let now = i128::from(monotonic_ns());
+    u64::try_from((stamp - offset).min(now)).ok()
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

@@ -7,10 +7,15 @@
 //! Receive times are read from `CLOCK_MONOTONIC` right after `recvmsg` returns, so one-way
 //! delay is application to application and includes the receiver's scheduling latency.
 //! Sequence statistics assume one sender per receiver (one sequence space).
+//!
+//! With `--ring` the receiver reads no socket: it counts the datagrams to its address and port
+//! in the frames a packet ring on an interface holds (`os::ring::RxRing`), timed by the
+//! kernel's receive time and sized by their UDP length, so the figures mean what they mean on
+//! the socket path, at no UDP stack cost and for frames the IP stack dropped too.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -19,8 +24,10 @@ use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::error::ProbeError;
+use crate::frame::parse_udp4;
 use crate::header::{self, Header};
 use crate::os;
+use crate::os::ring::RxRing;
 use crate::stats::{sequence_stats, Distribution};
 use crate::wire;
 
@@ -53,6 +60,9 @@ pub struct RecvConfig {
     pub rcvbuf: usize,
     /// Time arrivals by the kernel's receive time (`SO_TIMESTAMPNS`) instead of the read.
     pub kernel_times: bool,
+    /// Count the datagrams to `bind` in the frames reaching this interface, read from a
+    /// packet ring (`--ring`), instead of receiving them on a UDP socket.
+    pub ring: Option<String>,
 }
 
 /// One received probe datagram, as kept during the run.
@@ -137,6 +147,13 @@ pub struct RecvSummary {
     /// Whether receive times are the kernel's (`--kernel-times`: when a datagram reached this
     /// host) rather than when this process read it.
     pub kernel_receive_times: bool,
+    /// The interface whose packet ring the datagrams were counted on (`--ring`), or none:
+    /// they were received on a UDP socket.
+    pub ring_interface: Option<String>,
+    /// User and system CPU seconds the receiver used until it stopped receiving.
+    pub cpu_user_s: f64,
+    /// See `cpu_user_s`.
+    pub cpu_system_s: f64,
     /// Receive buffer requested, bytes (0: the kernel's default).
     pub rcvbuf_requested: usize,
     /// Receive buffer the kernel granted (as it reports it, doubled).
@@ -172,6 +189,20 @@ impl RecvConfig {
                 ));
             }
         }
+        if self.ring.is_some() {
+            if self.echo {
+                problems.push("--echo needs the UDP socket; drop --ring.".to_string());
+            }
+            if self.group.is_some() {
+                problems.push("--group needs the UDP socket; drop --ring.".to_string());
+            }
+            if self.bind.is_ipv6() || self.bind.port() == 0 {
+                problems.push(format!(
+                    "--ring counts IPv4 datagrams to one port: --bind {} needs an IPv4 address and a port.",
+                    self.bind
+                ));
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -180,9 +211,17 @@ impl RecvConfig {
     }
 }
 
+/// Where datagrams are read from.
+enum Source {
+    Socket(Socket),
+    /// A receive ring; the frames counted are those to this address (any of this host's
+    /// when its IP is unspecified).
+    Ring(RxRing, SocketAddrV4),
+}
+
 /// A bound receiver, ready to [`run`](Receiver::run).
 pub struct Receiver {
-    sock: Socket,
+    source: Source,
     cfg: RecvConfig,
     local: SocketAddr,
     rcvbuf_granted: usize,
@@ -195,6 +234,18 @@ impl Receiver {
     /// receive buffer.
     pub fn open(cfg: RecvConfig) -> Result<Receiver, ProbeError> {
         cfg.validate()?;
+        if let (Some(ifname), SocketAddr::V4(to)) = (&cfg.ring, cfg.bind) {
+            let ring = RxRing::open(ifname)
+                .map_err(|e| ProbeError::ring(&format!("opening a packet ring on {ifname}"), e))?;
+            return Ok(Receiver {
+                source: Source::Ring(ring, to),
+                local: cfg.bind,
+                cfg,
+                rcvbuf_granted: 0,
+                kernel_drops_available: true,
+                kernel_receive_times: true,
+            });
+        }
         let sock = Socket::new(
             Domain::for_address(cfg.bind),
             Type::DGRAM,
@@ -246,7 +297,7 @@ impl Receiver {
             .and_then(|a| a.as_socket())
             .unwrap_or(bind_to);
         Ok(Receiver {
-            sock,
+            source: Source::Socket(sock),
             cfg,
             local,
             rcvbuf_granted,
@@ -261,95 +312,45 @@ impl Receiver {
     }
 
     /// Receives until a stop condition holds, then writes the log and returns the summary.
-    pub fn run(self, stop: &AtomicBool) -> Result<RecvSummary, ProbeError> {
-        let cfg = &self.cfg;
-        let mut buf = vec![0u8; 65_536];
-        let capacity = cfg.count.or(cfg.expect).unwrap_or(1 << 16).min(1 << 24);
-        let mut records: Vec<Record> = Vec::with_capacity(capacity as usize);
-        let mut malformed: BTreeMap<String, u64> = BTreeMap::new();
-        let (mut echoed, mut echo_errors, mut kernel_drops) = (0u64, 0u64, 0u64);
-        let start = os::monotonic_ns();
-        let mut last_activity = start;
-
-        let stopped_by = loop {
-            let now = os::monotonic_ns();
-            if cfg.count.is_some_and(|n| records.len() as u64 >= n) {
-                break StopReason::Count;
-            }
-            if cfg.duration_ns.is_some_and(|d| now - start >= d) {
-                break StopReason::Duration;
-            }
-            if cfg.idle_ns.is_some_and(|d| now - last_activity >= d) {
-                break StopReason::Idle;
-            }
-            if stop.load(Ordering::Relaxed) {
-                break StopReason::Signal;
-            }
-            let r = match os::recv_with_drops(&self.sock, &mut buf) {
-                Ok(r) => r,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    continue
-                }
-                Err(e) => return Err(ProbeError::io(format!("receiving on {}", self.local), e)),
-            };
-            let now = os::monotonic_ns();
-            last_activity = now;
-            // The kernel's receive time (when asked for) leaves out the wait in the socket and
-            // for this thread to be scheduled: the delay measured is the network's alone.
-            let recv_ns = r.kernel_ns.unwrap_or(now);
-            let datagram = &buf[..r.len];
-            if cfg.echo {
-                if let Some(from) = r.from {
-                    match self.sock.send_to(datagram, &SockAddr::from(from)) {
-                        Ok(_) => echoed += 1,
-                        Err(_) => echo_errors += 1,
-                    }
-                }
-            }
-            if let Some(d) = r.kernel_drops {
-                kernel_drops = u64::from(d);
-            }
-            match Header::decode(datagram) {
-                Ok(h) => records.push(Record {
-                    seq: h.seq,
-                    burst: h.burst,
-                    size: r.len.min(usize::from(u16::MAX)) as u16,
-                    send_ns: h.send_ns,
-                    recv_ns,
-                }),
-                Err(e) => *malformed.entry(e.reason().to_string()).or_insert(0) += 1,
-            }
+    pub fn run(mut self, stop: &AtomicBool) -> Result<RecvSummary, ProbeError> {
+        let capacity = self
+            .cfg
+            .count
+            .or(self.cfg.expect)
+            .unwrap_or(1 << 16)
+            .min(1 << 24);
+        let mut got = Got {
+            records: Vec::with_capacity(capacity as usize),
+            malformed: BTreeMap::new(),
+            echoed: 0,
+            echo_errors: 0,
+            kernel_drops: 0,
         };
-
-        if let Some(path) = &cfg.log {
-            write_log(path, &records)?;
+        let stopped_by = match &mut self.source {
+            Source::Socket(sock) => receive_on_socket(sock, &self.cfg, self.local, &mut got, stop)?,
+            Source::Ring(ring, to) => receive_on_ring(ring, *to, &self.cfg, &mut got, stop),
+        };
+        let cpu = os::cpu_seconds();
+        if let Some(path) = &self.cfg.log {
+            write_log(path, &got.records)?;
         }
-        Ok(self.summarize(
-            &records,
-            malformed,
-            echoed,
-            echo_errors,
-            kernel_drops,
-            stopped_by,
-        ))
+        Ok(self.summarize(got, stopped_by, cpu))
     }
 
     fn summarize(
         &self,
-        records: &[Record],
-        malformed: BTreeMap<String, u64>,
-        echoed: u64,
-        echo_errors: u64,
-        kernel_drops: u64,
+        got: Got,
         stopped_by: StopReason,
+        (cpu_user_s, cpu_system_s): (f64, f64),
     ) -> RecvSummary {
+        let Got {
+            records,
+            malformed,
+            echoed,
+            echo_errors,
+            kernel_drops,
+        } = got;
+        let records = &records[..];
         let seq = sequence_stats(records.iter().map(|r| r.seq), self.cfg.expect);
         let mut delays: Vec<u64> = records
             .iter()
@@ -402,11 +403,149 @@ impl Receiver {
             kernel_drops,
             kernel_drops_available: self.kernel_drops_available,
             kernel_receive_times: self.kernel_receive_times,
+            ring_interface: self.cfg.ring.clone(),
+            cpu_user_s,
+            cpu_system_s,
             rcvbuf_requested: self.cfg.rcvbuf,
             rcvbuf_granted: self.rcvbuf_granted,
             echoed,
             echo_errors,
             stopped_by,
+        }
+    }
+}
+
+/// What a receive loop kept.
+struct Got {
+    records: Vec<Record>,
+    malformed: BTreeMap<String, u64>,
+    echoed: u64,
+    echo_errors: u64,
+    kernel_drops: u64,
+}
+
+impl Got {
+    /// Keeps `datagram` (its first bytes) of `size` bytes, received at `recv_ns`.
+    fn keep(&mut self, datagram: &[u8], size: usize, recv_ns: u64) {
+        match Header::decode(datagram) {
+            Ok(h) => self.records.push(Record {
+                seq: h.seq,
+                burst: h.burst,
+                size: size.min(usize::from(u16::MAX)) as u16,
+                send_ns: h.send_ns,
+                recv_ns,
+            }),
+            Err(e) => *self.malformed.entry(e.reason().to_string()).or_insert(0) += 1,
+        }
+    }
+}
+
+/// Whether the receiver should stop now, and why.
+fn stop_reason(
+    cfg: &RecvConfig,
+    kept: usize,
+    start: u64,
+    last_activity: u64,
+    stop: &AtomicBool,
+) -> Option<StopReason> {
+    let now = os::monotonic_ns();
+    if cfg.count.is_some_and(|n| kept as u64 >= n) {
+        Some(StopReason::Count)
+    } else if cfg.duration_ns.is_some_and(|d| now - start >= d) {
+        Some(StopReason::Duration)
+    } else if cfg.idle_ns.is_some_and(|d| now - last_activity >= d) {
+        Some(StopReason::Idle)
+    } else if stop.load(Ordering::Relaxed) {
+        Some(StopReason::Signal)
+    } else {
+        None
+    }
+}
+
+/// Receives on the UDP socket, echoing when asked.
+fn receive_on_socket(
+    sock: &Socket,
+    cfg: &RecvConfig,
+    local: SocketAddr,
+    got: &mut Got,
+    stop: &AtomicBool,
+) -> Result<StopReason, ProbeError> {
+    let mut buf = vec![0u8; 65_536];
+    let start = os::monotonic_ns();
+    let mut last_activity = start;
+    loop {
+        if let Some(why) = stop_reason(cfg, got.records.len(), start, last_activity, stop) {
+            return Ok(why);
+        }
+        let r = match os::recv_with_drops(sock, &mut buf) {
+            Ok(r) => r,
+            Err(e) if os::nothing_yet(&e) => continue,
+            Err(e) => return Err(ProbeError::io(format!("receiving on {local}"), e)),
+        };
+        let now = os::monotonic_ns();
+        last_activity = now;
+        // The kernel's receive time (when asked for) leaves out the wait in the socket and
+        // for this thread to be scheduled: the delay measured is the network's alone.
+        let recv_ns = r.kernel_ns.unwrap_or(now);
+        let datagram = &buf[..r.len];
+        if cfg.echo {
+            if let Some(from) = r.from {
+                match sock.send_to(datagram, &SockAddr::from(from)) {
+                    Ok(_) => got.echoed += 1,
+                    Err(_) => got.echo_errors += 1,
+                }
+            }
+        }
+        if let Some(d) = r.kernel_drops {
+            got.kernel_drops = u64::from(d);
+        }
+        got.keep(datagram, r.len, recv_ns);
+    }
+}
+
+/// Having read frames, the ring receiver sleeps this long before reading again, so it wakes
+/// a few thousand times a second at most however many frames come (the ring holds some
+/// 200 ms of them); with none waiting it sleeps in `poll` until one comes.
+const RING_NAP_NS: u64 = 500_000;
+
+/// Counts the datagrams to `to` in the frames of a receive ring, each timed by the
+/// kernel's receive time and sized by its UDP length (so `wire_bps` counts the frames as
+/// the socket path and the sender's `--rate` do); the ring's overflows are its kernel drops.
+fn receive_on_ring(
+    ring: &mut RxRing,
+    to: SocketAddrV4,
+    cfg: &RecvConfig,
+    got: &mut Got,
+    stop: &AtomicBool,
+) -> StopReason {
+    let start = os::monotonic_ns();
+    let mut last_activity = start;
+    loop {
+        if let Some(why) = stop_reason(cfg, got.records.len(), start, last_activity, stop) {
+            got.kernel_drops = ring.drops();
+            return why;
+        }
+        let offset = os::realtime_offset_ns().unwrap_or(0);
+        let mut mine = 0;
+        let read = ring.drain(|f| {
+            let Some(udp) = parse_udp4(f.head) else {
+                return;
+            };
+            if udp.dst.port() != to.port() || !(to.ip().is_unspecified() || udp.dst.ip() == to.ip())
+            {
+                return;
+            }
+            mine += 1;
+            let recv_ns = u64::try_from(i128::from(f.realtime_ns) - offset).unwrap_or(0);
+            got.keep(udp.payload, udp.payload_len, recv_ns);
+        });
+        if mine > 0 {
+            last_activity = os::monotonic_ns();
+        }
+        if read > 0 {
+            os::sleep_until_monotonic_ns(os::monotonic_ns() + RING_NAP_NS);
+        } else {
+            ring.wait(POLL.as_millis() as i32);
         }
     }
 }

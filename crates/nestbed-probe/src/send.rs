@@ -5,6 +5,10 @@
 //! Every datagram the sender tries to send takes the next sequence number, also when the
 //! kernel refuses it (`ENOBUFS`, unreachable, …): such refusals are counted by kind, not
 //! fatal, and show up at the receiver as loss between the application and the interface.
+//!
+//! With `--ring` the datagrams leave as whole frames (`frame::Template`) from a packet ring
+//! on an interface, written as they fall due and handed to the kernel a batch at a time: the
+//! same schedule and header, no UDP stack, and no spinning.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -19,7 +23,9 @@ use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::error::ProbeError;
+use crate::frame::{Mac, Template, PAYLOAD_AT};
 use crate::header::{self, Header, HEADER_LEN};
+use crate::os::ring::{interface_mac, TxRing};
 use crate::os::{self, MonotonicClock};
 use crate::pacing::{self, Burst, Clock, Limit, Schedule};
 use crate::stats::{sequence_stats, Distribution};
@@ -71,6 +77,21 @@ pub struct SendConfig {
     pub first_burst: u16,
     /// Time echoes by the kernel's receive time (`SO_TIMESTAMPNS`) instead of the read.
     pub kernel_times: bool,
+    /// Send whole frames from a packet ring on an interface instead of through the UDP
+    /// socket (`--ring`).
+    pub ring: Option<RingOut>,
+}
+
+/// Where `--ring` sends: the interface whose transmit ring takes the frames, and the
+/// destination MAC they carry (the sender does not resolve one: a MAC that is not the
+/// receiving host's has its IP stack drop the frames on arrival, where a packet-ring
+/// receiver still counts them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingOut {
+    /// Interface in this namespace.
+    pub interface: String,
+    /// Destination MAC of every frame.
+    pub dst_mac: Mac,
 }
 
 impl SendConfig {
@@ -156,6 +177,23 @@ impl SendConfig {
                 ));
             }
         }
+        if self.ring.is_some() {
+            if self.ipv6() {
+                problems.push("--ring sends IPv4 only; give --to an IPv4 address.".to_string());
+            }
+            if self.echo_wait_ns.is_some() {
+                problems.push(
+                    "--echo-wait needs the UDP socket (echoes come back to it); drop --ring."
+                        .to_string(),
+                );
+            }
+            if self.size > RING_MAX_PAYLOAD {
+                problems.push(format!(
+                    "--ring sends one frame per datagram: --size {} exceeds its {RING_MAX_PAYLOAD} bytes.",
+                    self.size
+                ));
+            }
+        }
         if self.to.port() == 0 || self.to.ip().is_unspecified() {
             problems.push(format!(
                 "--to {} needs a destination address and a non-zero port.",
@@ -195,7 +233,11 @@ impl SendConfig {
             ),
             None => String::new(),
         };
-        format!("sending to {}: {frame}; {pace}{burst}", self.to)
+        let via = match &self.ring {
+            Some(r) => format!(" from a packet ring on {}", r.interface),
+            None => String::new(),
+        };
+        format!("sending to {}{via}: {frame}; {pace}{burst}", self.to)
     }
 }
 
@@ -268,6 +310,12 @@ pub struct SendSummary {
     pub lateness: Distribution,
     /// Send buffer the kernel granted (as it reports it, doubled).
     pub sndbuf_bytes: usize,
+    /// The interface whose packet ring sent the frames (`--ring`), or none: the UDP socket.
+    pub ring_interface: Option<String>,
+    /// User and system CPU seconds the sender used (the whole run, setup included).
+    pub cpu_user_s: f64,
+    /// See `cpu_user_s`.
+    pub cpu_system_s: f64,
     /// Round trips, with `--echo-wait`.
     pub echo: Option<EchoSummary>,
     /// True when SIGINT/SIGTERM ended the run early.
@@ -382,6 +430,12 @@ fn open_socket(cfg: &SendConfig) -> Result<Socket, ProbeError> {
             opt("setting SO_SNDBUF", sock.set_send_buffer_size(bytes))?;
         }
     }
+    if cfg.ring.is_some() {
+        // The ring's frames come from the address the routes would send from (and the
+        // socket's port): connecting picks it.
+        sock.connect(&SockAddr::from(cfg.to))
+            .map_err(|e| ProbeError::Usage(format!("cannot send to {}: {e}.", cfg.to)))?;
+    }
     Ok(sock)
 }
 
@@ -427,13 +481,7 @@ fn spawn_echo_collector(
                         });
                     }
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if os::nothing_yet(&e) => {}
                 Err(_) => break,
             }
             if os::monotonic_ns() >= deadline.load(Ordering::Relaxed)
@@ -504,9 +552,198 @@ fn write_echo_log(path: &PathBuf, echoes: &[Echo]) -> Result<(), ProbeError> {
     write().map_err(|e| ProbeError::io(what(), e))
 }
 
+/// Largest `--size` with `--ring`: one 1 514-byte frame, as a 1 500-byte MTU allows.
+pub const RING_MAX_PAYLOAD: usize = 1472;
+
+/// With `--ring`, datagrams are written into the ring as they fall due and handed to the
+/// kernel together; between batches the sender sleeps at least this long (no spinning: the
+/// generator must leave the cores to what it measures). At 150 000 datagrams/s a batch is
+/// some 15 frames, bursts a link's queue (50 frames by default) takes whole.
+const RING_BATCH_NS: u64 = 100_000;
+
 /// Time between now and the first planned send, so the first packet is not late just
 /// because the loop started.
 const START_LEAD_NS: u64 = 1_000_000;
+
+/// What a send loop did, datagram by datagram.
+struct Sending {
+    attempted: u64,
+    sent: u64,
+    errors: u64,
+    by_kind: BTreeMap<String, u64>,
+    first_send: Option<u64>,
+    last_send: Option<u64>,
+    lateness: Vec<u64>,
+    log: Vec<LogRow>,
+    logging: bool,
+    interrupted: bool,
+}
+
+impl Sending {
+    fn new(schedule: &Schedule, logging: bool) -> Sending {
+        let expected = match schedule.limit {
+            Limit::Count(n) => n,
+            Limit::Duration(_) => 1 << 16,
+        };
+        Sending {
+            attempted: 0,
+            sent: 0,
+            errors: 0,
+            by_kind: BTreeMap::new(),
+            first_send: None,
+            last_send: None,
+            lateness: Vec::with_capacity(expected.min(1 << 22) as usize),
+            log: Vec::new(),
+            logging,
+            interrupted: false,
+        }
+    }
+
+    /// Datagram `seq` of `burst`, planned at `planned`, went (or failed with `error`) at
+    /// `send_ns`.
+    fn record(&mut self, seq: u32, burst: u16, planned: u64, send_ns: u64, error: Option<String>) {
+        self.attempted += 1;
+        self.lateness.push(send_ns.saturating_sub(planned));
+        match &error {
+            None => {
+                self.sent += 1;
+                self.first_send.get_or_insert(send_ns);
+                self.last_send = Some(send_ns);
+            }
+            Some(name) => {
+                self.errors += 1;
+                *self.by_kind.entry(name.clone()).or_insert(0) += 1;
+            }
+        }
+        if self.logging {
+            self.log.push(LogRow {
+                seq,
+                burst,
+                planned_ns: planned,
+                send_ns,
+                error,
+            });
+        }
+    }
+}
+
+/// Sends each datagram through the UDP socket at its planned time (sleep, then spin).
+fn send_from_socket(
+    cfg: &SendConfig,
+    schedule: &Schedule,
+    sock: &Socket,
+    sending: &mut Sending,
+    stop: &'static AtomicBool,
+) -> Result<(), ProbeError> {
+    let mut clock = MonotonicClock;
+    let mut buf = vec![0u8; cfg.size];
+    let dest = SockAddr::from(cfg.to);
+    let start = clock.now_ns() + START_LEAD_NS;
+    let mut k = 0u64;
+    while let Some(slot) = schedule.slot(k) {
+        let planned = start + slot.offset_ns;
+        if stop.load(Ordering::Relaxed)
+            || pacing::wait_until(&mut clock, planned, cfg.spin_ns, stop).is_none()
+        {
+            sending.interrupted = true;
+            break;
+        }
+        let send_ns = clock.now_ns();
+        let burst = slot.burst.wrapping_add(cfg.first_burst);
+        Header::new(k as u32, burst, send_ns)
+            .encode(&mut buf)
+            .expect("size was validated to hold the header");
+        let error = match sock.send_to(&buf, &dest) {
+            Ok(_) => None,
+            Err(e) if is_transient(&e) => Some(errno_name(&e)),
+            Err(e) => return Err(ProbeError::io(format!("sending to {}", cfg.to), e)),
+        };
+        sending.record(k as u32, burst, planned, send_ns, error);
+        k += 1;
+    }
+    Ok(())
+}
+
+/// Sends whole frames from a transmit ring on `out.interface`: every datagram due is
+/// written into the ring (its header stamped as it is written), then the batch goes with
+/// one `send`; the sender sleeps until the next is due, at least [`RING_BATCH_NS`]. The
+/// frames come from the UDP socket's address and port (it is connected to the destination,
+/// so the address is the one the routes choose), which stays open meanwhile.
+fn send_from_ring(
+    cfg: &SendConfig,
+    schedule: &Schedule,
+    sock: &Socket,
+    out: &RingOut,
+    sending: &mut Sending,
+    stop: &'static AtomicBool,
+) -> Result<(), ProbeError> {
+    let on = |what: &str| format!("{what} on {}", out.interface);
+    let local = match sock.local_addr().ok().and_then(|a| a.as_socket()) {
+        Some(SocketAddr::V4(a)) if !a.ip().is_unspecified() => a,
+        _ => {
+            return Err(ProbeError::Usage(format!(
+                "--ring found no IPv4 address to send from; give --bind an address of {}.",
+                out.interface
+            )))
+        }
+    };
+    let SocketAddr::V4(to) = cfg.to else {
+        unreachable!("--ring with IPv6 is refused by the schedule")
+    };
+    let src_mac = interface_mac(&out.interface)
+        .map_err(|e| ProbeError::ring(&on("reading the MAC address"), e))?;
+    let template = Template::new(
+        src_mac,
+        out.dst_mac,
+        local,
+        to,
+        cfg.size,
+        cfg.ttl.unwrap_or(64) as u8,
+    );
+    let mut ring = TxRing::open(&out.interface)
+        .map_err(|e| ProbeError::ring(&on("opening a packet ring"), e))?;
+    let mut clock = MonotonicClock;
+    let start = clock.now_ns() + START_LEAD_NS;
+    let mut batch: Vec<(u32, u16, u64, u64)> = Vec::new();
+    let mut k = 0u64;
+    while let Some(slot) = schedule.slot(k) {
+        let planned = start + slot.offset_ns;
+        if stop.load(Ordering::Relaxed)
+            || pacing::wait_until(&mut clock, planned, 0, stop).is_none()
+        {
+            sending.interrupted = true;
+            break;
+        }
+        let now = clock.now_ns();
+        // Everything due by now (as much as the ring holds), then one send.
+        while let Some(slot) = schedule.slot(k) {
+            let planned = start + slot.offset_ns;
+            if planned > now || !ring.has_room() {
+                break;
+            }
+            let send_ns = clock.now_ns();
+            let burst = slot.burst.wrapping_add(cfg.first_burst);
+            ring.push(template.bytes(), |frame| {
+                Header::new(k as u32, burst, send_ns)
+                    .encode(&mut frame[PAYLOAD_AT..])
+                    .expect("size was validated to hold the header");
+            });
+            batch.push((k as u32, burst, planned, send_ns));
+            k += 1;
+        }
+        let refused = ring.flush();
+        let taken = batch.len() - refused;
+        for (i, (seq, burst, planned, send_ns)) in batch.drain(..).enumerate() {
+            let error = (i >= taken).then(|| "ring refused".to_string());
+            sending.record(seq, burst, planned, send_ns, error);
+        }
+        let next = now + RING_BATCH_NS;
+        if schedule.slot(k).is_some_and(|s| start + s.offset_ns < next) {
+            os::sleep_until_monotonic_ns(next);
+        }
+    }
+    Ok(())
+}
 
 /// Sends as configured and returns the summary. `stop` (see [`os::stop_on_signals`]) ends
 /// the run early; the summary says so.
@@ -519,7 +756,6 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
         .and_then(|a| a.as_socket())
         .map_or_else(|| "?".to_string(), |a| a.to_string());
     let sndbuf_bytes = sock.send_buffer_size().unwrap_or(0);
-    let dest = SockAddr::from(cfg.to);
     let _ = os::set_timer_slack_ns(1);
 
     let echo_deadline = Arc::new(AtomicU64::new(u64::MAX));
@@ -533,63 +769,23 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
         None => None,
     };
 
-    let mut clock = MonotonicClock;
-    let mut buf = vec![0u8; cfg.size];
-    let expected = match schedule.limit {
-        Limit::Count(n) => n,
-        Limit::Duration(_) => 1 << 16,
-    };
-    let mut lateness = Vec::with_capacity(expected.min(1 << 22) as usize);
-    let mut log = Vec::new();
-    let (mut attempted, mut sent, mut errors) = (0u64, 0u64, 0u64);
-    let mut by_kind = BTreeMap::new();
-    let (mut first_send, mut last_send) = (None, None);
-    let mut interrupted = false;
-    let start = clock.now_ns() + START_LEAD_NS;
-
-    let mut k = 0u64;
-    while let Some(slot) = schedule.slot(k) {
-        let planned = start + slot.offset_ns;
-        if stop.load(Ordering::Relaxed)
-            || pacing::wait_until(&mut clock, planned, cfg.spin_ns, stop).is_none()
-        {
-            interrupted = true;
-            break;
-        }
-        let send_ns = clock.now_ns();
-        let burst = slot.burst.wrapping_add(cfg.first_burst);
-        Header::new(k as u32, burst, send_ns)
-            .encode(&mut buf)
-            .expect("size was validated to hold the header");
-        let result = sock.send_to(&buf, &dest);
-        attempted += 1;
-        lateness.push(send_ns - planned);
-        let error = match result {
-            Ok(_) => {
-                sent += 1;
-                first_send.get_or_insert(send_ns);
-                last_send = Some(send_ns);
-                None
-            }
-            Err(e) if is_transient(&e) => {
-                errors += 1;
-                let name = errno_name(&e);
-                *by_kind.entry(name.clone()).or_insert(0u64) += 1;
-                Some(name)
-            }
-            Err(e) => return Err(ProbeError::io(format!("sending to {}", cfg.to), e)),
-        };
-        if cfg.log.is_some() {
-            log.push(LogRow {
-                seq: k as u32,
-                burst,
-                planned_ns: planned,
-                send_ns,
-                error,
-            });
-        }
-        k += 1;
+    let mut sending = Sending::new(&schedule, cfg.log.is_some());
+    match &cfg.ring {
+        Some(out) => send_from_ring(cfg, &schedule, &sock, out, &mut sending, stop)?,
+        None => send_from_socket(cfg, &schedule, &sock, &mut sending, stop)?,
     }
+    let Sending {
+        attempted,
+        sent,
+        errors,
+        by_kind,
+        first_send,
+        last_send,
+        mut lateness,
+        log,
+        interrupted,
+        logging: _,
+    } = sending;
 
     let echo = match (echo_thread, cfg.echo_wait_ns) {
         (Some(handle), Some(wait)) => {
@@ -622,6 +818,7 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
     };
     let achieved_pps = span_s.map(|s| (sent - 1) as f64 / s);
     let interval = schedule.interval_ns;
+    let (cpu_user_s, cpu_system_s) = os::cpu_seconds();
     Ok(SendSummary {
         role: "send",
         to: cfg.to.to_string(),
@@ -647,6 +844,9 @@ pub fn run(cfg: &SendConfig, stop: &'static AtomicBool) -> Result<SendSummary, P
         achieved_payload_rate_bps: achieved_pps.map(|p| p * cfg.size as f64 * 8.0),
         lateness: Distribution::of(&mut lateness),
         sndbuf_bytes,
+        ring_interface: cfg.ring.as_ref().map(|r| r.interface.clone()),
+        cpu_user_s,
+        cpu_system_s,
         echo,
         interrupted,
     })
@@ -672,6 +872,7 @@ mod tests {
             echo_log: None,
             first_burst: 0,
             kernel_times: false,
+            ring: None,
         }
     }
 

@@ -252,6 +252,53 @@ fn user_errors_exit_2_with_one_sentence() {
         "1",
     ]);
     assert!(err.contains("not a multicast address"), "{err}");
+
+    // The packet rings: what they cannot do, and an interface that is not there.
+    let ring = [
+        "--size",
+        "18",
+        "--pps",
+        "10",
+        "--ring",
+        "lo",
+        "--dst-mac",
+        "02:00:00:00:00:01",
+    ];
+    let err = usage_error(&[&base[..], &ring[..], &["--echo-wait", "1"]].concat());
+    assert!(err.contains("--echo-wait needs the UDP socket"), "{err}");
+    let err = usage_error(&[&base[..], &["--size", "18", "--pps", "10", "--ring", "lo"]].concat());
+    assert!(err.contains("--dst-mac"), "{err}");
+    let err = usage_error(
+        &[
+            &base[..],
+            &[
+                "--size",
+                "18",
+                "--pps",
+                "10",
+                "--ring",
+                "nosuch0",
+                "--dst-mac",
+                "02:00:00:00:00:01",
+            ],
+        ]
+        .concat(),
+    );
+    // After the plan's line, one sentence.
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("nosuch0: no such interface"), "{err}");
+    let err = usage_error(&["recv", "--bind", "127.0.0.1:5001", "--ring", "lo", "--echo"]);
+    assert!(err.contains("--echo needs the UDP socket"), "{err}");
+    let err = usage_error(&[
+        "recv",
+        "--bind",
+        "127.0.0.1:5001",
+        "--ring",
+        "nosuch0",
+        "--idle",
+        "1",
+    ]);
+    assert!(err.contains("nosuch0: no such interface"), "{err}");
 }
 
 #[test]

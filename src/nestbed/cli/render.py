@@ -163,10 +163,11 @@ _VALIDATE_TABLES: dict[str, tuple[str, dict[str, Callable[[dict], str]]]] = {
         },
     ),
     "bandwidth": (
-        "Table 2: bandwidth (receiver goodput on the wire, offered +5 %)",
+        "Table 2: bandwidth (receiver goodput on the wire, offered +5 % into a 20 ms queue)",
         {
             "configured kb/s": lambda r: f"{r['bandwidth_bps'] / 1000:g}",
             "frame B": lambda r: str(r["frame_bytes"]),
+            "sent kb/s": lambda r: _num(r.get("sent_bps") and r["sent_bps"] / 1000, ".2f"),
             "measured kb/s": lambda r: f"{r['measured_bps'] / 1000:.2f}",
             "% err": lambda r: _num(r["error_pct"], ".3f"),
             "Dummynet % err": lambda r: _num(r["dummynet_error_pct"], ".2f"),

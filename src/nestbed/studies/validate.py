@@ -5,7 +5,8 @@ parameters are changed between measurements. Delay (Table 1) is the round trip o
 packets and the one-way delay on the hosts' shared monotonic clock, arrivals timed by the
 kernel's receive time (so a probe waiting for a core does not count as the link's delay),
 beside linkd's own lateness over the same packets; bandwidth (Table 2) is the
-receiver's goodput on the wire while the sender offers slightly more; loss (Table 3) is the
+receiver's goodput on the wire while the sender offers slightly more into a queue of 20 ms,
+both on packet rings (``RING_DST_MAC``); loss (Table 3) is the
 received proportion against a 99 % binomial interval; Gilbert-Elliott loss and jitter are
 checked too. Nothing is adjusted after the fact. The paper's Dummynet figures are printed
 beside ours.
@@ -36,6 +37,19 @@ from nestbed.lifecycle import Active, Testbed, signals
 from nestbed.model.options import RunOptions
 from nestbed.store import Store
 
+# The bandwidth rows' generator and counter: nestbed-probe on packet rings, a batch of frames
+# per system call at the sender and none per frame at the receiver, so neither end's UDP stack
+# is the bottleneck at 150 000 frames/s on two cores. The frames go to a MAC no node has: the
+# receiving node's IP stack drops them on arrival, after its ring has counted them. linkd
+# forwards and shapes them as any frame (a link of two ports sends every frame across).
+RING_DST_MAC = "02:6e:62:00:00:01"
+# The link's queue while its rate is measured: 20 ms of the rate, and at least linkd's default
+# of 50 frames. Offered 5 % more than the rate, the queue stays full, and a pause of the
+# generator shorter than that (a wait for a core on a busy machine: then it sends what fell
+# due at once) leaves the link busy: the row measures the shaping, not the generator's pauses,
+# which with 50 frames (0.34 ms at 148 800 frames/s) idled the link by 1-2 %.
+QUEUE_S = 0.02
+QUEUE_MIN_PACKETS = 50
 # Ethernet frame sizes of the paper (with FCS) and the UDP payload that makes them.
 FRAME_SIZES = {64: 18, 1518: 1472}
 PORT = 5001
@@ -164,6 +178,15 @@ class Bench:
         for port in ("s", "r"):
             self.client.request("set", link="link0", port=port, direction="egress", params=params)
 
+    def rings(self) -> tuple[list[str], list[str]]:
+        """nestbed-probe's options that send from s and count at r on packet rings, on
+        their interfaces on the link."""
+        interfaces = self.plan.interfaces()
+        return (
+            ["--ring", interfaces[("link0", "s")], "--dst-mac", RING_DST_MAC],
+            ["--ring", interfaces[("link0", "r")]],
+        )
+
     def counters(self) -> dict[str, Any]:
         assert self.client is not None
         return self.client.request("counters", link="link0")
@@ -286,16 +309,18 @@ def measure_delay(bench: Bench, s: Settings, progress: Callable[[str], None]) ->
 def measure_bandwidth(bench: Bench, s: Settings, progress: Callable[[str], None]) -> list[dict]:
     rows = []
     for bps in s.bandwidths_bps:
-        bench.set_link({"bandwidth": {"rate_bps": bps}})
         for size in s.sizes:
             progress(f"bandwidth {bps / 1000:g} kb/s, {size}-byte frames")
             wire_bits = (size - 4 + 24) * 8  # frame without FCS, plus the pipe's 24-byte overhead
+            queue = max(QUEUE_MIN_PACKETS, math.ceil(bps * QUEUE_S / wire_bits))
+            bench.set_link({"bandwidth": {"rate_bps": bps}, "queue": {"limit": {"packets": queue}}})
             seconds = max(s.bandwidth_seconds, s.bandwidth_min_packets * wire_bits / bps)
             offered = round(bps * 1.05)
-            _, got, _ = bench.probe(
+            send_ring, recv_ring = bench.rings()
+            sent, got, _ = bench.probe(
                 ["--size", str(FRAME_SIZES[size]), "--rate", str(offered),
-                 "--duration", f"{seconds:.3f}"],
-                ["--idle", str(2 + 3 * wire_bits / bps)],
+                 "--duration", f"{seconds:.3f}", *send_ring],
+                ["--idle", str(2 + 3 * wire_bits / bps), *recv_ring],
             )  # fmt: skip
             measured = got["rate"]["wire_bps"]
             rows.append(
@@ -303,6 +328,11 @@ def measure_bandwidth(bench: Bench, s: Settings, progress: Callable[[str], None]
                     "bandwidth_bps": bps,
                     "frame_bytes": size,
                     "offered_bps": offered,
+                    "queue_packets": queue,
+                    # What the generator put on the link (short of offered_bps if it fell
+                    # behind), and what the receiver's ring could not keep.
+                    "sent_bps": sent["achieved_wire_rate_bps"],
+                    "receiver_drops": got["kernel_drops"],
                     "packets": got["packets"],
                     "measured_bps": measured,
                     "error_pct": _pct(measured, bps),

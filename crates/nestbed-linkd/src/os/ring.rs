@@ -30,29 +30,18 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::ptr;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use super::{cvt, set_int_option, Received, PACKET_OUTGOING, PACKET_VNET_HDR};
+use nestbed_ring::{
+    set_option, Request, Ring, PACKET_LOSS, PACKET_OUTGOING, PACKET_RX_RING, PACKET_TX_RING,
+    PACKET_VERSION, PACKET_VNET_HDR, TPACKET_V2, TP_STATUS_KERNEL, TP_STATUS_SENDING,
+    TP_STATUS_SEND_REQUEST, TP_STATUS_USER, TP_STATUS_WRONG_FORMAT, V2_HEADER,
+};
+
+use super::Received;
 use crate::offload::{header, meta_from_header, HEADER_LEN};
 
-const PACKET_RX_RING: libc::c_int = 5;
-const PACKET_VERSION: libc::c_int = 10;
-const PACKET_TX_RING: libc::c_int = 13;
-/// `SOL_PACKET` option: a frame the kernel cannot send is dropped and its
-/// slot freed, instead of stopping the ring.
-const PACKET_LOSS: libc::c_int = 14;
-const TPACKET_V2: libc::c_int = 1;
-
-const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_USER: u32 = 1;
-const TP_STATUS_SEND_REQUEST: u32 = 1;
-const TP_STATUS_SENDING: u32 = 2;
-const TP_STATUS_WRONG_FORMAT: u32 = 4;
-
-/// `struct tpacket2_hdr`: status, len, snaplen, mac, net, sec, nsec, VLAN
-/// TCI and TPID, padding; 32 bytes, so `TPACKET_ALIGN`ed already.
-const V2_HEADER: usize = 32;
 /// Where a transmitted frame starts in its slot (`tp_hdrlen` −
 /// `sizeof(sockaddr_ll)` = the aligned header).
 const TX_DATA: usize = V2_HEADER;
@@ -110,81 +99,8 @@ pub fn budget_spent(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::OutOfMemory && e.to_string() == BUDGET_SPENT
 }
 
-/// `struct tpacket_req`.
-#[repr(C)]
-struct Request {
-    block_size: u32,
-    block_nr: u32,
-    frame_size: u32,
-    frame_nr: u32,
-}
-
-fn set_ring(fd: RawFd, opt: libc::c_int, req: &Request) -> io::Result<()> {
-    // SAFETY: req is a valid tpacket_req of the size given.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            opt,
-            req as *const Request as *const libc::c_void,
-            std::mem::size_of::<Request>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
-}
-
 fn option(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    if set_int_option(fd, libc::SOL_PACKET, opt, value) {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// One ring: `frames` slots of `frame_size` bytes from `base`, and the
-/// next slot linkd looks at.
-struct Ring {
-    base: *mut u8,
-    frame_size: usize,
-    frames: usize,
-    head: usize,
-}
-
-impl Ring {
-    fn slot(&self, i: usize) -> *mut u8 {
-        // SAFETY: i < frames, so the slot lies inside the mapping.
-        unsafe { self.base.add(i * self.frame_size) }
-    }
-
-    fn status(&self, i: usize) -> u32 {
-        // SAFETY: the status word opens every slot; the kernel writes it
-        // concurrently, hence the volatile read.
-        let s = unsafe { ptr::read_volatile(self.slot(i) as *const u32) };
-        // The rest of the slot is read only after its status.
-        fence(Ordering::Acquire);
-        s
-    }
-
-    fn set_status(&self, i: usize, status: u32) {
-        // What was written to the slot is visible before the status is.
-        fence(Ordering::Release);
-        // SAFETY: as in `status`.
-        unsafe { ptr::write_volatile(self.slot(i) as *mut u32, status) };
-    }
-
-    fn u16_at(&self, i: usize, offset: usize) -> u16 {
-        // SAFETY: offset + 2 ≤ the slot's header, inside the slot.
-        unsafe { ptr::read_unaligned(self.slot(i).add(offset) as *const u16) }
-    }
-
-    fn u32_at(&self, i: usize, offset: usize) -> u32 {
-        // SAFETY: as in `u16_at`.
-        unsafe { ptr::read_unaligned(self.slot(i).add(offset) as *const u32) }
-    }
-
-    fn advance(&mut self) {
-        self.head = (self.head + 1) % self.frames;
-    }
+    set_option(fd, opt, &value)
 }
 
 /// The receive and transmit rings of one socket, mapped into this process.
@@ -207,7 +123,6 @@ unsafe impl Send for Rings {}
 /// while the rings themselves can be set up later and elsewhere
 /// ([`Reserved::build`]); given back when dropped unbuilt.
 pub struct Reserved {
-    frame_size: usize,
     rx: Request,
     tx: Request,
     map_len: usize,
@@ -227,21 +142,11 @@ impl Reserved {
             .next_power_of_two()
             .max(2048);
         let block_size = frame_size.max(BLOCK);
-        let request = |frames: usize| Request {
-            block_size: block_size as u32,
-            block_nr: (frames * frame_size).div_ceil(block_size) as u32,
-            frame_size: frame_size as u32,
-            frame_nr: ((frames * frame_size).div_ceil(block_size) * block_size / frame_size) as u32,
-        };
-        let (rx, tx) = (request(RX_FRAMES), request(TX_FRAMES));
-        let map_len = bytes(&rx) + bytes(&tx);
+        let rx = Request::new(RX_FRAMES, frame_size, block_size);
+        let tx = Request::new(TX_FRAMES, frame_size, block_size);
+        let map_len = rx.bytes() + tx.bytes();
         reserve(map_len)?;
-        Ok(Reserved {
-            frame_size,
-            rx,
-            tx,
-            map_len,
-        })
+        Ok(Reserved { rx, tx, map_len })
     }
 
     /// Sets up the rings on packet socket `fd` (bound or not) and maps
@@ -253,8 +158,8 @@ impl Reserved {
         option(fd, PACKET_VNET_HDR, 1)?;
         option(fd, PACKET_VERSION, TPACKET_V2)?;
         option(fd, PACKET_LOSS, 1)?;
-        set_ring(fd, PACKET_RX_RING, &self.rx)?;
-        if let Err(e) = set_ring(fd, PACKET_TX_RING, &self.tx) {
+        set_option(fd, PACKET_RX_RING, &self.rx)?;
+        if let Err(e) = set_option(fd, PACKET_TX_RING, &self.tx) {
             release(fd);
             return Err(e);
         }
@@ -279,33 +184,17 @@ impl Reserved {
         }
         // From here the rings own the reservation (given back when they drop).
         let me = std::mem::ManuallyDrop::new(self);
-        let (frame_size, map_len, rx_bytes) = (me.frame_size, me.map_len, bytes(&me.rx));
-        let (rx_frames, tx_frames) = (me.rx.frame_nr as usize, me.tx.frame_nr as usize);
         let map = map as *mut u8;
         Ok(Rings {
             fd,
             map,
-            map_len,
-            rx: Ring {
-                base: map,
-                frame_size,
-                frames: rx_frames,
-                head: 0,
-            },
-            tx: Ring {
-                // SAFETY: the transmit ring follows the receive ring in the mapping.
-                base: unsafe { map.add(rx_bytes) },
-                frame_size,
-                frames: tx_frames,
-                head: 0,
-            },
+            map_len: me.map_len,
+            rx: Ring::at(map, &me.rx),
+            // SAFETY: the transmit ring follows the receive ring in the mapping.
+            tx: Ring::at(unsafe { map.add(me.rx.bytes()) }, &me.tx),
             queued: Vec::with_capacity(TX_FRAMES),
         })
     }
-}
-
-fn bytes(r: &Request) -> usize {
-    r.block_size as usize * r.block_nr as usize
 }
 
 impl Rings {
@@ -335,9 +224,7 @@ impl Rings {
             let snaplen = rx.u32_at(i, 8) as usize;
             let mac = usize::from(rx.u16_at(i, 12));
             let (sec, nsec) = (rx.u32_at(i, 16), rx.u32_at(i, 20));
-            // sll_pkttype: byte 10 of the sockaddr_ll after the header.
-            // SAFETY: inside the slot's headroom.
-            let pkttype = unsafe { *rx.slot(i).add(V2_HEADER + 10) };
+            let pkttype = rx.pkttype(i);
             let fits = mac >= HEADER_LEN && mac + snaplen <= rx.frame_size;
             if fits && !(skip_outgoing && pkttype == PACKET_OUTGOING) {
                 // SAFETY: the slot is user space's until its status is
@@ -402,8 +289,8 @@ impl Rings {
                 let data = self.tx.slot(i).add(TX_DATA);
                 ptr::copy_nonoverlapping(h.as_ptr(), data, HEADER_LEN);
                 ptr::copy_nonoverlapping(f.as_ptr(), data.add(HEADER_LEN), f.len());
-                ptr::write_unaligned(self.tx.slot(i).add(4) as *mut u32, tp_len);
             }
+            self.tx.set_len(i, tp_len);
             self.tx.set_status(i, TP_STATUS_SEND_REQUEST);
             self.queued.push(i);
             self.tx.advance();
@@ -471,14 +358,8 @@ fn take_error(fd: RawFd) {
 
 /// Frees the rings of socket `fd` (which must not be mapped any more).
 fn release(fd: RawFd) {
-    let none = Request {
-        block_size: 0,
-        block_nr: 0,
-        frame_size: 0,
-        frame_nr: 0,
-    };
     for opt in [PACKET_RX_RING, PACKET_TX_RING] {
-        let _ = set_ring(fd, opt, &none);
+        let _ = set_option(fd, opt, &Request::NONE);
     }
 }
 
@@ -526,7 +407,7 @@ mod budget_tests {
         assert_eq!(RING_BYTES.load(Ordering::Acquire), held);
         // Rings that cannot be built (no socket) give their share back too.
         let second = Reserved::take(9000).unwrap();
-        assert_eq!(second.frame_size, 16384, "a jumbo frame's slot");
+        assert_eq!(second.rx.frame_size, 16384, "a jumbo frame's slot");
         assert!(second.build(-1).is_err());
         assert_eq!(RING_BYTES.load(Ordering::Acquire), held);
     }
