@@ -62,7 +62,6 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -791,11 +790,6 @@ Simulation::Run()
 int
 main()
 {
-    // The real-time simulator sleeps until each event's due time; the kernel may end such a
-    // sleep as late as the thread's timer slack, 50 µs by default, and every simulated link
-    // with a delay added that to its packets (26-46 µs a round trip, `validate --simulated`).
-    // 1 ns asks for the timer's own precision. Threads made later inherit it.
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::RealtimeSimulatorImpl"));
     GlobalValue::Bind("ChecksumEnabled", BooleanValue(true));
     // Full-sized segments, as a 1500-byte MTU with timestamps gives the emulated nodes.
