@@ -8,10 +8,7 @@ help, a server, a cluster) is left to the normal path.
 
 from __future__ import annotations
 
-import os
 import time
-
-from nestbed.backend import CLUSTER_ENV
 
 TYPE_CHECKING = False  # not typing's: this path imports only what `swapin` uses
 if TYPE_CHECKING:
@@ -24,14 +21,12 @@ if TYPE_CHECKING:
 def command(args: list[str]) -> Callable[[], None] | None:
     """The swap-in ``args`` (after `nestbed`) ask for, ready to run, when it is a plain one
     of an experiment stored on this machine; else None."""
-    from nestbed.cli.plain import fast_command, global_options
+    from nestbed.cli.plain import fast_command, local_name
 
-    if os.environ.get(CLUSTER_ENV) is not None:
+    found = local_name(args, "swapin")
+    if found is None:
         return None
-    given = global_options(args, "swapin")
-    if given is None or len(given.args) != 1 or given.args[0].startswith("-"):
-        return None
-    name = given.args[0]
+    given, name = found
     if is_file(name):
         return None  # an experiment file, defined (created or refreshed) first
     return fast_command(given, lambda: swap_in(lambda _tb: name))

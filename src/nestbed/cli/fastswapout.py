@@ -8,10 +8,6 @@ is left to the normal path.
 
 from __future__ import annotations
 
-import os
-
-from nestbed.backend import CLUSTER_ENV
-
 TYPE_CHECKING = False  # not typing's: this path imports only what `swapout` uses
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,14 +16,12 @@ if TYPE_CHECKING:
 def command(args: list[str]) -> Callable[[], None] | None:
     """The swap-out ``args`` (after `nestbed`) ask for, ready to run, when it is a plain one
     of an experiment of this machine; else None."""
-    from nestbed.cli.plain import fast_command, global_options
+    from nestbed.cli.plain import fast_command, local_name
 
-    if os.environ.get(CLUSTER_ENV) is not None:
+    found = local_name(args, "swapout")
+    if found is None:
         return None
-    given = global_options(args, "swapout")
-    if given is None or len(given.args) != 1 or given.args[0].startswith("-"):
-        return None
-    name = given.args[0]
+    given, name = found
     return fast_command(given, lambda: swap_out(name))
 
 

@@ -130,6 +130,20 @@ def global_options(args: list[str], word: str) -> GlobalOptions | None:
     return GlobalOptions(debug, db, args[i + 1 :])
 
 
+def local_name(args: list[str], word: str) -> tuple[GlobalOptions, str] | None:
+    """The global options and the one name of `nestbed [--debug] [--db STORE] WORD NAME`
+    (``args``, after `nestbed`) for an experiment of this machine (no server, no cluster in
+    the environment); else None (the normal path)."""
+    from nestbed.backend import CLUSTER_ENV
+
+    if os.environ.get(CLUSTER_ENV) is not None:
+        return None
+    given = global_options(args, word)
+    if given is None or len(given.args) != 1 or given.args[0].startswith("-"):
+        return None
+    return given, given.args[0]
+
+
 def fast_command(given: GlobalOptions, body: Callable[[], None]) -> Callable[[], None]:
     """``body`` run as the typer app runs a command: the global options set first, and a
     reader that left (`| head`) ends it with exit 1, as click does."""
