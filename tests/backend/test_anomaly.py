@@ -101,7 +101,10 @@ def test_a_run_with_cpumon_measures_each_node_beside_its_cgroup_use(store, testb
         assert {r["addresses"] for r in mine} == {ips[node]}
         for r in mine:
             assert 0 <= float(r["available"]) <= 1
-            assert float(r["cpu_util"]) > 0  # the monitor's own loop runs in the cgroup
+            # The monitor's own loop runs in the cgroup, 0.1 s of each second: a whole second
+            # has some of it, the cut last line may fall in its sleep (0.0 once in a full run).
+            util = float(r["cpu_util"])
+            assert util > 0 if float(r["interval_s"]) > 0.9 else util >= 0
     full = [r for r in by_node["a"] if float(r["interval_s"]) > 0.9]
     assert full
     for r in full:
