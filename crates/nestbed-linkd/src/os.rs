@@ -17,13 +17,13 @@
 //! interface or object name.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nestbed_ring::{PACKET_OUTGOING, PACKET_VNET_HDR};
+pub use nestbed_ring::if_index;
+use nestbed_ring::{cvt, PACKET_OUTGOING, PACKET_VNET_HDR};
 
 use crate::offload::{header, meta_from_header, HEADER_LEN};
 
@@ -100,30 +100,10 @@ pub fn umask(mask: u32) -> u32 {
     unsafe { libc::umask(mask as libc::mode_t) as u32 }
 }
 
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
 fn owned(fd: libc::c_int) -> io::Result<OwnedFd> {
     let fd = cvt(fd)?;
     // SAFETY: fd was just returned by the kernel and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The index of interface `ifname` in this network namespace.
-pub fn if_index(ifname: &str) -> io::Result<u32> {
-    let name = CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: name is a valid NUL-terminated string.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(index)
-    }
 }
 
 fn ifreq_for(ifname: &str) -> io::Result<libc::ifreq> {

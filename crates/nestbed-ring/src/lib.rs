@@ -58,6 +58,17 @@ pub fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// The index of interface `ifname` in this network namespace.
+pub fn if_index(ifname: &str) -> io::Result<u32> {
+    let name = std::ffi::CString::new(ifname)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "an interface name with a NUL"))?;
+    // SAFETY: name is a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
+        0 => Err(io::Error::last_os_error()),
+        index => Ok(index),
+    }
+}
+
 /// Sets `SOL_PACKET` option `name` of socket `fd` to `value` (an int or a struct).
 pub fn set_option<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
     // SAFETY: value is a live T of the size given.

@@ -40,15 +40,9 @@ const RX_FRAMES: usize = 32768;
 const RX_FRAME_SIZE: usize = 256;
 const BLOCK: usize = 64 * 1024;
 
-/// The index of interface `name` in this network namespace.
+/// The index of interface `name` in this network namespace, as sockaddr_ll holds it.
 fn index(name: &str) -> io::Result<libc::c_int> {
-    let c = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "an interface name with a NUL"))?;
-    // SAFETY: c is a valid NUL-terminated string.
-    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-        0 => Err(io::Error::last_os_error()),
-        i => Ok(i as libc::c_int),
-    }
+    Ok(nestbed_ring::if_index(name)? as libc::c_int)
 }
 
 /// A packet socket of `protocol` (network order) with a `ring` of the given shape mapped,
