@@ -551,3 +551,50 @@ def test_a_command_started_with_a_folder_on_another_host_runs_there_confined_or_
     finally:
         cli.swap_out_if_active(name)
     cli.nothing_left(name)
+
+
+# Three nodes: two such experiments fill the three hosts' six slots.
+SWEPT = """
+routing: static
+parameters: {delay: 1ms}
+nodes: [{name: a}, {name: r}, {name: b}]
+links:
+  - {name: ar, members: [a, r]}
+  - {name: rb, members: [r, b], delay: "${delay}"}
+programs:
+  - {name: probe, node: a, command: "ping -n -c 3 -i 0.2 b"}
+events:
+  - {at: 0.2, object: probe, verb: start}
+"""
+
+
+def test_a_sweep_on_the_cluster_runs_its_points_side_by_side_as_multi_host_experiments(
+    cluster, tmp_path
+):
+    """`nestbed --cluster ADDR sweep --parallel 2`: each point is an experiment placed over
+    the hosts, two at once, and points that run at the same time never hold more nodes on a
+    host than its slots (before, both were placed alike: four nodes on a host of two)."""
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21sweep{os.getpid()}"
+    folder = tmp_path / "sweep"
+    cli("sweep", str(write(tmp_path, name, SWEPT)), "--grid", "delay=1ms,5ms,10ms",
+        "--parallel", "2", "--duration", "2", "--results", str(folder))  # fmt: skip
+    table = rows(folder / "table.csv")
+    assert [r["outcome"] for r in table] == ["completed"] * 3, table
+    assert {r["program.probe.exit_code"] for r in table} == {"0"}
+    points = []
+    for r in table:
+        manifest = json.loads((Path(r["results"]) / "manifest.json").read_text())
+        hosts = {h: len(facts["nodes"]) for h, facts in manifest["placement"]["hosts"].items()}
+        assert len(hosts) >= 2  # a multi-host experiment: its three nodes on two hosts or three
+        points.append((manifest["started_at"], manifest["ended_at"], hosts))
+        cli.nothing_left(manifest["experiment"])
+    together = 0
+    for i, (start_i, end_i, hosts_i) in enumerate(points):
+        for start_j, end_j, hosts_j in points[i + 1 :]:
+            if start_i < end_j and start_j < end_i:  # side by side for a while
+                together += 1
+                for h in machines.hosts:
+                    assert hosts_i.get(h, 0) + hosts_j.get(h, 0) <= 2, (hosts_i, hosts_j)
+    assert together >= 1  # two points did run at once

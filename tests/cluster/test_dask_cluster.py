@@ -19,7 +19,7 @@ from simulated import DUMBBELL, interfaces, namespaces, processes, unbuilt_check
 
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster import host as host_part
-from nestbed.backend.cluster import remote
+from nestbed.backend.cluster import remote, slots
 from nestbed.backend.cluster.backend import ClusterBackend
 from nestbed.backend.cluster.host import BUILDING
 from nestbed.backend.cluster.placement import place
@@ -116,7 +116,7 @@ def _nothing_of(p, machines, backend) -> list[str]:
     for h in machines.hosts:
         root = machines.run_dir(h)
         for path in (root / p.experiment, root / ".claims" / p.tag, root / BUILDING / p.experiment,
-                     machines.work_dir(h) / p.experiment):  # fmt: skip
+                     root / slots.LEDGER / p.tag, machines.work_dir(h) / p.experiment):  # fmt: skip
             if path.exists():
                 found.append(f"host {h}: {path}")
         found += [f"host {h}: process {c}" for c in processes(str(root / p.experiment))]
@@ -196,6 +196,91 @@ def test_the_six_node_dumbbell_over_three_hosts_reaches_every_host_from_every_ot
         rtt_min_ms = float(ping.stdout.split(" = ")[1].split("/")[0])
         # 2 x (1 + 20 + 1) ms
         assert 44 - given_up_ms <= rtt_min_ms < 70, f"{src} -> {dst}: {rtt_min_ms} ms"
+
+
+TWO_NODES = """
+nodes: [{name: a}, {name: b}]
+links: [{name: ab, members: [a, b], delay: 1ms}]
+"""
+
+
+def _nodes_by_host(backend, plans) -> dict[str, int]:
+    held: dict[str, int] = {}
+    for p in plans:
+        for h in backend.placement(p)[0].values():
+            held[h] = held.get(h, 0) + 1
+    return held
+
+
+def test_experiments_side_by_side_share_the_hosts_slots_and_one_that_does_not_fit_says_so(
+    swapped, cluster
+):
+    """Three hosts of two slots: a dumbbell takes four, so a second one does not fit until
+    the first is swapped out, and says why in one sentence, leaving nothing; a two-node
+    experiment fits beside it on the host left. Before, the second dumbbell was placed on
+    the same two hosts as the first, four nodes on a host of two slots."""
+    machines, backend, _ = cluster
+    first = swapped(plan(experiment(DUMBBELL, "i21slot1")))
+    assert sum(f.held for f in backend.facts()) == 4
+    second = plan(experiment(DUMBBELL, "i21slot2"))
+    with pytest.raises(EnvironmentProblem) as caught:
+        backend.swap_in(second)
+    assert str(caught.value) == (
+        f"experiment {second.experiment} does not fit in the slots other experiments leave on "
+        "the cluster (4 of its 6 node slots are held): swap one of them out, or try again "
+        "when one has ended"
+    )
+    assert _nothing_of(second, machines, backend) == []
+    small = swapped(plan(experiment(TWO_NODES, "i21slot3")))
+    (free,) = set(machines.hosts) - set(backend.placement(first)[0].values())
+    assert set(backend.placement(small)[0].values()) == {free}
+    assert sorted(_nodes_by_host(backend, [first, small]).values()) == [2, 2, 2]
+    backend.swap_out(first)
+    swapped(second)
+    assert max(_nodes_by_host(backend, [second, small]).values()) <= 2
+
+
+def test_two_swapins_at_once_never_put_more_nodes_on_a_host_than_its_slots(cluster):
+    """Two dumbbells swapped in at the same moment, from the same facts: the mapper places
+    them alike, so each host's slots are taken by whichever share comes first, the other is
+    refused and placed again; one dumbbell ends up swapped in and the other says it does
+    not fit, with nothing of it left anywhere."""
+    machines, backend, _ = cluster
+    plans = [plan(experiment(DUMBBELL, f"i21race{n}")) for n in range(2)]
+    outcomes: dict[str, BaseException | None] = {}
+    start = threading.Barrier(2)
+
+    def swap_in(p) -> None:
+        start.wait()
+        try:
+            backend.swap_in(p)
+            outcomes[p.experiment] = None
+        except BaseException as exc:  # the outcome is what the test checks
+            outcomes[p.experiment] = exc
+
+    threads = [threading.Thread(target=swap_in, args=(p,)) for p in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    won = [p for p in plans if outcomes[p.experiment] is None]
+    lost = [p for p in plans if outcomes[p.experiment] is not None]
+    try:
+        print({name: repr(exc) for name, exc in outcomes.items()})
+        assert len(won) == 1 and len(lost) == 1
+        assert isinstance(outcomes[lost[0].experiment], EnvironmentProblem)
+        assert "does not fit in the slots other experiments leave" in str(
+            outcomes[lost[0].experiment]
+        )
+        assert max(_nodes_by_host(backend, won).values()) <= 2
+        assert sum(f.held for f in backend.facts()) == 4
+        assert _nothing_of(lost[0], machines, backend) == []
+    finally:
+        for p in won:
+            backend.swap_out(p)
+    assert sum(f.held for f in backend.facts()) == 0
+    for p in plans:
+        assert _nothing_of(p, machines, backend) == []
 
 
 def test_a_dead_agent_leaves_its_network_running_and_its_successor_swaps_it_out(swapped, cluster):

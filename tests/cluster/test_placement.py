@@ -10,7 +10,7 @@ from nbtest import build
 from nestbed.backend.cluster import placement
 from nestbed.backend.cluster.placement import HostFacts, place, topology_of_plan
 from nestbed.backend.plan import plan
-from nestbed.errors import UserError
+from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.mapper.fromir import UNLIMITED_ESTIMATE_BPS
 from nestbed.mapper.hostsfile import CORES
 
@@ -92,3 +92,27 @@ def test_the_simulated_part_is_one_node_to_the_mapper_placed_beside_an_emulated_
     assert placed["r1"] == placed["r2"] in {placed["h1"], placed["h2"]}
     assert placed["h1"] != placed["h2"]
     assert SIMULATOR not in placed
+
+
+def test_slots_other_experiments_hold_are_not_placed_in():
+    no_lan = DUMBBELL.replace("lans: [{name: lan0, members: [r2, h3], bandwidth: 5Mb}]", "")
+    busy = [replace(h, held=2 if h.name == "pc0" else 0) for h in hosts(2, count=3)]
+    placed = place(plan(build(no_lan)), busy)
+    assert "pc0" not in placed.values()
+    assert sorted(placed.values()).count("pc1") == 2 == sorted(placed.values()).count("pc2")
+
+
+def test_an_experiment_that_fits_but_for_others_says_they_hold_the_slots():
+    busy = [replace(h, held=1) for h in hosts(2, count=3)]  # 3 of 6 free, 4 nodes
+    with pytest.raises(EnvironmentProblem) as caught:
+        place(plan(build(DUMBBELL)), busy)
+    assert str(caught.value) == (
+        "experiment t does not fit in the slots other experiments leave on the cluster "
+        "(3 of its 6 node slots are held): swap one of them out, or try again when one has ended"
+    )
+
+
+def test_an_experiment_too_large_for_the_hosts_says_so_whatever_others_hold():
+    busy = [replace(h, held=1) for h in hosts(1, count=3)]
+    with pytest.raises(UserError, match="need 4 pc slots but the testbed has only 3"):
+        place(plan(build(DUMBBELL)), busy)

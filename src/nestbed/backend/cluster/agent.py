@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nestbed.backend import linux
-from nestbed.backend.cluster import timeservice, workdirs
+from nestbed.backend.cluster import slots, timeservice, workdirs
 from nestbed.backend.cluster.placement import HostFacts
 from nestbed.backend.plan import Plan
 from nestbed.errors import EnvironmentProblem
@@ -128,6 +128,7 @@ def facts() -> HostFacts:
         cores=len(os.sched_getaffinity(0)),
         memory_bytes=_memory_bytes(),
         slots=config.slots,
+        held=slots.held(),
         nic_bps=config.nic_bps,
         linkd_pps=config.linkd_pps,
         clock_port=config.clock_port,
@@ -199,15 +200,18 @@ def node_usage(p: Plan, nodes: list[str]) -> dict[str, tuple[float, int]]:
 
 def leftovers() -> dict[str, list[str]]:
     found = linux.leftovers_by_tag()
-    for tag, things in workdirs.leftovers_by_tag().items():
-        found.setdefault(tag, []).extend(things)
+    for module in (workdirs, slots):
+        for tag, things in module.leftovers_by_tag().items():
+            found.setdefault(tag, []).extend(things)
     return found
 
 
 def remove_leftovers(tags: set[str]) -> list[str]:
     # The namespaces first: the programs writing in the working folders end with them.
-    return linux.remove_leftovers(tags) + workdirs.remove_leftovers(tags)
+    removed = linux.remove_leftovers(tags) + workdirs.remove_leftovers(tags)
+    return removed + slots.remove_leftovers(tags)
 
 
 def traces() -> list[str]:
-    return linux.traces() + [t for ts in workdirs.leftovers_by_tag().values() for t in ts]
+    kept = (workdirs.leftovers_by_tag(), slots.leftovers_by_tag())
+    return linux.traces() + [t for found in kept for ts in found.values() for t in ts]

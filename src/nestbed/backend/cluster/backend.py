@@ -1,11 +1,13 @@
 """The cluster back end: the ``Backend`` protocol over several hosts, each served by an agent
 (a Dask worker pinned to its host, see ``agent``), reached through a Dask scheduler.
 
-Swap-in asks every agent for its host's facts, places the nodes with the mapper, cuts the
-plan into each host's share (``share``) and has every host build its share at once; if any
-host fails (or does not answer in time), every host removes its share and swap-in fails with
-the first host's reason. The placement is kept in the experiment's state folder on this
-machine, so swap-out and commands reach the same hosts.
+Swap-in asks every agent for its host's facts, places the nodes with the mapper in the slots
+other experiments leave (``slots``), cuts the plan into each host's share (``share``) and has
+every host build its share at once; if any host fails (or does not answer in time), every
+host removes its share and swap-in fails with the first host's reason, or, if hosts refused
+only because experiments swapped in meanwhile took the slots, places it again. The placement
+is kept in the experiment's state folder on this machine, so swap-out and commands reach the
+same hosts.
 
 The controller stays one process on the controlling machine and reaches every host through
 this back end: ``start_in`` starts a command on its node's host and gives back a Popen-like
@@ -25,6 +27,7 @@ import contextlib
 import json
 import os
 import pickle
+import random
 import shutil
 import socket
 import subprocess
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from nestbed import places
 from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
-from nestbed.backend.cluster import agent, clocks, host, remote, timeservice, workdirs
+from nestbed.backend.cluster import agent, clocks, host, remote, slots, timeservice, workdirs
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.channel import reason as _reason
 from nestbed.backend.cluster.datagrams import Drainer
@@ -81,6 +84,18 @@ LINK_LEAD_S = 3.0
 # back, as long as the hop there may be): a host whose agent went is named in the event's
 # row then, rather than after DEFAULT_TIMEOUT_S, and the run's end does not wait for it.
 LINK_ANSWER_S = LINK_LEAD_S
+
+
+PLACE_ATTEMPTS = 5  # placements of one swap-in whose slots others took meanwhile
+
+
+class _SlotsTaken(Exception):
+    """Every host that refused a share did so for slots other experiments took since it was
+    placed; every host removed what it had built."""
+
+    def __init__(self, host: str):
+        super().__init__(host)
+        self.host = host
 
 
 class ClusterBackend:
@@ -230,10 +245,28 @@ class ClusterBackend:
         return kept["nodes"], underlay
 
     def swap_in(self, plan: Plan) -> None:
+        """Places and builds the experiment; placed again, from fresh facts, while other
+        experiments swapped in meanwhile take the slots it was placed in (up to
+        ``PLACE_ATTEMPTS`` times)."""
+        for attempt in range(1, PLACE_ATTEMPTS + 1):
+            try:
+                return self._swap_in(plan)
+            except _SlotsTaken as taken:
+                if attempt == PLACE_ATTEMPTS:
+                    raise EnvironmentProblem(
+                        f"swap-in of experiment {plan.experiment} was placed {attempt} times, "
+                        f"and each time other experiments swapped in meanwhile took its "
+                        f"slots (last on host {taken.host}); try again"
+                    ) from taken.__cause__
+                # Apart, so that two swap-ins that took each other's slots do not again.
+                time.sleep(random.uniform(0.05, 0.25) * attempt)
+
+    def _swap_in(self, plan: Plan) -> None:
         facts = self.facts()
         if not facts:
             self.require_ready()
         nodes = place(plan, facts)
+        limits = {f.name: f.slots for f in facts}
         addresses = {f.name: f.address for f in facts}
         cut = cut_links(plan, nodes)
         delays, mtu = self.underlay_paths(cut, addresses)
@@ -253,7 +286,7 @@ class ClusterBackend:
             "clocks": {h: o.to_json() for h, o in offsets.items()},
             "clock_tolerance_s": tolerated, "clock_warnings": said,
         }))  # fmt: skip
-        answers = self._on_hosts(host.swap_in, {h: (part,) for h, part in parts.items()})
+        answers = self._on_hosts(host.swap_in, {h: (part, limits[h]) for h, part in parts.items()})
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
             # A host still building when its answer was due removes its part once the build
@@ -275,6 +308,9 @@ class ClusterBackend:
             else:
                 shutil.rmtree(directory, ignore_errors=True)
                 after = "every host removed what it had created"
+                full = [h for h, a in failed.items() if isinstance(a, slots.HostFull)]
+                if len(full) == len(failed):  # only taken slots: place again
+                    raise _SlotsTaken(full[0]) from failed[full[0]]
             h, exc = next(iter(failed.items()))
             raise EnvironmentProblem(
                 f"swap-in of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "

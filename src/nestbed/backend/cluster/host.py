@@ -29,7 +29,7 @@ from pathlib import Path
 
 from nestbed.backend import linux, offloads
 from nestbed.backend.cluster import remote as commands
-from nestbed.backend.cluster import workdirs
+from nestbed.backend.cluster import slots, workdirs
 from nestbed.backend.cluster.share import HostShare, Tunnel, kernel_end
 from nestbed.backend.plan import mark
 from nestbed.errors import EnvironmentProblem
@@ -52,10 +52,18 @@ def _ip(argv: list[str], what: str) -> str:
     return result.stdout
 
 
-def swap_in(part: HostShare) -> None:
-    """Builds the share on this host; on failure removes what it made and re-raises."""
+def swap_in(part: HostShare, limit: int | None = None) -> None:
+    """Builds the share on this host, in slots of its ``limit`` no other experiment holds
+    (``slots.HostFull`` if they took them since the share was placed; no limit: whatever
+    others hold); on failure removes what it made and re-raises."""
     with _building(part):
+        slots.take(part.plan.experiment, slots_of(part), limit)
         _swap_in(part)
+
+
+def slots_of(part: HostShare) -> int:
+    """The slots a share takes: one a node, and one for the simulator if it runs here."""
+    return len(part.plan.nodes) + (part.plan.simulation is not None)
 
 
 def _swap_in(part: HostShare) -> None:
@@ -77,6 +85,7 @@ def swap_out(part: HostShare) -> None:
         linux.swap_out(part.plan)  # its processes end first: none still writes its folders
         workdirs.remove(part.plan.experiment)
         _note(part).unlink(missing_ok=True)
+        slots.give_back(part.plan.experiment)
 
 
 _locks: dict[str, threading.Lock] = {}

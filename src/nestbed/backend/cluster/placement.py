@@ -11,10 +11,11 @@ Pure: the facts are handed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nestbed.backend.cluster.share import link_members
 from nestbed.backend.plan import Plan
+from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.mapper import (
     Host,
     LanMember,
@@ -41,6 +42,11 @@ class HostFacts:
     nic_bps: int  # its interface to the underlay
     linkd_pps: int | None = None  # packets/s its link emulator carries (None: not said)
     clock_port: int | None = None  # UDP port its agent answers time requests on
+    held: int = 0  # of its slots, those other experiments' shares hold
+
+    @property
+    def free(self) -> int:
+        return max(0, self.slots - self.held)
 
 
 SIMULATOR = "_simulator"  # the simulated part, as one node to the mapper (no node has a "_")
@@ -84,14 +90,15 @@ def topology_of_plan(p: Plan) -> Topology:
 
 
 def testbed_of(hosts: list[HostFacts]) -> Testbed:
-    """The cluster's hosts, all on one switch (the underlay)."""
+    """The cluster's hosts, all on one switch (the underlay), with the slots other
+    experiments leave them."""
     return Testbed(
         tuple(
             Host(
                 h.name,
                 DEFAULT_SWITCH,
                 h.nic_bps,
-                types={"pc": h.slots},
+                types={"pc": h.free},
                 features={CORES: float(h.cores), MEMORY: float(h.memory_bytes)},
                 cores=h.cores,
                 linkd_pps=h.linkd_pps,
@@ -104,9 +111,23 @@ def testbed_of(hosts: list[HostFacts]) -> Testbed:
 
 
 def place(p: Plan, hosts: list[HostFacts]) -> dict[str, str]:
-    """Node -> host, from the mapper (UserError with one sentence if nothing fits); every
-    simulated node on the simulator's host."""
-    found = dict(map_topology(topology_of_plan(p), testbed_of(hosts)).hosts)
+    """Node -> host, from the mapper (UserError with one sentence if nothing fits, or
+    EnvironmentProblem if it would fit but for other experiments); every simulated node on
+    the simulator's host."""
+    try:
+        found = dict(map_topology(topology_of_plan(p), testbed_of(hosts)).hosts)
+    except UserError as exc:
+        taken = sum(h.slots - h.free for h in hosts)
+        if not taken:
+            raise
+        # Too large for the hosts themselves: the mapper's own sentence says so.
+        map_topology(topology_of_plan(p), testbed_of([replace(h, held=0) for h in hosts]))
+        total = sum(h.slots for h in hosts)
+        raise EnvironmentProblem(
+            f"experiment {p.experiment} does not fit in the slots other experiments leave on "
+            f"the cluster ({taken} of its {total} node slots are held): swap one of them out, "
+            "or try again when one has ended"
+        ) from exc
     simulator = found.pop(SIMULATOR, None)
     if p.simulation is not None and simulator is not None:
         found |= {node: simulator for node in p.simulation.nodes}
