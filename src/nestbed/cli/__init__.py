@@ -36,7 +36,7 @@ COMMANDS = {
     "linktest": "active", "capture": "active",
     "sweep": "instruments", "simulate": "instruments", "compare": "instruments",
     "analyze": "instruments", "validate": "instruments", "report": "instruments",
-    "agent": "agent", "map": "map", "study": "study", "calibrate": "calibrate",
+    "agent": "agent", "hosts": "agent", "map": "map", "study": "study", "calibrate": "calibrate",
 }  # fmt: skip
 _GLOBAL_WITH_VALUE = ("--db", "--cluster", "--server", "--project")
 _registered: set[str] = set()

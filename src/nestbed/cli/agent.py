@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nestbed.cli.common import app
+from nestbed.cli.common import JsonOption, app, out, print_json
 from nestbed.errors import UserError
 from nestbed.units import UnitError, parse_bandwidth
 
@@ -56,3 +56,40 @@ def agent(
             f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
         )
     serve(scheduler, AgentConfig(name, slots, nic_bps, linkd_pps, clock_port or None), listen)
+
+
+@app.command()
+def hosts(as_json: JsonOption = False) -> None:
+    """List the cluster's hosts (with --cluster): cores, memory and node slots, those its
+    experiments hold and those free."""
+    import os
+
+    from nestbed.backend import CLUSTER_ENV
+    from nestbed.backend.cluster.backend import ClusterBackend
+
+    scheduler = os.environ.get(CLUSTER_ENV)
+    if not scheduler:
+        raise UserError(
+            f"hosts lists a cluster's hosts; give --cluster tcp://HOST:8786 or set {CLUSTER_ENV}"
+        )
+    with ClusterBackend(scheduler) as cluster:
+        facts = cluster.facts()
+    rows = [{"host": f.name, "address": f.address, "cores": f.cores,
+             "memory_bytes": f.memory_bytes, "slots": f.slots, "held": f.held, "free": f.free,
+             "nic_bps": f.nic_bps} for f in facts]  # fmt: skip
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no host has an agent connected to the scheduler yet")
+        return
+    from rich.table import Table
+
+    table = Table()
+    for col in ("host", "address", "cores", "memory", "slots", "held", "free"):
+        table.add_column(col, justify="left" if col in ("host", "address") else "right")
+    for r in rows:
+        table.add_row(r["host"], r["address"], str(r["cores"]),
+                      f"{r['memory_bytes'] / 2**30:.1f} GiB", str(r["slots"]), str(r["held"]),
+                      str(r["free"]))  # fmt: skip
+    out.print(table)
