@@ -114,3 +114,35 @@ def test_a_swap_in_that_fails_leaves_nothing_and_says_why(cli):
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert experiment_tag(name) not in listed
     assert '"state": "failed"' in cli("show", name, "--json").stdout
+
+
+def test_capture_writes_a_pcap_per_end_of_the_link_while_traffic_crosses_it(cli, tmp_path):
+    """`nestbed capture NAME LINK --duration 1` while a ping crosses the link: one pcap per
+    end, each with the pings, and nothing else in the folder; a link that does not exist is
+    one sentence naming the experiment's links."""
+    import dpkt
+
+    f = cli.file("cap", TOPOLOGY.replace("[{members: [a, r]}", "[{name: ar, members: [a, r]}"))
+    name = f.rsplit("/", 1)[1].removesuffix(".yaml")
+    assert cli("swapin", f).returncode == 0
+    env = dict(os.environ, NESTBED_DB=str(tmp_path / "store.db"))
+    ping = [sys.executable, "-m", "nestbed", "exec", name, "a", "--",
+            "ping", "-n", "-c", "300", "-i", "0.05", "b"]  # fmt: skip
+    pinger = subprocess.Popen(ping, env=env, stdout=subprocess.DEVNULL)
+    try:
+        said = cli("capture", name, "ar", "--duration", "1", "-o", str(tmp_path / "pcaps"))
+    finally:
+        pinger.terminate()
+        pinger.wait()
+    assert said.returncode == 0, said.stderr
+    pcaps = sorted((tmp_path / "pcaps").iterdir())
+    assert [p.name for p in pcaps] == ["ar-a.pcap", "ar-r.pcap"]
+    for pcap in pcaps:
+        with pcap.open("rb") as handle:
+            count = sum(1 for _ in dpkt.pcap.Reader(handle))
+        assert count >= 10, f"{pcap.name}: {count} packets in 1 s of pings every 50 ms"
+    wrong = cli("capture", name, "nolink", "--duration", "1")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == (
+        f"error: experiment {name} has no link 'nolink'; its links are ar, link0"
+    )

@@ -623,3 +623,40 @@ def test_hosts_lists_each_hosts_slots_those_an_experiment_holds_and_those_free(c
         cli.swap_out_if_active(name)
     cli.nothing_left(name)
     assert {h["held"] for h in json.loads(cli("hosts", "--json").stdout)} == {0}
+
+
+def _packets(pcap: Path) -> int:
+    import dpkt
+
+    with pcap.open("rb") as f:
+        return sum(1 for _ in dpkt.pcap.Reader(f))
+
+
+def test_capture_on_a_cut_link_brings_each_ends_pcap_back_from_its_host(cluster, tmp_path):
+    """`nestbed capture` of the bottleneck, cut between two hosts, while h1 pings h3: each
+    end's pcap, written on its node's host, is brought back whole, and the capture counts its
+    seconds from when both listen. Before, the pcap stayed on the node's host (here, one
+    file system: one end's was empty, its capture started a round trip late)."""
+    machines, agents = cluster
+    cli = Cli(machines, agents, tmp_path / "store.db")
+    name = f"i21cap{os.getpid()}"
+    out = tmp_path / "pcaps"
+    try:
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)))
+        ping = [sys.executable, "-m", "nestbed", "--db", str(cli.db), "--cluster", cli.address,
+                "exec", name, "h1", "--", "ping", "-n", "-c", "600", "-i", "0.1", "h3"]  # fmt: skip
+        pinger = subprocess.Popen(ping, env=cli.env, stdout=subprocess.DEVNULL)
+        try:
+            said = cli("capture", name, "bottleneck", "--duration", "2", "-o", str(out))
+        finally:
+            pinger.terminate()
+            pinger.wait()
+    finally:
+        cli.swap_out_if_active(name)
+    cli.nothing_left(name)
+    pcaps = sorted(out.iterdir())
+    assert [p.name for p in pcaps] == ["bottleneck-r1.pcap", "bottleneck-r2.pcap"]
+    assert said.stdout.split() == [str(p) for p in pcaps]
+    counts = {p.name: _packets(p) for p in pcaps}
+    print(f"packets captured in 2 s of pings every 0.1 s: {counts}")
+    assert all(n >= 10 for n in counts.values())  # 20 requests and 20 replies go by each end

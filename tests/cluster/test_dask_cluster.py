@@ -283,6 +283,34 @@ def test_two_swapins_at_once_never_put_more_nodes_on_a_host_than_its_slots(clust
         assert _nothing_of(p, machines, backend) == []
 
 
+def test_a_long_command_on_a_host_holds_up_no_other_command_there(swapped, cluster, tmp_path):
+    """`exec` of a command in h1 that waits for a file, and meanwhile a command started in h1
+    (its host's) that writes it and is then stopped by a signal. Before, every command on a
+    host took the host's one slot: the second waited for the first to end, which waited
+    (here up to 60 s, then failed) for the second."""
+    _, backend, _ = cluster
+    p = swapped(plan(experiment(DUMBBELL, "i21long")))
+    running, flag = tmp_path / "running", tmp_path / "flag"
+    wait_for_flag = (
+        f"touch {running}; for i in $(seq 600); do [ -e {flag} ] && exit 0; sleep 0.1; done; exit 1"
+    )
+    done: list[subprocess.CompletedProcess] = []
+    waiter = threading.Thread(
+        target=lambda: done.append(backend.exec_in(p, "h1", ["sh", "-c", wait_for_flag]))
+    )
+    waiter.start()
+    try:
+        until(running.exists, "the exec'd command to run")
+        writer = backend.start_in(p, "h1", ["sh", "-c", f"touch {flag}; exec sleep 600"])
+        until(flag.exists, "the started command to write the flag")
+        writer.send_signal(signal.SIGTERM)
+        assert writer.wait() == -signal.SIGTERM
+    finally:
+        flag.touch()  # however it went, the exec'd command ends
+        waiter.join()
+    assert done[0].returncode == 0
+
+
 def test_a_dead_agent_leaves_its_network_running_and_its_successor_swaps_it_out(swapped, cluster):
     """The data plane never goes through Dask, and a host's state lives on the host (its
     namespaces, linkd, state folder), not in its agent: a new agent takes over from it, and

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import Plan
 from nestbed.control.client import ControllerClient
-from nestbed.errors import UserError
+from nestbed.errors import EnvironmentProblem, UserError
 from nestbed.lifecycle import signals
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 POLL_S = 0.05  # a status request costs well under a millisecond
 QUIET_S = 1.0  # how long linktest watches the counters for other traffic, before and after
 SETTLE_S = 0.5  # a full 100-packet queue at 10 Mb/s drains in 0.06 s
+LISTEN_WAIT_S = 30.0  # for a capture to start listening (on a busy cluster's host, too)
 
 
 @dataclass
@@ -101,7 +102,13 @@ class Active:
     # -- captures ---------------------------------------------------------------------------
 
     def capture(self, link: str, folder: Path, duration_s: float | None) -> list[Path]:
-        """A capture at every member's end of a link or LAN until ``duration_s`` or Ctrl-C."""
+        """A capture at every member's end of a link or LAN until ``duration_s`` or Ctrl-C,
+        counted from when every capture is listening.
+
+        Each capture's output goes to a file beside its pcap, removed at the end: on a
+        cluster that makes the pcap the command's own file, written on the node's host and
+        brought back here when it ends (``Backend.start_in``), and its stderr says when it
+        listens, which a start on another host does a round trip after it was asked."""
         ends = {node: ifname for (name, node), ifname in self.plan.interfaces().items()
                 if name == link}  # fmt: skip
         if not ends:
@@ -109,14 +116,21 @@ class Active:
             raise UserError(
                 f"experiment {self.name} has no link '{link}'; its links are {', '.join(links)}"
             )
+        folder = folder.resolve()
         folder.mkdir(parents=True, exist_ok=True)
-        files, processes = [], []
+        files: list[Path] = []
+        processes: list[subprocess.Popen] = []
+        said: list[Path] = []  # each capture's stdout and stderr
         try:
             for node, ifname in sorted(ends.items()):
-                path = (folder / f"{link}-{node}.pcap").resolve()
+                path = folder / f"{link}-{node}.pcap"
+                out, err = (folder / f".{link}-{node}.{kind}" for kind in ("out", "err"))
+                said += [out, err]
                 argv = self.backend.capture_argv(ifname, path)
-                processes.append(self.start(node, argv, stderr=subprocess.DEVNULL))
+                with out.open("wb") as stdout, err.open("wb") as stderr:
+                    processes.append(self.start(node, argv, stdout=stdout, stderr=stderr))
                 files.append(path)
+            _until_listening(processes, said[1::2])
             if duration_s is None:
                 while all(proc.poll() is None for proc in processes):
                     time.sleep(POLL_S)
@@ -127,7 +141,10 @@ class Active:
         finally:
             for proc in processes:
                 proc.send_signal(signal.SIGINT)
+            for proc in processes:
                 proc.wait()
+            for path in said:
+                path.unlink(missing_ok=True)
         return files
 
     # -- linktest ---------------------------------------------------------------------------
@@ -193,3 +210,23 @@ def _differ(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
     settings = [{x["name"]: x for x in s["changed_links"]} for s in (before, after)]
     return names | {n for n in settings[0].keys() | settings[1].keys()
                     if settings[0].get(n) != settings[1].get(n)}  # fmt: skip
+
+
+def _until_listening(processes: list[subprocess.Popen], stderr: list[Path]) -> None:
+    """Waits until every capture's stderr (tcpdump's) says it is listening; one sentence
+    naming the capture that ended or did not listen in time, and what it said."""
+    waiting = dict(zip(stderr, processes, strict=True))
+    deadline = time.monotonic() + LISTEN_WAIT_S
+    while waiting:
+        for path, proc in list(waiting.items()):
+            ended = proc.poll() is not None  # first: what it said before it ended is read
+            said = path.read_text(errors="replace")
+            if "listening on" in said:
+                del waiting[path]
+            elif ended or time.monotonic() > deadline:
+                what = "ended" if ended else "did not start listening"
+                raise EnvironmentProblem(
+                    f"the capture {path.name[1:-4]} {what}: {said.strip() or 'it said nothing'}"
+                )
+        if waiting:
+            time.sleep(POLL_S)

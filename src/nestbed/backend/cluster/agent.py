@@ -106,7 +106,9 @@ async def _work(scheduler: str, config: AgentConfig, listen: str | None) -> None
         scheduler,
         name=resource(config.host),
         resources={resource(config.host): 1},
-        nthreads=4,  # swap-in, swap-out and commands of several experiments at once
+        # Shares built one at a time (the host's one slot) beside commands of several
+        # experiments, each `nestbed exec` holding a thread while its command runs.
+        nthreads=16,
         host=listen,
         dashboard=False,
         death_timeout=CONNECT_TIMEOUT_S,

@@ -176,16 +176,18 @@ class ClusterBackend:
         function: Callable[..., Any],
         args: dict[str, tuple[Any, ...]],
         *,
-        light: bool = False,
+        light: bool = True,
         leave_queued: bool = False,
         timeout_s: float | None = None,
     ) -> dict:
         """``function(*args[h])`` on every host ``h`` at once; each host's result or the
-        exception it raised (or a timeout). Work for a host takes its one slot, so that a
-        host builds one share at a time; ``light`` work (a timed link change) goes to the
-        host's agent without it, and is not held up by a swap-in there. Work a host has
-        not done in time is called off, or with ``leave_queued`` left to run there when its
-        turn comes (``_Queued``). ``timeout_s`` is the deadline (default: the back end's)."""
+        exception it raised (or a timeout). Building or removing a share (``light=False``)
+        takes the host's one slot, so that a host builds one share at a time; all other
+        work (commands, their polls and signals, link changes, facts) goes to the host's
+        agent beside it, and is held up neither by a swap-in there nor by a long command.
+        Work a host has not done in time is called off, or with ``leave_queued`` left to
+        run there when its turn comes (``_Queued``). ``timeout_s`` is the deadline
+        (default: the back end's)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         client = self.client()
         live = set(self.hosts())
@@ -195,12 +197,10 @@ class ClusterBackend:
             if h not in live
         }  # rather than wait for one until the timeout: work for it would never start
         futures = {
-            h: client.submit(function, *a, pure=False, **(
-                {"workers": [agent.resource(h)], "allow_other_workers": False} if light
-                else {"resources": {agent.resource(h): 1}}))
+            h: client.submit(function, *a, pure=False, **_on_host(h, light))
             for h, a in args.items()
             if h in live
-        }  # fmt: skip
+        }
         from distributed import wait
 
         with contextlib.suppress(TimeoutError):  # one deadline for all hosts together
@@ -286,13 +286,18 @@ class ClusterBackend:
             "clocks": {h: o.to_json() for h, o in offsets.items()},
             "clock_tolerance_s": tolerated, "clock_warnings": said,
         }))  # fmt: skip
-        answers = self._on_hosts(host.swap_in, {h: (part, limits[h]) for h, part in parts.items()})
+        answers = self._on_hosts(
+            host.swap_in, {h: (part, limits[h]) for h, part in parts.items()}, light=False
+        )
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
             # A host still building when its answer was due removes its part once the build
             # is done: the removal is left queued there behind it.
             undone = self._on_hosts(
-                host.swap_out, {h: (part,) for h, part in parts.items()}, leave_queued=True
+                host.swap_out,
+                {h: (part,) for h, part in parts.items()},
+                light=False,
+                leave_queued=True,
             )
             late = sorted(h for h, a in undone.items() if isinstance(a, _Queued))
             stuck = sorted(h for h, a in undone.items()
@@ -419,7 +424,9 @@ class ClusterBackend:
             return
         nodes, underlay = kept
         parts = shares(plan, nodes, underlay)
-        answers = self._on_hosts(host.swap_out, {h: (part,) for h, part in parts.items()})
+        answers = self._on_hosts(
+            host.swap_out, {h: (part,) for h, part in parts.items()}, light=False
+        )
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
             h, exc = next(iter(failed.items()))
@@ -506,8 +513,7 @@ class ClusterBackend:
         # Not waited for: a round of starts (linktest's receivers) costs one round trip, not
         # one each; the poller asks about the command once its host has started it.
         key = uuid.uuid4().hex[:16]
-        started = self.client().submit(remote.start, key, *args,
-                                       resources={agent.resource(h): 1}, pure=False)  # fmt: skip
+        started = self.client().submit(remote.start, key, *args, pure=False, **_on_host(h))
         if popen.get("cwd") is not None:  # a session's command: one round trip is nothing
             with contextlib.suppress(TimeoutError):  # a late start: the poller says so
                 failed = started.exception(timeout=self.timeout_s)
@@ -735,7 +741,9 @@ class ClusterBackend:
         )
 
     def remove_leftovers(self, tags: set[str]) -> list[str]:
-        answers = self._on_hosts(agent.remove_leftovers, {h: (tags,) for h in self.hosts()})
+        answers = self._on_hosts(
+            agent.remove_leftovers, {h: (tags,) for h in self.hosts()}, light=False
+        )
         removed = [f"host {h}: {t}" for h, a in answers.items() if isinstance(a, list) for t in a]
         for directory in self._state_dirs():
             if experiment_tag(directory.name) in tags:
@@ -750,6 +758,14 @@ class ClusterBackend:
 
 class _Queued(TimeoutError):
     """Work a host did not do in time, left to run there when its turn comes."""
+
+
+def _on_host(h: str, light: bool = True) -> dict[str, Any]:
+    """Dask's placement of work for host ``h``: on its agent, and for work that is not
+    ``light`` in the host's one slot too."""
+    if light:
+        return {"workers": [agent.resource(h)], "allow_other_workers": False}
+    return {"resources": {agent.resource(h): 1}}
 
 
 def _cut_delays_s(plan: Plan, nodes: dict[str, str]) -> list[float]:
