@@ -36,10 +36,10 @@ class LateCluster(ClusterBackend):
     """A cluster whose every poll of commands and drain of sockets reaches the hosts LATE_S
     late."""
 
-    def _on_hosts(self, function, args):
+    def _on_hosts(self, function, args, **how):
         if function in (remote.poll, remote.socket_drain):
             time.sleep(LATE_S)
-        return super()._on_hosts(function, args)
+        return super()._on_hosts(function, args, **how)
 
 
 def test_linktest_level_3_passes_on_a_tree_over_three_hosts_whose_scheduler_answers_late(
