@@ -55,7 +55,7 @@ from nestbed.backend.cluster.share import (
     shares,
     simulator_host,
 )
-from nestbed.backend.cluster.simulator import RemoteSimulator
+from nestbed.backend.cluster.simulator import RemoteSimulator, request_on_host_at
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
@@ -610,10 +610,7 @@ class ClusterBackend:
                 h: (agent.state_only(parts[h].plan), op, fields) for h in hosts
             })  # fmt: skip
 
-        # Each host's monotonic clock less this machine's, measured at swap-in: a change due
-        # at this machine's time t is due at t + offset there.
-        hosts = self.placement_facts(plan).get("hosts", {})
-        offset_ns = {h: (f.get("monotonic_offset_s") or 0.0) * 1e9 for h, f in hosts.items()}
+        offset_ns = self._monotonic_offsets_ns(plan)
 
         def at_hosts(asked: dict[str, list[Request]], due: float) -> dict[str, Any]:
             answers = self._on_hosts(agent.linkd_requests_at, {
@@ -626,24 +623,51 @@ class ClusterBackend:
 
         return ClusterChannel(parts, on_hosts, at_hosts)
 
+    def _monotonic_offsets_ns(self, plan: Plan) -> dict[str, float]:
+        """Each host's monotonic clock less this machine's, measured at swap-in: a change due
+        at this machine's time t is due at t + offset there."""
+        hosts = self.placement_facts(plan).get("hosts", {})
+        return {h: (f.get("monotonic_offset_s") or 0.0) * 1e9 for h, f in hosts.items()}
+
     def simulator(self, plan: Plan) -> RemoteSimulator:
         """The experiment's nestbed-sim on the host its simulated nodes are on (found when
         first asked: an experiment without one has this too, unasked)."""
 
-        def on_host(function: Callable[..., Any], *args: Any) -> Any:
+        def host() -> str:
             kept = self.placement(plan)
             where = None if kept is None else simulator_host(plan, kept[0])
             if where is None:
                 raise EnvironmentProblem(
                     f"experiment {plan.experiment} has no simulated part on this cluster"
                 )
+            return where
+
+        def on_host(function: Callable[..., Any], *args: Any, **options: Any) -> Any:
             only = agent.state_only(plan)
-            (answer,) = self._on_hosts(function, {where: (only, *args)}, light=True).values()
+            (answer,) = self._on_hosts(function, {host(): (only, *args)}, light=True,
+                                       **options).values()  # fmt: skip
             if isinstance(answer, BaseException):
                 raise answer
             return answer
 
-        return RemoteSimulator(on_host)
+        def at_host(lines: list[str], due: float) -> float:
+            """As a link emulator's change (``linkd``): due on the host's clock, waited for
+            until its time and the hop back, named by its host if it fails."""
+            where = host()
+            offset_ns = self._monotonic_offsets_ns(plan).get(where, 0.0)
+            waited_s = max(0.0, due - time.monotonic()) + LINK_ANSWER_S
+            try:
+                done = on_host(request_on_host_at, round(due * 1e9 + offset_ns), lines,
+                               timeout_s=waited_s)  # fmt: skip
+            except NestbedError:
+                raise
+            except Exception as exc:
+                raise EnvironmentProblem(
+                    f"host {where} did not apply the change: {_reason(exc)}"
+                ) from exc
+            return float(done - offset_ns) / 1e9
+
+        return RemoteSimulator(on_host, at_host, LINK_LEAD_S)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         """The node's cgroup on its host, as its CPU time and memory read through the
