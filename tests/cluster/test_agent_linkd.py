@@ -17,7 +17,7 @@ from nbtest import build
 from nestbed.backend import linux
 from nestbed.backend.cluster import agent
 from nestbed.backend.plan import plan
-from nestbed.errors import InternalError
+from nestbed.errors import EnvironmentProblem, InternalError
 
 LINKED = """
 nodes: [{name: a}, {name: b}]
@@ -133,3 +133,33 @@ def test_a_timed_link_change_linkd_refuses_fails_with_linkds_reason(linkd_dir):
         linkd.close()
     assert isinstance(failed, InternalError)
     assert str(failed) == f"nestbed-linkd refused at: {refusal}"
+
+
+def test_a_timed_change_is_started_on_the_agents_loop_and_its_result_taken_later():
+    """A Dask task holds one of its worker's slots while it runs, coroutine or not: the
+    task that hands a change over returns once it is started, not at its time, and a second
+    takes its result then. Before, each change held a slot through its whole lead, and an
+    agent's four slots held four changes at most."""
+
+    async def loop() -> tuple[bool, object, BaseException | None]:
+        time_comes = asyncio.Event()
+
+        async def change(answer: int) -> int:
+            await time_comes.wait()
+            return answer
+
+        await agent.start_timed("k1", 0, change, 7)  # returns with the change still waiting
+        waiting = not time_comes.is_set()
+        time_comes.set()
+        result = await agent.timed_result("k1")
+        try:
+            await agent.timed_result("k1")  # taken once; an agent that restarted has none
+        except EnvironmentProblem as exc:
+            return waiting, result, exc
+        return waiting, result, None
+
+    waiting, result, unknown = asyncio.run(loop())
+    assert waiting and result == 7
+    assert str(unknown) == (
+        "its agent holds no such change (the agent restarted since it was handed over)"
+    )

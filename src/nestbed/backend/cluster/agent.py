@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -171,8 +172,9 @@ async def linkd_requests_at(p: Plan, due_ns: int, requests: list[tuple[str, dict
     agent's event loop: the answer is awaited holding none of its threads, so a host's other
     work (another experiment's swap-in) does not hold it up; linkd is given up
     ``LINKD_ANSWER_S`` after the change's time (TimeoutError), so that the loop is never
-    held longer. Before, the agent slept until the time and then sent the change, so it took
-    effect when the agent's loop woke and linkd served the request, not at its time."""
+    held longer. Started by ``start_timed``, so that no Dask slot waits for the time. Before,
+    the agent slept until the time and then sent the change, so it took effect when the
+    agent's loop woke and linkd served the request, not at its time."""
     timed = [{"op": op, **fields} for op, fields in requests]
     path = linux.linkd_socket(p)
     wait_s = max(0.0, (due_ns - time.monotonic_ns()) / 1e9) + LINKD_ANSWER_S
@@ -185,6 +187,37 @@ async def linkd_requests_at(p: Plan, due_ns: int, requests: list[tuple[str, dict
         finally:
             writer.close()
     return int(reply(line, "at", "nestbed-linkd", path)["applied_ns"])
+
+
+# Timed changes this agent holds for their time, by key (``start_timed``): a Dask task holds
+# one of its worker's ``nthreads`` slots while it runs, coroutine or not, so a task that
+# waited for a change's time held a slot through the whole lead; four changes ahead filled
+# the agent (at 20 events a second each was handed over 2.5 s late of its 3 s lead, and a
+# command's poll or a swap-in waited behind them).
+_timed: dict[str, tuple[int, asyncio.Task[Any]]] = {}  # key -> (due_ns, its task)
+_KEPT_NS = 600 * 10**9  # an answer nobody asked for is dropped this long after its time
+
+
+async def start_timed(key: str, due_ns: int, function: Callable[..., Any], *args: Any) -> None:
+    """Starts ``function(*args)`` (a coroutine function due at ``due_ns``, on this host's
+    monotonic clock) on the agent's event loop and returns at once, so that the Dask task's
+    slot is free again; ``timed_result(key)`` gives its result once it is done."""
+    now_ns = time.monotonic_ns()
+    for old, (due, task) in list(_timed.items()):  # never asked for (a controller gone)
+        if task.done() and due + _KEPT_NS < now_ns:
+            del _timed[old]
+    _timed[key] = (due_ns, asyncio.get_running_loop().create_task(function(*args)))
+
+
+async def timed_result(key: str) -> Any:
+    """The result of what ``start_timed`` started under ``key`` (waited for), or what it
+    raised."""
+    if key not in _timed:
+        raise EnvironmentProblem(
+            "its agent holds no such change (the agent restarted since it was handed over)"
+        )
+    _, task = _timed.pop(key)
+    return await task
 
 
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:

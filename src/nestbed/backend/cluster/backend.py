@@ -613,15 +613,35 @@ class ClusterBackend:
         offset_ns = self._monotonic_offsets_ns(plan)
 
         def at_hosts(asked: dict[str, list[Request]], due: float) -> dict[str, Any]:
-            answers = self._on_hosts(agent.linkd_requests_at, {
-                h: (agent.state_only(parts[h].plan), round(due * 1e9 + offset_ns.get(h, 0.0)),
-                    requests)
+            due_ns = {h: round(due * 1e9 + offset_ns.get(h, 0.0)) for h in asked}
+            answers = self._timed(agent.linkd_requests_at, due, {
+                h: (due_ns[h], agent.state_only(parts[h].plan), due_ns[h], requests)
                 for h, requests in asked.items()
-            }, light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S)  # fmt: skip
+            })  # fmt: skip
             return {h: a if isinstance(a, BaseException) else (a - offset_ns.get(h, 0.0)) / 1e9
                     for h, a in answers.items()}  # fmt: skip
 
         return ClusterChannel(parts, on_hosts, at_hosts)
+
+    def _timed(
+        self, function: Callable[..., Any], due: float, args: dict[str, tuple[Any, ...]]
+    ) -> dict[str, Any]:
+        """``function(*args[h][1:])``, a coroutine function due on host ``h`` at
+        ``args[h][0]`` (its monotonic clock), started on every host's agent at once and its
+        result taken after ``due`` (this machine's time.monotonic()): each host's result or
+        the exception it raised (or a timeout, this long after ``due``: LINK_ANSWER_S). The
+        wait for the time holds no Dask slot of the agents' (``agent.start_timed``)."""
+        key = uuid.uuid4().hex
+        started = self._on_hosts(
+            agent.start_timed, {h: (key, a[0], function, *a[1:]) for h, a in args.items()},
+            light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S,
+        )  # fmt: skip
+        failed = {h: a for h, a in started.items() if isinstance(a, BaseException)}
+        time.sleep(max(0.0, due - time.monotonic()))
+        return failed | self._on_hosts(
+            agent.timed_result, {h: (key,) for h in args if h not in failed},
+            light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S,
+        )  # fmt: skip
 
     def _monotonic_offsets_ns(self, plan: Plan) -> dict[str, float]:
         """Each host's monotonic clock less this machine's, measured at swap-in: a change due
@@ -642,10 +662,9 @@ class ClusterBackend:
                 )
             return where
 
-        def on_host(function: Callable[..., Any], *args: Any, **options: Any) -> Any:
+        def on_host(function: Callable[..., Any], *args: Any) -> Any:
             only = agent.state_only(plan)
-            (answer,) = self._on_hosts(function, {host(): (only, *args)}, light=True,
-                                       **options).values()  # fmt: skip
+            (answer,) = self._on_hosts(function, {host(): (only, *args)}, light=True).values()
             if isinstance(answer, BaseException):
                 raise answer
             return answer
@@ -655,16 +674,16 @@ class ClusterBackend:
             until its time and the hop back, named by its host if it fails."""
             where = host()
             offset_ns = self._monotonic_offsets_ns(plan).get(where, 0.0)
-            waited_s = max(0.0, due - time.monotonic()) + LINK_ANSWER_S
-            try:
-                done = on_host(request_on_host_at, round(due * 1e9 + offset_ns), lines,
-                               timeout_s=waited_s)  # fmt: skip
-            except NestbedError:
-                raise
-            except Exception as exc:
+            due_ns = round(due * 1e9 + offset_ns)
+            only = agent.state_only(plan)
+            (done,) = self._timed(request_on_host_at, due,
+                                  {where: (due_ns, only, due_ns, lines)}).values()  # fmt: skip
+            if isinstance(done, NestbedError):
+                raise done
+            if isinstance(done, BaseException):
                 raise EnvironmentProblem(
-                    f"host {where} did not apply the change: {_reason(exc)}"
-                ) from exc
+                    f"host {where} did not apply the change: {_reason(done)}"
+                ) from done
             return float(done - offset_ns) / 1e9
 
         return RemoteSimulator(on_host, at_host, LINK_LEAD_S)
