@@ -72,10 +72,12 @@ CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experime
 # What start_in passes on to the node's host; anything else is a bug of the caller's.
 _POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text", "cwd"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
-# A link event goes to its hosts this long ahead of its time, and they apply it then. A Dask
-# round trip to a simulated host took 1.5 s at load 9 on 2 cores (events landed that late,
-# and one second of lead was not enough); a run's end waits for the events handed over
-# before an end nobody scheduled: this long until their time, and LINK_ANSWER_S after it.
+# A link event goes to its hosts this long ahead of its time, and their linkd applies it then
+# (nestbed-sim's host sends it then). A Dask round trip to a simulated host took 1.5 s at
+# load 9 on 2 cores (events landed that late, and one second of lead was not enough), and up
+# to 1.3 s at load 4-9 during `bench/cluster.py --events` (docs/benchmarks.md); a run's end
+# waits for the events handed over before an end nobody scheduled: this long until their
+# time, and LINK_ANSWER_S after it.
 LINK_LEAD_S = 3.0
 # A host's answer to a timed link change is given up this long after its time (the hop
 # back, as long as the hop there may be): a host whose agent went is named in the event's
