@@ -21,6 +21,13 @@
    sending host's, the receiving host's, the underlay's), the underlay's time given up,
    and the underlay's own one-way time for frames of the row's size and rate, measured
    between the hosts by nestbed-probe with the kernel's receive times.
+6. As root, with --events [--runs N]: how late link events take effect on three simulated
+   hosts (events.csv's error_ms, each row's time the link emulators' answer), for links cut
+   between two hosts and links inside one (not the controlling machine), over N runs
+   (default RUNS) of a chain of six nodes with 120 timed changes; and the round trip of a
+   task through the scheduler to every host's agent during the run (as a command's poll or
+   the counters go), which the events' lead (``LINK_LEAD_S``) must cover and which timed
+   changes waiting in an agent's Dask slots hold up.
 
 Medians of RUNS runs. Stopped by Ctrl-C, SIGTERM or SIGHUP, it swaps out what it swapped
 in and removes its simulated hosts before it exits.
@@ -29,11 +36,13 @@ in and removes its simulated hosts before it exits.
     PYTHONPATH=src python bench/cluster.py --linktest   # part 3 only, root
     PYTHONPATH=src python bench/cluster.py --accuracy   # part 4 only, root
     PYTHONPATH=src python bench/cluster.py --hops       # part 5 only, root
+    PYTHONPATH=src python bench/cluster.py --events     # part 6 only, root
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pickle
@@ -41,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -311,6 +321,105 @@ def _underlay_one_way(m, size: int, settings) -> float:  # type: ignore[no-untyp
     return json.loads(out)["delay"]["mean_ns"] / 1e3
 
 
+EVENT_HOSTS = 3
+EVENT_LINKS = 120  # timed changes a run, EVENT_GAP_S apart from EVENT_START_S on
+EVENT_START_S, EVENT_GAP_S = 4.0, 0.05  # (after the first lead: all handed over ahead)
+TRIP_PAUSE_S = 0.2  # between tasks to every host's agent during a run
+
+
+def event_chain(name: str):  # type: ignore[no-untyped-def]
+    """Six nodes in a chain over three hosts (two a host): the mapper cuts the two 10 Mb/s
+    links and keeps the 100 Mb/s ones inside a host; every link gets delay changes in turn."""
+    from nestbed.api import Experiment
+
+    exp = Experiment(name)
+    nodes = [exp.node(f"n{i}") for i in range(6)]
+    links = [exp.link(a, b, name=f"l{i}", bandwidth="10Mb" if i % 2 else "100Mb", delay="1ms")
+             for i, (a, b) in enumerate(itertools.pairwise(nodes))]  # fmt: skip
+    for i in range(EVENT_LINKS):
+        exp.at(round(EVENT_START_S + i * EVENT_GAP_S, 3), links[i % len(links)], "delay",
+               f"{1 + i % 4}ms")  # fmt: skip
+    exp.at(EVENT_START_S + EVENT_LINKS * EVENT_GAP_S + 1, "ns", "halt")
+    return exp.build()
+
+
+def events() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cluster"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import csv
+
+    from simulated import started
+
+    from nestbed.backend.cluster.backend import ClusterBackend
+    from nestbed.backend.cluster.share import cut_links
+    from nestbed.lifecycle.runs import run
+    from nestbed.lifecycle.testbed import Testbed
+    from nestbed.model.options import RunOptions
+    from nestbed.store import Store
+
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else RUNS
+    print("\n| run | links | events | p50 ms | p99 ms | max ms | latest (link at s) | failed "
+          "| task round trip p50 / max ms | load |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        started(EVENT_HOSTS, slots=2) as (m, agents),
+        ClusterBackend(agents.address) as cluster,
+    ):
+        os.environ["NESTBED_CLUSTER"] = agents.address  # for the run's controller
+        for number in range(1, runs + 1):
+            exp = event_chain(f"i21ev{os.getpid()}r{number}")
+            folder = Path(tmp) / str(number)
+            folder.mkdir()
+            trips: list[float] = []
+            done = threading.Event()
+            asking = threading.Thread(target=_ask_hosts, args=(cluster, m.hosts, done, trips),
+                                      daemon=True)  # fmt: skip
+            with Store.open(str(folder / "store.db")) as store:
+                testbed = Testbed(store, cluster)
+                testbed.define(exp, anew=True)
+                asking.start()
+                try:
+                    run(testbed, exp.name, RunOptions(results=folder / "results"))
+                finally:
+                    done.set()
+                    asking.join()
+            manifest = json.loads((folder / "results" / "manifest.json").read_text())
+            on = {n: h for h, f in manifest["placement"]["hosts"].items() for n in f["nodes"]}
+            cut = set(cut_links(plan(exp), on))
+            with (folder / "results" / "events.csv").open() as f:
+                rows = [r for r in csv.DictReader(f) if r["verb"] == "delay"]
+            for r in rows:
+                if r["outcome"] != "ok":
+                    print(f"failed: {r['object']} at {r['planned_s']} s: {r['message']}")
+            load = os.getloadavg()[0]
+            kinds = {"cut": [r for r in rows if r["object"] in cut],
+                     "in a host": [r for r in rows if r["object"] not in cut]}  # fmt: skip
+            for kind, chosen in kinds.items():
+                ok = sorted((r for r in chosen if r["outcome"] == "ok"),
+                            key=lambda r: float(r["error_ms"]))  # fmt: skip
+                late = [float(r["error_ms"]) for r in ok]
+                latest = ", ".join(f"{r['object']} at {float(r['planned_s']):g}" for r in ok[-2:])
+                failed = sum(r["outcome"] != "ok" for r in chosen)
+                p99 = late[min(len(late) - 1, round(0.99 * (len(late) - 1)))] if late else 0.0
+                trip = f"{statistics.median(trips):.1f} / {max(trips):.1f}"
+                print(f"| {number} | {kind} ({len({r['object'] for r in chosen})}) | {len(chosen)} "
+                      f"| {statistics.median(late) if late else 0:.3f} | {p99:.3f} "
+                      f"| {max(late, default=0):.3f} | {latest} | {failed} | {trip} "
+                      f"| {load:.1f} |")  # fmt: skip
+
+
+def _ask_hosts(cluster, hosts: list[str], done: threading.Event, trips: list[float]) -> None:  # type: ignore[no-untyped-def]
+    """A task to every host's agent at once, TRIP_PAUSE_S apart until ``done`` (as a command's
+    poll or the counters ask them): each round trip's milliseconds into ``trips``."""
+    from nestbed.backend.cluster import agent
+
+    while not done.wait(TRIP_PAUSE_S):
+        start = time.perf_counter()
+        cluster._on_hosts(agent.clock, {h: () for h in hosts}, light=True)
+        trips.append((time.perf_counter() - start) * 1e3)
+
+
 def main() -> None:
     # SIGTERM and SIGHUP (timeout, a closed SSH session) stop it as Ctrl-C does: what it
     # built is removed on the way out.
@@ -323,6 +432,9 @@ def main() -> None:
         return
     if "--hops" in sys.argv:
         hops()
+        return
+    if "--events" in sys.argv:
+        events()
         return
     control_traffic()
     if os.geteuid() == 0:

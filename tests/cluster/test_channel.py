@@ -13,7 +13,7 @@ import pytest
 from simulated import DUMBBELL
 
 from nbtest import build
-from nestbed.backend.cluster.backend import LINK_ANSWER_S, LINK_LEAD_S, PLACEMENT, ClusterBackend
+from nestbed.backend.cluster.backend import LINK_ANSWER_S, PLACEMENT, ClusterBackend
 from nestbed.backend.cluster.channel import ClusterChannel
 from nestbed.backend.cluster.proxy import RemoteProcess, sink_and_reader
 from nestbed.backend.cluster.share import TUNNEL_PORT, Underlay, shares
@@ -197,16 +197,20 @@ def test_a_timed_changes_hosts_are_waited_for_until_its_time_and_the_hop_back_on
         "nodes": LEFT_RIGHT, "addresses": UNDERLAY.addresses, "mtu": UNDERLAY.mtu,
         "port": UNDERLAY.port, "delays_s": UNDERLAY.delays_s,
     }))  # fmt: skip
-    asked: list[dict] = []
+    asked: list[tuple[str, float, dict]] = []
 
     def on_hosts(function, args, **options):
-        asked.append(options)
+        asked.append((function.__name__, time.monotonic(), options))
         return {h: 0 for h in args}
 
     monkeypatch.setattr(backend, "_on_hosts", on_hosts)
-    due = time.monotonic() + LINK_LEAD_S
+    due = time.monotonic() + 0.5
     backend.linkd(p).request_at(due, [("down", {"link": "bottleneck", "mode": "blackhole"})])
-    (options,) = asked
+    (started, started_at, to_start), (taken, taken_at, to_take) = asked
     # Before, the back end's own deadline (300 s): a run's end waited that long for an
     # agent gone while it held the change.
-    assert options["light"] and LINK_ANSWER_S < options["timeout_s"] <= LINK_LEAD_S + LINK_ANSWER_S
+    assert to_start["light"] and LINK_ANSWER_S < to_start["timeout_s"] <= 0.5 + LINK_ANSWER_S
+    # The change starts on its hosts at once and returns, so that it holds none of their
+    # Dask slots until its time; its result is taken once its time has come.
+    assert (started, taken) == ("start_timed", "timed_result") and started_at < due <= taken_at
+    assert to_take["light"] and to_take["timeout_s"] == LINK_ANSWER_S

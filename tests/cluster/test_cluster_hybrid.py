@@ -85,8 +85,13 @@ def test_a_hybrid_run_across_hosts_has_its_simulated_traffic_events_lag_and_link
     assert ftp["outcome"] == "ok; simulated: r2 in nestbed-sim", ftp["outcome"]
     assert int(ftp["bytes_received"]) > 0
     events = {(e["object"], e["verb"]): e for e in rows(results / "events.csv")}
-    assert events[("core", "down")]["outcome"] == "ok"
-    assert events[("core", "up")]["outcome"] == "ok"
+    for verb in ("down", "up"):
+        # Handed to nestbed-sim's host ahead, sent to nestbed-sim there at its time: never
+        # before it (before, it left here at its time and landed a Dask round trip late).
+        event = events[("core", verb)]
+        print(f"core {verb}: {event['outcome']}, {float(event['error_ms']):+.3f} ms late")
+        assert event["outcome"] == "ok"
+        assert float(event["actual_s"]) >= float(event["planned_s"])
     # nestbed-sim's lag and its log, from its host, in the one results folder.
     assert rows(results / "simulation" / "lag.csv")
     assert (results / "simulation" / "nestbed-sim.log").exists()

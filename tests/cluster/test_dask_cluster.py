@@ -20,7 +20,7 @@ from simulated import DUMBBELL, interfaces, namespaces, processes, unbuilt_check
 from nbtest import EXAMPLES, experiment, until
 from nestbed.backend.cluster import host as host_part
 from nestbed.backend.cluster import remote, slots
-from nestbed.backend.cluster.backend import ClusterBackend
+from nestbed.backend.cluster.backend import LINK_ANSWER_S, ClusterBackend
 from nestbed.backend.cluster.host import BUILDING
 from nestbed.backend.cluster.placement import place
 from nestbed.backend.cluster.share import cut_links
@@ -521,3 +521,95 @@ def test_input_to_a_command_on_another_host_that_stops_reading_fails_as_a_pipe_w
     assert process.stdout.read() == b"xxxxx"
     with contextlib.suppress(BrokenPipeError):
         process.stdin.close()
+
+
+# The dumbbell with its access link on h3's side shaped, so that it is emulated inside one
+# host (r2's and h3's) as the bottleneck is emulated across two.
+SHAPED_ACCESS = DUMBBELL.replace("{name: access3, members: [r2, h3]}",
+                                 "{name: access3, members: [r2, h3], delay: 1ms}")  # fmt: skip
+# Timed changes in these tests are due this far ahead: long enough for their hand-over and
+# for the tests' looks at the hosts' linkd through the scheduler of a loaded machine.
+AHEAD_S = 10.0
+
+
+def _timed_down(channel, link: str, due: float, outcome: dict) -> threading.Thread:
+    """``link`` taken down at ``due`` through the channel, in a thread: its answer (or error)
+    in ``outcome[link]``."""
+
+    def down() -> None:
+        try:
+            outcome[link] = channel.request_at(due, [("down", {"link": link,
+                                                                "mode": "blackhole"})])  # fmt: skip
+        except Exception as exc:
+            outcome[link] = exc
+
+    thread = threading.Thread(target=down, daemon=True)
+    thread.start()
+    return thread
+
+
+def _waiting(channel, hosts: list[str]) -> dict[str, int]:
+    """How many timed changes each host's linkd holds for their time."""
+    found = channel.on_hosts(hosts, "status", {})
+    return {h: found[h]["timed_waiting"] for h in hosts}
+
+
+def test_link_changes_wait_in_their_hosts_linkd_until_their_time_and_take_effect_then(
+    swapped, cluster
+):
+    """A change of a cut link (two hosts) and of a link inside another host are handed to
+    each host's linkd with their time, ahead of it, as on one host (linkd's ``at``); the
+    time the channel gives back is linkd's answer, when the last host applied it, never
+    before its time. Before, each host's agent slept until the time and then sent its linkd
+    a plain change: no linkd held anything ahead of it."""
+    _, backend, _ = cluster
+    p = swapped(plan(experiment(SHAPED_ACCESS, "i21at")))
+    nodes, _ = backend.placement(p)
+    left, right = nodes["r1"], nodes["r2"]
+    assert nodes["h3"] == right != left
+    channel = backend.linkd(p)
+    due = time.monotonic() + AHEAD_S
+    applied: dict[str, object] = {}
+    threads = [_timed_down(channel, link, due, applied) for link in ("bottleneck", "access3")]
+    # The bottleneck's change waits in both its hosts' linkd, access3's in its host's.
+    until(lambda: _waiting(channel, [left, right]) == {left: 1, right: 2},
+          "each host's linkd to hold its changes", deadline_s=AHEAD_S)  # fmt: skip
+    assert time.monotonic() < due
+    for thread in threads:
+        thread.join(AHEAD_S + 60)
+    print(f"applied after their time: bottleneck {(applied['bottleneck'] - due) * 1e3:+.3f} ms, "  # type: ignore[operator]
+          f"access3 {(applied['access3'] - due) * 1e3:+.3f} ms")  # type: ignore[operator]  # fmt: skip
+    assert due <= applied["bottleneck"] and due <= applied["access3"]  # type: ignore[operator]
+    assert _waiting(channel, [left, right]) == {left: 0, right: 0}
+    ping = backend.exec_in(p, "r2", ["ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "h3"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert ping.returncode != 0 and " 0 received" in ping.stdout, ping.stdout  # access3 is down
+    counters = channel.request("counters")["links"]
+    assert counters["bottleneck"]["state"] == counters["access3"]["state"] == "blackhole"
+
+
+def test_a_link_change_whose_host_is_gone_before_its_time_fails_naming_that_host(swapped, cluster):
+    """A host whose agent died while its linkd held a change cannot say it applied it: the
+    change fails, its error naming that host, once its time and the hop back have passed,
+    rather than counting as applied by the hosts that answered."""
+    machines, backend, agents = cluster
+    p = swapped(plan(experiment(SHAPED_ACCESS, "i21gone")))
+    nodes, _ = backend.placement(p)
+    left, gone = nodes["r1"], nodes["r2"]
+    channel = backend.linkd(p)
+    due = time.monotonic() + AHEAD_S
+    outcome: dict[str, object] = {}
+    thread = _timed_down(channel, "bottleneck", due, outcome)
+    until(lambda: _waiting(channel, [left, gone]) == {left: 1, gone: 1},
+          "both hosts' linkd to hold the change", deadline_s=AHEAD_S)  # fmt: skip
+    agents.kill(gone)
+    try:
+        thread.join(AHEAD_S + LINK_ANSWER_S + 60)
+        failed = outcome["bottleneck"]
+        print(f"the change's error: {failed}")
+        assert isinstance(failed, EnvironmentProblem)
+        assert str(failed).startswith(f"host {gone} did not apply the change: ")
+        assert left not in str(failed)
+    finally:
+        agents.start(gone)
+        until(lambda: backend.hosts() == machines.hosts, f"a new agent on {gone} to join")

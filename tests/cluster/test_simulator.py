@@ -1,12 +1,15 @@
 """The controlling machine's side of a nestbed-sim on another host, without root or a
 cluster: the files its tools write are named for the host and come back to their paths here
-once the tool is done, and the host's side turns those names into files there."""
+once the tool is done, and the host's side turns those names into files there; a simulated
+link's change, handed to the host ahead of its time, reaches nestbed-sim at that time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -14,6 +17,7 @@ from urllib.parse import unquote
 from nestbed.backend import sim
 from nestbed.backend.cluster import simulator
 from nestbed.backend.cluster.simulator import HOST_FILE, RemoteSimulator
+from nestbed.errors import Refused
 
 
 class _Host:
@@ -33,9 +37,13 @@ class _Host:
         return {"ok": True}, {}
 
 
+def _untimed(lines: list[str], due: float) -> float:
+    raise AssertionError(f"no timed command here: {lines} at {due}")
+
+
 def test_a_tools_files_are_named_for_the_host_and_copied_back_once_it_is_done(tmp_path):
     host = _Host()
-    remote = RemoteSimulator(host)
+    remote = RemoteSimulator(host, _untimed, 0.0)
     log, out = tmp_path / "my log.csv", tmp_path / "cbr0.recv"
     remote.request("udp-recv", "t1", "r1", 5000, sim.word(log), sim.word(out))
     (line,) = host.lines
@@ -93,3 +101,65 @@ def test_the_host_side_writes_a_tools_files_in_the_experiments_state_folder(tmp_
     finally:
         thread.join(timeout=10)
         server.close()
+
+
+def _stand_in(directory: Path, answer: dict) -> tuple[socket.socket, list[tuple[int, str]]]:
+    """A nestbed-sim on the experiment's socket that answers every line with ``answer``,
+    keeping each line and when it arrived (time.monotonic_ns())."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(directory / sim.SOCKET))
+    server.listen()
+    arrived: list[tuple[int, str]] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, conn.makefile("rw") as f:
+            for line in f:
+                arrived.append((time.monotonic_ns(), line.strip()))
+                f.write(json.dumps(answer) + "\n")
+                f.flush()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, arrived
+
+
+def _timed_on_host(tmp_path, monkeypatch, answer: dict, due_ns_from_now: int):  # type: ignore[no-untyped-def]
+    """``request_on_host_at`` of two lines against a stand-in nestbed-sim: its result (or
+    error), what arrived, and the time it was due."""
+    from nbtest import build
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    monkeypatch.setattr(linux, "RUN_DIR", tmp_path)
+    p = plan(build("nodes: [{name: h1}]"))
+    linux.run_dir(p).mkdir()
+    server, arrived = _stand_in(linux.run_dir(p), answer)
+    due_ns = time.monotonic_ns() + due_ns_from_now
+    lines = ["link l0 down", "link l1 down"]
+    try:
+        done: Any = asyncio.run(simulator.request_on_host_at(p, due_ns, lines))
+    except Exception as exc:
+        done = exc
+    finally:
+        server.close()
+    return done, arrived, due_ns
+
+
+def test_a_simulated_links_change_reaches_nestbed_sim_at_its_time_from_its_host(
+    tmp_path, monkeypatch
+):
+    """nestbed-sim takes a command only as it arrives, so the host's agent, handed the change
+    ahead, sends it then: no line arrives before its time."""
+    done, arrived, due_ns = _timed_on_host(tmp_path, monkeypatch, {"ok": True}, 300_000_000)
+    assert [line for _, line in arrived] == ["link l0 down", "link l1 down"]
+    assert all(at_ns >= due_ns for at_ns, _ in arrived)
+    assert done >= arrived[-1][0]  # answered once the last was carried out
+
+
+def test_a_simulated_links_change_nestbed_sim_refuses_fails_with_its_reason(tmp_path, monkeypatch):
+    done, arrived, _ = _timed_on_host(
+        tmp_path, monkeypatch, {"ok": False, "error": "link: no link l0"}, 0
+    )
+    assert isinstance(done, Refused)
+    assert str(done) == "the simulated part refused it: link: no link l0"
+    assert [line for _, line in arrived] == ["link l0 down"]  # nothing after a refusal

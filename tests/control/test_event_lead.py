@@ -359,3 +359,56 @@ def test_a_link_event_scheduled_within_its_lead_is_handed_over_at_once_and_timed
     assert row["outcome"] == "ok" and links.state["l0"] == "down"
     assert row["actual_s"] == linkd.answered - scheduler.t0  # when linkd said it applied it
     assert row["error_ms"] > 0
+
+
+class TimedSimulator:
+    """A nestbed-sim a hop away (a cluster's host), as ``RemoteSimulator`` is: commands
+    handed over with their time, said carried out a millisecond after it; and at once."""
+
+    lead_s = 3.0
+
+    def __init__(self) -> None:
+        self.timed: list[tuple[float, list[str]]] = []
+        self.now: list[str] = []
+
+    def request_at(self, due: float, lines: list[str]) -> float:
+        self.timed.append((due, lines))
+        return due + 0.001
+
+    def request(self, *words: object) -> dict[str, Any]:
+        self.now.append(" ".join(str(w) for w in words))
+        return {"ok": True}
+
+    def log(self, offset: int = 0) -> tuple[str, int] | None:
+        return None
+
+    def running(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing is open."""
+
+
+def test_a_simulated_links_events_on_another_host_are_handed_over_ahead_with_their_time():
+    """As a link emulator's: the event goes to the simulator's host its lead ahead, and its
+    time is when the host said nestbed-sim carried it out. Before, a simulated link had no
+    lead on a cluster: its change left at its time and landed a Dask round trip late."""
+    from nestbed.backend.sim import TimedSimulator as Timed
+    from nestbed.control.simulated import SimulatedPart
+
+    exp = build(LINKED)
+    p = plan(exp)
+    remote = TimedSimulator()
+    assert isinstance(remote, Timed)
+    part = SimulatedPart(p, remote)  # type: ignore[arg-type]
+    part.links = {"l0"}
+    links = LinkStates(exp, p, None, part)  # type: ignore[arg-type]
+    assert links.lead_s("l0") == TimedSimulator.lead_s
+    assert links.apply("l0", "down", (), due=100.0) == ("simulated link l0 is down", 100.001)
+    message, applied = links.apply("l0", "delay", ("50ms",), due=101.0)
+    assert (message, applied) == ("simulated link l0 changed", 101.001)
+    (first, second) = remote.timed
+    assert first == (100.0, ["link l0 down"])
+    assert second[0] == 101.0 and second[1][0].startswith("p2p-set l0 ")
+    assert not remote.now
+    assert links.now()["links"] == {"l0": "down"}

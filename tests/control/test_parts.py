@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -314,14 +315,18 @@ def test_a_pass_over_proc_finds_this_process_and_no_zombie():
 class _Simulation:
     """nestbed-sim as LinkStates sees it: the links it runs and what it was asked."""
 
+    lead_s = 0.0  # on this machine: changes go at once
+
     def __init__(self, links: set[str]):
         self.links, self.asked = links, []
 
-    def set_state(self, link: str, state: str) -> None:
+    def set_state(self, link: str, state: str, due: float | None = None) -> float:
         self.asked.append(("state", link, state))
+        return time.monotonic()
 
-    def shape(self, link) -> None:  # type: ignore[no-untyped-def]
+    def shape(self, link, due: float | None = None) -> float:  # type: ignore[no-untyped-def]
         self.asked.append(("shape", link.name, link.ports[0].egress.delay_s))
+        return time.monotonic()
 
 
 def test_the_next_runs_links_start_from_its_configuration_not_the_last_runs_events(tmp_path):

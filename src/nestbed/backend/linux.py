@@ -478,16 +478,21 @@ def _start_simulator(plan: Plan) -> None:
             sock.close()
 
 
+def linkd_socket(plan: Plan) -> Path:
+    """The control socket of the experiment's nestbed-linkd."""
+    return run_dir(plan) / "linkd.sock"
+
+
 def linkd(plan: Plan, timeout_s: float | None = None) -> SocketClient:
     """A client of the experiment's running nestbed-linkd (each connect, send and answer
     given up after ``timeout_s``; None: waited for)."""
-    return SocketClient(run_dir(plan) / "linkd.sock", timeout=timeout_s)
+    return SocketClient(linkd_socket(plan), timeout=timeout_s)
 
 
 def linkd_channel(plan: Plan) -> LinkdClient:
     """The experiment's running nestbed-linkd for the controller and the life cycle: any
     number of threads at once, and changes handed over ahead of their time."""
-    return LinkdClient(run_dir(plan) / "linkd.sock")
+    return LinkdClient(linkd_socket(plan))
 
 
 def _pid_in(pidfile: Path) -> int | None:

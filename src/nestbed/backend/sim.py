@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote
 
 from nestbed.backend.linux import SIM_PID
@@ -150,16 +150,22 @@ class SimChannel:
         with self.lock:
             self.sock.sendall(f"{line}\n".encode())
             answer = self.reader.readline()
-        if not answer:
-            raise InternalError(f"nestbed-sim at {self.path} closed its control socket")
-        reply = json.loads(answer)
-        if not reply.get("ok"):
-            raise Refused(f"the simulated part refused it: {reply.get('error')}")
-        return reply
+        return reply(answer, self.path)
 
     def close(self) -> None:
         self.reader.close()
         self.sock.close()
+
+
+def reply(answer: str | bytes, path: Path) -> dict[str, Any]:
+    """nestbed-sim's reply line to a command (empty: it closed the socket first); a refusal
+    raised as Refused with its reason."""
+    if not answer:
+        raise InternalError(f"nestbed-sim at {path} closed its control socket")
+    found = json.loads(answer)
+    if not found.get("ok"):
+        raise Refused(f"the simulated part refused it: {found.get('error')}")
+    return dict(found)
 
 
 class Simulator(Protocol):
@@ -178,6 +184,21 @@ class Simulator(Protocol):
 
     def close(self) -> None:
         """Closes the connection (a later request opens another)."""
+
+
+@runtime_checkable
+class TimedSimulator(Simulator, Protocol):
+    """A nestbed-sim a hop away (on a cluster's host): a simulated link's change is handed
+    over ``lead_s`` ahead of its time, with the time, and sent to nestbed-sim there then
+    (nestbed-sim takes a command only at once, and carries it out as it arrives)."""
+
+    lead_s: float
+
+    def request_at(self, due: float, lines: list[str]) -> float:
+        """Carries out the commands ``lines`` in order when this machine's time.monotonic()
+        reads ``due`` (at once if it has passed); when nestbed-sim had carried them out,
+        on that clock."""
+        ...
 
 
 class LocalSimulator:

@@ -36,16 +36,8 @@ class SocketClient:
         self.reader = self.sock.makefile("r", encoding="utf-8")
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        self.sock.sendall((json.dumps({"op": op, **fields}) + "\n").encode())
-        line = self.reader.readline()
-        if not line:
-            raise InternalError(f"{self.what} at {self.path} closed its control socket")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            if reply.get("user"):
-                raise UserError(str(reply.get("error")))
-            raise InternalError(f"{self.what} refused {op}: {reply.get('error')}")
-        return reply
+        self.sock.sendall(request_line(op, **fields))
+        return reply(self.reader.readline(), op, self.what, self.path)
 
     def close(self) -> None:
         self.reader.close()
@@ -56,6 +48,24 @@ class SocketClient:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def request_line(op: str, **fields: Any) -> bytes:
+    """One request as the daemons read it: a JSON object on one line."""
+    return (json.dumps({"op": op, **fields}) + "\n").encode()
+
+
+def reply(line: str | bytes, op: str, what: str, path: Path) -> dict[str, Any]:
+    """A daemon's reply line to ``op`` (empty: it closed the socket first); a refusal raised,
+    the user's (UserError) where the daemon marks it ``"user": true``."""
+    if not line:
+        raise InternalError(f"{what} at {path} closed its control socket")
+    answer = json.loads(line)
+    if not answer.get("ok"):
+        if answer.get("user"):
+            raise UserError(str(answer.get("error")))
+        raise InternalError(f"{what} refused {op}: {answer.get('error')}")
+    return dict(answer)
 
 
 def answers(path: Path, what: str, timeout: float = 5) -> bool:

@@ -40,8 +40,9 @@ class LinkStates:
     def lead_s(self, name: str) -> float:
         """How long ahead of its time an event on ``name`` is handed over to its link
         emulators (``Backend.link_lead_s``), or 0 where the link is not emulated there."""
-        simulated = self.simulated is not None and name in self.simulated.links
-        return self.backend.link_lead_s if name in self.emulated and not simulated else 0.0
+        if self.simulated is not None and name in self.simulated.links:
+            return self.simulated.lead_s
+        return self.backend.link_lead_s if name in self.emulated else 0.0
 
     def __contains__(self, name: str) -> bool:
         return name in self.links
@@ -54,8 +55,7 @@ class LinkStates:
         (time.monotonic(): for a change handed over ahead, when its link emulators said they
         applied it, the last of a cluster's hosts)."""
         if self.simulated is not None and name in self.simulated.links:
-            with self.lock:
-                return self._apply_simulated(self.simulated, name, verb, args), time.monotonic()
+            return self._apply_simulated(self.simulated, name, verb, args, due)
         if name not in self.emulated:
             raise Refused(
                 f"link {name} is not emulated (it is unshaped and no event in the file names "
@@ -115,16 +115,37 @@ class LinkStates:
             self.state[name] = state
 
     def _apply_simulated(
-        self, simulated: SimulatedPart, name: str, verb: str, args: tuple[str, ...]
-    ) -> str:
-        if verb in ("up", "down"):
-            simulated.set_state(name, verb)
-            self.state[name] = verb
-            return f"simulated link {name} is {verb}"
-        after = link_after_event(self.links[name], self.original[name], verb, args)
-        simulated.shape(after)
-        self.links[name] = self.planned[name] = after
-        return f"simulated link {name} changed"
+        self,
+        simulated: SimulatedPart,
+        name: str,
+        verb: str,
+        args: tuple[str, ...],
+        due: float | None,
+    ) -> tuple[str, float]:
+        """A simulated link's event, planned as an emulated link's is and sent to nestbed-sim
+        (outside the lock where it is handed over ahead of its time, ``due``)."""
+        with self.lock:
+            before = self.planned[name]
+            if verb in ("up", "down"):
+                state, after = verb, before
+                message = f"simulated link {name} is {verb}"
+            else:
+                state, after = None, link_after_event(before, self.original[name], verb, args)
+                message = f"simulated link {name} changed"
+            self.planned[name] = after
+        try:
+            if state is not None:
+                done = simulated.set_state(name, state, due)
+            else:
+                done = simulated.shape(after, due)
+        except BaseException:
+            with self.lock:  # never applied: the link's next change starts from what is
+                if self.planned[name] is after:
+                    self.planned[name] = self.links[name]
+            raise
+        with self.lock:
+            self._keep(name, state, after, done if due is None else due)
+        return message, done
 
     def reset(self, exp: Experiment) -> list[str]:
         """Sets every link to what ``exp`` configures from what this run's events left (a

@@ -13,6 +13,7 @@ Anything else is refused in one sentence.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 from nestbed.backend import simplan
 from nestbed.backend.linkd import Pipe, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.backend.sim import SimulatedProcess, Simulator, word
+from nestbed.backend.sim import SimulatedProcess, Simulator, TimedSimulator, word
 from nestbed.errors import Refused
 from nestbed.model import Link
 
@@ -106,12 +107,28 @@ class SimulatedPart:
         channel.request(command(tool, node, argv, output))
         return SimulatedProcess(channel, tool, argv)
 
-    def set_state(self, link: str, state: str) -> None:
-        self._channel().request("link", link, state)
+    @property
+    def lead_s(self) -> float:
+        """How long ahead of its time a simulated link's change is handed over: a nestbed-sim
+        a hop away (a cluster's host) takes it with its time; this machine's, at once."""
+        simulator = self.simulator
+        return simulator.lead_s if isinstance(simulator, TimedSimulator) else 0.0
 
-    def shape(self, link: Link) -> None:
-        """Gives simulated ``link`` the shaping it has now."""
-        self._channel().request(simplan.settings(link))
+    def set_state(self, link: str, state: str, due: float | None = None) -> float:
+        """Sets simulated ``link`` up or down, at ``due`` (time.monotonic()) where it is
+        handed over ahead (``lead_s``); when nestbed-sim had done it."""
+        return self._send(due, f"link {link} {state}")
+
+    def shape(self, link: Link, due: float | None = None) -> float:
+        """Gives simulated ``link`` the shaping it has now (at ``due``, as ``set_state``)."""
+        return self._send(due, simplan.settings(link))
+
+    def _send(self, due: float | None, line: str) -> float:
+        channel = self._channel()
+        if due is not None and isinstance(channel, TimedSimulator):
+            return channel.request_at(due, [line])
+        channel.request(line)
+        return time.monotonic()
 
     def counters(self) -> dict[Pipe, dict[str, Any]]:
         """Every simulated link's counters, as linkd's pipes; empty when nestbed-sim does

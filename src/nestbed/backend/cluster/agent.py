@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,16 +20,16 @@ from nestbed.backend import linux
 from nestbed.backend.cluster import slots, timeservice, workdirs
 from nestbed.backend.cluster.placement import HostFacts
 from nestbed.backend.plan import Plan
+from nestbed.backend.sockets import reply, request_line
 from nestbed.errors import EnvironmentProblem
 
 RESOURCE_PREFIX = "host-"
 DEFAULT_SLOTS = 64
 DEFAULT_NIC_BPS = 1_000_000_000
 CONNECT_TIMEOUT_S = 60  # an agent that cannot reach its scheduler this long gives up
-_SPIN_S = 0.002  # a timed link change sleeps until this close to its time, then spins
 # A timed link change talks to linkd on the agent's event loop, which also carries its
 # heartbeats and every answer of the host: a linkd that does not answer (stopped, stuck)
-# must not hold it for good. linkd answers in milliseconds.
+# must not hold it for good. linkd answers in milliseconds after the change's time.
 LINKD_ANSWER_S = 5.0
 
 
@@ -167,21 +168,59 @@ def linkd_request(p: Plan, op: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 async def linkd_requests_at(p: Plan, due_ns: int, requests: list[tuple[str, dict]]) -> int:
-    """Sends this host's link emulator of the experiment ``requests`` when this host's
-    monotonic clock reads ``due_ns`` (at once if it has passed); when it sent them, on that
-    clock. Run on the agent's event loop: waiting holds none of its threads, and a host's
-    other work (another experiment's swap-in) does not hold it up; linkd is given up after
-    ``LINKD_ANSWER_S`` (TimeoutError), so that the loop is never held longer."""
-    with linux.linkd(p, LINKD_ANSWER_S) as client:  # connected before the wait, then a send
-        wait_s = (due_ns - time.monotonic_ns()) / 1e9 - _SPIN_S
-        if wait_s > 0:
-            await asyncio.sleep(wait_s)
-        while time.monotonic_ns() < due_ns:  # the last moments: a timer wakes too late
-            pass
-        sent_ns = time.monotonic_ns()
-        for op, fields in requests:
-            client.request(op, **fields)
-    return sent_ns
+    """Hands this host's link emulator of the experiment ``requests`` (of one link) at once,
+    with their time, as the controller does on one host (``LinkdClient.request_at``): linkd's
+    worker for the link applies them when this host's monotonic clock reads ``due_ns`` (at
+    once if it has passed); linkd's answer, when it applied them, on that clock. Run on the
+    agent's event loop: the answer is awaited holding none of its threads, so a host's other
+    work (another experiment's swap-in) does not hold it up; linkd is given up
+    ``LINKD_ANSWER_S`` after the change's time (TimeoutError), so that the loop is never
+    held longer. Started by ``start_timed``, so that no Dask slot waits for the time. Before,
+    the agent slept until the time and then sent the change, so it took effect when the
+    agent's loop woke and linkd served the request, not at its time."""
+    timed = [{"op": op, **fields} for op, fields in requests]
+    path = linux.linkd_socket(p)
+    wait_s = max(0.0, (due_ns - time.monotonic_ns()) / 1e9) + LINKD_ANSWER_S
+    async with asyncio.timeout(wait_s):
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        try:
+            writer.write(request_line("at", at_ns=due_ns, requests=timed))
+            await writer.drain()
+            line = await reader.readline()
+        finally:
+            writer.close()
+    return int(reply(line, "at", "nestbed-linkd", path)["applied_ns"])
+
+
+# Timed changes this agent holds for their time, by key (``start_timed``): a Dask task holds
+# one of its worker's ``nthreads`` threads while it runs, coroutine or not, so a task that
+# waited for a change's time held a thread through the whole lead; four changes ahead filled
+# the agent of four threads (at 20 events a second each was handed over 2.5 s late of its 3 s lead, and a
+# command's poll or a swap-in waited behind them).
+_timed: dict[str, tuple[int, asyncio.Task[Any]]] = {}  # key -> (due_ns, its task)
+_KEPT_NS = 600 * 10**9  # an answer nobody asked for is dropped this long after its time
+
+
+async def start_timed(key: str, due_ns: int, function: Callable[..., Any], *args: Any) -> None:
+    """Starts ``function(*args)`` (a coroutine function due at ``due_ns``, on this host's
+    monotonic clock) on the agent's event loop and returns at once, so that the Dask task's
+    slot is free again; ``timed_result(key)`` gives its result once it is done."""
+    now_ns = time.monotonic_ns()
+    for old, (due, task) in list(_timed.items()):  # never asked for (a controller gone)
+        if task.done() and due + _KEPT_NS < now_ns:
+            del _timed[old]
+    _timed[key] = (due_ns, asyncio.get_running_loop().create_task(function(*args)))
+
+
+async def timed_result(key: str) -> Any:
+    """The result of what ``start_timed`` started under ``key`` (waited for), or what it
+    raised."""
+    if key not in _timed:
+        raise EnvironmentProblem(
+            "its agent holds no such change (the agent restarted since it was handed over)"
+        )
+    _, task = _timed.pop(key)
+    return await task
 
 
 def exec_in(p: Plan, node: str, argv: list[str], run: dict[str, Any]) -> Any:

@@ -58,7 +58,7 @@ from nestbed.backend.cluster.share import (
     shares,
     simulator_host,
 )
-from nestbed.backend.cluster.simulator import RemoteSimulator
+from nestbed.backend.cluster.simulator import RemoteSimulator, request_on_host_at
 from nestbed.backend.cluster.usage import RemoteCgroup, UsageReader
 from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
@@ -75,10 +75,12 @@ CONTROLLER_PID = "controller.pid"  # the life cycle's controller of the experime
 # What start_in passes on to the node's host; anything else is a bug of the caller's.
 _POPEN_KEYS = {"stdout", "stderr", "stdin", "env", "start_new_session", "text", "cwd"}
 DEFAULT_TIMEOUT_S = 300.0  # for one host's part of a swap-in or swap-out
-# A link event goes to its hosts this long ahead of its time, and they apply it then. A Dask
-# round trip to a simulated host took 1.5 s at load 9 on 2 cores (events landed that late,
-# and one second of lead was not enough); a run's end waits for the events handed over
-# before an end nobody scheduled: this long until their time, and LINK_ANSWER_S after it.
+# A link event goes to its hosts this long ahead of its time, and their linkd applies it then
+# (nestbed-sim's host sends it then). A Dask round trip to a simulated host took 1.5 s at
+# load 9 on 2 cores (events landed that late, and one second of lead was not enough), and up
+# to 1.3 s at load 4-9 during `bench/cluster.py --events` (docs/benchmarks.md); a run's end
+# waits for the events handed over before an end nobody scheduled: this long until their
+# time, and LINK_ANSWER_S after it.
 LINK_LEAD_S = 3.0
 # A host's answer to a timed link change is given up this long after its time (the hop
 # back, as long as the hop there may be): a host whose agent went is named in the event's
@@ -652,40 +654,83 @@ class ClusterBackend:
                 h: (agent.state_only(parts[h].plan), op, fields) for h in hosts
             })  # fmt: skip
 
-        # Each host's monotonic clock less this machine's, measured at swap-in: a change due
-        # at this machine's time t is due at t + offset there.
-        hosts = self.placement_facts(plan).get("hosts", {})
-        offset_ns = {h: (f.get("monotonic_offset_s") or 0.0) * 1e9 for h, f in hosts.items()}
+        offset_ns = self._monotonic_offsets_ns(plan)
 
         def at_hosts(asked: dict[str, list[Request]], due: float) -> dict[str, Any]:
-            answers = self._on_hosts(agent.linkd_requests_at, {
-                h: (agent.state_only(parts[h].plan), round(due * 1e9 + offset_ns.get(h, 0.0)),
-                    requests)
+            due_ns = {h: round(due * 1e9 + offset_ns.get(h, 0.0)) for h in asked}
+            answers = self._timed(agent.linkd_requests_at, due, {
+                h: (due_ns[h], agent.state_only(parts[h].plan), due_ns[h], requests)
                 for h, requests in asked.items()
-            }, light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S)  # fmt: skip
+            })  # fmt: skip
             return {h: a if isinstance(a, BaseException) else (a - offset_ns.get(h, 0.0)) / 1e9
                     for h, a in answers.items()}  # fmt: skip
 
         return ClusterChannel(parts, on_hosts, at_hosts)
 
+    def _timed(
+        self, function: Callable[..., Any], due: float, args: dict[str, tuple[Any, ...]]
+    ) -> dict[str, Any]:
+        """``function(*args[h][1:])``, a coroutine function due on host ``h`` at
+        ``args[h][0]`` (its monotonic clock), started on every host's agent at once and its
+        result taken after ``due`` (this machine's time.monotonic()): each host's result or
+        the exception it raised (or a timeout, this long after ``due``: LINK_ANSWER_S). The
+        wait for the time holds no Dask slot of the agents' (``agent.start_timed``)."""
+        key = uuid.uuid4().hex
+        started = self._on_hosts(
+            agent.start_timed, {h: (key, a[0], function, *a[1:]) for h, a in args.items()},
+            light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S,
+        )  # fmt: skip
+        failed = {h: a for h, a in started.items() if isinstance(a, BaseException)}
+        time.sleep(max(0.0, due - time.monotonic()))
+        return failed | self._on_hosts(
+            agent.timed_result, {h: (key,) for h in args if h not in failed},
+            light=True, timeout_s=max(0.0, due - time.monotonic()) + LINK_ANSWER_S,
+        )  # fmt: skip
+
+    def _monotonic_offsets_ns(self, plan: Plan) -> dict[str, float]:
+        """Each host's monotonic clock less this machine's, measured at swap-in: a change due
+        at this machine's time t is due at t + offset there."""
+        hosts = self.placement_facts(plan).get("hosts", {})
+        return {h: (f.get("monotonic_offset_s") or 0.0) * 1e9 for h, f in hosts.items()}
+
     def simulator(self, plan: Plan) -> RemoteSimulator:
         """The experiment's nestbed-sim on the host its simulated nodes are on (found when
         first asked: an experiment without one has this too, unasked)."""
 
-        def on_host(function: Callable[..., Any], *args: Any) -> Any:
+        def host() -> str:
             kept = self.placement(plan)
             where = None if kept is None else simulator_host(plan, kept[0])
             if where is None:
                 raise EnvironmentProblem(
                     f"experiment {plan.experiment} has no simulated part on this cluster"
                 )
+            return where
+
+        def on_host(function: Callable[..., Any], *args: Any) -> Any:
             only = agent.state_only(plan)
-            (answer,) = self._on_hosts(function, {where: (only, *args)}, light=True).values()
+            (answer,) = self._on_hosts(function, {host(): (only, *args)}, light=True).values()
             if isinstance(answer, BaseException):
                 raise answer
             return answer
 
-        return RemoteSimulator(on_host)
+        def at_host(lines: list[str], due: float) -> float:
+            """As a link emulator's change (``linkd``): due on the host's clock, waited for
+            until its time and the hop back, named by its host if it fails."""
+            where = host()
+            offset_ns = self._monotonic_offsets_ns(plan).get(where, 0.0)
+            due_ns = round(due * 1e9 + offset_ns)
+            only = agent.state_only(plan)
+            (done,) = self._timed(request_on_host_at, due,
+                                  {where: (due_ns, only, due_ns, lines)}).values()  # fmt: skip
+            if isinstance(done, NestbedError):
+                raise done
+            if isinstance(done, BaseException):
+                raise EnvironmentProblem(
+                    f"host {where} did not apply the change: {_reason(done)}"
+                ) from done
+            return float(done - offset_ns) / 1e9
+
+        return RemoteSimulator(on_host, at_host, LINK_LEAD_S)
 
     def node_cgroup(self, plan: Plan, node: str) -> NodeCgroup | None:
         """The node's cgroup on its host, as its CPU time and memory read through the
