@@ -3,8 +3,10 @@ a link event on the link emulator through one connection kept open for the run."
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from nestbed.backend.base import Backend
@@ -78,13 +80,8 @@ class LinkStates:
             asked = Requests()
             message, state, after = self._apply(asked, name, verb, args)
         # Outside the lock: linkd waits for the time, and other links' events go on.
-        try:
+        with self._undone_if_failed(name, after):
             applied = channel.request_at(due, asked.requests)
-        except BaseException:
-            with self.lock:  # never applied: the link's next change starts from what is
-                if self.planned[name] is after:
-                    self.planned[name] = self.links[name]
-            raise
         with self.lock:
             self._keep(name, state, after, due)
         return message, applied
@@ -104,6 +101,18 @@ class LinkStates:
         self.planned[name] = after
         changed = set_changed_pipes(client, name, _settings(before), _settings(after))
         return f"{changed} pipes of {name} changed", None, after
+
+    @contextlib.contextmanager
+    def _undone_if_failed(self, name: str, after: Link) -> Iterator[None]:
+        """A change handed over outside the lock that raises was never applied: the link's
+        next change starts from what is, unless another was planned meanwhile."""
+        try:
+            yield
+        except BaseException:
+            with self.lock:
+                if self.planned[name] is after:
+                    self.planned[name] = self.links[name]
+            raise
 
     def _keep(self, name: str, state: str | None, link: Link, due: float) -> None:
         """The link as a change due at ``due`` left it, unless a later one came back first."""
@@ -133,16 +142,11 @@ class LinkStates:
                 state, after = None, link_after_event(before, self.original[name], verb, args)
                 message = f"simulated link {name} changed"
             self.planned[name] = after
-        try:
+        with self._undone_if_failed(name, after):
             if state is not None:
                 done = simulated.set_state(name, state, due)
             else:
                 done = simulated.shape(after, due)
-        except BaseException:
-            with self.lock:  # never applied: the link's next change starts from what is
-                if self.planned[name] is after:
-                    self.planned[name] = self.links[name]
-            raise
         with self.lock:
             self._keep(name, state, after, done if due is None else due)
         return message, done
