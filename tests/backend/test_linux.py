@@ -121,6 +121,42 @@ def test_interfaces_into_linkd_have_their_offloads_off_and_carry_the_mark(swappe
     assert all(m and m.get_attr("IFLA_ALT_IFNAME").startswith("nestbed.") for m in marked)
 
 
+def test_a_fast_shaped_link_keeps_its_offloads_and_carries_tcp_as_super_frames(swapped):
+    # 10 Gb/s each way with 1 % loss: the interfaces keep their offloads (plan.keeps_offloads),
+    # linkd reads super-frames and cuts them into wire frames before the lossy pipes, and TCP
+    # still delivers every byte, its checksums checked by the receiver.
+    fast = """
+nodes: [{name: a}, {name: b}]
+links: [{name: l0, members: [a, b], bandwidth: 10Gb, loss: 0.01}]
+"""
+    p = swapped(experiment(fast, "offon"))
+    ends = [end for v in p.veths for end in (v.a, v.b)]
+    assert len(ends) == 4 and not any(end.no_offloads for end in ends)
+    for end in ends:
+        features = subprocess.run(
+            ["ip", "netns", "exec", end.netns, "ethtool", "-k", end.ifname],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert re.search(r"^\s*tcp-segmentation-offload: on$", features, re.M), features
+    server = linux.start_in(p, "b", ["iperf3", "-s", "-1", "-p", "5299"],
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        sent = linux.exec_in(p, "a", ["iperf3", "-c", "b", "-p", "5299", "-n", "20M"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    with linux.linkd(p) as client:
+        counters = client.request("counters", link="l0")
+    a = counters["links"]["l0"]["ports"]["a"]
+    egress = a["egress"]["counters"]
+    # Cut into frames of at most 1514 bytes before the lossy pipe, each lost on its own.
+    assert a["segmented"] > 0, a
+    assert egress["packets_in"] > 5000 and egress["bytes_in"] <= egress["packets_in"] * 1514
+    assert 0 < egress["drops"]["loss"] < egress["packets_in"] * 0.03, egress
+
+
 def test_no_interface_of_nodes_or_fabric_speaks_ipv6(swapped):
     # A fabric end with IPv6 on sends router solicitations and MLD reports into its node at
     # times of its own choosing: noise in every capture of an IPv4 experiment.
