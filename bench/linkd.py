@@ -17,6 +17,15 @@ once whose runs alternate, so that both paths see the same load on the shared ma
 - the same with nestbed-probe's sender (a UDP socket) and receiver, as in earlier runs.
 - one iperf3 TCP stream with the veths' offloads off (nestbed's default for shaped links:
   linkd sees wire-sized frames) and on (linkd carries 64 KB super-frames, PACKET_VNET_HDR).
+- one iperf3 TCP stream through a link declared at 1, 2.5, 5 and 10 Gb/s, made as an
+  experiment's is (the back end's choice of offloads: on above 1 Gb/s, plan.keeps_offloads),
+  against the same link with offloads off, as the back end set every shaped link before (and
+  ``--linkd-before``'s binary, if given), runs alternating; each with linkd's default queue,
+  a queue of 1000 frames, and that with 0.1 % loss set after swap-in (as an event sets it:
+  linkd then cuts every super-frame): goodput after the first second against what the rate
+  allows, CPU seconds per Gbit of iperf3's sender and receiver (iperf3's own figures) and of
+  linkd, which say per core where the ceiling is (generator, kernel, emulator), and linkd's
+  counters. ``--shaped-only`` runs these rows alone.
 
 Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
 the 64-byte rows of the fast generators alone (trafgen, and nestbed-probe on packet rings at
@@ -287,6 +296,106 @@ def shaped_tcp_error(bench: Bench, rate_bps: int) -> dict[str, float]:
 
 
 SHAPED_RATES_BPS = (1_000_000_000, 10_000_000_000)
+#: Rates of the links declared as an experiment declares them (--shaped-only's rows).
+DECLARED_RATES = ("1Gb", "2.5Gb", "5Gb", "10Gb")
+#: What else the link is declared with (each direction): nothing (linkd's default queue, 50
+#: frames without delay), a queue of 1000 frames, and that with 0.1 % loss.
+VARIANTS: dict[str, dict[str, object]] = {
+    "default queue": {},
+    "queue 1000": {"queue": {"limit": {"packets": 1000}}},
+    "queue 1000, loss 0.1 %": {
+        "queue": {"limit": {"packets": 1000}},
+        "loss": {"model": "bernoulli", "p": 0.001},
+    },
+}
+TCP_SECONDS = 5
+
+
+def _sender_port(bench: Bench) -> dict:
+    """linkd's counters of the sending node's port (its egress pipe is the shaped one)."""
+    return bench.counters()["links"]["link0"]["ports"]["s"]
+
+
+def declared_tcp(bench: Bench) -> dict[str, float]:
+    """One iperf3 stream s → r through the link as the experiment declared it: goodput after
+    the first second against what its rate allows for full-sized segments (MSS + 66 bytes of
+    headers + 24 of Ethernet overhead per wire frame), and CPU seconds per Gbit of iperf3's
+    sender and receiver (getrusage, as iperf3 reports them) and of linkd (from /proc, from
+    the end of the first second to the end)."""
+    rate_bps = bench.ir.links[0].ports[0].egress.bandwidth_bps
+    linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
+    time.sleep(0.3)
+    linkd = _linkd_pid(bench)
+    port_before = _sender_port(bench)
+    argv = ["iperf3", "-c", bench.receiver_ip, "-t", str(TCP_SECONDS), "-O", "1", "-J"]
+    client = linux.start_in(bench.plan, "s", argv, stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    cpu_before = _cpu_s(linkd) if linkd else 0.0
+    stdout, _ = client.communicate()
+    cpu = (_cpu_s(linkd) if linkd else 0.0) - cpu_before
+    port = _sender_port(bench)
+    pipe, pipe_before = port["egress"]["counters"], port_before["egress"]["counters"]
+    whole_s = TCP_SECONDS + 1
+    report = json.loads(stdout)
+    mss = report["start"]["tcp_mss_default"]
+    expected = rate_bps * mss / (mss + 66 + 24)
+    received = report["end"]["sum_received"]
+    gbit, gbps = received["bytes"] * 8 / 1e9, received["bits_per_second"] / 1e9
+    # iperf3's CPU figures are shares of a core over the test: per Gbit at its goodput.
+    usage = report["end"]["cpu_utilization_percent"]
+    return {
+        "bps": received["bits_per_second"],
+        "expected_bps": expected,
+        "error_pct": (received["bits_per_second"] - expected) / expected * 100,
+        "sender_s_per_gbit": usage["host_total"] / 100 / gbps,
+        "receiver_s_per_gbit": usage["remote_total"] / 100 / gbps,
+        "linkd_s_per_gbit": cpu / gbit,
+        "linkd_cores": cpu / received["seconds"],
+        # Per second of the whole test: super-frames linkd cut (the binary before has no such
+        # counter), and wire frames the pipe took in and dropped (queue full, loss).
+        "cut_per_s": (port.get("segmented", 0) - port_before.get("segmented", 0)) / whole_s,
+        "in_per_s": (pipe["packets_in"] - pipe_before["packets_in"]) / whole_s,
+        **{
+            f"{cause}_per_s": (pipe["drops"][cause] - pipe_before["drops"][cause]) / whole_s
+            for cause in ("queue_full", "loss")
+        },
+    }
+
+
+def declared_rows(linkd_before: str | None, tmp: Path) -> dict[str, dict[str, dict]]:
+    """For each declared rate and variant: the link as the back end makes it ("now") against
+    the same link with offloads off ("before": the back end's rule before, and linkd_before's
+    binary if given), runs alternating; "rate, variant" → label → median row."""
+    rows: dict[str, dict[str, dict]] = {}
+    for rate in DECLARED_RATES:
+        with contextlib.ExitStack() as stack:
+            benches: dict[str, Bench] = {}
+            for label, binary in (("before", linkd_before), ("now", None)):
+                directory = tmp / f"declared-{rate}-{label}"
+                directory.mkdir()
+                with environment(NESTBED_LINKD=binary):
+                    name = f"bench-{label}-{rate.replace('.', '')}-{os.getpid()}"
+                    bench = Bench(directory, name=name, bandwidth=rate)
+                    benches[label] = stack.enter_context(bench)
+            set_offloads(benches["before"], False)
+            time.sleep(0.3)  # linkd follows a change of offloads within 100 ms
+            offloads = {label: _offloads_on(b) for label, b in benches.items()}
+            rate_bps = benches["now"].ir.links[0].ports[0].egress.bandwidth_bps
+            for variant, extra in VARIANTS.items():
+                for bench in benches.values():
+                    bench.set_link({"bandwidth": {"rate_bps": rate_bps}, **extra})
+                key = f"{rate}, {variant}"
+                rows[key] = alternating(benches, declared_tcp)
+                for label, on in offloads.items():
+                    rows[key][label]["offloads"] = on
+    return rows
+
+
+def _offloads_on(bench: Bench) -> bool:
+    """Whether the sender's interface on the link has TCP segmentation offload on."""
+    ifname = bench.plan.interfaces()[("link0", "s")]
+    features = _in(bench, "s", ["ethtool", "-k", ifname])
+    return "tcp-segmentation-offload: on" in features
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -362,8 +471,18 @@ def main() -> None:
     parser.add_argument(
         "--perf", metavar="FILE", help="perf record linkd (rings) in its trafgen window"
     )
+    parser.add_argument(
+        "--shaped-only", action="store_true",
+        help="only TCP through links declared at 1, 2.5, 5 and 10 Gb/s, as the back end "
+        "makes them against offloads off",
+    )  # fmt: skip
     args = parser.parse_args()
     RUNS, PERF_FILE = args.runs, args.perf
+    if args.shaped_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            declared = declared_rows(args.linkd_before, Path(tmp))
+        report_declared(declared)
+        return
     # label, frame I/O path (None: a plain veth), linkd binary (None: this checkout's)
     setups: list[tuple[str, str | None, str | None]] = [("direct veth", None, None)]
     if args.linkd_before:
@@ -373,7 +492,10 @@ def main() -> None:
         ]
     else:
         setups += [(f"linkd {p}", p, None) for p in IO_PATHS]
+    declared: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        if not args.trafgen_only:
+            declared = declared_rows(args.linkd_before, Path(tmp))
         benches: dict[str, Bench] = {}
         for label, path, binary in setups:
             directory = Path(tmp) / label.replace(" ", "-")
@@ -384,6 +506,29 @@ def main() -> None:
                 benches[label] = stack.enter_context(bench)
         rows = measure(benches, args.trafgen_only)
     report(rows)
+    if declared:
+        report_declared(declared)
+
+
+def report_declared(declared: dict[str, dict[str, dict]]) -> None:
+    print(f"\none TCP stream through a link declared at each rate, median of {RUNS} runs "
+          "alternating; 'before': offloads off, as the back end set every shaped link")  # fmt: skip
+    print("(s/Gbit: CPU seconds per Gbit of goodput; per s, linkd's counters of the sender's "
+          "pipe per second of test: super-frames cut, packets in (a super-frame taken whole "
+          "is one), wire frames dropped by a full queue and by loss)")  # fmt: skip
+    print(f"{'rate, declared with':<32}{'path':<7}{'offloads':>9}{'goodput Gb/s':>14}"
+          f"{'allowed Gb/s':>14}{'error %':>9}{'sender s/Gbit':>15}{'receiver s/Gbit':>17}"
+          f"{'linkd s/Gbit':>14}{'linkd cores':>13}{'cut/s':>9}{'in/s':>10}"
+          f"{'full/s':>8}{'lost/s':>8}")  # fmt: skip
+    for key, by_label in declared.items():
+        for label, t in by_label.items():
+            state = "on" if t["offloads"] else "off"
+            print(f"{key:<32}{label:<7}{state:>9}{t['bps'] / 1e9:>14.3f}"
+                  f"{t['expected_bps'] / 1e9:>14.3f}{t['error_pct']:>+9.2f}"
+                  f"{t['sender_s_per_gbit']:>15.3f}{t['receiver_s_per_gbit']:>17.3f}"
+                  f"{t['linkd_s_per_gbit']:>14.3f}{t['linkd_cores']:>13.2f}"
+                  f"{t['cut_per_s']:>9,.0f}{t['in_per_s']:>10,.0f}"
+                  f"{t['queue_full_per_s']:>8,.0f}{t['loss_per_s']:>8,.0f}")  # fmt: skip
 
 
 def report(rows: dict[str, dict]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import time
 from dataclasses import replace
 
 import pytest
@@ -119,6 +120,59 @@ def test_interfaces_into_linkd_have_their_offloads_off_and_carry_the_mark(swappe
     with NetNS(p.fabric) as ipr:
         marked = [x.get_attr("IFLA_PROP_LIST") for x in ipr.get_links()]
     assert all(m and m.get_attr("IFLA_ALT_IFNAME").startswith("nestbed.") for m in marked)
+
+
+def _send_20_mb(p) -> None:
+    """20 MB over TCP from a to b (iperf3)."""
+    server = linux.start_in(p, "b", ["iperf3", "-s", "-1", "-p", "5299"],
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        for _ in range(100):  # until it listens (a connection refused would end the test)
+            listening = ["ss", "-Hltn", "sport", "=", ":5299"]
+            if linux.exec_in(p, "b", listening, capture_output=True, text=True).stdout:
+                break
+            time.sleep(0.05)
+        sent = linux.exec_in(p, "a", ["iperf3", "-c", "b", "-p", "5299", "-n", "20M"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+
+
+def test_a_fast_shaped_link_keeps_its_offloads_and_cuts_super_frames_once_lossy(swapped):
+    # 10 Gb/s each way: the interfaces keep their offloads (plan.keeps_offloads), and linkd
+    # carries TCP's super-frames whole. Loss set during the run (as by an event): linkd cuts
+    # them into wire frames before the lossy pipe, and TCP still delivers, its checksums
+    # checked by the receiver.
+    fast = """
+nodes: [{name: a}, {name: b}]
+links: [{name: l0, members: [a, b], bandwidth: 10Gb}]
+"""
+    p = swapped(experiment(fast, "offon"))
+    ends = [end for v in p.veths for end in (v.a, v.b)]
+    assert len(ends) == 4 and not any(end.no_offloads for end in ends)
+    for end in ends:
+        features = subprocess.run(
+            ["ip", "netns", "exec", end.netns, "ethtool", "-k", end.ifname],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert re.search(r"^\s*tcp-segmentation-offload: on$", features, re.M), features
+    with linux.linkd(p) as client:
+        _send_20_mb(p)
+        egress = client.request("counters", link="l0")["links"]["l0"]["ports"]["a"]["egress"]
+        whole = egress["counters"]
+        assert whole["bytes_in"] > 10e6 and whole["bytes_in"] / whole["packets_in"] > 3000, whole
+        lossy = {"bandwidth": {"rate_bps": 10**10}, "loss": {"model": "bernoulli", "p": 0.01}}
+        client.request("set", link="l0", port="a", direction="egress", params=lossy)
+        _send_20_mb(p)
+        a = client.request("counters", link="l0")["links"]["l0"]["ports"]["a"]
+    cut = {key: a["egress"]["counters"][key] - whole[key] for key in ("packets_in", "bytes_in")}
+    lost = a["egress"]["counters"]["drops"]["loss"]
+    # Cut into frames of at most 1514 bytes before the lossy pipe, each lost on its own.
+    assert a["segmented"] > 0, a
+    assert cut["packets_in"] > 5000 and cut["bytes_in"] <= cut["packets_in"] * 1514, cut
+    assert 0 < lost < cut["packets_in"] * 0.03, (lost, cut)
 
 
 def test_no_interface_of_nodes_or_fabric_speaks_ipv6(swapped):

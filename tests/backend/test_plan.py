@@ -41,6 +41,48 @@ def test_unshaped_link_is_a_direct_cable_and_shaped_goes_through_linkd():
     assert p.emulated[0].ports[0].egress == {"delay": {"delay_ns": 5_000_000}}
 
 
+def test_shaped_links_faster_than_a_gigabit_every_way_keep_their_offloads():
+    exp = build(
+        """
+        nodes: [{name: a}, {name: b}, {name: c}, {name: d}, {name: e, simulated: true}]
+        links:
+          - {name: fast, members: [a, b], bandwidth: 10Gb, delay: 1ms}
+          - {name: deep, members: [a, c], bandwidth: 2.5Gb, delay: 2ms, queue: {limit: 1000}}
+          - {name: lossy, members: [a, d], bandwidth: 10Gb, loss: 0.001}
+          - {name: jittery, members: [b, d], bandwidth: 10Gb, delay: 1ms, jitter: 100us}
+          - {name: gigabit, members: [b, c], bandwidth: 1Gb}
+          - {name: delayed, members: [c, d], delay: 5ms}
+          - {name: tosim, members: [d, e], bandwidth: 10Gb, simulated: true}
+        lans:
+          - {name: flan, members: [a, b, d], bandwidth: 5Gb}
+        """
+    )
+    p = plan(exp)
+
+    def offloads_off(link):
+        ends = {end.no_offloads for v in p.veths if v.link == link for end in (v.a, v.b)}
+        assert len(ends) == 1, (link, ends)  # both ends of every veth of a link alike
+        return ends.pop()
+
+    assert not any(offloads_off(link) for link in ("fast", "deep", "flan"))
+    assert all(offloads_off(link) for link in ("gigabit", "delayed", "lossy", "jittery"))
+    # nestbed-sim reads wire frames: a link to a simulated node keeps them off.
+    assert offloads_off("tosim")
+    assert len(p.emulated) == 8
+
+
+def test_a_link_slower_one_way_keeps_offloads_off():
+    exp = build(
+        "nodes: [{name: a}, {name: b}]\nlinks: [{name: l, members: [a, b], bandwidth: 10Gb}]"
+    )
+    assert not plan(exp).veths[0].a.no_offloads
+    link = exp.links[0]
+    slow_back = link.ports[1].model_copy(update={"egress": Shaping(bandwidth_bps=100_000_000)})
+    asymmetric = link.model_copy(update={"ports": (link.ports[0], slow_back)})
+    p = plan(exp.model_copy(update={"links": (asymmetric,)}))
+    assert all(end.no_offloads for v in p.veths for end in (v.a, v.b))
+
+
 def test_unshaped_lan_is_a_bridge():
     p = plan(
         build("nodes: [{name: a}, {name: b}, {name: c}]\nlans: [{name: l, members: [a, b, c]}]")

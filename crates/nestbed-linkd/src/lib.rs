@@ -18,6 +18,8 @@
 //! - [`lateness`]: timer lateness histogram.
 //! - [`offload`]: the virtio-net header of super-frames (GSO) and
 //!   unfinished checksums, and what a super-frame is on the wire.
+//! - [`segment`]: a super-frame cut into its wire frames, for pipes that
+//!   act frame by frame.
 //! - [`cli`]: command-line options.
 //! - [`worker`]: the epoll/timerfd loop of one thread (I/O).
 //! - [`daemon`]: the control socket and the workers (I/O).
@@ -35,6 +37,7 @@ pub mod offload;
 pub mod os;
 pub mod protocol;
 pub mod seed;
+pub mod segment;
 pub mod starter;
 pub mod switch;
 pub mod trace;

@@ -17,6 +17,7 @@ use crate::dispatch::LinkState;
 use crate::offload;
 use crate::protocol::AddLink;
 use crate::seed::{pipe_seed, Direction};
+use crate::segment;
 use crate::switch::Switch;
 use crate::trace::{packet_type, Event, Line, Trace};
 
@@ -52,6 +53,9 @@ pub struct PortStats {
     pub send_failed: u64,
     /// Frames out of the egress pipe that the switch sent nowhere.
     pub no_destination: u64,
+    /// Super-frames cut into their wire frames before one of this port's
+    /// pipes, which would have treated the frames otherwise ([`pieces`]).
+    pub segmented: u64,
 }
 
 /// One member port.
@@ -234,8 +238,12 @@ impl Link {
                 return;
             }
         }
-        let outcome = p.egress.enqueue(now, packet);
-        if self.trace.is_some() {
+        for packet in pieces(&mut p.egress, now, packet, &mut p.stats) {
+            let size = packet.wire_len();
+            let outcome = self.ports[port].egress.enqueue(now, packet);
+            if self.trace.is_none() {
+                continue;
+            }
             let seq = outcome.ordinal();
             let id = (seq - 1) * n + port as u64;
             let to = self.egress_to(port).to_string();
@@ -334,25 +342,28 @@ impl Link {
         } else {
             ""
         };
-        let size = packet.wire_len();
-        let outcome = self.ports[to].ingress.enqueue(at, packet);
-        if let Some(t) = self.trace.as_mut() {
-            let seq = outcome.ordinal();
-            let line = Line {
-                from: &self.ports[from].name,
-                to: &self.ports[to].name,
-                src: &self.ports[from].name,
-                kind,
-                size,
-                seq,
-                id,
-            };
-            t.write(Event::Enqueue, at, &line);
-            match outcome {
-                EnqueueOutcome::Accepted { .. } => {
-                    self.origins[to].insert(seq, Origin { port: from, id });
+        let p = &mut self.ports[to];
+        for packet in pieces(&mut p.ingress, at, packet, &mut p.stats) {
+            let size = packet.wire_len();
+            let outcome = self.ports[to].ingress.enqueue(at, packet);
+            if let Some(t) = self.trace.as_mut() {
+                let seq = outcome.ordinal();
+                let line = Line {
+                    from: &self.ports[from].name,
+                    to: &self.ports[to].name,
+                    src: &self.ports[from].name,
+                    kind,
+                    size,
+                    seq,
+                    id,
+                };
+                t.write(Event::Enqueue, at, &line);
+                match outcome {
+                    EnqueueOutcome::Accepted { .. } => {
+                        self.origins[to].insert(seq, Origin { port: from, id });
+                    }
+                    EnqueueOutcome::Dropped { .. } => t.write(Event::Drop, at, &line),
                 }
-                EnqueueOutcome::Dropped { .. } => t.write(Event::Drop, at, &line),
             }
         }
     }
@@ -446,6 +457,7 @@ impl Link {
                     "sent_bytes": s.sent_bytes,
                     "send_failed": s.send_failed,
                     "no_destination": s.no_destination,
+                    "segmented": s.segmented,
                 });
                 (p.name.clone(), v)
             })
@@ -456,6 +468,41 @@ impl Link {
             "trace_lines": self.trace.as_ref().map(Trace::lines),
             "ports": ports,
         })
+    }
+}
+
+/// A packet as it enters a pipe: whole, or as the wire frames it stands for.
+enum Pieces {
+    Whole(Option<Packet>),
+    Frames(std::vec::IntoIter<Vec<u8>>),
+}
+
+impl Iterator for Pieces {
+    type Item = Packet;
+
+    fn next(&mut self) -> Option<Packet> {
+        match self {
+            Pieces::Whole(packet) => packet.take(),
+            Pieces::Frames(frames) => frames.next().map(Packet::new),
+        }
+    }
+}
+
+/// `packet` as it is to enter `pipe` at `now`: whole where the pipe treats
+/// it as it would treat its wire frames one by one (the fast path: rate,
+/// delay and a queue with room), else cut into those frames, so that loss,
+/// ordinal drops, RED, jitter, duplication, corruption and a full queue
+/// act on each frame as with offloads off (counted in `stats.segmented`).
+fn pieces(pipe: &mut Pipe, now: Instant, packet: Packet, stats: &mut PortStats) -> Pieces {
+    if pipe.takes_whole(now, &packet) {
+        return Pieces::Whole(Some(packet));
+    }
+    match segment::segment(packet.data(), packet.meta()) {
+        Some(frames) => {
+            stats.segmented += 1;
+            Pieces::Frames(frames.into_iter())
+        }
+        None => Pieces::Whole(Some(packet)),
     }
 }
 
@@ -600,6 +647,55 @@ mod tests {
         let by_port = |p: usize| out.iter().find(|o| o.port == p).unwrap().meta;
         assert_eq!(by_port(1) >> 56, 0, "corrupted by a's egress");
         assert_eq!(by_port(0), meta, "b's pipes do not corrupt");
+    }
+
+    #[test]
+    fn a_super_frame_is_cut_into_its_wire_frames_only_before_a_pipe_that_acts_per_frame() {
+        use crate::segment::tests::{meta, tcp_superframe, GSO_TCPV4};
+        // a's egress drops its third frame; b's pipes only delay.
+        let mut l = link(
+            r#"{"op":"add_link","link":"l","ports":[{"port":"a","ifname":"x0","egress":{"drop_ordinals":[3]}},{"port":"b","ifname":"x1","egress":{"delay":{"delay_ns":1000}}}]}"#,
+        );
+        let m = meta(GSO_TCPV4, 1448, 34, 16);
+        let superframe = || {
+            let f = tcp_superframe(false, 10_000, 1);
+            let (wire_len, segments) = offload::wire(&f, m);
+            Packet::with_segments(f, wire_len, segments, m)
+        };
+        l.receive(Instant::ZERO, 0, superframe(), false);
+        l.receive(Instant::ZERO, 1, superframe(), false);
+        let mut out = Vec::new();
+        l.poll(Instant::from_micros(1), &mut out);
+        let to_b: Vec<_> = out.iter().filter(|o| o.port == 1).collect();
+        let to_a: Vec<_> = out.iter().filter(|o| o.port == 0).collect();
+        // a → b: 7 wire frames, the third lost; plain frames, in order.
+        assert_eq!(to_b.len(), 6);
+        assert!(to_b.iter().all(|o| o.meta == 0 && o.frame.len() <= 1514));
+        let seqs: Vec<u32> = to_b
+            .iter()
+            .map(|o| u32::from_be_bytes(o.frame[38..42].try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            seqs,
+            [
+                1,
+                1 + 1448,
+                1 + 3 * 1448,
+                1 + 4 * 1448,
+                1 + 5 * 1448,
+                1 + 6 * 1448
+            ]
+        );
+        // b → a: whole, with its metadata.
+        assert_eq!(to_a.len(), 1);
+        assert_eq!(to_a[0].meta, m);
+        let c = l.counters();
+        let a = &c["ports"]["a"];
+        assert_eq!(a["segmented"], 1);
+        assert_eq!(a["egress"]["counters"]["packets_in"], 7);
+        assert_eq!(a["egress"]["counters"]["drops"]["ordinal"], 1);
+        assert_eq!(c["ports"]["b"]["segmented"], 0);
+        assert_eq!(c["ports"]["b"]["egress"]["counters"]["packets_in"], 1);
     }
 
     #[test]

@@ -67,6 +67,38 @@ fn segment_header_len(frame: &[u8], f: &Fields) -> Option<usize> {
     }
 }
 
+/// How a super-frame is cut into wire frames, from its metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gso {
+    /// TCP (over IPv4 or IPv6); otherwise UDP cut into datagrams (USO).
+    pub tcp: bool,
+    /// Payload bytes per wire frame (the last may carry fewer).
+    pub size: usize,
+    /// Where the TCP or UDP header starts in the frame.
+    pub l4: usize,
+}
+
+/// How the frame with metadata `meta` is cut into wire frames, if it is a
+/// TCP or UDP (USO) super-frame; None for a plain frame, a frame with only
+/// an unfinished checksum, and IP fragmentation (UFO), which no kernel
+/// since 4.14 hands out.
+pub fn gso(meta: u64) -> Option<Gso> {
+    let f = fields(meta);
+    if f.flags & NEEDS_CSUM == 0 || f.gso_size == 0 {
+        return None;
+    }
+    let tcp = match f.gso_type & !GSO_ECN {
+        GSO_TCPV4 | GSO_TCPV6 => true,
+        GSO_UDP_L4 => false,
+        _ => return None,
+    };
+    Some(Gso {
+        tcp,
+        size: usize::from(f.gso_size),
+        l4: usize::from(f.csum_start),
+    })
+}
+
 /// The metadata to send a corrupted frame with. A frame whose checksum is
 /// still to be written would reach the receiver as trusted (checksum
 /// offload), so a flipped bit would go unnoticed; without the flag the
@@ -167,6 +199,15 @@ mod tests {
         let gso = meta_from_header(&[NEEDS_CSUM, GSO_TCPV4, 66, 0, 0xa8, 0x05, 34, 0, 16, 0]);
         assert_eq!(wire(&frame, corrupted(gso)), (166, 1));
         assert_eq!(corrupted(0), 0);
+        assert_eq!(super::gso(meta), None);
+        assert_eq!(
+            super::gso(gso),
+            Some(Gso {
+                tcp: true,
+                size: 1448,
+                l4: 34
+            })
+        );
         // A super-frame whose headers cannot be found counts as one frame.
         let bad = meta_from_header(&[0, GSO_TCPV4, 0, 0, 0xa8, 0x05, 0, 0, 0, 0]);
         assert_eq!(wire(&frame, bad), (166, 1));

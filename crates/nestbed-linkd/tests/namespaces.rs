@@ -671,28 +671,7 @@ fn tcp_super_frames_cross_whole_and_are_shaped_as_their_segments() {
         {"port": "b", "ifname": host_b}]}));
     // 8 MB from a to b over TCP; with TSO on, a's veth hands linkd
     // super-frames of up to 64 KB with unfinished checksums.
-    let server = Command::new("ip")
-        .args(["netns", "exec", &ns_b, "iperf3", "-s", "-1", "-p", "5299"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("iperf3 server");
-    let mut server = Guard(server);
-    std::thread::sleep(Duration::from_millis(300));
-    let sent = run(&[
-        "ip",
-        "netns",
-        "exec",
-        &ns_a,
-        "iperf3",
-        "-c",
-        "10.200.9.2",
-        "-p",
-        "5299",
-        "-n",
-        "8M",
-    ]);
-    assert_eq!(sent.code, Some(0), "iperf3 failed: {}", sent.stderr);
-    let _ = server.0.wait();
+    send_8_mb((&ns_a, &ns_b), "10.200.9.2", "5299");
     let counters = c.ok(json!({"op": "counters", "link": "l0"}));
     let a = &counters["links"]["l0"]["ports"]["a"];
     let egress = &a["egress"]["counters"];
@@ -722,6 +701,91 @@ fn tcp_super_frames_cross_whole_and_are_shaped_as_their_segments() {
         "{egress}"
     );
     drop(env);
+}
+
+#[test]
+fn tcp_super_frames_are_cut_into_wire_frames_that_a_lossy_pipe_loses_one_by_one() {
+    if !is_root() {
+        eprintln!("SKIPPED: namespace tests need root");
+        return;
+    }
+    let mut env = Env::new("k");
+    let (ns_a, host_a, _) = env.add_node_with_offloads(0, "10.200.12.1", true);
+    let (ns_b, host_b, if_b) = env.add_node_with_offloads(1, "10.200.12.2", true);
+    let mut c = env.start_daemon(&[]);
+    // 1 % of a's wire frames lost, at 1 Gb/s; b's pipes untouched.
+    let lossy = json!({"loss": {"model": "bernoulli", "p": 0.01},
+                       "bandwidth": {"rate_bps": 1_000_000_000u64}});
+    c.ok(json!({"op": "add_link", "link": "l0", "seed": 5, "ports": [
+        {"port": "a", "ifname": host_a, "egress": lossy},
+        {"port": "b", "ifname": host_b}]}));
+    send_8_mb((&ns_a, &ns_b), "10.200.12.2", "5298");
+    // iperf3 ends when its sender has written the last byte: TCP may still
+    // be retransmitting. Wait until no frame has entered for 500 ms.
+    let mut counters = c.ok(json!({"op": "counters", "link": "l0"}));
+    let frames_in =
+        |c: &Value| c["links"]["l0"]["ports"]["a"]["egress"]["counters"]["packets_in"].clone();
+    wait_for("the transfer's last frames", 20, || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = c.ok(json!({"op": "counters", "link": "l0"}));
+        let settled = frames_in(&now) == frames_in(&counters);
+        counters = now;
+        settled
+    });
+    let (a, b) = (
+        &counters["links"]["l0"]["ports"]["a"],
+        &counters["links"]["l0"]["ports"]["b"],
+    );
+    let egress = &a["egress"]["counters"];
+    let (frames, lost) = (
+        egress["packets_in"].as_u64().unwrap(),
+        egress["drops"]["loss"].as_u64().unwrap(),
+    );
+    let share = lost as f64 / frames as f64;
+    eprintln!(
+        "a's egress: {frames} frames in, {lost} lost ({:.3} %), {} super-frames cut; a: {a}",
+        share * 100.0,
+        a["segmented"]
+    );
+    // a's node sent super-frames (offloads on), which the lossy pipe took
+    // as their wire frames, of 1514 bytes at most, 1 % lost (4 standard
+    // deviations either way) ...
+    let bytes = egress["bytes_in"].as_u64().unwrap();
+    assert!(a["segmented"].as_u64().unwrap() > 0, "{a}");
+    assert!(
+        frames > 4000 && bytes <= frames * 1514,
+        "{frames} frames of {bytes} bytes"
+    );
+    assert!((0.0045..0.0155).contains(&share), "{lost} of {frames} lost");
+    // ... and that reached b as frames of at most 1514 bytes, every one.
+    let (to_b, bytes_to_b) = (
+        b["sent"].as_u64().unwrap(),
+        b["sent_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(to_b, sys_counter(&ns_b, &if_b, "rx_packets"));
+    assert!(
+        bytes_to_b <= to_b * 1514,
+        "{bytes_to_b} bytes in {to_b} frames"
+    );
+    assert_eq!(b["send_failed"], 0);
+    drop(env);
+}
+
+/// Sends 8 MB over TCP (iperf3) from namespace `from` to `addr` in
+/// namespace `to`, on TCP port `port`, and checks the transfer completed.
+fn send_8_mb((from, to): (&str, &str), addr: &str, port: &str) {
+    let server = Command::new("ip")
+        .args(["netns", "exec", to, "iperf3", "-s", "-1", "-p", port])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("iperf3 server");
+    let mut server = Guard(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = run(&[
+        "ip", "netns", "exec", from, "iperf3", "-c", addr, "-p", port, "-n", "8M",
+    ]);
+    assert_eq!(sent.code, Some(0), "iperf3 failed: {}", sent.stderr);
+    let _ = server.0.wait();
 }
 
 /// Kills and reaps a child left running when the test fails.

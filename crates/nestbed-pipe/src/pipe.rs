@@ -94,6 +94,24 @@ impl PipeParams {
         ))
     }
 
+    /// Whether some stage decides packet by packet: random or ordinal loss,
+    /// RED, jitter, duplication or corruption. A packet that stands for
+    /// several wire frames (a super-frame) must then be offered as those
+    /// frames, one by one, for the outcome to be theirs ([`Pipe::takes_whole`]).
+    pub fn acts_per_packet(&self) -> bool {
+        let loss = match self.loss {
+            LossModel::None => false,
+            LossModel::Bernoulli { p } => p > 0.0,
+            LossModel::GilbertElliott { .. } | LossModel::GilbertBurst { .. } => true,
+        };
+        let d = &self.delay;
+        loss || !self.drop_ordinals.is_empty()
+            || self.queue.red.is_some()
+            || d.jitter_ns > 0
+            || d.duplicate > 0.0
+            || d.corrupt > 0.0
+    }
+
     /// The limit in force: the configured one, else [`Self::default_queue_limit`].
     pub fn queue_limit(&self) -> QueueLimit {
         self.queue
@@ -226,6 +244,27 @@ impl Pipe {
     /// `set_params` call.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Whether `packet`, offered at `now`, meets the fate its wire frames
+    /// would meet one by one if it is offered whole: it is one frame, or no
+    /// stage acts per packet ([`PipeParams::acts_per_packet`]) and the queue
+    /// has room for all its frames. Otherwise the caller offers its frames
+    /// one by one, so a full queue takes the first ones and drops the rest.
+    ///
+    /// A super-frame offered whole is in the queue until its last frame has
+    /// left, and comes out with it: its first frames leave as late as its
+    /// last, at most its serialization time later than one by one.
+    pub fn takes_whole(&mut self, now: Instant, packet: &Packet) -> bool {
+        if packet.segments() <= 1 {
+            return true;
+        }
+        let now = self.clock(now);
+        self.advance(now);
+        !self.params.acts_per_packet()
+            && !self
+                .fifo
+                .would_overflow(self.limit, packet.wire_len(), packet.segments())
     }
 
     /// Offers a packet to the pipe at `now`.

@@ -192,6 +192,46 @@ fn a_super_frame_is_shaped_and_queued_as_its_wire_segments() {
 }
 
 #[test]
+fn a_super_frame_is_taken_whole_only_where_its_frames_would_all_meet_the_same_fate() {
+    let superframe = || Packet::with_segments(vec![0; 2900], 3000, 3, 42);
+    // Rate, delay and a queue with room: whole (the fast path).
+    let mut pipe = Pipe::new(shaped(10 * MBPS, MS, QueueLimit::Packets(4)), 1).unwrap();
+    assert!(pipe.takes_whole(Instant::ZERO, &superframe()));
+    assert!(pipe.enqueue(Instant::ZERO, superframe()).is_accepted());
+    // One place left: its frames one by one (the first fits).
+    assert!(!pipe.takes_whole(Instant::ZERO, &superframe()));
+    assert!(pipe.takes_whole(Instant::ZERO, &packet(1000)));
+    // Once the first has left the queue, there is room again.
+    assert!(pipe.takes_whole(Instant::from_nanos(3 * 819_200), &superframe()));
+    // Any stage that decides per packet: never whole.
+    let per_packet: [fn(&mut PipeParams); 7] = [
+        |p| p.loss = LossModel::Bernoulli { p: 0.01 },
+        |p| {
+            p.loss = LossModel::GilbertBurst {
+                loss_rate: 0.01,
+                mean_burst_len: 2.0,
+            }
+        },
+        |p| p.drop_ordinals = vec![5],
+        |p| p.queue.red = Some(RedParams::emulab_defaults()),
+        |p| p.delay.jitter_ns = 1000,
+        |p| p.delay.duplicate = 0.01,
+        |p| p.delay.corrupt = 0.01,
+    ];
+    for (i, set) in per_packet.iter().enumerate() {
+        let mut params = shaped(10 * MBPS, MS, QueueLimit::Packets(100));
+        set(&mut params);
+        assert!(params.acts_per_packet(), "case {i}");
+        let mut pipe = Pipe::new(params, 1).unwrap();
+        assert!(!pipe.takes_whole(Instant::ZERO, &superframe()), "case {i}");
+        assert!(pipe.takes_whole(Instant::ZERO, &packet(1000)), "case {i}");
+    }
+    let mut params = shaped(10 * MBPS, MS, QueueLimit::Packets(100));
+    params.loss = LossModel::Bernoulli { p: 0.0 };
+    assert!(!params.acts_per_packet());
+}
+
+#[test]
 fn droptail_limit_in_bytes() {
     let mut pipe = Pipe::new(shaped(10 * MBPS, 0, QueueLimit::Bytes(5_000)), 1).unwrap();
     let sizes = [1000, 1000, 1000, 1000, 1500, 1000, 1];

@@ -32,6 +32,7 @@ from nestbed.backend.simplan import Simulation
 if TYPE_CHECKING:
     from nestbed.model import (  # the IR's models load only where one is built
         Experiment,
+        Link,
         Port,
         Shaping,
     )
@@ -85,6 +86,46 @@ QUIET = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_i
 # (a web server on 80) and ping: the node's network is the experiment's alone.
 UNPRIVILEGED = {"net.ipv4.ip_unprivileged_port_start": "0",
                 "net.ipv4.ping_group_range": "0 2147483647"}  # fmt: skip
+
+
+#: A shaped link all of whose directions are limited to more than this, and only by rate,
+#: delay and a DropTail queue, keeps its interfaces' offloads on: a node's TCP then hands
+#: nestbed-linkd 64 KB super-frames, which it carries at about 10 Gb/s a core, where frame by
+#: frame (offloads off) it carries 1.7-3 Gb/s. The pipes charge a super-frame as its wire
+#: frames, and where one acts frame by frame (a full queue; loss and the rest, set by an
+#: event) linkd cuts it into them first, so the link behaves as with offloads off. A link
+#: with loss, RED, jitter, duplication or corruption from the start keeps offloads off: linkd
+#: would cut every super-frame, and TCP through it measured slower so (docs/benchmarks.md).
+#: Slower links keep them off too: captures in their nodes show wire frames, and linkd reads
+#: them through its packet rings.
+OFFLOADS_ABOVE_BPS = 1_000_000_000
+
+
+def keeps_offloads(link: Link) -> bool:
+    """Whether a shaped link's interfaces keep their offloads on: every member's way into the
+    link limited to more than ``OFFLOADS_ABOVE_BPS``, and its way out (a LAN's switch to the
+    member; nothing on a point-to-point link) too, or not limited; and no direction acts frame
+    by frame (nestbed-pipe's ``PipeParams::acts_per_packet``)."""
+    return all(
+        port.egress.bandwidth_bps > OFFLOADS_ABOVE_BPS
+        and (port.ingress.bandwidth_bps == 0 or port.ingress.bandwidth_bps > OFFLOADS_ABOVE_BPS)
+        and not (_acts_per_frame(port.egress) or _acts_per_frame(port.ingress))
+        for port in link.ports
+    )
+
+
+def _acts_per_frame(s: Shaping) -> bool:
+    """Whether a direction decides frame by frame: loss of any kind, RED, jitter, duplication,
+    corruption."""
+    return bool(
+        s.loss > 0
+        or s.gilbert_elliott is not None
+        or s.drop_ordinals
+        or s.queue.kind != "droptail"
+        or s.jitter_s > 0
+        or s.duplicate > 0
+        or s.corrupt > 0
+    )
 
 
 @dataclass(frozen=True)
@@ -307,6 +348,11 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
                 simulator_end = Interface(fabric, f"s{index}", None, no_offloads=True)
                 veths.append(Veth(node_end(port, link.name, True), simulator_end, link.name))
                 continue
+        # nestbed-sim reads wire-sized frames with their checksums finished: a link to a
+        # simulated node keeps offloads off whatever its rate.
+        no_offloads = shaped and (
+            simplan.is_attachment(link, simulated) or not keeps_offloads(link)
+        )
         if link.kind == "link" and not shaped:
             a, b = link.ports
             veths.append(
@@ -327,8 +373,8 @@ def plan(exp: Experiment, *, emulate_all: bool = False) -> Plan:
                 continue
             veths.append(
                 Veth(
-                    node_end(port, link.name, shaped),
-                    Interface(fabric, end, None, no_offloads=shaped),
+                    node_end(port, link.name, no_offloads),
+                    Interface(fabric, end, None, no_offloads=no_offloads),
                     link.name,
                 )
             )

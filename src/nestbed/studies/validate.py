@@ -121,12 +121,19 @@ class Bench:
     """
 
     def __init__(
-        self, workdir: Path, *, through_linkd: bool = True, name: str | None = None
+        self,
+        workdir: Path,
+        *,
+        through_linkd: bool = True,
+        name: str | None = None,
+        bandwidth: str = "1Gb",
     ) -> None:
         exp = Experiment(name or own_name("validate"))
         s, r = exp.node("s"), exp.node("r")
-        # A rate no probe reaches puts the link through linkd; set_link replaces it.
-        exp.link(s, r, name="link0", **({"bandwidth": "400Gb"} if through_linkd else {}))
+        # A rate puts the link through linkd; set_link replaces it. Up to 1 Gb/s its
+        # interfaces have offloads off (plan.keeps_offloads), as validate's rows need: frames
+        # of their own sizes, read through linkd's packet rings.
+        exp.link(s, r, name="link0", **({"bandwidth": bandwidth} if through_linkd else {}))
         self.ir = exp.build()
         self.plan: Plan = plan(self.ir)
         self.workdir = workdir
