@@ -195,8 +195,8 @@ async def linkd_requests_at(p: Plan, due_ns: int, requests: list[tuple[str, dict
 # Timed changes this agent holds for their time, by key (``start_timed``): a Dask task holds
 # one of its worker's ``nthreads`` threads while it runs, coroutine or not, so a task that
 # waited for a change's time held a thread through the whole lead; four changes ahead filled
-# the agent of four threads (at 20 events a second each was handed over 2.5 s late of its 3 s lead, and a
-# command's poll or a swap-in waited behind them).
+# an agent of four threads (at 20 events a second each was handed over 2.5 s late of its 3 s
+# lead, and a command's poll or a swap-in waited behind them).
 _timed: dict[str, tuple[int, asyncio.Task[Any]]] = {}  # key -> (due_ns, its task)
 _KEPT_NS = 600 * 10**9  # an answer nobody asked for is dropped this long after its time
 
