@@ -1,0 +1,423 @@
+// The attachments of nestbed-sim and the wait of their frames (see attach.h).
+
+#include "attach.h"
+
+#include <sys/socket.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+using namespace ns3;
+
+namespace nestbed
+{
+
+namespace
+{
+
+constexpr size_t kMaxPending = 1 << 16; // frames read and waiting for the simulator
+constexpr unsigned kBatch = 64;         // frames a read takes at most
+// The most time between two frames of a batch as they enter the simulation (about what the
+// reader took for one frame when it read them one at a time).
+constexpr int64_t kSpacingNs = 2000;
+
+WaitStats g_waits;
+Time g_spin;
+std::set<uint32_t> g_attached; // nodes with an attachment
+// Batches handed to the simulator and not yet taken: a busy-wait gives way to them.
+std::atomic<int> g_arriving{0};
+
+int64_t
+RealtimeClockNs()
+{
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+Ptr<RealtimeSimulatorImpl>
+Impl()
+{
+    static Ptr<RealtimeSimulatorImpl> impl =
+        DynamicCast<RealtimeSimulatorImpl>(Simulator::GetImplementation());
+    return impl;
+}
+
+// Reads every frame waiting on an attachment's socket at once, with the kernel's receive
+// time of each, and hands them to the device. Runs in FdReader's thread, which waits for
+// the socket to be readable before each call.
+class BatchReader : public FdReader
+{
+  public:
+    BatchReader(AttachDevice* device, size_t frameBytes)
+        : m_device(device),
+          m_frameBytes(frameBytes),
+          m_bytes(kBatch * frameBytes),
+          m_control(kBatch * CMSG_SPACE(sizeof(timespec)))
+    {
+        for (unsigned i = 0; i < kBatch; ++i)
+        {
+            m_iov[i] = {m_bytes.data() + i * m_frameBytes, m_frameBytes};
+        }
+    }
+
+  private:
+    Data DoRead() override
+    {
+        const size_t cmsgBytes = CMSG_SPACE(sizeof(timespec));
+        for (unsigned i = 0; i < kBatch; ++i)
+        {
+            m_messages[i] = {};
+            m_messages[i].msg_hdr.msg_iov = &m_iov[i];
+            m_messages[i].msg_hdr.msg_iovlen = 1;
+            m_messages[i].msg_hdr.msg_control = m_control.data() + i * cmsgBytes;
+            m_messages[i].msg_hdr.msg_controllen = cmsgBytes;
+        }
+        int n = recvmmsg(m_fd, m_messages.data(), kBatch, MSG_DONTWAIT, nullptr);
+        if (n <= 0)
+        {
+            return Data(nullptr, -1); // nothing after all, or interrupted: wait again
+        }
+        m_frames.clear();
+        for (int i = 0; i < n; ++i)
+        {
+            msghdr& h = m_messages[i].msg_hdr;
+            int64_t kernelNs = 0;
+            for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+            {
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS)
+                {
+                    timespec ts;
+                    std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+                    kernelNs = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+                }
+            }
+            size_t length = std::min<size_t>(m_messages[i].msg_len, m_frameBytes);
+            m_frames.push_back({i * m_frameBytes, length, kernelNs});
+        }
+        m_device->Deliver(m_bytes.data(), m_frames);
+        return Data(nullptr, -1); // delivered: FdReader's callback is not needed
+    }
+
+    AttachDevice* m_device;
+    size_t m_frameBytes;
+    std::vector<uint8_t> m_bytes;
+    std::vector<uint8_t> m_control;
+    std::array<iovec, kBatch> m_iov;
+    std::array<mmsghdr, kBatch> m_messages;
+    std::vector<AttachDevice::Frame> m_frames;
+};
+
+// Busy-waits until DUE on the real-time clock, or until a frame arrives (it is not kept
+// waiting behind the busy-wait; the frame due then wakes as any event does).
+void
+SpinUntil(Time due)
+{
+    Ptr<RealtimeSimulatorImpl> impl = Impl();
+    while (impl->RealtimeNow() < due && g_arriving.load(std::memory_order_relaxed) == 0)
+    {
+    }
+}
+
+} // namespace
+
+TypeId
+WaitTag::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::WaitTag")
+                            .SetParent<Tag>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<WaitTag>();
+    return tid;
+}
+
+TypeId
+WaitTag::GetInstanceTypeId() const
+{
+    return GetTypeId();
+}
+
+uint32_t
+WaitTag::GetSerializedSize() const
+{
+    return 8;
+}
+
+void
+WaitTag::Serialize(TagBuffer i) const
+{
+    i.WriteU64(waitNs);
+}
+
+void
+WaitTag::Deserialize(TagBuffer i)
+{
+    waitNs = i.ReadU64();
+}
+
+void
+WaitTag::Print(std::ostream& os) const
+{
+    os << "wait=" << waitNs << "ns";
+}
+
+void
+Spread::Add(int64_t ns)
+{
+    m_minNs = m_count ? std::min(m_minNs, ns) : ns;
+    m_maxNs = m_count ? std::max(m_maxNs, ns) : ns;
+    ++m_count;
+    m_sumNs += ns;
+    ++m_us[std::clamp<int64_t>(ns / 1000, 0, kBuckets)];
+}
+
+std::string
+Spread::Json() const
+{
+    auto quantile = [this](double q) -> int64_t {
+        uint64_t rank = static_cast<uint64_t>(q * (m_count - 1));
+        uint64_t seen = 0;
+        for (size_t us = 0; us < kBuckets; ++us)
+        {
+            seen += m_us[us];
+            if (seen > rank)
+            {
+                return static_cast<int64_t>(us) * 1000;
+            }
+        }
+        return m_maxNs;
+    };
+    std::ostringstream out;
+    out << "{\"count\":" << m_count;
+    if (m_count)
+    {
+        out << ",\"sum_ns\":" << m_sumNs << ",\"mean_ns\":" << m_sumNs / static_cast<int64_t>(m_count)
+            << ",\"p50_ns\":" << quantile(0.5) << ",\"p99_ns\":" << quantile(0.99)
+            << ",\"min_ns\":" << m_minNs << ",\"max_ns\":" << m_maxNs;
+    }
+    out << "}";
+    return out.str();
+}
+
+WaitStats&
+Waits()
+{
+    return g_waits;
+}
+
+std::string
+WaitsJson()
+{
+    const WaitStats& w = g_waits;
+    return "\"waits\":{\"wait\":" + w.wait.Json() + ",\"late\":" + w.late.Json() +
+           ",\"out_late\":" + w.outLate.Json() +
+           ",\"given_up_ns\":" + std::to_string(w.givenUpNs) +
+           ",\"kept_ns\":" + std::to_string(w.keptNs) +
+           ",\"dropped\":" + std::to_string(w.dropped.load()) +
+           ",\"unstamped\":" + std::to_string(w.unstamped) + "}";
+}
+
+Time
+GiveUp(Ptr<Packet> p, Time available)
+{
+    WaitTag tag;
+    if (available <= Time(0) || !p->PeekPacketTag(tag))
+    {
+        return Time(0);
+    }
+    uint64_t given = std::min<uint64_t>(tag.waitNs, available.GetNanoSeconds());
+    p->RemovePacketTag(tag);
+    tag.waitNs -= given;
+    if (tag.waitNs > 0)
+    {
+        p->AddPacketTag(tag);
+    }
+    g_waits.givenUpNs += given;
+    return NanoSeconds(given);
+}
+
+void
+SetSpin(Time spin)
+{
+    g_spin = spin;
+}
+
+void
+WakeFor(uint32_t nodeId, Time due)
+{
+    Time early = due - g_spin - Simulator::Now();
+    if (g_spin > Time(0) && early > Time(0) && g_attached.count(nodeId))
+    {
+        Simulator::Schedule(early, &SpinUntil, due);
+    }
+}
+
+TypeId
+AttachDevice::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::AttachDevice")
+                            .SetParent<FdNetDevice>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<AttachDevice>();
+    return tid;
+}
+
+void
+AttachDevice::SetNode(Ptr<Node> node)
+{
+    FdNetDevice::SetNode(node);
+    m_nodeId = node->GetId();
+    g_attached.insert(m_nodeId);
+}
+
+void
+AttachDevice::SetReceiveCallback(NetDevice::ReceiveCallback cb)
+{
+    FdNetDevice::SetReceiveCallback(cb);
+    m_rx = cb;
+}
+
+void
+AttachDevice::SetPromiscReceiveCallback(PromiscReceiveCallback cb)
+{
+    FdNetDevice::SetPromiscReceiveCallback(cb);
+    m_promiscRx = cb;
+}
+
+Ptr<FdReader>
+AttachDevice::DoCreateFdReader()
+{
+    int on = 1;
+    setsockopt(GetFileDescriptor(), SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on));
+    // As FdNetDevice: an Ethernet header, and 8 bytes of LLC/SNAP that DIX frames lack.
+    return Create<BatchReader>(this, GetMtu() + 22);
+}
+
+void
+AttachDevice::Deliver(const uint8_t* bytes, const std::vector<Frame>& frames)
+{
+    bool schedule = false;
+    {
+        std::lock_guard<std::mutex> guard(m_lock);
+        for (const Frame& f : frames)
+        {
+            if (m_pending.frames.size() >= kMaxPending)
+            {
+                ++g_waits.dropped;
+                continue;
+            }
+            size_t offset = m_pending.bytes.size();
+            m_pending.bytes.insert(m_pending.bytes.end(),
+                                   bytes + f.offset,
+                                   bytes + f.offset + f.length);
+            m_pending.frames.push_back({offset, f.length, f.kernelNs});
+        }
+        if (!m_scheduled && !m_pending.frames.empty())
+        {
+            m_scheduled = schedule = true;
+        }
+    }
+    if (schedule)
+    {
+        g_arriving.fetch_add(1, std::memory_order_relaxed);
+        Simulator::ScheduleWithContext(m_nodeId, Time(0), MakeEvent(&AttachDevice::Drain, this));
+    }
+}
+
+void
+AttachDevice::Drain()
+{
+    {
+        std::lock_guard<std::mutex> guard(m_lock);
+        std::swap(m_pending, m_work);
+        m_scheduled = false;
+    }
+    g_arriving.fetch_sub(1, std::memory_order_relaxed);
+    // The real-time clock as the simulator counts it (from its start): the kernel's receive
+    // times are on the same clock (CLOCK_REALTIME).
+    Time now = Simulator::Now();
+    Time real = Impl()->RealtimeNow();
+    int64_t originNs = RealtimeClockNs() - real.GetNanoSeconds();
+    g_waits.late.Add((real - now).GetNanoSeconds());
+    for (const Frame& f : m_work.frames)
+    {
+        Ptr<Packet> frame = Create<Packet>(m_work.bytes.data() + f.offset, f.length);
+        Time received = f.kernelNs ? NanoSeconds(f.kernelNs - originNs) : now;
+        g_waits.unstamped += f.kernelNs ? 0 : 1;
+        // Frames enter in the order they came, each at its kernel time if the simulation
+        // is not past it yet, else now; frames that came together (a batch, read while the
+        // simulator was busy) a little apart, as read one at a time they were, so that a
+        // queue they meet is not handed them all at one instant.
+        Time gap = std::min(received - m_lastReceived, NanoSeconds(kSpacingNs));
+        Time entry = std::max({received, now, m_lastEntry + std::max(gap, Time(0))});
+        m_lastReceived = received;
+        m_lastEntry = entry;
+        int64_t waitNs = (entry - received).GetNanoSeconds();
+        g_waits.wait.Add(waitNs);
+        if (entry == now)
+        {
+            Up(frame, waitNs);
+        }
+        else
+        {
+            Simulator::Schedule(entry - now, &AttachDevice::Up, this, frame, waitNs);
+        }
+    }
+    m_work.bytes.clear();
+    m_work.frames.clear();
+}
+
+// As FdNetDevice's ForwardUp, for DIX frames (the attachments' encapsulation).
+void
+AttachDevice::Up(Ptr<Packet> packet, int64_t waitNs)
+{
+    EthernetHeader header(false);
+    if (packet->GetSize() < header.GetSerializedSize())
+    {
+        return;
+    }
+    packet->RemoveHeader(header);
+    if (waitNs > 0)
+    {
+        WaitTag tag;
+        tag.waitNs = static_cast<uint64_t>(waitNs);
+        packet->AddPacketTag(tag);
+    }
+    Mac48Address destination = header.GetDestination();
+    PacketType type = destination.IsBroadcast() ? NS3_PACKET_BROADCAST
+                      : destination.IsGroup()   ? NS3_PACKET_MULTICAST
+                      : destination == Mac48Address::ConvertFrom(GetAddress())
+                          ? NS3_PACKET_HOST
+                          : NS3_PACKET_OTHERHOST;
+    uint16_t protocol = header.GetLengthType();
+    if (!m_promiscRx.IsNull())
+    {
+        m_promiscRx(this, packet, protocol, header.GetSource(), destination, type);
+    }
+    if (type != NS3_PACKET_OTHERHOST && !m_rx.IsNull())
+    {
+        m_rx(this, packet, protocol, header.GetSource());
+    }
+}
+
+bool
+AttachDevice::SendFrom(Ptr<Packet> packet,
+                       const Address& source,
+                       const Address& dest,
+                       uint16_t protocolNumber)
+{
+    WaitTag tag;
+    if (packet->PeekPacketTag(tag))
+    {
+        g_waits.keptNs += tag.waitNs;
+    }
+    g_waits.outLate.Add((Impl()->RealtimeNow() - Simulator::Now()).GetNanoSeconds());
+    return FdNetDevice::SendFrom(packet, source, dest, protocolNumber);
+}
+
+} // namespace nestbed
