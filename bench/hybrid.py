@@ -316,6 +316,21 @@ def rate_once(p, exp, path: str, pps: int, tmp: Path) -> dict:  # type: ignore[n
     }
 
 
+def _median_row(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def _rate_line(pps: int, row: dict) -> str:
+    return (f"{pps:>7}{row['received'] * 100:>12.3f}{row['cpu_us_per_packet']:>16.1f}"
+            f"{row['worst_lag_s'] * 1e3:>14.1f}{row['late_seconds']:>7g} of {row['seconds']:<3g}"
+            f"{row['steal'] * 100:>9.2f}{row['load']:>6.1f}")  # fmt: skip
+
+
+def _sustained(row: dict) -> bool:
+    """The bench's criterion: at least 99.9 % received and no second over the hard limit."""
+    return row["received"] >= 0.999 and row["late_seconds"] == 0
+
+
 def rate_table() -> None:
     from nestbed.backend import linux
     from nestbed.backend.plan import plan
@@ -334,13 +349,9 @@ def rate_table() -> None:
                       f"{'s over 5 ms':>13}{'steal %':>9}{'load':>6}")  # fmt: skip
                 sustained = 0
                 for pps in RATES_PPS:
-                    runs = [rate_once(p, exp, path, pps, Path(tmp)) for _ in range(3)]
-                    row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-                    print(f"{pps:>7}{row['received'] * 100:>12.3f}"
-                          f"{row['cpu_us_per_packet']:>16.1f}{row['worst_lag_s'] * 1e3:>14.1f}"
-                          f"{row['late_seconds']:>7g} of {row['seconds']:<3g}"
-                          f"{row['steal'] * 100:>9.2f}{row['load']:>6.1f}")  # fmt: skip
-                    if row["received"] >= 0.999 and row["late_seconds"] == 0:
+                    row = _median_row([rate_once(p, exp, path, pps, Path(tmp)) for _ in range(3)])
+                    print(_rate_line(pps, row))
+                    if _sustained(row):
                         sustained = pps
                     if row["received"] < 0.9 or row["worst_lag_s"] > 1.0:
                         break  # far past what it sustains
@@ -349,12 +360,71 @@ def rate_table() -> None:
         linux.swap_out(p)
 
 
+def rate_versus(old: str) -> None:
+    """The through path of ``rate_table``, nestbed-sim binary OLD against this checkout's (or
+    $NESTBED_SIM), each in an experiment of its own swapped in side by side, their runs
+    alternating at each rate so that both meet the same machine."""
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    binaries = {"old": old, "new": built_binary("nestbed-sim")}
+    exp = rate_experiment()
+    chosen = os.environ.get("NESTBED_SIM")
+    swapped = {}
+    try:
+        for label, binary in binaries.items():
+            os.environ["NESTBED_SIM"] = binary
+            e = exp.model_copy(update={"name": f"{exp.name}{label}"})
+            p = plan(e)
+            linux.swap_in(p)
+            swapped[label] = (p, e)
+        print(f"\npacket rate, h1 to h2 through r1 and r2: 64-byte frames, {RATE_SECONDS} s each, "
+              f"median of 3 runs a binary, alternating")  # fmt: skip
+        for label, binary in binaries.items():
+            print(f"  {label}: {binary}")
+        print(f"{'binary':>7}{'pps':>7}{'received %':>12}{'sim CPU µs/pkt':>16}"
+              f"{'worst lag ms':>14}{'s over 5 ms':>13}{'steal %':>9}{'load':>6}")  # fmt: skip
+        sustained = dict.fromkeys(binaries, 0)
+        with tempfile.TemporaryDirectory() as tmp:
+            for pps in RATES_PPS:
+                runs: dict[str, list[dict]] = {label: [] for label in binaries}
+                for _ in range(3):
+                    for label, (p, e) in swapped.items():
+                        runs[label].append(rate_once(p, e, "live", pps, Path(tmp)))
+                rows = {label: _median_row(r) for label, r in runs.items()}
+                for label, row in rows.items():
+                    print(f"{label:>7}{_rate_line(pps, row)}")
+                    if _sustained(row):
+                        sustained[label] = pps
+                if all(row["worst_lag_s"] > 1.0 for row in rows.values()):
+                    break  # far past what either sustains
+        for label, pps in sustained.items():
+            print(f"{label}: sustained (>= 99.9 % received, no second over 5 ms): {pps} pps")
+    finally:
+        for p, _ in swapped.values():
+            linux.swap_out(p)
+        if chosen is None:
+            os.environ.pop("NESTBED_SIM", None)
+        else:
+            os.environ["NESTBED_SIM"] = chosen
+
+
 SECTIONS = {"startup": False, "example": True, "scale": True, "rate": True}  # needs root?
 
 
 def main() -> None:
-    """Every section, or those named on the command line (startup, example, scale, rate)."""
-    chosen = sys.argv[1:] or list(SECTIONS)
+    """Every section, or those named on the command line (startup, example, scale, rate);
+    `rate --versus OLD_BINARY` compares the through path with another nestbed-sim."""
+    args = sys.argv[1:]
+    if "--versus" in args:
+        at = args.index("--versus")
+        if args[:at] + args[at + 2 :] != ["rate"] or len(args) < at + 2:
+            sys.exit("usage: bench/hybrid.py rate --versus OLD_NESTBED_SIM")
+        if os.geteuid() != 0:
+            sys.exit("rate --versus needs root")
+        rate_versus(args[at + 1])
+        return
+    chosen = args or list(SECTIONS)
     unknown = set(chosen) - set(SECTIONS)
     if unknown:
         sys.exit(f"no section {', '.join(sorted(unknown))}; sections: {', '.join(SECTIONS)}")
