@@ -2,6 +2,7 @@
 
 #include "attach.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -25,12 +27,12 @@ constexpr unsigned kBatch = 64;         // frames a read takes at most
 // The most time between two frames of a batch as they enter the simulation (about what the
 // reader took for one frame when it read them one at a time).
 constexpr int64_t kSpacingNs = 2000;
-#ifndef NESTBED_SPIN_NS
-#define NESTBED_SPIN_NS 0
-#endif
+// How long before a frame leaves through an attachment the simulator busy-waits for it, if
+// the description does not say (spin_s): docs/benchmarks.md measures it.
+constexpr int64_t kDefaultSpinNs = 100000;
 
 WaitStats g_waits;
-Time g_spin = NanoSeconds(NESTBED_SPIN_NS);
+int64_t g_spinNs = kDefaultSpinNs;
 std::set<uint32_t> g_attached; // nodes with an attachment
 // Batches handed to the simulator and not yet taken: a busy-wait gives way to them.
 std::atomic<int> g_arriving{0};
@@ -43,6 +45,19 @@ RealtimeClockNs()
     return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// The real-time clock (CLOCK_REALTIME, the kernel's receive times' clock) at the simulator's
+// start, given the simulator's real time REAL just read: the clock read after it is late by
+// however long the thread was held up between the two (a descheduled thread: milliseconds),
+// so the least of all estimates is kept. Too late an origin would give up more of a frame's
+// delay than it waited.
+int64_t
+RealtimeOriginNs(Time real)
+{
+    static int64_t origin = std::numeric_limits<int64_t>::max();
+    origin = std::min(origin, RealtimeClockNs() - real.GetNanoSeconds());
+    return origin;
+}
+
 Ptr<RealtimeSimulatorImpl>
 Impl()
 {
@@ -52,8 +67,7 @@ Impl()
 }
 
 // Reads every frame waiting on an attachment's socket at once, with the kernel's receive
-// time of each, and hands them to the device. Runs in FdReader's thread, which waits for
-// the socket to be readable before each call.
+// time of each, and hands them to the device. Runs in FdReader's thread.
 class BatchReader : public FdReader
 {
   public:
@@ -96,6 +110,11 @@ class BatchReader : public FdReader
         int n = recvmmsg(m_fd, m_messages.data(), kBatch, MSG_WAITFORONE, nullptr);
         if (n <= 0)
         {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            {
+                pollfd readable = {m_fd, POLLIN, 0}; // a socket opened non-blocking
+                poll(&readable, 1, -1);
+            }
             return; // interrupted: wait again
         }
         m_frames.clear();
@@ -258,14 +277,14 @@ GiveUp(Ptr<Packet> p, Time available)
 void
 SetSpin(Time spin)
 {
-    g_spin = spin;
+    g_spinNs = spin.GetNanoSeconds();
 }
 
 void
 WakeFor(uint32_t nodeId, Time due)
 {
-    Time early = due - g_spin - Simulator::Now();
-    if (g_spin > Time(0) && early > Time(0) && g_attached.count(nodeId))
+    Time early = due - NanoSeconds(g_spinNs) - Simulator::Now();
+    if (g_spinNs > 0 && early > Time(0) && g_attached.count(nodeId))
     {
         Simulator::Schedule(early, &SpinUntil, due);
     }
@@ -352,11 +371,9 @@ AttachDevice::Drain()
         m_scheduled = false;
     }
     g_arriving.fetch_sub(1, std::memory_order_relaxed);
-    // The real-time clock as the simulator counts it (from its start): the kernel's receive
-    // times are on the same clock (CLOCK_REALTIME).
     Time now = Simulator::Now();
     Time real = Impl()->RealtimeNow();
-    int64_t originNs = RealtimeClockNs() - real.GetNanoSeconds();
+    int64_t originNs = RealtimeOriginNs(real);
     g_waits.late.Add((real - now).GetNanoSeconds());
     for (const Frame& f : m_work.frames)
     {

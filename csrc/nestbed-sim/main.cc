@@ -12,7 +12,8 @@
 //   tick_s SECONDS                    how often the lag is sampled
 //   spin_s SECONDS                    how long before a frame is due to leave through an
 //                                     attachment the simulator busy-waits for it (attach.h;
-//                                     0: it sleeps until then, as for any event)
+//                                     100 µs if not given; 0: it sleeps until then, as for
+//                                     any event)
 //   control FD                        a listening Unix socket for commands (below)
 //   node NAME
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
