@@ -39,6 +39,7 @@ from pathlib import Path
 
 from nestbed.backend import sim, simplan
 from nestbed.binaries import built_binary, probe_recv, probe_send
+from nestbed.errors import NestbedError
 from nestbed.spec import load
 from nestbed.spec import yaml as yaml_front_end
 from nestbed.spec.resolve import resolve
@@ -409,20 +410,119 @@ def rate_versus(old: str) -> None:
             os.environ["NESTBED_SIM"] = chosen
 
 
+WAIT_DELAY_MS = 5
+WAIT_COUNT, WAIT_PPS = 2000, 1000
+
+
+def wait_once(binary: str, tmp: Path) -> tuple[list[float], dict]:
+    """WAIT_COUNT datagrams at WAIT_PPS from h1 to h2 across a simulated core of
+    WAIT_DELAY_MS, in nestbed-sim BINARY: each one's one-way delay less the core's (µs; the
+    receiver's kernel times), and nestbed-sim's waits (none from a binary without them)."""
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+    from nestbed.binaries import KERNEL_TIMES
+
+    text = f"""
+routing: static
+nodes: [{{name: h1}}, {{name: h2}}, {{name: r1, simulated: true}}, {{name: r2, simulated: true}}]
+links:
+  - {{name: a1, members: [h1, r1]}}
+  - {{name: core, members: [r1, r2], delay: {WAIT_DELAY_MS}ms}}
+  - {{name: a2, members: [r2, h2]}}
+"""
+    document, locations = yaml_front_end.read(text, "wait.yaml")
+    exp = resolve(document, file="wait.yaml", locations=locations)
+    exp = exp.model_copy(update={"name": f"benchwait{os.getpid()}"})
+    os.environ["NESTBED_SIM"] = binary
+    p = plan(exp)
+    linux.swap_in(p)
+    try:
+        warm = ["ping", "-c", "5", "-i", "0.05", "h2"]
+        linux.exec_in(p, "h1", warm, capture_output=True)
+        address = exp.links[2].port("h2").ip
+        log = tmp / "wait.csv"
+        receiver = linux.start_in(
+            p, "h2", probe_recv(f"{address}:9000", "--idle", "2", "--log", str(log),
+                                KERNEL_TIMES),
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        linux.wait_listening(receiver, 9000, "udp")
+        linux.exec_in(
+            p, "h1", probe_send(f"{address}:9000", "--size", str(RATE_PAYLOAD), "--pps",
+                                str(WAIT_PPS), "--count", str(WAIT_COUNT)),
+            capture_output=True,
+        )  # fmt: skip
+        receiver.wait(timeout=60)
+        channel = sim.SimChannel(linux.run_dir(p))
+        try:
+            waits = channel.request("waits")["waits"]
+        except NestbedError:
+            waits = {}
+        finally:
+            channel.close()
+    finally:
+        linux.swap_out(p)
+    with log.open() as f:
+        extra = [int(r["delay_ns"]) / 1e3 - WAIT_DELAY_MS * 1e3 for r in csv.DictReader(f)]
+    return sorted(extra), waits
+
+
+def wait_table(old: str | None) -> None:
+    """One-way delays across a simulated 5 ms link less the 5 ms, this checkout's nestbed-sim
+    (or $NESTBED_SIM) against OLD if given, alternating, 3 runs each."""
+    binaries = {"new": built_binary("nestbed-sim")} | ({"old": old} if old else {})
+    chosen = os.environ.get("NESTBED_SIM")
+    print(f"\none-way delay h1 to h2 across a simulated {WAIT_DELAY_MS} ms link, less the "
+          f"{WAIT_DELAY_MS} ms: {WAIT_COUNT} datagrams at {WAIT_PPS}/s, kernel-timed, "
+          "µs")  # fmt: skip
+    for label, binary in binaries.items():
+        print(f"  {label}: {binary}")
+    print(f"{'binary':>7}{'min':>9}{'p50':>9}{'p90':>9}{'p99':>9}{'wait p50':>10}"
+          f"{'given up':>10}{'out late p50':>14}{'load':>6}")  # fmt: skip
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(3):
+                for label, binary in binaries.items():
+                    extra, waits = wait_once(binary, Path(tmp))
+                    q = [extra[int(f * (len(extra) - 1))] for f in (0.0, 0.5, 0.9, 0.99)]
+                    if waits:
+                        frames = max(1, waits["wait"]["count"])
+                        seen = (f"{waits['wait']['p50_ns'] / 1e3:>10.0f}"
+                                f"{waits['given_up_ns'] / frames / 1e3:>10.1f}"
+                                f"{waits['out_late']['p50_ns'] / 1e3:>14.0f}")  # fmt: skip
+                    else:
+                        seen = f"{'-':>10}{'-':>10}{'-':>14}"
+                    print(f"{label:>7}" + "".join(f"{x:>9.1f}" for x in q)
+                          + f"{seen}{os.getloadavg()[0]:>6.1f}")  # fmt: skip
+    finally:
+        if chosen is None:
+            os.environ.pop("NESTBED_SIM", None)
+        else:
+            os.environ["NESTBED_SIM"] = chosen
+
+
 SECTIONS = {"startup": False, "example": True, "scale": True, "rate": True}  # needs root?
 
 
 def main() -> None:
     """Every section, or those named on the command line (startup, example, scale, rate);
-    `rate --versus OLD_BINARY` compares the through path with another nestbed-sim."""
+    `rate --versus OLD_BINARY` compares the through path with another nestbed-sim, and
+    `wait [--versus OLD_BINARY]` measures the delay a simulated link adds to its own."""
     args = sys.argv[1:]
-    if "--versus" in args:
-        at = args.index("--versus")
-        if args[:at] + args[at + 2 :] != ["rate"] or len(args) < at + 2:
-            sys.exit("usage: bench/hybrid.py rate --versus OLD_NESTBED_SIM")
+    if args[:1] == ["wait"] or "--versus" in args:
+        at = args.index("--versus") if "--versus" in args else len(args)
+        section = args[:at] + args[at + 2 :]
+        if section not in (["rate"], ["wait"]) or len(args) == at + 1:
+            sys.exit("usage: bench/hybrid.py rate|wait [--versus OLD_NESTBED_SIM]")
         if os.geteuid() != 0:
-            sys.exit("rate --versus needs root")
-        rate_versus(args[at + 1])
+            sys.exit(f"{section[0]} needs root")
+        old = args[at + 1] if at < len(args) else None
+        if section == ["wait"]:
+            wait_table(old)
+        elif old is None:
+            rate_table()
+        else:
+            rate_versus(old)
         return
     chosen = args or list(SECTIONS)
     unknown = set(chosen) - set(SECTIONS)
