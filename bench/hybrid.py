@@ -39,6 +39,7 @@ from pathlib import Path
 
 from nestbed.backend import sim, simplan
 from nestbed.binaries import built_binary, probe_recv, probe_send
+from nestbed.errors import NestbedError
 from nestbed.spec import load
 from nestbed.spec import yaml as yaml_front_end
 from nestbed.spec.resolve import resolve
@@ -316,6 +317,21 @@ def rate_once(p, exp, path: str, pps: int, tmp: Path) -> dict:  # type: ignore[n
     }
 
 
+def _median_row(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def _rate_line(pps: int, row: dict) -> str:
+    return (f"{pps:>7}{row['received'] * 100:>12.3f}{row['cpu_us_per_packet']:>16.1f}"
+            f"{row['worst_lag_s'] * 1e3:>14.1f}{row['late_seconds']:>7g} of {row['seconds']:<3g}"
+            f"{row['steal'] * 100:>9.2f}{row['load']:>6.1f}")  # fmt: skip
+
+
+def _sustained(row: dict) -> bool:
+    """The bench's criterion: at least 99.9 % received and no second over the hard limit."""
+    return row["received"] >= 0.999 and row["late_seconds"] == 0
+
+
 def rate_table() -> None:
     from nestbed.backend import linux
     from nestbed.backend.plan import plan
@@ -334,13 +350,9 @@ def rate_table() -> None:
                       f"{'s over 5 ms':>13}{'steal %':>9}{'load':>6}")  # fmt: skip
                 sustained = 0
                 for pps in RATES_PPS:
-                    runs = [rate_once(p, exp, path, pps, Path(tmp)) for _ in range(3)]
-                    row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-                    print(f"{pps:>7}{row['received'] * 100:>12.3f}"
-                          f"{row['cpu_us_per_packet']:>16.1f}{row['worst_lag_s'] * 1e3:>14.1f}"
-                          f"{row['late_seconds']:>7g} of {row['seconds']:<3g}"
-                          f"{row['steal'] * 100:>9.2f}{row['load']:>6.1f}")  # fmt: skip
-                    if row["received"] >= 0.999 and row["late_seconds"] == 0:
+                    row = _median_row([rate_once(p, exp, path, pps, Path(tmp)) for _ in range(3)])
+                    print(_rate_line(pps, row))
+                    if _sustained(row):
                         sustained = pps
                     if row["received"] < 0.9 or row["worst_lag_s"] > 1.0:
                         break  # far past what it sustains
@@ -349,12 +361,170 @@ def rate_table() -> None:
         linux.swap_out(p)
 
 
+def rate_versus(old: str) -> None:
+    """The through path of ``rate_table``, nestbed-sim binary OLD against this checkout's (or
+    $NESTBED_SIM), each in an experiment of its own swapped in side by side, their runs
+    alternating at each rate so that both meet the same machine."""
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+
+    binaries = {"old": old, "new": built_binary("nestbed-sim")}
+    exp = rate_experiment()
+    chosen = os.environ.get("NESTBED_SIM")
+    swapped = {}
+    try:
+        for label, binary in binaries.items():
+            os.environ["NESTBED_SIM"] = binary
+            e = exp.model_copy(update={"name": f"{exp.name}{label}"})
+            p = plan(e)
+            linux.swap_in(p)
+            swapped[label] = (p, e)
+        print(f"\npacket rate, h1 to h2 through r1 and r2: 64-byte frames, {RATE_SECONDS} s each, "
+              f"median of 3 runs a binary, alternating")  # fmt: skip
+        for label, binary in binaries.items():
+            print(f"  {label}: {binary}")
+        print(f"{'binary':>7}{'pps':>7}{'received %':>12}{'sim CPU µs/pkt':>16}"
+              f"{'worst lag ms':>14}{'s over 5 ms':>13}{'steal %':>9}{'load':>6}")  # fmt: skip
+        sustained = dict.fromkeys(binaries, 0)
+        with tempfile.TemporaryDirectory() as tmp:
+            for pps in RATES_PPS:
+                runs: dict[str, list[dict]] = {label: [] for label in binaries}
+                for _ in range(3):
+                    for label, (p, e) in swapped.items():
+                        runs[label].append(rate_once(p, e, "live", pps, Path(tmp)))
+                rows = {label: _median_row(r) for label, r in runs.items()}
+                for label, row in rows.items():
+                    print(f"{label:>7}{_rate_line(pps, row)}")
+                    if _sustained(row):
+                        sustained[label] = pps
+                if all(row["worst_lag_s"] > 1.0 for row in rows.values()):
+                    break  # far past what either sustains
+        for label, pps in sustained.items():
+            print(f"{label}: sustained (>= 99.9 % received, no second over 5 ms): {pps} pps")
+    finally:
+        for p, _ in swapped.values():
+            linux.swap_out(p)
+        if chosen is None:
+            os.environ.pop("NESTBED_SIM", None)
+        else:
+            os.environ["NESTBED_SIM"] = chosen
+
+
+WAIT_DELAY_MS = 5
+WAIT_COUNT, WAIT_PPS = 2000, 1000
+
+
+def wait_once(binary: str, tmp: Path) -> tuple[list[float], dict]:
+    """WAIT_COUNT datagrams at WAIT_PPS from h1 to h2 across a simulated core of
+    WAIT_DELAY_MS, in nestbed-sim BINARY: each one's one-way delay less the core's (µs; the
+    receiver's kernel times), and nestbed-sim's waits (none from a binary without them)."""
+    from nestbed.backend import linux
+    from nestbed.backend.plan import plan
+    from nestbed.binaries import KERNEL_TIMES
+
+    text = f"""
+routing: static
+nodes: [{{name: h1}}, {{name: h2}}, {{name: r1, simulated: true}}, {{name: r2, simulated: true}}]
+links:
+  - {{name: a1, members: [h1, r1]}}
+  - {{name: core, members: [r1, r2], delay: {WAIT_DELAY_MS}ms}}
+  - {{name: a2, members: [r2, h2]}}
+"""
+    document, locations = yaml_front_end.read(text, "wait.yaml")
+    exp = resolve(document, file="wait.yaml", locations=locations)
+    exp = exp.model_copy(update={"name": f"benchwait{os.getpid()}"})
+    os.environ["NESTBED_SIM"] = binary
+    p = plan(exp)
+    linux.swap_in(p)
+    try:
+        warm = ["ping", "-c", "5", "-i", "0.05", "h2"]
+        linux.exec_in(p, "h1", warm, capture_output=True)
+        address = exp.links[2].port("h2").ip
+        log = tmp / "wait.csv"
+        receiver = linux.start_in(
+            p, "h2", probe_recv(f"{address}:9000", "--idle", "2", "--log", str(log),
+                                KERNEL_TIMES),
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        linux.wait_listening(receiver, 9000, "udp")
+        linux.exec_in(
+            p, "h1", probe_send(f"{address}:9000", "--size", str(RATE_PAYLOAD), "--pps",
+                                str(WAIT_PPS), "--count", str(WAIT_COUNT)),
+            capture_output=True,
+        )  # fmt: skip
+        receiver.wait(timeout=60)
+        channel = sim.SimChannel(linux.run_dir(p))
+        try:
+            waits = channel.request("waits")["waits"]
+        except NestbedError:
+            waits = {}
+        finally:
+            channel.close()
+    finally:
+        linux.swap_out(p)
+    with log.open() as f:
+        extra = [int(r["delay_ns"]) / 1e3 - WAIT_DELAY_MS * 1e3 for r in csv.DictReader(f)]
+    return sorted(extra), waits
+
+
+def wait_table(old: str | None) -> None:
+    """One-way delays across a simulated 5 ms link less the 5 ms, this checkout's nestbed-sim
+    (or $NESTBED_SIM) against OLD if given, alternating, 3 runs each."""
+    binaries = {"new": built_binary("nestbed-sim")} | ({"old": old} if old else {})
+    chosen = os.environ.get("NESTBED_SIM")
+    print(f"\none-way delay h1 to h2 across a simulated {WAIT_DELAY_MS} ms link, less the "
+          f"{WAIT_DELAY_MS} ms: {WAIT_COUNT} datagrams at {WAIT_PPS}/s, kernel-timed, "
+          "µs")  # fmt: skip
+    for label, binary in binaries.items():
+        print(f"  {label}: {binary}")
+    print(f"{'binary':>7}{'min':>9}{'p50':>9}{'p90':>9}{'p99':>9}{'wait p50':>10}"
+          f"{'given up':>10}{'out late p50':>14}{'load':>6}")  # fmt: skip
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(3):
+                for label, binary in binaries.items():
+                    extra, waits = wait_once(binary, Path(tmp))
+                    q = [extra[int(f * (len(extra) - 1))] for f in (0.0, 0.5, 0.9, 0.99)]
+                    if waits:
+                        frames = max(1, waits["wait"]["count"])
+                        seen = (f"{waits['wait']['p50_ns'] / 1e3:>10.0f}"
+                                f"{waits['given_up_ns'] / frames / 1e3:>10.1f}"
+                                f"{waits['out_late']['p50_ns'] / 1e3:>14.0f}")  # fmt: skip
+                    else:
+                        seen = f"{'-':>10}{'-':>10}{'-':>14}"
+                    print(f"{label:>7}" + "".join(f"{x:>9.1f}" for x in q)
+                          + f"{seen}{os.getloadavg()[0]:>6.1f}")  # fmt: skip
+    finally:
+        if chosen is None:
+            os.environ.pop("NESTBED_SIM", None)
+        else:
+            os.environ["NESTBED_SIM"] = chosen
+
+
 SECTIONS = {"startup": False, "example": True, "scale": True, "rate": True}  # needs root?
 
 
 def main() -> None:
-    """Every section, or those named on the command line (startup, example, scale, rate)."""
-    chosen = sys.argv[1:] or list(SECTIONS)
+    """Every section, or those named on the command line (startup, example, scale, rate);
+    `rate --versus OLD_BINARY` compares the through path with another nestbed-sim, and
+    `wait [--versus OLD_BINARY]` measures the delay a simulated link adds to its own."""
+    args = sys.argv[1:]
+    if args[:1] == ["wait"] or "--versus" in args:
+        at = args.index("--versus") if "--versus" in args else len(args)
+        section = args[:at] + args[at + 2 :]
+        if section not in (["rate"], ["wait"]) or len(args) == at + 1:
+            sys.exit("usage: bench/hybrid.py rate|wait [--versus OLD_NESTBED_SIM]")
+        if os.geteuid() != 0:
+            sys.exit(f"{section[0]} needs root")
+        old = args[at + 1] if at < len(args) else None
+        if section == ["wait"]:
+            wait_table(old)
+        elif old is None:
+            rate_table()
+        else:
+            rate_versus(old)
+        return
+    chosen = args or list(SECTIONS)
     unknown = set(chosen) - set(SECTIONS)
     if unknown:
         sys.exit(f"no section {', '.join(sorted(unknown))}; sections: {', '.join(SECTIONS)}")

@@ -4,11 +4,16 @@
 // statement a line, written by nestbed.backend.simplan; the grammar is below), builds it in
 // ns-3, and runs ns-3's real-time simulator until SIGTERM or SIGINT. An attachment joins an
 // emulated node to a simulated one: the caller opens an AF_PACKET socket on the far end of the
-// node's veth pair and passes it as a file descriptor, which an FdNetDevice reads and writes.
+// node's veth pair and passes it as a file descriptor, which an AttachDevice (attach.h) reads
+// and writes.
 //
 // Lines, words separated by blanks (addresses are "A.B.C.D/LEN"):
 //   hard_limit_s SECONDS              the lag behind real time the experiment allows
 //   tick_s SECONDS                    how often the lag is sampled
+//   spin_s SECONDS                    how long before a frame is due to leave through an
+//                                     attachment the simulator busy-waits for it (attach.h;
+//                                     100 µs if not given; 0: it sleeps until then, as for
+//                                     any event)
 //   control FD                        a listening Unix socket for commands (below)
 //   node NAME
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
@@ -43,13 +48,17 @@
 //   lan-set LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
+//   waits                             {"waits": {...}}: the attachments' frames' waits between
+//                                     the kernel and the simulation, what links gave up of
+//                                     them and what was kept, and the lateness of frames out
 //
 // Output on stdout, one line each: "ready", then every second "lag SECOND MAX_S WORST_S LATE"
 // (MAX_S the largest lag sampled in simulated second SECOND, counted from the start; WORST_S
 // the largest so far; LATE how many samples passed the hard limit so far), and on exit
-// "worst_lag_s WORST_S late LATE".
+// "worst_lag_s WORST_S late LATE", then "waits {...}" as the waits command answers.
 // Errors in the description: one line "error: ..." on stderr and exit status 2.
 
+#include "attach.h"
 #include "links.h"
 #include "tools.h"
 
@@ -316,6 +325,10 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
     {
         m_tickS = Word<double>(words, "tick");
     }
+    else if (verb == "spin_s")
+    {
+        SetSpin(Seconds(Word<double>(words, "spin")));
+    }
     else if (verb == "control")
     {
         m_control = Word<int>(words, "file descriptor");
@@ -407,17 +420,11 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         Ptr<Node> node = Find(Word<std::string>(words, "node"));
         auto addr = Word<std::string>(words, "address");
         auto fd = Word<int>(words, "file descriptor");
-        Ptr<FdNetDevice> device = CreateObject<FdNetDevice>();
+        Ptr<AttachDevice> device = CreateObject<AttachDevice>();
         uint16_t mtu = 0;
         if (words >> mtu && !device->SetMtu(mtu))
         {
             throw BadLine("bad MTU " + std::to_string(mtu));
-        }
-        // Frames read but not yet simulated wait here while the simulator is behind (1000
-        // by default: a 250 ms stall at 4000 packets/s would drop them).
-        if (!device->SetAttributeFailSafe("RxQueueSize", UintegerValue(1 << 16)))
-        {
-            throw BadLine("this ns-3 has no FdNetDevice::RxQueueSize");
         }
         device->SetAddress(Mac48Address::Allocate());
         node->AddDevice(device);
@@ -631,6 +638,10 @@ Simulation::Command(const std::string& line)
             link.SetDown(state == "down");
             return Reply("");
         }
+        if (verb == "waits")
+        {
+            return Reply(WaitsJson());
+        }
         if (verb == "counters")
         {
             std::string links;
@@ -782,6 +793,7 @@ Simulation::Run()
         tool->Stop();
     }
     std::printf("worst_lag_s %.6f late %llu\n", m_worstS, static_cast<unsigned long long>(m_late));
+    std::printf("waits {%s}\n", WaitsJson().c_str());
     std::fflush(stdout);
 }
 

@@ -2,6 +2,8 @@
 
 #include "wire.h"
 
+#include "attach.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -148,16 +150,18 @@ WireChannel::TransmitStart(Ptr<const Packet> p, Ptr<PointToPointNetDevice> src, 
     Time now = Simulator::Now();
     Time transmitted = now + txTime + d.gap;
     Time due = std::max(transmitted + GetDelay() + Seconds(Draw(d.jitter)), transmitted);
-    if (!d.jitter.reorder)
-    {
-        due = std::max(due, d.lastDue);
-    }
+    // The earliest the packet may arrive: once it is on the wire, and not before the packet
+    // ahead of it unless the direction reorders.
+    Time earliest = d.jitter.reorder ? transmitted : std::max(transmitted, d.lastDue);
+    due = std::max(due, earliest);
+    // A frame that waited between the kernel and the simulation gives that wait up from
+    // the delay (attach.h).
+    Ptr<Packet> copy = p->Copy();
+    due -= GiveUp(copy, due - earliest);
     d.lastDue = std::max(d.lastDue, due);
-    Simulator::ScheduleWithContext(dst->GetNode()->GetId(),
-                                   due - now,
-                                   &PointToPointNetDevice::Receive,
-                                   dst,
-                                   p->Copy());
+    uint32_t node = dst->GetNode()->GetId();
+    Simulator::ScheduleWithContext(node, due - now, &PointToPointNetDevice::Receive, dst, copy);
+    WakeFor(node, due);
     return true;
 }
 
