@@ -191,8 +191,9 @@ def accuracy() -> None:
     from simulated import started  # the cluster tests' simulated hosts
 
     tables = {}
-    # validate's link runs at 400 Gb/s between its changes (so that linkd carries it); each
-    # agent says its interface carries that, or the mapper would keep the link on one host.
+    # validate's link runs at 1 Gb/s between its changes (so that linkd carries it, offloads
+    # off); each agent says its interface carries more, or the mapper would keep the link on
+    # one host.
     nic = ("--nic", "1000Gb")
     with tempfile.TemporaryDirectory() as tmp, started(2, slots=1, options=nic) as (_, agents):
         for where, env in (("one host", {}), ("two hosts", {"NESTBED_CLUSTER": agents.address})):
