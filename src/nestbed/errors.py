@@ -5,6 +5,7 @@
     │   ├── SpecError            one or more problems found in an experiment file
     │   └── Refused              a request the experiment's controller turns down
     ├── EnvironmentProblem (3)   a missing tool, no root, a database that cannot be reached
+    │   └── Held                 what an experiment needs is held by other experiments for now
     └── InternalError     (4)    a broken invariant inside nestbed: a bug to report
 
 The CLI catches only ``NestbedError``: it prints the message (one sentence per problem) and
@@ -37,6 +38,12 @@ class EnvironmentProblem(NestbedError):
     """Something missing or wrong on the machine: a tool, a permission, a server."""
 
     exit_code = 3
+
+
+class Held(EnvironmentProblem):
+    """The experiment would fit, but other experiments hold what it needs (a cluster's node
+    slots) for now: it can swap in once one of them ends. A sweep's point waits for its own
+    other points to end, rather than failing."""
 
 
 class InternalError(NestbedError):

@@ -580,16 +580,17 @@ events:
 def test_a_sweep_on_the_cluster_runs_its_points_side_by_side_as_multi_host_experiments(
     cluster, tmp_path
 ):
-    """`nestbed --cluster ADDR sweep --parallel 2`: each point is an experiment placed over
-    the hosts, two started at once, and points that run at the same time never hold more
-    nodes on a host than its slots (before, both were placed alike: four nodes on a host of
-    two)."""
+    """`nestbed --cluster ADDR sweep --parallel 3`: each point is an experiment placed over
+    the hosts, up to three started at once, and points that run at the same time never hold
+    more nodes on a host than its slots (before, both were placed alike: four nodes on a host
+    of two). Two points fill the hosts' six slots: the third waits for one of them to end
+    (before, it failed: "does not fit in the slots other experiments leave")."""
     machines, agents = cluster
     cli = Cli(machines, agents, tmp_path / "store.db")
     name = f"i21sweep{os.getpid()}"
     folder = tmp_path / "sweep"
     cli("sweep", str(write(tmp_path, name, SWEPT)), "--grid", "delay=1ms,5ms,10ms",
-        "--parallel", "2", "--duration", "2", "--results", str(folder))  # fmt: skip
+        "--parallel", "3", "--duration", "2", "--results", str(folder))  # fmt: skip
     table = rows(folder / "table.csv")
     assert [r["outcome"] for r in table] == ["completed"] * 3, table
     assert {r["program.probe.exit_code"] for r in table} == {"0"}

@@ -25,7 +25,7 @@ from nestbed.backend.cluster.host import BUILDING
 from nestbed.backend.cluster.placement import place
 from nestbed.backend.cluster.share import cut_links
 from nestbed.backend.plan import plan
-from nestbed.errors import EnvironmentProblem
+from nestbed.errors import EnvironmentProblem, Held
 
 pytestmark = pytest.mark.root
 
@@ -223,7 +223,7 @@ def test_experiments_side_by_side_share_the_hosts_slots_and_one_that_does_not_fi
     first = swapped(plan(experiment(DUMBBELL, "i21slot1")))
     assert sum(f.held for f in backend.facts()) == 4
     second = plan(experiment(DUMBBELL, "i21slot2"))
-    with pytest.raises(EnvironmentProblem) as caught:
+    with pytest.raises(Held) as caught:
         backend.swap_in(second)
     assert str(caught.value) == (
         f"experiment {second.experiment} does not fit in the slots other experiments leave on "
@@ -268,7 +268,7 @@ def test_two_swapins_at_once_never_put_more_nodes_on_a_host_than_its_slots(clust
     try:
         print({name: repr(exc) for name, exc in outcomes.items()})
         assert len(won) == 1 and len(lost) == 1
-        assert isinstance(outcomes[lost[0].experiment], EnvironmentProblem)
+        assert isinstance(outcomes[lost[0].experiment], Held)
         assert "does not fit in the slots other experiments leave" in str(
             outcomes[lost[0].experiment]
         )

@@ -10,7 +10,7 @@ from nbtest import build
 from nestbed.backend.cluster import placement
 from nestbed.backend.cluster.placement import HostFacts, place, topology_of_plan
 from nestbed.backend.plan import plan
-from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.errors import Held, UserError
 from nestbed.mapper.fromir import UNLIMITED_ESTIMATE_BPS
 from nestbed.mapper.hostsfile import CORES
 
@@ -104,7 +104,7 @@ def test_slots_other_experiments_hold_are_not_placed_in():
 
 def test_an_experiment_that_fits_but_for_others_says_they_hold_the_slots():
     busy = [replace(h, held=1) for h in hosts(2, count=3)]  # 3 of 6 free, 4 nodes
-    with pytest.raises(EnvironmentProblem) as caught:
+    with pytest.raises(Held) as caught:  # what a sweep's point waits on
         place(plan(build(DUMBBELL)), busy)
     assert str(caught.value) == (
         "experiment t does not fit in the slots other experiments leave on the cluster "

@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nestbed.backend import get as get_backend
-from nestbed.errors import NestbedError, UserError
+from nestbed.errors import Held, NestbedError, UserError
 from nestbed.lifecycle import Testbed, signals
 from nestbed.model import Experiment
 from nestbed.model.options import RunOptions
@@ -104,34 +105,61 @@ def _run_in_pool(
     parallel: int,
     finish: Callable[[dict[str, Any]], None],
 ) -> None:
+    """Up to ``parallel`` points at once. A point that finds what it needs held (``Held``: a
+    cluster's slots) while others of the sweep run waits until one of them ends, and then
+    goes first; no new point starts meanwhile. Held when none of the sweep runs, other
+    experiments hold it: the point fails, saying so."""
+    queue = deque(todo)
+    waiting: list[tuple[Point, dict[str, Any]]] = []  # held, with the row that says so
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        pending: set[Future[dict[str, Any]]] = set()
+        running: dict[Future[tuple[dict[str, Any], bool]], Point] = {}
         try:
-            for point in todo:
-                pending.add(pool.submit(run_point, sweep, point, folder, store_url))
-                if len(pending) >= parallel:
-                    ready, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in ready:
-                        finish(future.result())
-            for future in pending:
-                finish(future.result())
+            while queue or running:
+                while queue and not waiting and len(running) < parallel:
+                    point = queue.popleft()
+                    running[pool.submit(_attempt, sweep, point, folder, store_url)] = point
+                ready, _ = wait(running, return_when=FIRST_COMPLETED)
+                freed = False  # a point that held something ended
+                for future in ready:
+                    point = running.pop(future)
+                    row, held = future.result()
+                    if held and (running or freed):
+                        waiting.append((point, row))
+                        continue
+                    finish(row)
+                    freed = freed or not held
+                if freed:
+                    queue.extendleft(reversed([point for point, _ in waiting]))
+                elif not running:  # the sweep's points are done, and it is still held
+                    for _, row in waiting:
+                        finish(row)
+                if freed or not running:
+                    waiting.clear()
         except KeyboardInterrupt as exc:
             # Points still running end as interrupted at once (their runs swap out) and are
             # not recorded, so a resumed sweep runs them again.
             signals.stop_everywhere(signals.signum_of(exc))
-            for future in pending:
+            for future in running:
                 future.cancel()
             raise
 
 
 def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[str, Any]:
     """One whole run of one point; never raises for a failure of the point itself."""
+    return _attempt(sweep, point, folder, store_url)[0]
+
+
+def _attempt(
+    sweep: Sweep, point: Point, folder: Path, store_url: str
+) -> tuple[dict[str, Any], bool]:
+    """``run_point``'s row, and whether the point failed only because what it needs is held."""
     from nestbed.lifecycle.runs import run_alone
 
     name = point_name(sweep, point)
     started = time.monotonic()
     results = folder / "runs" / point.key
     row = _row(point, results)
+    held = False
     try:
         exp = load(sweep.experiment, name=name, parameters=point.parameters).experiment
         doc = sweep.doc
@@ -146,12 +174,13 @@ def run_point(sweep: Sweep, point: Point, folder: Path, store_url: str) -> dict[
         raise
     except NestbedError as exc:
         row["outcome"], row["reason"] = "failed", str(exc)
+        held = isinstance(exc, Held)
     except Exception as exc:  # a bug, but the other points go on
         row["outcome"], row["reason"] = "failed", f"{type(exc).__name__}: {exc}"
     row["seconds"] = round(time.monotonic() - started, 3)
     if results.exists():
         row |= metrics(results)
-    return row
+    return row, held
 
 
 def _cut(duration: float | None, timeout: float | None, ran: float | None) -> bool:

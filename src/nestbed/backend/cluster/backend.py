@@ -64,7 +64,7 @@ from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.nofollow import write_tree
 from nestbed.backend.plan import Plan, experiment_tag
-from nestbed.errors import EnvironmentProblem, InternalError, NestbedError
+from nestbed.errors import EnvironmentProblem, Held, InternalError, NestbedError
 
 if TYPE_CHECKING:
     from nestbed.model.options import RunAs
@@ -248,20 +248,25 @@ class ClusterBackend:
 
     def swap_in(self, plan: Plan) -> None:
         """Places and builds the experiment; placed again, from fresh facts, while other
-        experiments swapped in meanwhile take the slots it was placed in (up to
-        ``PLACE_ATTEMPTS`` times)."""
+        experiments swapped in meanwhile take the slots it was placed in or hold the slots
+        it needs (up to ``PLACE_ATTEMPTS`` times, a random while apart). A racing swap-in
+        gives back what it took as soon as it finds its own slots taken, so only slots still
+        held at the last placement refuse the swap-in (``Held``)."""
         for attempt in range(1, PLACE_ATTEMPTS + 1):
             try:
                 return self._swap_in(plan)
+            except Held:
+                if attempt == PLACE_ATTEMPTS:
+                    raise
             except _SlotsTaken as taken:
                 if attempt == PLACE_ATTEMPTS:
-                    raise EnvironmentProblem(
+                    raise Held(
                         f"swap-in of experiment {plan.experiment} was placed {attempt} times, "
                         f"and each time other experiments swapped in meanwhile took its "
                         f"slots (last on host {taken.host}); try again"
                     ) from taken.__cause__
-                # Apart, so that two swap-ins that took each other's slots do not again.
-                time.sleep(random.uniform(0.05, 0.25) * attempt)
+            # Apart, so that two swap-ins that took each other's slots do not again.
+            time.sleep(random.uniform(0.05, 0.25) * attempt)
 
     def _swap_in(self, plan: Plan) -> None:
         facts = self.facts()

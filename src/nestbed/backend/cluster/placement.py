@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from nestbed.backend.cluster.share import link_members
 from nestbed.backend.plan import Plan
-from nestbed.errors import EnvironmentProblem, UserError
+from nestbed.errors import Held, UserError
 from nestbed.mapper import (
     Host,
     LanMember,
@@ -112,7 +112,7 @@ def testbed_of(hosts: list[HostFacts]) -> Testbed:
 
 def place(p: Plan, hosts: list[HostFacts]) -> dict[str, str]:
     """Node -> host, from the mapper (UserError with one sentence if nothing fits, or
-    EnvironmentProblem if it would fit but for other experiments); every simulated node on
+    Held if it would fit but for other experiments); every simulated node on
     the simulator's host."""
     try:
         found = dict(map_topology(topology_of_plan(p), testbed_of(hosts)).hosts)
@@ -123,7 +123,7 @@ def place(p: Plan, hosts: list[HostFacts]) -> dict[str, str]:
         # Too large for the hosts themselves: the mapper's own sentence says so.
         map_topology(topology_of_plan(p), testbed_of([replace(h, held=0) for h in hosts]))
         total = sum(h.slots for h in hosts)
-        raise EnvironmentProblem(
+        raise Held(
             f"experiment {p.experiment} does not fit in the slots other experiments leave on "
             f"the cluster ({taken} of its {total} node slots are held): swap one of them out, "
             "or try again when one has ended"
