@@ -1,5 +1,6 @@
 """What a simulated node runs, without root: the traffic tools' command lines turned into
-nestbed-sim commands, and the one sentence for anything else."""
+nestbed-sim commands, the one sentence for anything else, and a tool's state when a request
+about it fails."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from nestbed.backend.sim import SimulatedProcess
 from nestbed.control.simulated import command
-from nestbed.errors import Refused
+from nestbed.errors import EnvironmentProblem, Refused
 
 OUT = Path("/r/traffic/raw/cbr0-0.send")
 
@@ -54,3 +56,39 @@ def test_anything_else_is_refused_in_one_sentence(argv, message):
     with pytest.raises(Refused) as caught:
         command("t", "r1", argv, OUT)
     assert str(caught.value) == message
+
+
+class Flaky:
+    """A nestbed-sim that runs, or not, whose next FAILS requests fail (an agent too slow to
+    answer a cluster's request, say), and which records the tools stopped."""
+
+    def __init__(self, fails: int, runs: bool = True):
+        self.fails, self.runs, self.stopped = fails, runs, []
+
+    def request(self, *words):  # as sim.Simulator's
+        if self.fails:
+            self.fails -= 1
+            raise EnvironmentProblem("host h1 did not answer in 30 s")
+        if words[0] == "stop":
+            self.stopped.append(words[1])
+        return {"done": words[0] == "stop"}
+
+    def running(self) -> bool:
+        return self.runs
+
+
+def test_a_failed_request_does_not_pass_for_the_tools_end_while_nestbed_sim_runs():
+    """Before, any failed request marked the tool ended: linktest then never stopped it, and
+    its port stayed taken for the next round ("udp-recv: UDP port 40000 is taken")."""
+    channel = Flaky(fails=1)
+    tool = SimulatedProcess(channel, "t1", ["nestbed-probe", "recv"])
+    assert tool.poll() is None  # the failure: still running, as far as anyone knows
+    tool.kill()  # the first stop fails, the second is sent
+    assert channel.stopped == ["t1"] and tool.returncode == 0
+    gone = Flaky(fails=5, runs=False)
+    ended = SimulatedProcess(gone, "t2", ["nestbed-probe", "recv"])
+    assert ended.poll() == 1  # nestbed-sim is gone: so is the tool
+    stubborn = Flaky(fails=5)
+    left = SimulatedProcess(stubborn, "t3", ["nestbed-probe", "recv"])
+    left.kill()  # two stops fail: given up on, so that no caller waits on it for ever
+    assert left.returncode == 1 and stubborn.fails == 3

@@ -250,17 +250,32 @@ class SimulatedProcess:
                 if self.channel.request("state", self.tool)["done"]:
                     self.returncode = 0
             except (OSError, NestbedError):
-                self.returncode = 1  # the simulator is gone; the run's lag record says so
+                self.returncode = self._after_failure()
         return self.returncode
 
     def send_signal(self, _signum: int) -> None:
-        """Any signal stops the tool, which writes its summary before the reply."""
-        if self.returncode is None:
+        """Any signal stops the tool, which writes its summary before the reply. A stop
+        that fails while nestbed-sim still runs is sent once more: a tool left running
+        keeps its port, and the next tool on it is refused."""
+        for _ in range(2):
+            if self.returncode is not None:
+                return
             try:
                 self.channel.request("stop", self.tool)
                 self.returncode = 0
             except (OSError, NestbedError):
-                self.returncode = 1
+                self.returncode = self._after_failure()
+        if self.returncode is None:
+            self.returncode = 1
+
+    def _after_failure(self) -> int | None:
+        """After a request about the tool failed: 1 if nestbed-sim is gone (the run's lag
+        record says so), None while it runs (the tool may too; a failed request, a host's
+        agent too slow to answer, say nothing of it)."""
+        try:
+            return None if self.channel.running() else 1
+        except (OSError, NestbedError):
+            return 1
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
