@@ -25,7 +25,9 @@ once whose runs alternate, so that both paths see the same load on the shared ma
   linkd then cuts every super-frame): goodput after the first second against what the rate
   allows, CPU seconds per Gbit of iperf3's sender and receiver (iperf3's own figures) and of
   linkd, which say per core where the ceiling is (generator, kernel, emulator), and linkd's
-  counters. ``--shaped-only`` runs these rows alone.
+  counters. ``--shaped-only`` runs these rows alone. ``--ceiling`` runs the 10 Gb/s link
+  alone beside the same link unshaped and a direct veth pair, all with offloads on: where a
+  10 Gb/s link stops on this machine, and whose limit that is.
 
 Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
 the 64-byte rows of the fast generators alone (trafgen, and nestbed-probe on packet rings at
@@ -312,17 +314,20 @@ TCP_SECONDS = 5
 
 
 def _sender_port(bench: Bench) -> dict:
-    """linkd's counters of the sending node's port (its egress pipe is the shaped one)."""
+    """linkd's counters of the sending node's port (its egress pipe is the shaped one); all
+    zero for a plain veth."""
+    if not bench.plan.needs_linkd:
+        return {"egress": {"counters": {"packets_in": 0, "drops": {"queue_full": 0, "loss": 0}}}}
     return bench.counters()["links"]["link0"]["ports"]["s"]
 
 
-def declared_tcp(bench: Bench) -> dict[str, float]:
+def declared_tcp(bench: Bench, rate_bps: float | None = None) -> dict[str, float]:
     """One iperf3 stream s → r through the link as the experiment declared it: goodput after
-    the first second against what its rate allows for full-sized segments (MSS + 66 bytes of
-    headers + 24 of Ethernet overhead per wire frame), and CPU seconds per Gbit of iperf3's
-    sender and receiver (getrusage, as iperf3 reports them) and of linkd (from /proc, from
-    the end of the first second to the end)."""
-    rate_bps = bench.ir.links[0].ports[0].egress.bandwidth_bps
+    the first second against what its rate (or ``rate_bps``) allows for full-sized segments
+    (MSS + 66 bytes of headers + 24 of Ethernet overhead per wire frame), and CPU seconds per
+    Gbit of iperf3's sender and receiver (getrusage, as iperf3 reports them) and of linkd
+    (from /proc, from the end of the first second to the end)."""
+    rate_bps = rate_bps or bench.ir.links[0].ports[0].egress.bandwidth_bps
     linux.exec_in(bench.plan, "r", ["iperf3", "-s", "-1", "-D"], check=True)
     time.sleep(0.3)
     linkd = _linkd_pid(bench)
@@ -389,6 +394,51 @@ def declared_rows(linkd_before: str | None, tmp: Path) -> dict[str, dict[str, di
                 for label, on in offloads.items():
                     rows[key][label]["offloads"] = on
     return rows
+
+
+CEILING_RATE = "10Gb"
+
+
+def ceiling_rows(tmp: Path) -> dict[str, dict[str, float]]:
+    """Where a 10 Gb/s link stops on this machine: one TCP stream through a link declared at
+    10 Gb/s as the back end makes it (offloads on) with a queue of 1000 frames, through the
+    same link with its rate removed after swap-in (linkd carrying super-frames unshaped), and
+    through a direct veth pair with offloads on, runs alternating; label → median row, each
+    against what 10 Gb/s allows."""
+    setups = {"linkd, 10 Gb/s": True, "linkd, unshaped": True, "direct veth": False}
+    with contextlib.ExitStack() as stack:
+        benches: dict[str, Bench] = {}
+        for k, (label, through) in enumerate(setups.items()):
+            directory = tmp / f"ceiling-{k}"
+            directory.mkdir()
+            name = f"bench-ceiling{k}-{os.getpid()}"
+            bench = Bench(directory, through_linkd=through, name=name, bandwidth=CEILING_RATE)
+            benches[label] = stack.enter_context(bench)
+        set_offloads(benches["direct veth"], True)
+        rate_bps = benches["linkd, 10 Gb/s"].ir.links[0].ports[0].egress.bandwidth_bps
+        queue = {"queue": {"limit": {"packets": 1000}}}
+        benches["linkd, 10 Gb/s"].set_link({"bandwidth": {"rate_bps": rate_bps}, **queue})
+        benches["linkd, unshaped"].set_link(queue)
+        rows = alternating(benches, lambda b: declared_tcp(b, rate_bps))
+        for label, b in benches.items():
+            rows[label]["offloads"] = _offloads_on(b)
+    return rows
+
+
+def report_ceiling(rows: dict[str, dict[str, float]]) -> None:
+    print(f"\nwhere 10 Gb/s stops: one TCP stream, median of {RUNS} runs alternating, goodput "
+          "after the first second against what 10 Gb/s allows")  # fmt: skip
+    print(f"{'path':<18}{'offloads':>9}{'goodput Gb/s':>14}{'allowed Gb/s':>14}{'error %':>9}"
+          f"{'sender s/Gbit':>15}{'receiver s/Gbit':>17}{'linkd cores':>13}{'in/s':>10}"
+          f"{'full/s':>8}")  # fmt: skip
+    for label, t in rows.items():
+        print(f"{label:<18}{'on' if t['offloads'] else 'off':>9}{t['bps'] / 1e9:>14.3f}"
+              f"{t['expected_bps'] / 1e9:>14.3f}{t['error_pct']:>+9.2f}"
+              f"{t['sender_s_per_gbit']:>15.3f}{t['receiver_s_per_gbit']:>17.3f}"
+              f"{t['linkd_cores']:>13.2f}{t['in_per_s']:>10,.0f}"
+              f"{t['queue_full_per_s']:>8,.0f}")  # fmt: skip
+    print("(in/s, full/s: the sender's pipe in linkd, packets taken in a second (a super-frame"
+          " taken whole is one) and wire frames a full queue dropped)")  # fmt: skip
 
 
 def _offloads_on(bench: Bench) -> bool:
@@ -472,12 +522,21 @@ def main() -> None:
         "--perf", metavar="FILE", help="perf record linkd (rings) in its trafgen window"
     )
     parser.add_argument(
+        "--ceiling", action="store_true",
+        help="only TCP through a link declared at 10 Gb/s, shaped and unshaped, beside a "
+        "direct veth, all with offloads on: where 10 Gb/s stops on this machine",
+    )  # fmt: skip
+    parser.add_argument(
         "--shaped-only", action="store_true",
         help="only TCP through links declared at 1, 2.5, 5 and 10 Gb/s, as the back end "
         "makes them against offloads off",
     )  # fmt: skip
     args = parser.parse_args()
     RUNS, PERF_FILE = args.runs, args.perf
+    if args.ceiling:
+        with tempfile.TemporaryDirectory() as tmp:
+            report_ceiling(ceiling_rows(Path(tmp)))
+        return
     if args.shaped_only:
         with tempfile.TemporaryDirectory() as tmp:
             declared = declared_rows(args.linkd_before, Path(tmp))
