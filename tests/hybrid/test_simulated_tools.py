@@ -92,3 +92,15 @@ def test_a_failed_request_does_not_pass_for_the_tools_end_while_nestbed_sim_runs
     left = SimulatedProcess(stubborn, "t3", ["nestbed-probe", "recv"])
     left.kill()  # two stops fail: given up on, so that no caller waits on it for ever
     assert left.returncode == 1 and stubborn.fails == 3
+
+
+def test_a_tool_nestbed_sim_does_not_have_has_ended():
+    """nestbed-sim's refusal is an answer: the tool is not there, and waiting for it to end
+    would wait for ever."""
+
+    class Forgetful(Flaky):
+        def request(self, *words):  # as sim.Simulator's
+            raise Refused(f"the simulated part refused it: {words[0]}: no tool {words[1]}")
+
+    tool = SimulatedProcess(Forgetful(fails=0), "t4", ["nestbed-probe", "recv"])
+    assert tool.wait(timeout=5) == 1

@@ -56,8 +56,9 @@ def test_a_point_that_finds_the_slots_held_by_the_sweep_waits_for_them(
     rows = execute.run_sweep(sweep, tmp_path, parallel=3)
     assert sorted(r["outcome"] for r in rows) == ["completed"] * 4, rows
     assert slots.refused.is_set() and slots.most == 2
-    again = [name for name in set(slots.attempts) if slots.attempts.count(name) > 1]
-    assert len(again) >= 1 and len(slots.attempts) == 4 + len(again), slots.attempts
+    # The refused point ran later. (Put back with a new point beside it, either may be
+    # refused again, so how many attempts there were is the machine's pace.)
+    assert len(slots.attempts) > 4 and len(set(slots.attempts)) == 4, slots.attempts
     assert len(execute.read_rows(tmp_path)) == 4  # a refused attempt is not recorded
 
 

@@ -249,8 +249,8 @@ class SimulatedProcess:
             try:
                 if self.channel.request("state", self.tool)["done"]:
                     self.returncode = 0
-            except (OSError, NestbedError):
-                self.returncode = self._after_failure()
+            except (OSError, NestbedError) as exc:
+                self.returncode = self._after_failure(exc)
         return self.returncode
 
     def send_signal(self, _signum: int) -> None:
@@ -263,15 +263,18 @@ class SimulatedProcess:
             try:
                 self.channel.request("stop", self.tool)
                 self.returncode = 0
-            except (OSError, NestbedError):
-                self.returncode = self._after_failure()
+            except (OSError, NestbedError) as exc:
+                self.returncode = self._after_failure(exc)
         if self.returncode is None:
             self.returncode = 1
 
-    def _after_failure(self) -> int | None:
-        """After a request about the tool failed: 1 if nestbed-sim is gone (the run's lag
-        record says so), None while it runs (the tool may too; a failed request, a host's
-        agent too slow to answer, say nothing of it)."""
+    def _after_failure(self, exc: BaseException) -> int | None:
+        """After a request about the tool failed with ``exc``: 1 if nestbed-sim answered it
+        (it refuses a tool it does not have) or is gone (the run's lag record says so), None
+        while it runs (the tool may too: a request that got no answer, from a host's agent
+        too slow to give one, says nothing of it)."""
+        if isinstance(exc, Refused):
+            return 1
         try:
             return None if self.channel.running() else 1
         except (OSError, NestbedError):
