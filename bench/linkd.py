@@ -26,8 +26,9 @@ once whose runs alternate, so that both paths see the same load on the shared ma
   allows, CPU seconds per Gbit of iperf3's sender and receiver (iperf3's own figures) and of
   linkd, which say per core where the ceiling is (generator, kernel, emulator), and linkd's
   counters. ``--shaped-only`` runs these rows alone. ``--ceiling`` runs the 10 Gb/s link
-  alone beside the same link unshaped and a direct veth pair, all with offloads on: where a
-  10 Gb/s link stops on this machine, and whose limit that is.
+  (``--ceiling-rate`` another) alone beside the same link unshaped and a direct veth pair,
+  all with offloads on: where the link stops on this machine, whose limit that is, and how
+  often TCP saw its segments out of order.
 
 Needs root; trafgen is optional (its rows are skipped without it). ``--trafgen-only`` runs
 the 64-byte rows of the fast generators alone (trafgen, and nestbed-probe on packet rings at
@@ -321,6 +322,17 @@ def _sender_port(bench: Bench) -> dict:
     return bench.counters()["links"]["link0"]["ports"]["s"]
 
 
+def _busy_ns(bench: Bench) -> int:
+    """How long the sender's pipe in linkd has spent serializing (0 for a plain veth)."""
+    return _sender_port(bench)["egress"]["counters"].get("busy_ns", 0)
+
+
+def _tcp_counters(bench: Bench) -> dict[str, int]:
+    """The sending node's TCP counters (nstat, absolute)."""
+    lines = _in(bench, "s", ["nstat", "-a", "-z", "-s"]).splitlines()[1:]
+    return {line.split()[0]: int(line.split()[1]) for line in lines}
+
+
 def declared_tcp(bench: Bench, rate_bps: float | None = None) -> dict[str, float]:
     """One iperf3 stream s → r through the link as the experiment declared it: goodput after
     the first second against what its rate (or ``rate_bps``) allows for full-sized segments
@@ -332,19 +344,30 @@ def declared_tcp(bench: Bench, rate_bps: float | None = None) -> dict[str, float
     time.sleep(0.3)
     linkd = _linkd_pid(bench)
     port_before = _sender_port(bench)
+    nstat_before = _tcp_counters(bench)
     argv = ["iperf3", "-c", bench.receiver_ip, "-t", str(TCP_SECONDS), "-O", "1", "-J"]
     client = linux.start_in(bench.plan, "s", argv, stdout=subprocess.PIPE, text=True)
     time.sleep(1.0)
     cpu_before = _cpu_s(linkd) if linkd else 0.0
+    # The link's busy share over three seconds in the middle of the stream (linkd's own
+    # account of its serialization time; 0 without a rate).
+    busy_before, t_before = _busy_ns(bench), time.monotonic()
+    time.sleep(3.0)
+    busy_share = (_busy_ns(bench) - busy_before) / 1e9 / (time.monotonic() - t_before)
     stdout, _ = client.communicate()
     cpu = (_cpu_s(linkd) if linkd else 0.0) - cpu_before
     port = _sender_port(bench)
+    nstat = {k: v - nstat_before.get(k, 0) for k, v in _tcp_counters(bench).items()}
     pipe, pipe_before = port["egress"]["counters"], port_before["egress"]["counters"]
     whole_s = TCP_SECONDS + 1
     report = json.loads(stdout)
     mss = report["start"]["tcp_mss_default"]
     expected = rate_bps * mss / (mss + 66 + 24)
     received = report["end"]["sum_received"]
+    # The receiver's goodput over the seconds the busy share covers (iperf3 reports each
+    # second; the first, omitted, is the one before it).
+    window = [i["sum"] for i in report["intervals"] if not i["sum"]["omitted"]][:3]
+    window_bps = sum(w["bytes"] for w in window) * 8 / sum(w["seconds"] for w in window)
     gbit, gbps = received["bytes"] * 8 / 1e9, received["bits_per_second"] / 1e9
     # iperf3's CPU figures are shares of a core over the test: per Gbit at its goodput.
     usage = report["end"]["cpu_utilization_percent"]
@@ -360,6 +383,15 @@ def declared_tcp(bench: Bench, rate_bps: float | None = None) -> dict[str, float
         # counter), and wire frames the pipe took in and dropped (queue full, loss).
         "cut_per_s": (port.get("segmented", 0) - port_before.get("segmented", 0)) / whole_s,
         "in_per_s": (pipe["packets_in"] - pipe_before["packets_in"]) / whole_s,
+        "busy_pct": busy_share * 100,
+        # What the link carried while busy, against the rate: the shaping's own error.
+        "busy_error_pct": (window_bps / busy_share - expected) / expected * 100
+        if busy_share
+        else 0.0,
+        "retransmits_per_s": report["end"]["sum_sent"].get("retransmits", 0) / whole_s,
+        # Segments the receiver reported as received twice (DSACK): sent again for nothing.
+        "spurious_per_s": nstat.get("TcpExtTCPDSACKRecvSegs", 0) / whole_s,
+        "reorder_seen": nstat.get("TcpExtTCPSACKReorder", 0),
         **{
             f"{cause}_per_s": (pipe["drops"][cause] - pipe_before["drops"][cause]) / whole_s
             for cause in ("queue_full", "loss")
@@ -399,25 +431,26 @@ def declared_rows(linkd_before: str | None, tmp: Path) -> dict[str, dict[str, di
 CEILING_RATE = "10Gb"
 
 
-def ceiling_rows(tmp: Path) -> dict[str, dict[str, float]]:
-    """Where a 10 Gb/s link stops on this machine: one TCP stream through a link declared at
-    10 Gb/s as the back end makes it (offloads on) with a queue of 1000 frames, through the
-    same link with its rate removed after swap-in (linkd carrying super-frames unshaped), and
-    through a direct veth pair with offloads on, runs alternating; label → median row, each
-    against what 10 Gb/s allows."""
-    setups = {"linkd, 10 Gb/s": True, "linkd, unshaped": True, "direct veth": False}
+def ceiling_rows(tmp: Path, rate: str) -> dict[str, dict[str, float]]:
+    """Where a link of ``rate`` stops on this machine: one TCP stream through a link declared
+    at that rate as the back end makes it (offloads on) with a queue of 1000 frames; the same
+    link with its rate removed after swap-in (linkd carrying the super-frames unshaped); and a
+    direct veth pair with offloads on; runs alternating; label → median row, each against what
+    the rate allows."""
+    shaped = f"linkd, {rate}"
+    setups = {shaped: True, "linkd, unshaped": True, "direct veth": False}
     with contextlib.ExitStack() as stack:
         benches: dict[str, Bench] = {}
         for k, (label, through) in enumerate(setups.items()):
             directory = tmp / f"ceiling-{k}"
             directory.mkdir()
             name = f"bench-ceiling{k}-{os.getpid()}"
-            bench = Bench(directory, through_linkd=through, name=name, bandwidth=CEILING_RATE)
+            bench = Bench(directory, through_linkd=through, name=name, bandwidth=rate)
             benches[label] = stack.enter_context(bench)
         set_offloads(benches["direct veth"], True)
-        rate_bps = benches["linkd, 10 Gb/s"].ir.links[0].ports[0].egress.bandwidth_bps
+        rate_bps = benches[shaped].ir.links[0].ports[0].egress.bandwidth_bps
         queue = {"queue": {"limit": {"packets": 1000}}}
-        benches["linkd, 10 Gb/s"].set_link({"bandwidth": {"rate_bps": rate_bps}, **queue})
+        benches[shaped].set_link({"bandwidth": {"rate_bps": rate_bps}, **queue})
         benches["linkd, unshaped"].set_link(queue)
         rows = alternating(benches, lambda b: declared_tcp(b, rate_bps))
         for label, b in benches.items():
@@ -425,20 +458,28 @@ def ceiling_rows(tmp: Path) -> dict[str, dict[str, float]]:
     return rows
 
 
-def report_ceiling(rows: dict[str, dict[str, float]]) -> None:
-    print(f"\nwhere 10 Gb/s stops: one TCP stream, median of {RUNS} runs alternating, goodput "
-          "after the first second against what 10 Gb/s allows")  # fmt: skip
+def report_ceiling(rows: dict[str, dict[str, float]], rate: str) -> None:
+    print(f"\nwhere {rate} stops: one TCP stream, median of {RUNS} runs alternating, goodput "
+          f"after the first second against what {rate} allows")  # fmt: skip
     print(f"{'path':<18}{'offloads':>9}{'goodput Gb/s':>14}{'allowed Gb/s':>14}{'error %':>9}"
-          f"{'sender s/Gbit':>15}{'receiver s/Gbit':>17}{'linkd cores':>13}{'in/s':>10}"
-          f"{'full/s':>8}")  # fmt: skip
+          f"{'busy %':>8}{'busy err %':>11}{'sender s/Gbit':>15}{'receiver s/Gbit':>17}"
+          f"{'linkd cores':>13}{'in/s':>10}{'full/s':>8}{'retx/s':>9}{'spurious/s':>11}"
+          f"{'reorder':>9}")  # fmt: skip
     for label, t in rows.items():
         print(f"{label:<18}{'on' if t['offloads'] else 'off':>9}{t['bps'] / 1e9:>14.3f}"
               f"{t['expected_bps'] / 1e9:>14.3f}{t['error_pct']:>+9.2f}"
-              f"{t['sender_s_per_gbit']:>15.3f}{t['receiver_s_per_gbit']:>17.3f}"
-              f"{t['linkd_cores']:>13.2f}{t['in_per_s']:>10,.0f}"
-              f"{t['queue_full_per_s']:>8,.0f}")  # fmt: skip
-    print("(in/s, full/s: the sender's pipe in linkd, packets taken in a second (a super-frame"
-          " taken whole is one) and wire frames a full queue dropped)")  # fmt: skip
+              f"{t['busy_pct']:>8.2f}{t['busy_error_pct']:>+11.2f}"
+              f"{t['sender_s_per_gbit']:>15.3f}{t['receiver_s_per_gbit']:>17.3f}{t['linkd_cores']:>13.2f}{t['in_per_s']:>10,.0f}"
+              f"{t['queue_full_per_s']:>8,.0f}{t['retransmits_per_s']:>9,.0f}"
+              f"{t['spurious_per_s']:>11,.0f}{t['reorder_seen']:>9,.0f}")  # fmt: skip
+    print("(busy %: the share of three seconds mid-stream the shaped link spent serializing,"
+          " by linkd's account; busy err %: the receiver's goodput over those seconds divided by"
+          " that share, against what the rate allows: the shaping's error apart from the time"
+          " TCP left the link idle;")  # fmt: skip
+    print(" in/s, full/s: the sender's pipe in linkd, packets taken in a second (a super-frame"
+          " taken whole is one) and wire frames a full queue dropped; retx/s: segments TCP sent"
+          " again, spurious/s those the receiver already had (DSACK); reorder: times the"
+          " sender saw segments arrive out of order; medians)")  # fmt: skip
 
 
 def _offloads_on(bench: Bench) -> bool:
@@ -527,6 +568,12 @@ def main() -> None:
         "direct veth, all with offloads on: where 10 Gb/s stops on this machine",
     )  # fmt: skip
     parser.add_argument(
+        "--ceiling-rate",
+        default=CEILING_RATE,
+        metavar="RATE",
+        help=f"the rate of --ceiling's shaped link (default {CEILING_RATE})",
+    )
+    parser.add_argument(
         "--shaped-only", action="store_true",
         help="only TCP through links declared at 1, 2.5, 5 and 10 Gb/s, as the back end "
         "makes them against offloads off",
@@ -535,7 +582,7 @@ def main() -> None:
     RUNS, PERF_FILE = args.runs, args.perf
     if args.ceiling:
         with tempfile.TemporaryDirectory() as tmp:
-            report_ceiling(ceiling_rows(Path(tmp)))
+            report_ceiling(ceiling_rows(Path(tmp), args.ceiling_rate), args.ceiling_rate)
         return
     if args.shaped_only:
         with tempfile.TemporaryDirectory() as tmp:

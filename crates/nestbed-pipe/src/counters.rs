@@ -97,4 +97,9 @@ pub struct Counters {
     pub duplicates: u64,
     /// Packets that had a bit flipped.
     pub corrupted: u64,
+    /// Nanoseconds the bandwidth stage spent serializing: the link's busy
+    /// time, whose share of a span says how much of it the link was in use
+    /// (0 without a rate; frames a burst lets through count none).
+    #[serde(default)]
+    pub busy_ns: u64,
 }

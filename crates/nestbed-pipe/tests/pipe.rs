@@ -690,3 +690,28 @@ fn results_do_not_depend_on_how_often_the_caller_polls() {
     assert_eq!(a.counters(), b.counters());
     assert!(a.counters().duplicates > 50 && a.counters().drops.loss > 20);
 }
+
+#[test]
+fn busy_time_is_the_serialization_time_of_what_was_sent_and_not_the_gaps() {
+    // 1 byte per µs: 976 bytes + 24 of overhead take exactly 1 ms on the link.
+    let mut pipe = Pipe::new(shaped(8 * MBPS, 0, QueueLimit::Packets(100)), 1).unwrap();
+    let burst = (0..10).map(|_| (Instant::ZERO, packet(976)));
+    let late = (Instant::from_nanos(25 * MS), packet(976));
+    simulate(&mut pipe, burst.chain(std::iter::once(late)));
+    assert_eq!(pipe.counters().busy_ns, 11 * MS);
+    // A fractional serialization time (704 bits at 56 kb/s: 12.571… ms) rounds once per busy
+    // period, not once per frame.
+    let mut slow = Pipe::new(shaped(56_000, 0, QueueLimit::Packets(1000)), 1).unwrap();
+    simulate(&mut slow, (0..700).map(|_| (Instant::ZERO, packet(64))));
+    assert_eq!(
+        slow.counters().busy_ns,
+        (700 * 704 * 1_000_000_000u64).div_ceil(56_000)
+    );
+    // Without a rate the link takes no time.
+    let mut free = Pipe::new(shaped(0, 5 * MS, QueueLimit::Packets(100)), 1).unwrap();
+    simulate(
+        &mut free,
+        (0..10).map(|k| (Instant::from_nanos(k * US), packet(976))),
+    );
+    assert_eq!(free.counters().busy_ns, 0);
+}
