@@ -68,15 +68,23 @@ GOAL_IN_S, GOAL_OUT_S = 6.0, 3.0  # swapped in within 6 s and out within 3 s
 
 
 def tree(n: int):  # type: ignore[no-untyped-def]
-    """A binary tree of ``n`` nodes, every link 100 Mb/s and 1 ms (so all go through linkd)."""
+    """A binary tree of ``n`` nodes, every link 100 Mb/s and 1 ms (so all go through linkd),
+    named after this process (``tree_name``): two benches on one machine, or a test cleaning
+    up after one it killed, each know their own namespaces."""
     nodes = ", ".join(f"{{name: n{i}}}" for i in range(n))
     links = "\n".join(
         f"  - {{name: l{i}, members: [n{(i - 1) // 2}, n{i}], bandwidth: 100Mb, delay: 1ms}}"
         for i in range(1, n)
     )
-    text = f"name: tree{n}\nrouting: static\nnodes: [{nodes}]\nlinks:\n{links}\n"
+    name = tree_name(n, os.getpid())
+    text = f"name: {name}\nrouting: static\nnodes: [{nodes}]\nlinks:\n{links}\n"
     document, locations = yaml_front_end.read(text, f"tree{n}.yaml")
     return resolve(document, file=f"tree{n}.yaml", locations=locations)
+
+
+def tree_name(n: int, pid: int) -> str:
+    """The name of the ``n``-node tree of the bench in process ``pid``."""
+    return f"tree{n}-{pid}"
 
 
 def control_traffic() -> None:

@@ -5,6 +5,7 @@ their namespaces, the underlay's uplink and their agents behind."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -17,9 +18,19 @@ import pytest
 from simulated import SRC, interfaces, namespaces, processes
 
 from nbtest import until
+from nestbed.backend import linux
+from nestbed.backend.plan import experiment_tag
 
 pytestmark = pytest.mark.root
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "cluster.py"
+
+
+def _bench_module():  # type: ignore[no-untyped-def]
+    """bench/cluster.py as a module (its experiment's name), under a name of its own."""
+    spec = importlib.util.spec_from_file_location("bench_cluster", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -49,27 +60,42 @@ def test_the_cluster_bench_stopped_by_a_signal_removes_its_simulated_hosts(sig):
         assert f"i21g{bench.pid % 100000}" not in interfaces()
         assert not agents() and not processes(f"/run/nestbed-{made}")
         assert not list(Path("/run").glob(f"nestbed-{made}*"))
-    finally:  # whatever it left, the test removes (only its own names)
+    finally:
+        _remove_what_it_left(bench, made)
+
+
+def _remove_what_it_left(bench: subprocess.Popen, made: str) -> None:
+    """Whatever the bench left, killed if it still runs: only its own names."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(bench.pid, signal.SIGKILL)
+    bench.wait()
+    for pid in _pids(f"/run/nestbed-{made}"):  # the underlay's linkd: a session of its own
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(bench.pid, signal.SIGKILL)
-        bench.wait()
-        for pid in _pids(f"/run/nestbed-{made}"):  # the underlay's linkd: a session of its own
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        gateway = f"i21g{bench.pid % 100000}"
-        shown = subprocess.run(["ip", "-4", "-br", "addr", "show", "dev", gateway],
-                               capture_output=True, text=True)  # fmt: skip
-        address = shown.stdout.split()[2].split("/")[0] if shown.returncode == 0 else None
-        subprocess.run(["ip", "link", "delete", gateway], capture_output=True)
-        for name in namespaces():
-            if name.startswith(made):
-                subprocess.run(["ip", "netns", "delete", name], capture_output=True)
-        for folder in Path("/run").glob(f"nestbed-{made}*"):
-            shutil.rmtree(folder, ignore_errors=True)
-        for folder in Path(tempfile.gettempdir()).glob("nb-scheduler-*"):  # its scheduler's
-            with contextlib.suppress(OSError):
-                if address and f"//{address}:" in (folder / "scheduler.json").read_text():
-                    shutil.rmtree(folder, ignore_errors=True)
+            os.kill(pid, signal.SIGKILL)
+    gateway = f"i21g{bench.pid % 100000}"
+    shown = subprocess.run(["ip", "-4", "-br", "addr", "show", "dev", gateway],
+                           capture_output=True, text=True)  # fmt: skip
+    address = shown.stdout.split()[2].split("/")[0] if shown.returncode == 0 else None
+    subprocess.run(["ip", "link", "delete", gateway], capture_output=True)
+    for name in namespaces():
+        if name.startswith(made):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    for folder in Path("/run").glob(f"nestbed-{made}*"):
+        shutil.rmtree(folder, ignore_errors=True)
+    # Its experiment, if the bench was killed with it swapped in: namespaces and cgroups
+    # are the whole machine's, and its name is the bench's own. Namespaces a host made but
+    # had not marked yet are known to no one but by that name (their hosts' claims were in
+    # the state folders removed above).
+    cluster = _bench_module()
+    tag = experiment_tag(cluster.tree_name(cluster.LINKTEST[0], bench.pid))
+    linux.remove_leftovers({tag})
+    for name in namespaces():
+        if name.startswith(f"nb-{tag}"):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    for folder in Path(tempfile.gettempdir()).glob("nb-scheduler-*"):  # its scheduler's
+        with contextlib.suppress(OSError):
+            if address and f"//{address}:" in (folder / "scheduler.json").read_text():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _pids(needle: str) -> list[int]:
