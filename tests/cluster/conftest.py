@@ -27,3 +27,17 @@ def simulated_cluster():
 
     with started(3, slots=2) as (machines, agents):
         yield machines, agents
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test on the session's simulated cluster shows what its agents and scheduler
+    logged about lost connections so far: a host that vanished mid-test says why there (the
+    logs go with the cluster at the session's end)."""
+    outcome = yield
+    report = outcome.get_result()
+    cluster = item.funcargs.get("simulated_cluster") if hasattr(item, "funcargs") else None
+    if report.when == "call" and report.failed and cluster is not None:
+        _, agents = cluster
+        said = agents.lost()
+        report.sections.append(("the agents' lost connections", "\n".join(said) or "(none)"))
