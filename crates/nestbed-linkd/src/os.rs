@@ -22,6 +22,7 @@ use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub use nestbed_ring::clock::{monotonic_ns, realtime_ns};
 pub use nestbed_ring::if_index;
 use nestbed_ring::{cvt, PACKET_OUTGOING, PACKET_VNET_HDR};
 
@@ -48,17 +49,6 @@ const ETH_P_ALL: u16 = 0x0003;
 /// Largest frame read: a 64 KB super-frame (GSO, offloads on) with its
 /// Ethernet and VLAN headers; a larger frame is read truncated and counted.
 pub const FRAME_BUF: usize = 66 * 1024;
-
-/// `CLOCK_MONOTONIC` in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// Sets this thread's timer slack to 1 ns so timer wake-ups are not
 /// coalesced (the default slack is 50 µs).
@@ -303,17 +293,6 @@ pub struct Received<'a> {
     /// When the kernel received the frame (`CLOCK_REALTIME` ns), if it
     /// said so (`SO_TIMESTAMPNS`).
     pub kernel_realtime_ns: Option<u64>,
-}
-
-/// `CLOCK_REALTIME` in nanoseconds.
-pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; CLOCK_REALTIME always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The `SCM_TIMESTAMPNS` timestamp in a received message's control data.

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nestbed_pipe::{Instant, Packet, PipeParams};
+use nestbed_ring::clock::ClockOffset;
 use serde_json::Value;
 
 use crate::dispatch::LinkState;
@@ -224,56 +225,19 @@ struct Worker {
     realtime_refused: bool,
 }
 
-/// CLOCK_REALTIME − CLOCK_MONOTONIC, to turn kernel receive timestamps into
-/// monotonic time.
-struct ClockOffset {
-    offset: i128,
-    measured_at: u64,
-}
-
-impl ClockOffset {
-    fn measure() -> ClockOffset {
-        let mut best: Option<(u64, i128, u64)> = None;
-        for _ in 0..5 {
-            let a = os::monotonic_ns();
-            let r = os::realtime_ns();
-            let b = os::monotonic_ns();
-            let width = b.saturating_sub(a);
-            let offset = i128::from(r) - i128::from(a + width / 2);
-            if best.is_none_or(|(w, _, _)| width < w) {
-                best = Some((width, offset, b));
-            }
-        }
-        let (_, offset, measured_at) = best.unwrap_or((0, 0, 0));
-        ClockOffset {
-            offset,
-            measured_at,
-        }
+/// The monotonic arrival time of a frame read at `read` (monotonic) with
+/// kernel timestamp `kernel` (realtime), if that is plausible; else `read`.
+fn arrival(clock: &ClockOffset, kernel: Option<u64>, read: u64) -> u64 {
+    let Some(k) = kernel else {
+        return read;
+    };
+    let m = clock.monotonic(i128::from(k));
+    if m > i128::from(read) || m < i128::from(read.saturating_sub(MAX_TIMESTAMP_AGE_NS)) {
+        // After the read (an offset error), or implausibly old (the
+        // realtime clock stepped, or not a receive timestamp).
+        return read;
     }
-
-    /// Re-measures the offset if it is old; whether it did.
-    fn refresh(&mut self, now: u64) -> bool {
-        let old = now.saturating_sub(self.measured_at) >= OFFSET_REFRESH_NS;
-        if old {
-            *self = ClockOffset::measure();
-        }
-        old
-    }
-
-    /// The monotonic arrival time of a frame read at `read` (monotonic)
-    /// with kernel timestamp `kernel` (realtime), if that is plausible.
-    fn arrival(&self, kernel: Option<u64>, read: u64) -> u64 {
-        let Some(k) = kernel else {
-            return read;
-        };
-        let m = i128::from(k) - self.offset;
-        if m > i128::from(read) || m < i128::from(read.saturating_sub(MAX_TIMESTAMP_AGE_NS)) {
-            // After the read (an offset error), or implausibly old (the
-            // realtime clock stepped, or not a receive timestamp).
-            return read;
-        }
-        m as u64
-    }
+    m as u64
 }
 
 fn token(slot: usize, port: usize) -> u64 {
@@ -336,7 +300,7 @@ impl Worker {
                 return;
             }
             let start = os::monotonic_ns();
-            if self.clock.refresh(start) {
+            if self.clock.refresh(start, OFFSET_REFRESH_NS) {
                 self.follow_offloads();
             }
             self.handle(&tokens, next);
@@ -441,7 +405,7 @@ impl Worker {
             let mut read = None;
             let got = sock.recv_batch(&mut self.batch, |frame| {
                 let read = *read.get_or_insert_with(os::monotonic_ns);
-                let at = clock.arrival(frame.kernel_realtime_ns, read);
+                let at = arrival(clock, frame.kernel_realtime_ns, read);
                 let len = frame.data.0.len() + frame.data.1.len();
                 let mut buf = if len > POOL_MAX_CAPACITY {
                     big_pool.pop()

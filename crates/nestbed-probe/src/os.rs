@@ -10,25 +10,17 @@
 
 pub mod ring;
 
+use std::cell::Cell;
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::pacing::Clock;
+pub use nestbed_ring::clock::monotonic_ns;
+pub use nestbed_ring::clock::ClockOffset;
 
-/// `CLOCK_MONOTONIC` in nanoseconds, the clock of the header's timestamps.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    debug_assert_eq!(rc, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use crate::pacing::Clock;
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (`clock_nanosleep` with
 /// `TIMER_ABSTIME`). Returns early when a signal arrives; callers re-check the time.
@@ -244,31 +236,25 @@ fn timespec_ns(ts: &libc::timespec) -> Option<i128> {
     (ts.tv_sec > 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
-/// `CLOCK_REALTIME` − `CLOCK_MONOTONIC` now, ns: the realtime clock read between two
-/// monotonic reads, so a stamp of the recent past on the realtime clock minus this is on the
-/// monotonic one (a step of the wall clock in between would move it; none happens on a host
-/// while it measures).
-pub fn realtime_offset_ns() -> Option<i128> {
-    let before = monotonic_ns();
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: now is a valid out-pointer; CLOCK_REALTIME always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
-    let after = monotonic_ns();
-    let mono_now = i128::from(before / 2 + after / 2);
-    Some(timespec_ns(&now)? - mono_now)
+/// How long a reading of the clocks' offset is used before it is read again.
+pub const OFFSET_MAX_AGE_NS: u64 = 100_000_000;
+
+thread_local! {
+    /// This thread's reading of the clocks' offset.
+    static OFFSET: Cell<ClockOffset> = Cell::new(ClockOffset::measure());
 }
 
 /// A `CLOCK_REALTIME` stamp of the recent past on `CLOCK_MONOTONIC`, by the clocks'
-/// difference read now ([`realtime_offset_ns`]).
+/// offset ([`ClockOffset`], read again when old).
 fn realtime_to_monotonic(stamp: libc::timespec) -> Option<u64> {
     let stamp = timespec_ns(&stamp)?;
-    let offset = realtime_offset_ns()?;
-    // Never later than now: the datagram was read before the clocks were.
-    let now = i128::from(monotonic_ns());
-    u64::try_from((stamp - offset).min(now)).ok()
+    let now = monotonic_ns();
+    let mut offset = OFFSET.get();
+    if offset.refresh(now, OFFSET_MAX_AGE_NS) {
+        OFFSET.set(offset);
+    }
+    // Never later than now: the datagram was read before the clock was.
+    u64::try_from(offset.monotonic(stamp).min(i128::from(now))).ok()
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

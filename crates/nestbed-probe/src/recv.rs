@@ -520,12 +520,13 @@ fn receive_on_ring(
 ) -> StopReason {
     let start = os::monotonic_ns();
     let mut last_activity = start;
+    let mut offset = os::ClockOffset::measure();
     loop {
         if let Some(why) = stop_reason(cfg, got.records.len(), start, last_activity, stop) {
             got.kernel_drops = ring.drops();
             return why;
         }
-        let offset = os::realtime_offset_ns().unwrap_or(0);
+        offset.refresh(os::monotonic_ns(), os::OFFSET_MAX_AGE_NS);
         let mut mine = 0;
         let read = ring.drain(|f| {
             let Some(udp) = parse_udp4(f.head) else {
@@ -536,7 +537,7 @@ fn receive_on_ring(
                 return;
             }
             mine += 1;
-            let recv_ns = u64::try_from(i128::from(f.realtime_ns) - offset).unwrap_or(0);
+            let recv_ns = u64::try_from(offset.monotonic(i128::from(f.realtime_ns))).unwrap_or(0);
             got.keep(udp.payload, udp.payload_len, recv_ns);
         });
         if mine > 0 {

@@ -8,9 +8,14 @@
 //! TCI and TPID, padding: 32 bytes); a received frame starts `mac` bytes into its slot, a
 //! transmitted one right after the header ([`V2_HEADER`]).
 //!
+//! [`clock`] reads the clocks, and moves the kernel's receive stamps (on the realtime clock)
+//! onto the monotonic one that both programs keep time on.
+//!
 //! The whole crate is platform code: every function touches the kernel or memory it maps.
 #![allow(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod clock;
 
 use std::io;
 use std::os::fd::RawFd;

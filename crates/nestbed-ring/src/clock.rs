@@ -1,0 +1,114 @@
+//! The clocks, and the offset between them. The kernel stamps a received
+//! frame on `CLOCK_REALTIME` (a ring slot's `sec`/`nsec`, `SO_TIMESTAMPNS`);
+//! nestbed-linkd and nestbed-probe keep time on `CLOCK_MONOTONIC`, so a stamp
+//! is moved onto it by the clocks' difference.
+//!
+//! That difference is read as the realtime clock between two monotonic
+//! reads, and a thread preempted between them reads it off by half the
+//! time it lost: a probe that read it once per batch of frames once put a
+//! frame's arrival 2^48 ns before its departure. So it is read several
+//! times and the narrowest reading kept, and kept for a while (the clocks
+//! only drift apart by the wall clock's slewing).
+
+/// `CLOCK_MONOTONIC` now, ns.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `CLOCK_REALTIME` now, ns.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; both clocks always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Readings of the offset kept: the narrowest wins.
+const TRIES: usize = 5;
+
+/// `CLOCK_REALTIME` − `CLOCK_MONOTONIC`, and when it was read.
+#[derive(Clone, Copy, Debug)]
+pub struct ClockOffset {
+    offset: i128,
+    measured_at: u64,
+}
+
+impl ClockOffset {
+    /// Reads the offset now: the narrowest of a few readings.
+    pub fn measure() -> ClockOffset {
+        let mut best: Option<(u64, i128, u64)> = None;
+        for _ in 0..TRIES {
+            let a = monotonic_ns();
+            let r = realtime_ns();
+            let b = monotonic_ns();
+            let width = b.saturating_sub(a);
+            let offset = i128::from(r) - i128::from(a + width / 2);
+            if best.is_none_or(|(w, _, _)| width < w) {
+                best = Some((width, offset, b));
+            }
+        }
+        let (_, offset, measured_at) = best.unwrap_or((0, 0, 0));
+        ClockOffset {
+            offset,
+            measured_at,
+        }
+    }
+
+    /// Reads it again if it is `max_age_ns` old at monotonic time `now`;
+    /// whether it did.
+    pub fn refresh(&mut self, now: u64, max_age_ns: u64) -> bool {
+        let old = now.saturating_sub(self.measured_at) >= max_age_ns;
+        if old {
+            *self = ClockOffset::measure();
+        }
+        old
+    }
+
+    /// A `CLOCK_REALTIME` stamp, ns, on `CLOCK_MONOTONIC` (negative if it
+    /// is before the monotonic clock's start).
+    pub fn monotonic(&self, realtime_ns: i128) -> i128 {
+        realtime_ns - self.offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_realtime_stamp_taken_now_lands_between_monotonic_reads_around_it() {
+        let offset = ClockOffset::measure();
+        let before = monotonic_ns();
+        let stamp = realtime_ns();
+        let after = monotonic_ns();
+        let on_monotonic = offset.monotonic(i128::from(stamp));
+        // Within the offset's own error of the interval: the narrowest reading's half width
+        // (a few tens of ns) and the wall clock's slewing meanwhile (a few ppm); the bound is
+        // wide only so that five preempted readings in a row do not fail it.
+        assert!(
+            on_monotonic >= i128::from(before) - 100_000,
+            "{on_monotonic} < {before}"
+        );
+        assert!(
+            on_monotonic <= i128::from(after) + 100_000,
+            "{on_monotonic} > {after}"
+        );
+    }
+
+    #[test]
+    fn it_is_read_again_only_once_old() {
+        let mut offset = ClockOffset::measure();
+        let at = offset.measured_at;
+        assert!(!offset.refresh(at + 99, 100));
+        assert_eq!(offset.measured_at, at);
+        assert!(offset.refresh(at + 100, 100));
+        assert!(offset.measured_at >= at);
+    }
+}
