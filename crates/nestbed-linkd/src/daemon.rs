@@ -45,6 +45,7 @@ use crate::os::{self, Io, Unstarted};
 use crate::protocol::{error_reply, ok_reply, parse_request, MAX_LINE};
 use crate::starter;
 use crate::trace::Trace;
+use crate::watch::{self, OffloadWatch};
 use crate::worker::{Applied, Change, Command, Reply, Timed, WorkerHandle};
 
 /// The daemon's state behind the control socket.
@@ -55,6 +56,8 @@ pub struct Daemon {
     io: Io,
     /// The id of the last link handed to a worker.
     last_id: u64,
+    /// Which links have an interface with offloads on, for their workers.
+    offloads: OffloadWatch,
     /// Links added with `"wait": false` whose ports may still be starting
     /// ([`crate::starter`]), and where their outcome will come.
     starting: Vec<(String, Receiver<Result<(), String>>)>,
@@ -150,6 +153,7 @@ impl Daemon {
             workers,
             io,
             last_id: 0,
+            offloads: OffloadWatch::start(watch::PERIOD)?,
             starting: Vec::new(),
             unanswered: Arc::default(),
         })
@@ -251,10 +255,9 @@ impl Daemon {
                 let link = Link::new(spec)?;
                 // One port with offloads on: the link's super-frames must be
                 // sent with their metadata on every port.
-                let vnet = spec
-                    .ports
-                    .iter()
-                    .any(|p| os::offloads_on(&p.ifname).unwrap_or(true));
+                let ifnames = spec.ports.iter().map(|p| p.ifname.clone()).collect();
+                let offloads = self.offloads.watch(ifnames);
+                let vnet = offloads.load(Ordering::Relaxed);
                 let mut sockets = Vec::new();
                 for (i, p) in spec.ports.iter().enumerate() {
                     let s = Unstarted::open(&p.ifname, self.io, vnet).map_err(|e| {
@@ -265,7 +268,9 @@ impl Daemon {
                 let worker = &self.workers[*thread];
                 self.last_id += 1;
                 let id = self.last_id;
-                ask(worker, |r| Command::AddLink(Box::new(link), id, r))?;
+                ask(worker, |r| {
+                    Command::AddLink(Box::new(link), id, offloads, r)
+                })?;
                 let started = starter::start(id, sockets, worker.mailbox())
                     .map_err(|e| format!("cannot start a thread: {e}"));
                 let outcome = match started {

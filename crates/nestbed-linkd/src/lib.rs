@@ -22,6 +22,8 @@
 //!   act frame by frame.
 //! - [`cli`]: command-line options.
 //! - [`worker`]: the epoll/timerfd loop of one thread (I/O).
+//! - [`watch`]: which links have offloads on, read off the workers'
+//!   threads (I/O).
 //! - [`daemon`]: the control socket and the workers (I/O).
 //! - [`os`]: every system call; the only module allowed `unsafe`.
 
@@ -41,4 +43,5 @@ pub mod segment;
 pub mod starter;
 pub mod switch;
 pub mod trace;
+pub mod watch;
 pub mod worker;

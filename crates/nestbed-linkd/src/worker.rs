@@ -40,6 +40,7 @@ use crate::offload;
 use crate::os::{self, Batch, Epoll, EventFd, PacketSocket, SendBatch, TimerFd};
 use crate::seed::Direction;
 use crate::trace::Trace;
+use crate::watch::Offloads;
 
 const TOKEN_COMMAND: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
@@ -68,8 +69,9 @@ pub type Reply<T> = Sender<Result<T, String>>;
 pub enum Command {
     /// Take a link, known by this id, whose sockets are being started: its
     /// state, pipes and trace are served at once, its frames once
-    /// [`Command::Attach`] brings the sockets.
-    AddLink(Box<Link>, u64, Reply<()>),
+    /// [`Command::Attach`] brings the sockets; its flag says whether some
+    /// port has offloads on ([`crate::watch`]).
+    AddLink(Box<Link>, u64, Offloads, Reply<()>),
     /// Start serving the link of this id on these sockets (one per port,
     /// in order), bound and ready; or, on `Err`, say its ports failed to
     /// start. The reply says whether the link now carries frames, and gives
@@ -196,6 +198,8 @@ struct Slot {
     sockets: Vec<PacketSocket>,
     /// Why the ports have no sockets: "starting", or "failed".
     unattached: &'static str,
+    /// Whether some port has offloads on, as the watcher last read.
+    offloads: Offloads,
 }
 
 struct Worker {
@@ -334,7 +338,9 @@ impl Worker {
     /// of whose interfaces has offloads on (a super-frame read on one port
     /// must be sent with its metadata on another), and without it
     /// elsewhere; checked as often as the clock offset, so a change of
-    /// offloads while linkd runs is followed within 100 ms.
+    /// offloads while linkd runs is followed within 200 ms (the watcher's
+    /// period and this one). Only the watcher's flag is read: reading the
+    /// interfaces here would wait for the kernel's rtnl lock.
     /// A socket going from its rings to the copy path loses what its
     /// receive ring holds, so that is read first.
     fn follow_offloads(&mut self) {
@@ -342,11 +348,7 @@ impl Worker {
             let Some(s) = &self.slots[index] else {
                 continue;
             };
-            let on = s
-                .link
-                .ports()
-                .iter()
-                .any(|p| os::offloads_on(&p.ifname).unwrap_or(true));
+            let on = s.offloads.load(std::sync::atomic::Ordering::Relaxed);
             for port in 0..s.sockets.len() {
                 if self.slots[index]
                     .as_ref()
@@ -568,12 +570,13 @@ impl Worker {
     fn command(&mut self, cmd: Command) {
         let now = Instant::from_nanos(os::monotonic_ns());
         match cmd {
-            Command::AddLink(link, id, reply) => {
+            Command::AddLink(link, id, offloads, reply) => {
                 let slot = Some(Slot {
                     link: *link,
                     id,
                     sockets: Vec::new(),
                     unattached: "starting",
+                    offloads,
                 });
                 match self.slots.iter().position(Option::is_none) {
                     Some(index) => self.slots[index] = slot,
@@ -760,7 +763,12 @@ mod tests {
         };
         let w = WorkerHandle::spawn(index, 200).unwrap();
         ask(&w, |r| {
-            Command::AddLink(Box::new(Link::new(&spec).unwrap()), 1, r)
+            Command::AddLink(
+                Box::new(Link::new(&spec).unwrap()),
+                1,
+                Offloads::default(),
+                r,
+            )
         })
         .unwrap();
         w
