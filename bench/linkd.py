@@ -468,7 +468,7 @@ def report_ceiling(rows: dict[str, dict[str, float]], rate: str) -> None:
     for label, t in rows.items():
         print(f"{label:<18}{'on' if t['offloads'] else 'off':>9}{t['bps'] / 1e9:>14.3f}"
               f"{t['expected_bps'] / 1e9:>14.3f}{t['error_pct']:>+9.2f}"
-              f"{t['busy_pct']:>8.2f}{t['busy_error_pct']:>+11.2f}"
+              f"{_busy_columns(t)}"
               f"{t['sender_s_per_gbit']:>15.3f}{t['receiver_s_per_gbit']:>17.3f}{t['linkd_cores']:>13.2f}{t['in_per_s']:>10,.0f}"
               f"{t['queue_full_per_s']:>8,.0f}{t['retransmits_per_s']:>9,.0f}"
               f"{t['spurious_per_s']:>11,.0f}{t['reorder_seen']:>9,.0f}")  # fmt: skip
@@ -480,6 +480,14 @@ def report_ceiling(rows: dict[str, dict[str, float]], rate: str) -> None:
           " taken whole is one) and wire frames a full queue dropped; retx/s: segments TCP sent"
           " again, spurious/s those the receiver already had (DSACK); reorder: times the"
           " sender saw segments arrive out of order; medians)")  # fmt: skip
+
+
+def _busy_columns(row: dict[str, float]) -> str:
+    """The busy % and busy error columns of a row; dashes where the link has no rate (it is
+    never busy, and its error has no meaning)."""
+    if not row["busy_pct"]:
+        return f"{'-':>8}{'-':>11}"
+    return f"{row['busy_pct']:>8.2f}{row['busy_error_pct']:>+11.2f}"
 
 
 def _offloads_on(bench: Bench) -> bool:

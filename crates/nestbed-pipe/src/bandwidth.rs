@@ -85,6 +85,11 @@ pub(crate) struct Server {
     last_scaled: u128,
     /// The same, rounded up to whole nanoseconds.
     last_ns: u64,
+    /// Time spent serializing, ns: each frame counts from the later of
+    /// its arrival and the previous frame's end to its own end. Within a
+    /// busy period the sum telescopes to its end less its start, so the
+    /// rounding of each frame to whole nanoseconds does not add up.
+    busy_ns: u64,
 }
 
 impl Server {
@@ -94,6 +99,7 @@ impl Server {
             tat: 0,
             last_scaled: 0,
             last_ns: 0,
+            busy_ns: 0,
         }
     }
 
@@ -119,9 +125,10 @@ impl Server {
     /// frame served before them; returns when they have left the link
     /// entirely (rounded up to a whole nanosecond).
     pub(crate) fn serve(&mut self, arrived: Instant, wire_len: u32, segments: u32) -> Instant {
+        let start = self.last_ns.max(arrived.as_nanos());
         let rate = u128::from(self.params.rate_bps);
         if rate == 0 {
-            self.last_ns = self.last_ns.max(arrived.as_nanos());
+            self.last_ns = start;
             return Instant::from_nanos(self.last_ns);
         }
         // It reaches the head of the queue when it arrives or when the
@@ -133,7 +140,13 @@ impl Server {
         let tolerance = u128::from(self.params.burst_bytes) * 8 * NS_PER_S;
         self.last_scaled = head.max(self.tat.saturating_sub(tolerance));
         self.last_ns = u64::try_from(self.last_scaled.div_ceil(rate)).unwrap_or(u64::MAX);
+        self.busy_ns = self.busy_ns.saturating_add(self.last_ns - start);
         Instant::from_nanos(self.last_ns)
+    }
+
+    /// Time spent serializing so far, ns (none without a rate).
+    pub(crate) fn busy_ns(&self) -> u64 {
+        self.busy_ns
     }
 }
 

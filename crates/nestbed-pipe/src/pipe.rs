@@ -181,8 +181,6 @@ pub struct Pipe {
     server: Server,
     /// When the queue last became empty (None: busy, or never used).
     idle_since: Option<Instant>,
-    /// When the last frame planned leaves the bandwidth stage.
-    last_transmitted: Instant,
     line: DelayLine,
     jitter_rng: Pcg64,
     mangle_rng: Pcg64,
@@ -213,7 +211,6 @@ impl Pipe {
             red_rng: stage_rng(seed, STREAM_RED),
             server: Server::new(&params.bandwidth),
             idle_since: None,
-            last_transmitted: Instant::ZERO,
             line: DelayLine::default(),
             jitter_rng: stage_rng(seed, STREAM_JITTER),
             mangle_rng: stage_rng(seed, STREAM_MANGLE),
@@ -447,11 +444,7 @@ impl Pipe {
         let transmitted =
             self.server
                 .serve(head.arrived, head.packet.wire_len(), head.packet.segments());
-        // Within a busy period the sum telescopes to its end minus its start, so rounding
-        // each frame to whole nanoseconds does not add up.
-        let start = head.arrived.max(self.last_transmitted);
-        self.counters.busy_ns += transmitted.as_nanos().saturating_sub(start.as_nanos());
-        self.last_transmitted = self.last_transmitted.max(transmitted);
+        self.counters.busy_ns = self.server.busy_ns();
         let delay = &self.params.delay;
         let bits = head.packet.data().len().saturating_mul(8);
         let corrupt_bit =
