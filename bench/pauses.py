@@ -1,0 +1,209 @@
+"""Benchmark: does the machine itself pause, and do validate's delay rows that miss their
+goal coincide with those pauses?
+
+A delay row of ``nestbed validate`` (1 000 frames at 5 000-10 000 a second, 0.1-0.2 s) now and
+then comes out with a standard deviation of milliseconds, linkd's own lateness over the row
+hundreds of µs, where the other runs measure a few µs. This bench tells apart what nestbed can
+mend from what the machine does:
+
+- **The machine's pauses.** A meter per CPU (a process pinned to it, in the real-time class at
+  the highest priority, so that nothing in the guest comes before it) sleeps 1 ms at a time and
+  writes down each wake-up later than ``PAUSE_US``, with its time on the monotonic clock. A
+  wake-up that late at that priority means the CPU did not run the guest at all: the
+  hypervisor held it (a virtual machine's steal time), or the kernel ran with preemption off.
+- **Idle:** the meters alone for ``IDLE_S`` seconds, nothing else running: the machine's own
+  pauses per minute, and the steal time the kernel accounted (``/proc/stat``).
+- **Delay rows:** validate's ``--quick`` delay rows (0, 5 and 50 ms; 64 and 1518 bytes), one at
+  a time through one experiment, ``--runs`` times, with the meters running: each row's error,
+  standard deviation and linkd's own lateness, and the pauses inside the row.
+
+It prints, over all rows, how many missed the stdev goal (50 µs) and how many of those had a
+pause inside them. The meters cost each CPU a wake-up a millisecond; that keeps the CPUs from
+idling as deeply, so the rows' figures here are not validate's own (they come out smaller).
+
+Needs root. ``--runs N`` (default 3), ``--idle-s S`` (default 30).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNS = 3
+IDLE_S = 30.0
+#: A wake-up this late (µs) is a pause: the meter's own wake-up takes tens of µs.
+PAUSE_US = 500
+#: The meter's sleep, µs.
+INTERVAL_US = 1000
+#: validate's goal for a delay row's standard deviation, µs (issue 24).
+STDEV_GOAL_US = 50.0
+
+
+@dataclass(frozen=True)
+class Pause:
+    cpu: int
+    end_ns: int  # CLOCK_MONOTONIC, when the meter woke
+    length_ns: int  # how much later than asked
+
+    @property
+    def start_ns(self) -> int:
+        return self.end_ns - self.length_ns
+
+
+def meter(cpu: int) -> None:
+    """The meter's own process: pinned to ``cpu``, highest real-time priority, sleeping
+    INTERVAL_US at a time; prints ``end_ns late_ns`` for each wake-up PAUSE_US late, until
+    SIGTERM (after a first line, ``ready``)."""
+    os.sched_setaffinity(0, {cpu})
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    interval, threshold = INTERVAL_US * 1000, PAUSE_US * 1000
+    print("ready", flush=True)
+    found = []
+    while not stop:
+        asked = time.monotonic_ns()
+        time.sleep(INTERVAL_US / 1e6)
+        woke = time.monotonic_ns()
+        late = woke - asked - interval
+        if late >= threshold:
+            found.append((woke, late))
+    print("\n".join(f"{end} {late}" for end, late in found), flush=True)
+
+
+@contextlib.contextmanager
+def meters() -> Iterator[list[Pause]]:
+    """One meter per CPU this process may use, running while the block runs; the list is
+    filled with their pauses when it ends."""
+    pauses: list[Pause] = []
+    cpus = sorted(os.sched_getaffinity(0))
+    argv = [sys.executable, __file__, "--meter"]
+    procs = {c: subprocess.Popen([*argv, str(c)], stdout=subprocess.PIPE, text=True) for c in cpus}
+    try:
+        for cpu, proc in procs.items():
+            if proc.stdout is None or proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the pause meter on CPU {cpu} did not start")
+        yield pauses
+    finally:
+        for cpu, proc in procs.items():
+            proc.terminate()
+            out, _ = proc.communicate(timeout=30)
+            if proc.returncode != 0:
+                raise RuntimeError(f"the pause meter on CPU {cpu} failed ({proc.returncode})")
+            for line in out.split("\n"):
+                if line.strip():
+                    end, late = map(int, line.split())
+                    pauses.append(Pause(cpu, end, late))
+
+
+def steal_ms() -> float:
+    """The steal time the kernel has accounted on all CPUs, ms (``/proc/stat``)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def summary(pauses: list[Pause]) -> str:
+    if not pauses:
+        return "none"
+    longest = max(p.length_ns for p in pauses) / 1e6
+    per_cpu = [sum(1 for p in pauses if p.cpu == c) for c in sorted({p.cpu for p in pauses})]
+    return f"{len(pauses)} (per CPU {'/'.join(map(str, per_cpu))}), longest {longest:.1f} ms"
+
+
+def idle(seconds: float) -> None:
+    before = steal_ms()
+    with meters() as pauses:
+        time.sleep(seconds)
+    stolen = steal_ms() - before
+    print(f"\nidle, {seconds:.0f} s, nothing else running (load {os.getloadavg()[0]:.2f}):")
+    print(f"  pauses ≥ {PAUSE_US} µs: {summary(pauses)}; "
+          f"≥ 1 ms: {sum(1 for p in pauses if p.length_ns >= 1e6)}, "
+          f"≥ 5 ms: {sum(1 for p in pauses if p.length_ns >= 5e6)}; "
+          f"steal time accounted {stolen:.0f} ms")  # fmt: skip
+
+
+def rows(runs: int, tmp: Path) -> list[dict]:
+    """validate's quick delay rows, one at a time, ``runs`` times, with the meters running;
+    each row with the pauses inside it."""
+    from nestbed.studies.validate import Bench, Settings, measure_delay
+
+    quick = Settings.quick()
+    measured = []
+    with Bench(tmp, name=f"bench-pauses-{os.getpid()}") as bench:
+        for run in range(runs):
+            before = steal_ms()
+            timed = []
+            with meters() as pauses:
+                for delay_ms in quick.delays_ms:
+                    for size in quick.sizes:
+                        one = Settings(delays_ms=(delay_ms,), sizes=(size,),
+                                       delay_packets=quick.delay_packets)  # fmt: skip
+                        start = time.monotonic_ns()
+                        (row,) = measure_delay(bench, one, lambda _: None)
+                        timed.append((row, start, time.monotonic_ns()))
+            stolen = steal_ms() - before
+            print(f"run {run + 1}: pauses {summary(pauses)}; steal {stolen:.0f} ms", flush=True)
+            for row, start, end in timed:
+                inside = [p for p in pauses if p.end_ns > start and p.start_ns < end]
+                measured.append({**row, "run": run + 1, "pauses": inside})
+    return measured
+
+
+def report(measured: list[dict]) -> None:
+    print(f"\n{'run':>3}{'delay ms':>9}{'bytes':>6}{'error µs':>10}{'stdev µs':>10}"
+          f"{'linkd late µs':>14}{'>50 µs late %':>14}  pauses inside the row")  # fmt: skip
+    for r in measured:
+        late = r["linkd_late_mean_us"]
+        print(f"{r['run']:>3}{r['delay_ms']:>9g}{r['frame_bytes']:>6}"
+              f"{r['one_way_error_us']:>+10.1f}{r['one_way_stdev_us']:>10.1f}"
+              f"{late if late is not None else float('nan'):>14.1f}"
+              f"{r['linkd_late_50us_pct'] or 0:>14.2f}  {summary(r['pauses'])}")  # fmt: skip
+    missed = [r for r in measured if r["one_way_stdev_us"] > STDEV_GOAL_US]
+    paused = [r for r in measured if r["pauses"]]
+    print(f"\nrows: {len(measured)}; stdev over {STDEV_GOAL_US:.0f} µs: {len(missed)}, of them "
+          f"with a pause inside: {sum(1 for r in missed if r['pauses'])}; rows with a pause: "
+          f"{len(paused)}, of them over {STDEV_GOAL_US:.0f} µs: "
+          f"{sum(1 for r in paused if r['one_way_stdev_us'] > STDEV_GOAL_US)}")  # fmt: skip
+    stalled = [r for r in measured if (r["linkd_late_mean_us"] or 0) > STDEV_GOAL_US]
+    print(f"rows where linkd itself was over {STDEV_GOAL_US:.0f} µs late on average: "
+          f"{len(stalled)}, of them with a pause inside: "
+          f"{sum(1 for r in stalled if r['pauses'])}; longest pause inside each: "
+          + (", ".join(f"{max((p.length_ns for p in r['pauses']), default=0) / 1e6:.1f} ms"
+                       for r in stalled) or "-"))  # fmt: skip
+    ok = [r["one_way_stdev_us"] for r in measured if not r["pauses"]]
+    if ok:
+        print(f"stdev of the rows without a pause: median {statistics.median(ok):.1f} µs, "
+              f"largest {max(ok):.1f} µs")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--idle-s", type=float, default=IDLE_S)
+    parser.add_argument("--meter", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.meter is not None:
+        meter(args.meter)
+        return
+    if os.geteuid() != 0:
+        sys.exit("bench/pauses.py needs root (namespaces, and the meters' real-time class)")
+    print(f"pauses: wake-ups of a highest-priority real-time process per CPU, sleeping "
+          f"{INTERVAL_US} µs, later than {PAUSE_US} µs")  # fmt: skip
+    idle(args.idle_s)
+    with tempfile.TemporaryDirectory(prefix="nestbed-bench-pauses-") as tmp:
+        measured = rows(args.runs, Path(tmp))
+    report(measured)
+
+
+if __name__ == "__main__":
+    main()
