@@ -22,7 +22,7 @@ use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use nestbed_ring::clock::{monotonic_ns, realtime_ns};
+pub use nestbed_ring::clock::monotonic_ns;
 pub use nestbed_ring::if_index;
 use nestbed_ring::{cvt, PACKET_OUTGOING, PACKET_VNET_HDR};
 

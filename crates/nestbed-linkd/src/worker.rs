@@ -338,9 +338,10 @@ impl Worker {
     /// of whose interfaces has offloads on (a super-frame read on one port
     /// must be sent with its metadata on another), and without it
     /// elsewhere; checked as often as the clock offset, so a change of
-    /// offloads while linkd runs is followed within 200 ms (the watcher's
-    /// period and this one). Only the watcher's flag is read: reading the
-    /// interfaces here would wait for the kernel's rtnl lock.
+    /// offloads while linkd runs is followed within about 200 ms (the
+    /// watcher's period and this one; longer while the watcher waits for
+    /// the kernel's rtnl lock). Only the watcher's flag is read: reading
+    /// the interfaces here would wait for that lock.
     /// A socket going from its rings to the copy path loses what its
     /// receive ring holds, so that is read first.
     fn follow_offloads(&mut self) {

@@ -140,7 +140,11 @@ impl Server {
         let tolerance = u128::from(self.params.burst_bytes) * 8 * NS_PER_S;
         self.last_scaled = head.max(self.tat.saturating_sub(tolerance));
         self.last_ns = u64::try_from(self.last_scaled.div_ceil(rate)).unwrap_or(u64::MAX);
-        self.busy_ns = self.busy_ns.saturating_add(self.last_ns - start);
+        // last_ns never falls below the previous frame's end nor this one's arrival.
+        debug_assert!(self.last_ns >= start);
+        self.busy_ns = self
+            .busy_ns
+            .saturating_add(self.last_ns.saturating_sub(start));
         Instant::from_nanos(self.last_ns)
     }
 

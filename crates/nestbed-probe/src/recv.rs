@@ -537,7 +537,11 @@ fn receive_on_ring(
                 return;
             }
             mine += 1;
-            let recv_ns = u64::try_from(offset.monotonic(i128::from(f.realtime_ns))).unwrap_or(0);
+            // Never later than now (as on the socket path): a wrong offset must not put an
+            // arrival before its departure, whose delay would wrap to 2^48 ns.
+            let on_monotonic = offset.monotonic(i128::from(f.realtime_ns));
+            let recv_ns = u64::try_from(on_monotonic.min(i128::from(os::monotonic_ns())));
+            let recv_ns = recv_ns.unwrap_or(0);
             got.keep(udp.payload, udp.payload_len, recv_ns);
         });
         if mine > 0 {

@@ -6,9 +6,13 @@
 //! That difference is read as the realtime clock between two monotonic
 //! reads, and a thread preempted between them reads it off by half the
 //! time it lost: a probe that read it once per batch of frames once put a
-//! frame's arrival 2^48 ns before its departure. So it is read several
-//! times and the narrowest reading kept, and kept for a while (the clocks
-//! only drift apart by the wall clock's slewing).
+//! frame's arrival a little before its departure, and its one-way delay
+//! (modulo 2^48 ns) wrapped to 78 hours. So it is read several times and the
+//! narrowest reading kept, and kept for a while: slewing moves both clocks
+//! alike, so only a step of the wall clock (a time daemon's, or one after
+//! the machine was paused) changes it, and then the stamps of up to that
+//! while are off by the step. Callers bound a stamp by the time they read
+//! it.
 
 /// `CLOCK_MONOTONIC` now, ns.
 pub fn monotonic_ns() -> u64 {
@@ -108,7 +112,8 @@ mod tests {
         let at = offset.measured_at;
         assert!(!offset.refresh(at + 99, 100));
         assert_eq!(offset.measured_at, at);
+        let before = monotonic_ns();
         assert!(offset.refresh(at + 100, 100));
-        assert!(offset.measured_at >= at);
+        assert!(offset.measured_at >= before, "not read again");
     }
 }

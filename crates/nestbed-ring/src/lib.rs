@@ -11,7 +11,8 @@
 //! [`clock`] reads the clocks, and moves the kernel's receive stamps (on the realtime clock)
 //! onto the monotonic one that both programs keep time on.
 //!
-//! The whole crate is platform code: every function touches the kernel or memory it maps.
+//! The whole crate is platform code: every function touches the kernel or memory it maps,
+//! but for the arithmetic of [`clock::ClockOffset`].
 #![allow(unsafe_code)]
 #![warn(missing_docs)]
 
