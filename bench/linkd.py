@@ -455,6 +455,7 @@ def ceiling_rows(tmp: Path, rate: str) -> dict[str, dict[str, float]]:
         rows = alternating(benches, lambda b: declared_tcp(b, rate_bps))
         for label, b in benches.items():
             rows[label]["offloads"] = _offloads_on(b)
+            rows[label]["shaped"] = label == shaped
     return rows
 
 
@@ -485,7 +486,7 @@ def report_ceiling(rows: dict[str, dict[str, float]], rate: str) -> None:
 def _busy_columns(row: dict[str, float]) -> str:
     """The busy % and busy error columns of a row; dashes where the link has no rate (it is
     never busy, and its error has no meaning)."""
-    if not row["busy_pct"]:
+    if not row["shaped"]:
         return f"{'-':>8}{'-':>11}"
     return f"{row['busy_pct']:>8.2f}{row['busy_error_pct']:>+11.2f}"
 
