@@ -15,11 +15,14 @@ mend from what the machine does:
   pauses per minute, and the steal time the kernel accounted (``/proc/stat``).
 - **Delay rows:** validate's ``--quick`` delay rows (0, 5 and 50 ms; 64 and 1518 bytes), one at
   a time through one experiment, ``--runs`` times, with the meters running: each row's error,
-  standard deviation and linkd's own lateness, and the pauses inside the row.
+  standard deviation and linkd's own lateness, and the pauses while its frames were on their
+  way (from the first one's departure to the last echo's return, by the receiver's first and
+  last arrival times and the link's delay, a millisecond either side). A pause of the whole
+  machine is counted once per CPU.
 
 It prints, over all rows, how many missed the stdev goal (50 µs) and how many of those had a
-pause inside them. The meters cost each CPU a wake-up a millisecond; that keeps the CPUs from
-idling as deeply, so the rows' figures here are not validate's own (they come out smaller).
+pause inside them. The meters cost each CPU a wake-up a millisecond, which may change how
+deeply the CPUs idle, so the rows' figures here are for their causes, not validate's own.
 
 Needs root. ``--runs N`` (default 3), ``--idle-s S`` (default 30).
 """
@@ -38,6 +41,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RUNS = 3
 IDLE_S = 30.0
@@ -47,6 +51,8 @@ PAUSE_US = 500
 INTERVAL_US = 1000
 #: validate's goal for a delay row's standard deviation, µs (issue 24).
 STDEV_GOAL_US = 50.0
+#: linkd late by more than this on average over a row (µs): the row stalled.
+LATE_US = 50.0
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,11 @@ class Pause:
         return self.end_ns - self.length_ns
 
 
-def meter(cpu: int) -> None:
+def meter(cpu: int, parent: int) -> None:
     """The meter's own process: pinned to ``cpu``, highest real-time priority, sleeping
     INTERVAL_US at a time; prints ``end_ns late_ns`` for each wake-up PAUSE_US late, until
-    SIGTERM (after a first line, ``ready``)."""
+    SIGTERM (after a first line, ``ready``), or once its ``parent`` is gone (a bench killed
+    outright must not leave a process at that priority behind)."""
     os.sched_setaffinity(0, {cpu})
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
     stop = []
@@ -71,7 +78,7 @@ def meter(cpu: int) -> None:
     interval, threshold = INTERVAL_US * 1000, PAUSE_US * 1000
     print("ready", flush=True)
     found = []
-    while not stop:
+    while not stop and os.getppid() == parent:
         asked = time.monotonic_ns()
         time.sleep(INTERVAL_US / 1e6)
         woke = time.monotonic_ns()
@@ -84,26 +91,45 @@ def meter(cpu: int) -> None:
 @contextlib.contextmanager
 def meters() -> Iterator[list[Pause]]:
     """One meter per CPU this process may use, running while the block runs; the list is
-    filled with their pauses when it ends."""
+    filled with their pauses when it ends. Every meter is stopped and reaped however the
+    block ends, before any error of theirs is raised."""
     pauses: list[Pause] = []
-    cpus = sorted(os.sched_getaffinity(0))
+    procs: dict[int, subprocess.Popen[str]] = {}
     argv = [sys.executable, __file__, "--meter"]
-    procs = {c: subprocess.Popen([*argv, str(c)], stdout=subprocess.PIPE, text=True) for c in cpus}
     try:
+        for cpu in sorted(os.sched_getaffinity(0)):
+            procs[cpu] = subprocess.Popen([*argv, str(cpu), str(os.getpid())],
+                                          stdout=subprocess.PIPE, text=True)  # fmt: skip
         for cpu, proc in procs.items():
             if proc.stdout is None or proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"the pause meter on CPU {cpu} did not start")
         yield pauses
     finally:
-        for cpu, proc in procs.items():
-            proc.terminate()
+        failed = _reap(procs, pauses)
+    if failed:
+        raise RuntimeError(f"the pause meter on CPU {failed[0]} failed")
+
+
+def _reap(procs: dict[int, subprocess.Popen[str]], pauses: list[Pause]) -> list[int]:
+    """Stops every meter (all asked first, then each waited for, killed if it does not end),
+    adds their pauses; the CPUs whose meter failed."""
+    for proc in procs.values():
+        proc.terminate()
+    failed = []
+    for cpu, proc in procs.items():
+        try:
             out, _ = proc.communicate(timeout=30)
-            if proc.returncode != 0:
-                raise RuntimeError(f"the pause meter on CPU {cpu} failed ({proc.returncode})")
-            for line in out.split("\n"):
-                if line.strip():
-                    end, late = map(int, line.split())
-                    pauses.append(Pause(cpu, end, late))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        if proc.returncode != 0:
+            failed.append(cpu)
+            continue
+        for line in out.split("\n"):
+            if line.strip() and line.strip() != "ready":
+                end, late = map(int, line.split())
+                pauses.append(Pause(cpu, end, late))
+    return failed
 
 
 def steal_ms() -> float:
@@ -116,8 +142,9 @@ def summary(pauses: list[Pause]) -> str:
     if not pauses:
         return "none"
     longest = max(p.length_ns for p in pauses) / 1e6
-    per_cpu = [sum(1 for p in pauses if p.cpu == c) for c in sorted({p.cpu for p in pauses})]
-    return f"{len(pauses)} (per CPU {'/'.join(map(str, per_cpu))}), longest {longest:.1f} ms"
+    per_cpu = {c: sum(1 for p in pauses if p.cpu == c) for c in sorted({p.cpu for p in pauses})}
+    on = ", ".join(f"CPU {c}: {n}" for c, n in per_cpu.items())
+    return f"{len(pauses)} ({on}), longest {longest:.1f} ms"
 
 
 def idle(seconds: float) -> None:
@@ -140,23 +167,46 @@ def rows(runs: int, tmp: Path) -> list[dict]:
     quick = Settings.quick()
     measured = []
     with Bench(tmp, name=f"bench-pauses-{os.getpid()}") as bench:
+        received = _receivers(bench)
         for run in range(runs):
             before = steal_ms()
-            timed = []
+            rows = []
             with meters() as pauses:
                 for delay_ms in quick.delays_ms:
                     for size in quick.sizes:
                         one = Settings(delays_ms=(delay_ms,), sizes=(size,),
                                        delay_packets=quick.delay_packets)  # fmt: skip
-                        start = time.monotonic_ns()
                         (row,) = measure_delay(bench, one, lambda _: None)
-                        timed.append((row, start, time.monotonic_ns()))
+                        rows.append((row, _in_flight(received[-1], delay_ms)))
             stolen = steal_ms() - before
             print(f"run {run + 1}: pauses {summary(pauses)}; steal {stolen:.0f} ms", flush=True)
-            for row, start, end in timed:
+            for row, (start, end) in rows:
                 inside = [p for p in pauses if p.end_ns > start and p.start_ns < end]
                 measured.append({**row, "run": run + 1, "pauses": inside})
     return measured
+
+
+def _receivers(bench: Any) -> list[dict]:
+    """The receiver's summary of each probe the bench runs from now on, in order (its first
+    and last arrival times bound a row's frames)."""
+    received: list[dict] = []
+    probe = bench.probe
+
+    def keeping(*args: Any, **kwargs: Any) -> tuple[dict, dict, Path | None]:
+        sent, got, log = probe(*args, **kwargs)
+        received.append(got)
+        return sent, got, log
+
+    bench.probe = keeping
+    return received
+
+
+def _in_flight(got: dict, delay_ms: float) -> tuple[int, int]:
+    """When a delay row's frames were on their way (CLOCK_MONOTONIC ns): from the first
+    one's departure (its arrival less the link's delay and a millisecond) to the last echo's
+    arrival back (the last arrival plus the delay and a millisecond)."""
+    margin = round((delay_ms + 1) * 1e6)
+    return got["first_recv_ns"] - margin, got["last_recv_ns"] + margin
 
 
 def report(measured: list[dict]) -> None:
@@ -174,8 +224,8 @@ def report(measured: list[dict]) -> None:
           f"with a pause inside: {sum(1 for r in missed if r['pauses'])}; rows with a pause: "
           f"{len(paused)}, of them over {STDEV_GOAL_US:.0f} µs: "
           f"{sum(1 for r in paused if r['one_way_stdev_us'] > STDEV_GOAL_US)}")  # fmt: skip
-    stalled = [r for r in measured if (r["linkd_late_mean_us"] or 0) > STDEV_GOAL_US]
-    print(f"rows where linkd itself was over {STDEV_GOAL_US:.0f} µs late on average: "
+    stalled = [r for r in measured if (r["linkd_late_mean_us"] or 0) > LATE_US]
+    print(f"rows where linkd itself was over {LATE_US:.0f} µs late on average: "
           f"{len(stalled)}, of them with a pause inside: "
           f"{sum(1 for r in stalled if r['pauses'])}; longest pause inside each: "
           + (", ".join(f"{max((p.length_ns for p in r['pauses']), default=0) / 1e6:.1f} ms"
@@ -190,10 +240,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--idle-s", type=float, default=IDLE_S)
-    parser.add_argument("--meter", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--meter", type=int, nargs=2, help=argparse.SUPPRESS)  # CPU, parent
     args = parser.parse_args()
     if args.meter is not None:
-        meter(args.meter)
+        meter(*args.meter)
         return
     if os.geteuid() != 0:
         sys.exit("bench/pauses.py needs root (namespaces, and the meters' real-time class)")
