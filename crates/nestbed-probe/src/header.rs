@@ -10,7 +10,8 @@
 //! All fields are big-endian. `send_ns` is the sender's `CLOCK_MONOTONIC` in nanoseconds
 //! modulo 2^48 (about 78 hours). Every network namespace on one host shares that clock, so a
 //! receiver on the same host computes one-way delay as `(recv_ns − send_ns) mod 2^48`
-//! ([`delay_ns`]). The rest of the payload is zero-filled; the payload size is a parameter of
+//! ([`delay_ns`]), or 0 where the receive time is before the send time (a clock error, not a
+//! delay of 39 hours or more). The rest of the payload is zero-filled; the payload size is a parameter of
 //! the sender and at least [`HEADER_LEN`] bytes.
 
 use std::fmt;
@@ -109,10 +110,22 @@ impl Header {
 }
 
 /// One-way delay in ns from a header timestamp to a receive time on the same clock:
-/// `(recv_ns − send_ns) mod 2^48`. Both arguments may be full 64-bit clock readings or
-/// already reduced; the result is always in `[0, 2^48)`.
+/// `(recv_ns − send_ns) mod 2^48`, or 0 if the receive time is before the send time
+/// ([`received_before_sent`]). Both arguments may be full 64-bit clock readings or already
+/// reduced; the result is always in `[0, 2^47)`.
 pub fn delay_ns(send_ns: u64, recv_ns: u64) -> u64 {
+    if received_before_sent(send_ns, recv_ns) {
+        return 0;
+    }
     recv_ns.wrapping_sub(send_ns) & TIMESTAMP_MASK
+}
+
+/// Whether a receive time is before its send time, modulo 2^48: their difference is in the
+/// upper half of it. No datagram takes 39 hours; a receive stamp moved onto the monotonic
+/// clock by an offset a step of the wall clock has made wrong can be early, and its delay
+/// would otherwise read as 39 to 78 hours.
+pub fn received_before_sent(send_ns: u64, recv_ns: u64) -> bool {
+    recv_ns.wrapping_sub(send_ns) & TIMESTAMP_MASK >= TIMESTAMP_MODULUS / 2
 }
 
 #[cfg(test)]
@@ -205,5 +218,20 @@ mod tests {
         // Full 64-bit receive time against a reduced send time.
         let recv = (7u64 << 48) + 1_000;
         assert_eq!(delay_ns(recv.wrapping_sub(300) & TIMESTAMP_MASK, recv), 300);
+    }
+
+    #[test]
+    fn a_receive_time_before_the_send_time_is_no_delay_of_78_hours() {
+        assert!(received_before_sent(1_000, 900));
+        assert_eq!(delay_ns(1_000, 900), 0);
+        // Across the wrap the other way: sent just after it, received just before.
+        assert!(received_before_sent(5, TIMESTAMP_MASK - 9));
+        assert!(!received_before_sent(TIMESTAMP_MASK - 9, 5));
+        // Half the modulus is the edge: below it a delay, from it an early receive.
+        assert_eq!(
+            delay_ns(0, TIMESTAMP_MODULUS / 2 - 1),
+            TIMESTAMP_MODULUS / 2 - 1
+        );
+        assert!(received_before_sent(0, TIMESTAMP_MODULUS / 2));
     }
 }

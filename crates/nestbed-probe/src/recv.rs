@@ -144,6 +144,9 @@ pub struct RecvSummary {
     pub kernel_drops: u64,
     /// Whether the kernel drop counter is available on this socket.
     pub kernel_drops_available: bool,
+    /// Datagrams whose receive time was before their send time (a clock error, counted in
+    /// `delay` as 0: [`header::received_before_sent`]).
+    pub received_before_sent: u64,
     /// Whether receive times are the kernel's (`--kernel-times`: when a datagram reached this
     /// host) rather than when this process read it.
     pub kernel_receive_times: bool,
@@ -356,6 +359,10 @@ impl Receiver {
             .iter()
             .map(|r| header::delay_ns(r.send_ns, r.recv_ns))
             .collect();
+        let received_before_sent = records
+            .iter()
+            .filter(|r| header::received_before_sent(r.send_ns, r.recv_ns))
+            .count() as u64;
         let bytes: u64 = records.iter().map(|r| u64::from(r.size)).sum();
         let bursts = records
             .iter()
@@ -402,6 +409,7 @@ impl Receiver {
             rate,
             kernel_drops,
             kernel_drops_available: self.kernel_drops_available,
+            received_before_sent,
             kernel_receive_times: self.kernel_receive_times,
             ring_interface: self.cfg.ring.clone(),
             cpu_user_s,
@@ -556,7 +564,8 @@ fn receive_on_ring(
 }
 
 /// Writes `seq,burst,send_ns,recv_ns,size,delay_ns`; both times are `CLOCK_MONOTONIC` ns
-/// modulo 2^48 (the header's domain), `delay_ns` their difference modulo 2^48.
+/// modulo 2^48 (the header's domain), `delay_ns` their difference modulo 2^48 (0 if the
+/// receive time is before the send time: [`header::delay_ns`]).
 fn write_log(path: &PathBuf, records: &[Record]) -> Result<(), ProbeError> {
     let what = || format!("writing the log {}", path.display());
     let file = std::fs::File::create(path).map_err(|e| ProbeError::io(what(), e))?;
