@@ -57,8 +57,6 @@ const POOL_MAX_CAPACITY: usize = 16 * 1024;
 /// them one by one costs page faults as the allocator returns them to the
 /// kernel.
 const BIG_POOL_MAX: usize = 256;
-/// How often the CLOCK_REALTIME → CLOCK_MONOTONIC offset is re-measured.
-const OFFSET_REFRESH_NS: u64 = 100_000_000;
 /// A kernel timestamp older than this (relative to the read) is not trusted.
 const MAX_TIMESTAMP_AGE_NS: u64 = 1_000_000_000;
 
@@ -304,7 +302,7 @@ impl Worker {
                 return;
             }
             let start = os::monotonic_ns();
-            if self.clock.refresh(start, OFFSET_REFRESH_NS) {
+            if self.clock.refresh(start) {
                 self.follow_offloads();
             }
             self.handle(&tokens, next);

@@ -11,8 +11,8 @@
 //! modulo 2^48 (about 78 hours). Every network namespace on one host shares that clock, so a
 //! receiver on the same host computes one-way delay as `(recv_ns − send_ns) mod 2^48`
 //! ([`delay_ns`]), or 0 where the receive time is before the send time (a clock error, not a
-//! delay of 39 hours or more). The rest of the payload is zero-filled; the payload size is a parameter of
-//! the sender and at least [`HEADER_LEN`] bytes.
+//! delay of 39 hours or more). The rest of the payload is zero-filled; the payload size is a
+//! parameter of the sender and at least [`HEADER_LEN`] bytes.
 
 use std::fmt;
 

@@ -236,9 +236,6 @@ fn timespec_ns(ts: &libc::timespec) -> Option<i128> {
     (ts.tv_sec > 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
-/// How long a reading of the clocks' offset is used before it is read again.
-pub const OFFSET_MAX_AGE_NS: u64 = 100_000_000;
-
 thread_local! {
     /// This thread's reading of the clocks' offset.
     static OFFSET: Cell<ClockOffset> = Cell::new(ClockOffset::measure());
@@ -250,11 +247,10 @@ fn realtime_to_monotonic(stamp: libc::timespec) -> Option<u64> {
     let stamp = timespec_ns(&stamp)?;
     let now = monotonic_ns();
     let mut offset = OFFSET.get();
-    if offset.refresh(now, OFFSET_MAX_AGE_NS) {
+    if offset.refresh(now) {
         OFFSET.set(offset);
     }
-    // Never later than now: the datagram was read before the clock was.
-    u64::try_from(offset.monotonic(stamp).min(i128::from(now))).ok()
+    u64::try_from(offset.received(stamp, now)).ok()
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

@@ -534,7 +534,7 @@ fn receive_on_ring(
             got.kernel_drops = ring.drops();
             return why;
         }
-        offset.refresh(os::monotonic_ns(), os::OFFSET_MAX_AGE_NS);
+        offset.refresh(os::monotonic_ns());
         let mut mine = 0;
         let read = ring.drain(|f| {
             let Some(udp) = parse_udp4(f.head) else {
@@ -545,11 +545,9 @@ fn receive_on_ring(
                 return;
             }
             mine += 1;
-            // Never later than now (as on the socket path): a wrong offset must not put an
-            // arrival before its departure, whose delay would wrap to 2^48 ns.
-            let on_monotonic = offset.monotonic(i128::from(f.realtime_ns));
-            let recv_ns = u64::try_from(on_monotonic.min(i128::from(os::monotonic_ns())));
-            let recv_ns = recv_ns.unwrap_or(0);
+            let read_ns = os::monotonic_ns(); // frames keep coming while the ring drains
+            let recv_ns = offset.received(i128::from(f.realtime_ns), read_ns);
+            let recv_ns = u64::try_from(recv_ns).unwrap_or(0);
             got.keep(udp.payload, udp.payload_len, recv_ns);
         });
         if mine > 0 {

@@ -37,6 +37,9 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// Readings of the offset kept: the narrowest wins.
 const TRIES: usize = 5;
 
+/// How long a reading of the offset is used before it is read again, ns.
+pub const MAX_AGE_NS: u64 = 100_000_000;
+
 /// `CLOCK_REALTIME` − `CLOCK_MONOTONIC`, and when it was read.
 #[derive(Clone, Copy, Debug)]
 pub struct ClockOffset {
@@ -65,10 +68,10 @@ impl ClockOffset {
         }
     }
 
-    /// Reads it again if it is `max_age_ns` old at monotonic time `now`;
+    /// Reads it again if it is [`MAX_AGE_NS`] old at monotonic time `now`;
     /// whether it did.
-    pub fn refresh(&mut self, now: u64, max_age_ns: u64) -> bool {
-        let old = now.saturating_sub(self.measured_at) >= max_age_ns;
+    pub fn refresh(&mut self, now: u64) -> bool {
+        let old = now.saturating_sub(self.measured_at) >= MAX_AGE_NS;
         if old {
             *self = ClockOffset::measure();
         }
@@ -79,6 +82,14 @@ impl ClockOffset {
     /// is before the monotonic clock's start).
     pub fn monotonic(&self, realtime_ns: i128) -> i128 {
         realtime_ns - self.offset
+    }
+
+    /// A frame's receive stamp (realtime) on `CLOCK_MONOTONIC`, never later
+    /// than `read_ns`, when it was read: an offset a step of the wall clock
+    /// has made wrong must not put an arrival after its read (nor, so,
+    /// before its departure).
+    pub fn received(&self, realtime_ns: i128, read_ns: u64) -> i128 {
+        self.monotonic(realtime_ns).min(i128::from(read_ns))
     }
 }
 
@@ -107,13 +118,25 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_is_never_later_than_its_read() {
+        let offset = ClockOffset::measure();
+        let read = monotonic_ns();
+        let early = offset.monotonic(i128::from(realtime_ns())) - 1_000_000;
+        let stamp = |mono: i128| mono + offset.offset;
+        assert_eq!(offset.received(stamp(early), read), early);
+        // A stamp an offset error put after the read is the read.
+        let late = i128::from(read) + 5_000_000;
+        assert_eq!(offset.received(stamp(late), read), i128::from(read));
+    }
+
+    #[test]
     fn it_is_read_again_only_once_old() {
         let mut offset = ClockOffset::measure();
         let at = offset.measured_at;
-        assert!(!offset.refresh(at + 99, 100));
+        assert!(!offset.refresh(at + MAX_AGE_NS - 1));
         assert_eq!(offset.measured_at, at);
         let before = monotonic_ns();
-        assert!(offset.refresh(at + 100, 100));
+        assert!(offset.refresh(at + MAX_AGE_NS));
         assert!(offset.measured_at >= before, "not read again");
     }
 }
