@@ -44,3 +44,14 @@ def test_a_folder_closed_to_others_above_a_path_is_named(tmp_path):
     assert tmp_path not in (closed_to_others(inner) or tmp_path.parent).parents
     (tmp_path / "open" / "closed").chmod(0o700)
     assert closed_to_others(inner) == tmp_path / "open" / "closed"
+
+
+def test_a_file_gone_between_listing_and_stat_is_left_out(tmp_path, monkeypatch):
+    # The report's drawer renames manifest.json.tmp over manifest.json while the server lists
+    # the folder; that listing once failed the whole request (an internal error).
+    from nestbed.server import runs
+
+    (tmp_path / "manifest.json").write_text("{}")
+    listed = [(str(tmp_path), [], ["manifest.json", "manifest.json.tmp"])]
+    monkeypatch.setattr(runs.os, "walk", lambda root, followlinks: iter(listed))
+    assert list(runs.files(tmp_path)) == [("manifest.json", 2)]

@@ -9,6 +9,7 @@ import os
 import platform
 import socket
 import subprocess
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,10 @@ def read(run: Path) -> dict[str, Any]:
 
 def write(run: Path, manifest: dict[str, Any]) -> None:
     path = RunFolder(run).manifest
-    tmp = path.with_name(path.name + ".tmp")
+    # A temporary file of the writer's own (and the umask's mode, as the folder's other files):
+    # the drawer and a run's end may write at once, and a shared one could be renamed into
+    # place half written by the other.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     tmp.replace(path)
 

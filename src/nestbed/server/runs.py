@@ -116,12 +116,16 @@ class FromDescriptor(FileResponse):
 
 def files(root: Path) -> Iterator[tuple[str, int]]:
     """Every regular file under ``root`` (links neither listed nor followed): its path
-    relative to ``root`` and its size, in name order."""
+    relative to ``root`` and its size, in name order. A file gone between the listing and
+    its stat (a run or its report still writing the folder) is left out."""
     for folder, dirs, names in os.walk(root, followlinks=False):
         dirs.sort()
         base = Path(folder)
         for name in sorted(names):
-            info = os.lstat(base / name)
+            try:
+                info = os.lstat(base / name)
+            except FileNotFoundError:
+                continue
             if stat.S_ISREG(info.st_mode):
                 yield (base / name).relative_to(root).as_posix(), info.st_size
 
