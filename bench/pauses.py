@@ -8,9 +8,10 @@ mend from what the machine does:
 
 - **The machine's pauses.** A meter per CPU (a process pinned to it, in the real-time class at
   the highest priority, so that nothing in the guest comes before it) sleeps 1 ms at a time and
-  writes down each wake-up later than ``PAUSE_US``, with its time on the monotonic clock. A
-  wake-up that late at that priority means the CPU did not run the guest at all: the
-  hypervisor held it (a virtual machine's steal time), or the kernel ran with preemption off.
+  writes down each wake-up later than ``--pause-us`` (default ``PAUSE_US``), with its time on
+  the monotonic clock. A wake-up that late at that priority means the CPU did not run the
+  guest at all: the hypervisor held it (a virtual machine's steal time), or the kernel ran with
+  preemption off.
 - **Idle:** the meters alone for ``IDLE_S`` seconds, nothing else running: the machine's own
   pauses per minute, and the steal time the kernel accounted (``/proc/stat``).
 - **Delay rows:** validate's ``--quick`` delay rows (0, 5 and 50 ms; 64 and 1518 bytes), one at
@@ -24,7 +25,8 @@ It prints, over all rows, how many missed the stdev goal (50 µs) and how many o
 pause inside them. The meters cost each CPU a wake-up a millisecond, which may change how
 deeply the CPUs idle, so the rows' figures here are for their causes, not validate's own.
 
-Needs root. ``--runs N`` (default 3), ``--idle-s S`` (default 30).
+Needs root. ``--runs N`` (default 3), ``--idle-s S`` (default 30), ``--pause-us U``
+(default 500), ``--keep DIR``.
 """
 
 from __future__ import annotations
@@ -66,16 +68,16 @@ class Pause:
         return self.end_ns - self.length_ns
 
 
-def meter(cpu: int, parent: int) -> None:
+def meter(cpu: int, parent: int, pause_us: int) -> None:
     """The meter's own process: pinned to ``cpu``, highest real-time priority, sleeping
-    INTERVAL_US at a time; prints ``end_ns late_ns`` for each wake-up PAUSE_US late, until
+    INTERVAL_US at a time; prints ``end_ns late_ns`` for each wake-up ``pause_us`` late, until
     SIGTERM (after a first line, ``ready``), or once its ``parent`` is gone (a bench killed
     outright must not leave a process at that priority behind)."""
     os.sched_setaffinity(0, {cpu})
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    interval, threshold = INTERVAL_US * 1000, PAUSE_US * 1000
+    interval, threshold = INTERVAL_US * 1000, pause_us * 1000
     print("ready", flush=True)
     found = []
     while not stop and os.getppid() == parent:
@@ -89,7 +91,7 @@ def meter(cpu: int, parent: int) -> None:
 
 
 @contextlib.contextmanager
-def meters() -> Iterator[list[Pause]]:
+def meters(pause_us: int = PAUSE_US) -> Iterator[list[Pause]]:
     """One meter per CPU this process may use, running while the block runs; the list is
     filled with their pauses when it ends. Every meter is stopped and reaped however the
     block ends, before any error of theirs is raised."""
@@ -98,7 +100,7 @@ def meters() -> Iterator[list[Pause]]:
     argv = [sys.executable, __file__, "--meter"]
     try:
         for cpu in sorted(os.sched_getaffinity(0)):
-            procs[cpu] = subprocess.Popen([*argv, str(cpu), str(os.getpid())],
+            procs[cpu] = subprocess.Popen([*argv, str(cpu), str(os.getpid()), str(pause_us)],
                                           stdout=subprocess.PIPE, text=True)  # fmt: skip
         for cpu, proc in procs.items():
             if proc.stdout is None or proc.stdout.readline().strip() != "ready":
@@ -147,21 +149,22 @@ def summary(pauses: list[Pause]) -> str:
     return f"{len(pauses)} ({on}), longest {longest:.1f} ms"
 
 
-def idle(seconds: float) -> None:
+def idle(seconds: float, pause_us: int) -> None:
     before = steal_ms()
-    with meters() as pauses:
+    with meters(pause_us) as pauses:
         time.sleep(seconds)
     stolen = steal_ms() - before
     print(f"\nidle, {seconds:.0f} s, nothing else running (load {os.getloadavg()[0]:.2f}):")
-    print(f"  pauses ≥ {PAUSE_US} µs: {summary(pauses)}; "
+    print(f"  pauses ≥ {pause_us} µs: {summary(pauses)}; "
           f"≥ 1 ms: {sum(1 for p in pauses if p.length_ns >= 1e6)}, "
           f"≥ 5 ms: {sum(1 for p in pauses if p.length_ns >= 5e6)}; "
           f"steal time accounted {stolen:.0f} ms")  # fmt: skip
 
 
-def rows(runs: int, tmp: Path) -> list[dict]:
+def rows(runs: int, tmp: Path, pause_us: int, keep: Path | None) -> list[dict]:
     """validate's quick delay rows, one at a time, ``runs`` times, with the meters running;
-    each row with the pauses inside it."""
+    each row with the pauses inside it. Each row's receiver log is copied into ``keep``, when
+    given (``run<N>-<delay>ms-<bytes>B.csv``)."""
     from nestbed.studies.validate import Bench, Settings, measure_delay
 
     quick = Settings.quick()
@@ -171,30 +174,34 @@ def rows(runs: int, tmp: Path) -> list[dict]:
         for run in range(runs):
             before = steal_ms()
             rows = []
-            with meters() as pauses:
+            with meters(pause_us) as pauses:
                 for delay_ms in quick.delays_ms:
                     for size in quick.sizes:
                         one = Settings(delays_ms=(delay_ms,), sizes=(size,),
                                        delay_packets=quick.delay_packets)  # fmt: skip
                         (row,) = measure_delay(bench, one, lambda _: None)
-                        rows.append((row, _in_flight(received[-1], delay_ms)))
+                        got, log = received[-1]
+                        rows.append((row, _in_flight(got, delay_ms), log))
             stolen = steal_ms() - before
             print(f"run {run + 1}: pauses {summary(pauses)}; steal {stolen:.0f} ms", flush=True)
-            for row, (start, end) in rows:
+            for row, (start, end), log in rows:
                 inside = [p for p in pauses if p.end_ns > start and p.start_ns < end]
                 measured.append({**row, "run": run + 1, "pauses": inside})
+                if keep:
+                    name = f"run{run + 1}-{row['delay_ms']:g}ms-{row['frame_bytes']}B.csv"
+                    (keep / name).write_text(log)
     return measured
 
 
-def _receivers(bench: Any) -> list[dict]:
-    """The receiver's summary of each probe the bench runs from now on, in order (its first
-    and last arrival times bound a row's frames)."""
-    received: list[dict] = []
+def _receivers(bench: Any) -> list[tuple[dict, str]]:
+    """The receiver's summary and log of each probe the bench runs from now on, in order (its
+    first and last arrival times bound a row's frames)."""
+    received: list[tuple[dict, str]] = []
     probe = bench.probe
 
     def keeping(*args: Any, **kwargs: Any) -> tuple[dict, dict, Path | None]:
-        sent, got, log = probe(*args, **kwargs)
-        received.append(got)
+        sent, got, log = probe(*args, **{**kwargs, "log": True})
+        received.append((got, log.read_text() if log else ""))
         return sent, got, log
 
     bench.probe = keeping
@@ -240,7 +247,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--idle-s", type=float, default=IDLE_S)
-    parser.add_argument("--meter", type=int, nargs=2, help=argparse.SUPPRESS)  # CPU, parent
+    parser.add_argument("--pause-us", type=int, default=PAUSE_US,
+                        help="a wake-up this late is a pause (µs)")  # fmt: skip
+    parser.add_argument("--keep", type=Path, help="a folder for each row's receiver log")
+    parser.add_argument("--meter", type=int, nargs=3, help=argparse.SUPPRESS)  # CPU, parent, µs
     args = parser.parse_args()
     if args.meter is not None:
         meter(*args.meter)
@@ -248,10 +258,10 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("bench/pauses.py needs root (namespaces, and the meters' real-time class)")
     print(f"pauses: wake-ups of a highest-priority real-time process per CPU, sleeping "
-          f"{INTERVAL_US} µs, later than {PAUSE_US} µs")  # fmt: skip
-    idle(args.idle_s)
+          f"{INTERVAL_US} µs, later than {args.pause_us} µs")  # fmt: skip
+    idle(args.idle_s, args.pause_us)
     with tempfile.TemporaryDirectory(prefix="nestbed-bench-pauses-") as tmp:
-        measured = rows(args.runs, Path(tmp))
+        measured = rows(args.runs, Path(tmp), args.pause_us, args.keep)
     report(measured)
 
 
