@@ -153,7 +153,7 @@ impl Daemon {
             workers,
             io,
             last_id: 0,
-            offloads: OffloadWatch::start(watch::PERIOD)?,
+            offloads: OffloadWatch::start(watch::PERIOD, watch::SWEEP)?,
             starting: Vec::new(),
             unanswered: Arc::default(),
         })

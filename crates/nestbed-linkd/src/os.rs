@@ -11,6 +11,7 @@
 //! - [`Epoll`], [`TimerFd`], [`EventFd`]: the pieces of a worker's loop.
 //! - [`set_link_up`] / [`link_is_up`]: `SIOCSIFFLAGS`/`SIOCGIFFLAGS` on an
 //!   interface (admin down).
+//! - [`LinkEvents`]: rtnetlink's messages of the namespace's interfaces.
 //! - [`monotonic_ns`], [`set_min_timer_slack`], [`umask`], signal flags.
 //!
 //! Every function returns `io::Result` with the OS error; callers add the
@@ -205,6 +206,153 @@ pub fn offloads_on(ifname: &str) -> io::Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// A netlink socket in rtnetlink's link group: the kernel tells it of every
+/// change of an interface of this namespace, its removal and a change of
+/// its offloads included (`NETDEV_FEAT_CHANGE` sends `RTM_NEWLINK`).
+pub struct LinkEvents {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// What one wait on [`LinkEvents`] heard.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// The interfaces the messages named (none when the wait ran out).
+    Names(Vec<String>),
+    /// The socket's buffer overran and messages were lost: any interface
+    /// may have changed.
+    Lost,
+}
+
+impl LinkEvents {
+    /// Opens the socket; [`LinkEvents::heard`] waits at most `wait`.
+    pub fn open(wait: std::time::Duration) -> io::Result<LinkEvents> {
+        let fd = owned(
+            // SAFETY: plain socket call.
+            unsafe {
+                libc::socket(
+                    libc::AF_NETLINK,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    libc::NETLINK_ROUTE,
+                )
+            },
+        )?;
+        // SAFETY: sockaddr_nl is plain data; all zeros is a valid value.
+        let mut addr: libc::sockaddr_nl = unsafe { mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_groups = libc::RTMGRP_LINK as u32;
+        // SAFETY: addr is a valid sockaddr_nl of the size given.
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &addr as *const libc::sockaddr_nl as *const libc::sockaddr,
+                mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        })?;
+        let timeout = libc::timeval {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_usec: wait.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: the option buffer is a valid timeval of the size given.
+        cvt(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &timeout as *const libc::timeval as *const libc::c_void,
+                mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+        Ok(LinkEvents {
+            fd,
+            buf: vec![0; 64 << 10],
+        })
+    }
+
+    /// Waits for the kernel's messages (at most the time given at opening),
+    /// then reads all that are queued.
+    pub fn heard(&mut self) -> io::Result<Heard> {
+        let mut names = Vec::new();
+        let mut flags = 0;
+        loop {
+            // SAFETY: buf is valid for writes of its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr() as *mut libc::c_void,
+                    self.buf.len(),
+                    flags,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return Ok(Heard::Names(names)),
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ENOBUFS) => return Ok(Heard::Lost),
+                    _ => return Err(e),
+                }
+            }
+            link_names(&self.buf[..n as usize], &mut names);
+            flags = libc::MSG_DONTWAIT;
+        }
+    }
+}
+
+/// Appends the interface named by each `RTM_NEWLINK` or `RTM_DELLINK`
+/// message of `datagram` (netlink messages, as read from the socket) to
+/// `names`; anything malformed ends the reading.
+pub fn link_names(datagram: &[u8], names: &mut Vec<String>) {
+    const NLMSG_HDRLEN: usize = 16;
+    const IFINFOMSG_LEN: usize = 16;
+    const NLA_TYPE_MASK: u16 = 0x3fff; // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+    let align = |n: usize| (n + 3) & !3;
+    let u16_at = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
+    let mut at = 0;
+    while at + NLMSG_HDRLEN <= datagram.len() {
+        let len = u32::from_ne_bytes(datagram[at..at + 4].try_into().unwrap()) as usize;
+        if len < NLMSG_HDRLEN || at + len > datagram.len() {
+            return;
+        }
+        let message = &datagram[at..at + len];
+        let kind = u16_at(message, 4);
+        if kind == libc::RTM_NEWLINK || kind == libc::RTM_DELLINK {
+            let mut a = NLMSG_HDRLEN + IFINFOMSG_LEN;
+            while a + 4 <= message.len() {
+                let attr_len = u16_at(message, a) as usize;
+                if attr_len < 4 || a + attr_len > message.len() {
+                    break;
+                }
+                if u16_at(message, a + 2) & NLA_TYPE_MASK == libc::IFLA_IFNAME {
+                    let name = &message[a + 4..a + attr_len];
+                    let name = name.split(|&c| c == 0).next().unwrap_or_default();
+                    names.push(String::from_utf8_lossy(name).into_owned());
+                    break;
+                }
+                a += align(attr_len);
+            }
+        }
+        at += align(len);
+    }
+}
+
+/// Whether this process runs as root (may take the real-time class, make
+/// namespaces).
+#[cfg(test)]
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Moves the calling thread (and what it starts from now on) into a network
+/// namespace of its own, which goes once they all end: for tests that make
+/// interfaces without touching the machine's.
+#[cfg(test)]
+pub fn enter_new_net_namespace() -> io::Result<()> {
+    // SAFETY: unshare affects only the calling thread's namespaces.
+    cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) }).map(drop)
 }
 
 /// A raw packet socket bound to one interface.
@@ -873,6 +1021,52 @@ pub fn stop_requested() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A netlink message of `kind` whose ifinfomsg is followed by `attrs`
+    /// (type, value), each padded to 4 bytes.
+    fn message(kind: u16, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut m = vec![0u8; 16 + 16];
+        m[4..6].copy_from_slice(&kind.to_ne_bytes());
+        for (ty, value) in attrs {
+            m.extend(((4 + value.len()) as u16).to_ne_bytes());
+            m.extend(ty.to_ne_bytes());
+            m.extend(*value);
+            m.resize(m.len().next_multiple_of(4), 0);
+        }
+        let len = m.len() as u32;
+        m[..4].copy_from_slice(&len.to_ne_bytes());
+        m
+    }
+
+    #[test]
+    fn the_names_of_new_and_removed_links_are_read_and_nothing_else() {
+        let mtu = 1500u32.to_ne_bytes();
+        let datagram = [
+            message(
+                libc::RTM_NEWLINK,
+                &[(libc::IFLA_MTU, &mtu), (libc::IFLA_IFNAME, b"veth-a\0")],
+            ),
+            message(libc::RTM_NEWADDR, &[(libc::IFLA_IFNAME, b"not-a-link\0")]),
+            message(libc::RTM_DELLINK, &[(libc::IFLA_IFNAME, b"b\0")]),
+            message(libc::RTM_NEWLINK, &[(libc::IFLA_MTU, &mtu)]),
+        ]
+        .concat();
+        let mut names = Vec::new();
+        link_names(&datagram, &mut names);
+        assert_eq!(names, ["veth-a", "b"]);
+        // A message longer than what was read ends the reading, without a panic.
+        let mut cut = message(libc::RTM_NEWLINK, &[(libc::IFLA_IFNAME, b"c\0")]);
+        cut[0] += 40;
+        names.clear();
+        link_names(&[datagram.as_slice(), &cut].concat(), &mut names);
+        assert_eq!(names, ["veth-a", "b"]);
+        // An attribute longer than its message is not read.
+        let mut bad = message(libc::RTM_NEWLINK, &[(libc::IFLA_IFNAME, b"d\0")]);
+        bad[32] = 200;
+        names.clear();
+        link_names(&bad, &mut names);
+        assert!(names.is_empty());
+    }
 
     fn socket_buffer(sock: &PacketSocket, opt: libc::c_int) -> libc::c_int {
         let mut value: libc::c_int = 0;

@@ -911,7 +911,7 @@ mod tests {
             os::monotonic_ns() + 3_600_000_000_000,
             vec![queue_of(9)],
         );
-        let wanted = if is_root() { 1 } else { 0 }; // without the privilege: as before
+        let wanted = if os::is_root() { 1 } else { 0 }; // without the privilege: as before
         until_policy("linkd-worker-7", wanted);
         ask(&w, |r| Command::RemoveLink("l0".into(), r)).unwrap();
         assert!(far.recv_timeout(WAIT).unwrap().is_err());
@@ -928,14 +928,5 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-
-    /// Whether this process runs as root (may take the real-time class).
-    fn is_root() -> bool {
-        std::fs::read_to_string("/proc/self/status")
-            .unwrap()
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
     }
 }
