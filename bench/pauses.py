@@ -26,7 +26,8 @@ pause inside them. The meters cost each CPU a wake-up a millisecond, which may c
 deeply the CPUs idle, so the rows' figures here are for their causes, not validate's own.
 
 Needs root. ``--runs N`` (default 3), ``--idle-s S`` (default 30), ``--pause-us U``
-(default 500), ``--keep DIR``.
+(default 500), ``--interval-us U`` (each meter's sleep, default 1000: a shorter pause is
+seen only when it covers a wake-up), ``--keep DIR`` (each row's receiver log).
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ LATE_US = 50.0
 
 
 @dataclass(frozen=True)
+class Metering:
+    """What the meters count: a wake-up ``pause_us`` late, each sleeping ``interval_us``. A
+    pause shorter than the sleep is seen only when it covers a wake-up."""
+
+    pause_us: int = PAUSE_US
+    interval_us: int = INTERVAL_US
+
+
+@dataclass(frozen=True)
 class Pause:
     cpu: int
     end_ns: int  # CLOCK_MONOTONIC, when the meter woke
@@ -68,21 +78,21 @@ class Pause:
         return self.end_ns - self.length_ns
 
 
-def meter(cpu: int, parent: int, pause_us: int) -> None:
+def meter(cpu: int, parent: int, pause_us: int, interval_us: int) -> None:
     """The meter's own process: pinned to ``cpu``, highest real-time priority, sleeping
-    INTERVAL_US at a time; prints ``end_ns late_ns`` for each wake-up ``pause_us`` late, until
+    ``interval_us`` at a time; prints ``end_ns late_ns`` for each wake-up ``pause_us`` late, until
     SIGTERM (after a first line, ``ready``), or once its ``parent`` is gone (a bench killed
     outright must not leave a process at that priority behind)."""
     os.sched_setaffinity(0, {cpu})
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    interval, threshold = INTERVAL_US * 1000, pause_us * 1000
+    interval, threshold = interval_us * 1000, pause_us * 1000
     print("ready", flush=True)
     found = []
     while not stop and os.getppid() == parent:
         asked = time.monotonic_ns()
-        time.sleep(INTERVAL_US / 1e6)
+        time.sleep(interval_us / 1e6)
         woke = time.monotonic_ns()
         late = woke - asked - interval
         if late >= threshold:
@@ -91,7 +101,7 @@ def meter(cpu: int, parent: int, pause_us: int) -> None:
 
 
 @contextlib.contextmanager
-def meters(pause_us: int = PAUSE_US) -> Iterator[list[Pause]]:
+def meters(metering: Metering = Metering()) -> Iterator[list[Pause]]:
     """One meter per CPU this process may use, running while the block runs; the list is
     filled with their pauses when it ends. Every meter is stopped and reaped however the
     block ends, before any error of theirs is raised."""
@@ -100,7 +110,8 @@ def meters(pause_us: int = PAUSE_US) -> Iterator[list[Pause]]:
     argv = [sys.executable, __file__, "--meter"]
     try:
         for cpu in sorted(os.sched_getaffinity(0)):
-            procs[cpu] = subprocess.Popen([*argv, str(cpu), str(os.getpid()), str(pause_us)],
+            procs[cpu] = subprocess.Popen([*argv, str(cpu), str(os.getpid()),
+                                           str(metering.pause_us), str(metering.interval_us)],
                                           stdout=subprocess.PIPE, text=True)  # fmt: skip
         for cpu, proc in procs.items():
             if proc.stdout is None or proc.stdout.readline().strip() != "ready":
@@ -149,19 +160,19 @@ def summary(pauses: list[Pause]) -> str:
     return f"{len(pauses)} ({on}), longest {longest:.1f} ms"
 
 
-def idle(seconds: float, pause_us: int) -> None:
+def idle(seconds: float, metering: Metering) -> None:
     before = steal_ms()
-    with meters(pause_us) as pauses:
+    with meters(metering) as pauses:
         time.sleep(seconds)
     stolen = steal_ms() - before
     print(f"\nidle, {seconds:.0f} s, nothing else running (load {os.getloadavg()[0]:.2f}):")
-    print(f"  pauses ≥ {pause_us} µs: {summary(pauses)}; "
+    print(f"  pauses ≥ {metering.pause_us} µs: {summary(pauses)}; "
           f"≥ 1 ms: {sum(1 for p in pauses if p.length_ns >= 1e6)}, "
           f"≥ 5 ms: {sum(1 for p in pauses if p.length_ns >= 5e6)}; "
           f"steal time accounted {stolen:.0f} ms")  # fmt: skip
 
 
-def rows(runs: int, tmp: Path, pause_us: int, keep: Path | None) -> list[dict]:
+def rows(runs: int, tmp: Path, metering: Metering, keep: Path | None) -> list[dict]:
     """validate's quick delay rows, one at a time, ``runs`` times, with the meters running;
     each row with the pauses inside it. Each row's receiver log is copied into ``keep``, when
     given (``run<N>-<delay>ms-<bytes>B.csv``)."""
@@ -174,7 +185,7 @@ def rows(runs: int, tmp: Path, pause_us: int, keep: Path | None) -> list[dict]:
         for run in range(runs):
             before = steal_ms()
             rows = []
-            with meters(pause_us) as pauses:
+            with meters(metering) as pauses:
                 for delay_ms in quick.delays_ms:
                     for size in quick.sizes:
                         one = Settings(delays_ms=(delay_ms,), sizes=(size,),
@@ -250,18 +261,22 @@ def main() -> None:
     parser.add_argument("--pause-us", type=int, default=PAUSE_US,
                         help="a wake-up this late is a pause (µs)")  # fmt: skip
     parser.add_argument("--keep", type=Path, help="a folder for each row's receiver log")
-    parser.add_argument("--meter", type=int, nargs=3, help=argparse.SUPPRESS)  # CPU, parent, µs
+    parser.add_argument("--interval-us", type=int, default=INTERVAL_US,
+                        help="each meter's sleep (µs)")  # fmt: skip
+    # CPU, parent, pause µs, interval µs
+    parser.add_argument("--meter", type=int, nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.meter is not None:
         meter(*args.meter)
         return
     if os.geteuid() != 0:
         sys.exit("bench/pauses.py needs root (namespaces, and the meters' real-time class)")
+    metering = Metering(args.pause_us, args.interval_us)
     print(f"pauses: wake-ups of a highest-priority real-time process per CPU, sleeping "
-          f"{INTERVAL_US} µs, later than {args.pause_us} µs")  # fmt: skip
-    idle(args.idle_s, args.pause_us)
+          f"{metering.interval_us} µs, later than {metering.pause_us} µs")  # fmt: skip
+    idle(args.idle_s, metering)
     with tempfile.TemporaryDirectory(prefix="nestbed-bench-pauses-") as tmp:
-        measured = rows(args.runs, Path(tmp), args.pause_us, args.keep)
+        measured = rows(args.runs, Path(tmp), metering, args.keep)
     report(measured)
 
 

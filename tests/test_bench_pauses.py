@@ -62,7 +62,7 @@ def test_a_meter_whose_bench_is_killed_outright_ends():
     parent = subprocess.Popen(
         [sys.executable, "-c",
          "import os, subprocess, sys, time\n"
-         f"m = subprocess.Popen([sys.executable, {str(BENCH)!r}, '--meter', '0', str(os.getpid()), '500'],"
+         f"m = subprocess.Popen([sys.executable, {str(BENCH)!r}, '--meter', '0', str(os.getpid()), '500', '1000'],"
          " stdout=subprocess.PIPE, text=True)\n"
          "m.stdout.readline()\n"
          "print(m.pid, flush=True)\n"
