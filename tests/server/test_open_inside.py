@@ -55,3 +55,27 @@ def test_a_file_gone_between_listing_and_stat_is_left_out(tmp_path, monkeypatch)
     listed = [(str(tmp_path), [], ["manifest.json", "manifest.json.tmp"])]
     monkeypatch.setattr(runs.os, "walk", lambda root, followlinks: iter(listed))
     assert list(runs.files(tmp_path)) == [("manifest.json", 2)]
+
+
+def test_a_linktest_report_of_any_shape_never_fails_the_run_s_page(tmp_path):
+    # A program of the experiment can write into its run's folder, linktest's files too.
+    import json
+
+    from nestbed.results.folder import RunFolder
+    from nestbed.server.runs import linktest_reports
+
+    for folder, report in [
+        ("linktest", {"checks": [{"verdict": "pass", "n": 1}, "x", {"verdict": ["?"]},
+                                 {"verdict": "fail", "n": 2}]}),
+        ("linktest-2", {"checks": None}),
+        ("linktest-3", [1, 2]),
+        ("linktest-4", {"checks": {"verdict": "fail"}}),
+    ]:  # fmt: skip
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "linktest.json").write_text(json.dumps(report))
+    found = {r["folder"]: r["checks"] for r in linktest_reports(RunFolder(tmp_path))}
+    assert found == {
+        "linktest": [{"verdict": "fail", "n": 2}, {"verdict": "pass", "n": 1}, {"verdict": ["?"]}],
+        "linktest-2": [],
+        "linktest-4": [],
+    }

@@ -102,8 +102,12 @@ def write(run: Path, manifest: dict[str, Any]) -> None:
     # the drawer and a run's end may write at once, and a shared one could be renamed into
     # place half written by the other.
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def end(run: Path, outcome: str, reason: str | None, duration_s: float | None) -> dict[str, Any]:
