@@ -265,6 +265,14 @@ impl LinkEvents {
                 mem::size_of::<libc::timeval>() as libc::socklen_t,
             )
         })?;
+        // Room for the messages of a burst of changes (a swap of many links);
+        // the default may be refused by a limit, which only means more lost.
+        let _ = set_int_option(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            BUFFER_BYTES,
+        );
         Ok(LinkEvents {
             fd,
             buf: vec![0; 64 << 10],
@@ -275,7 +283,7 @@ impl LinkEvents {
     /// then reads all that are queued.
     pub fn heard(&mut self) -> io::Result<Heard> {
         let mut names = Vec::new();
-        let mut flags = 0;
+        let mut flags = libc::MSG_TRUNC; // n is then the message's length, read or not
         loop {
             // SAFETY: buf is valid for writes of its length.
             let n = unsafe {
@@ -295,8 +303,11 @@ impl LinkEvents {
                     _ => return Err(e),
                 }
             }
+            if n as usize > self.buf.len() {
+                return Ok(Heard::Lost); // the rest of it, and so some name, was cut off
+            }
             link_names(&self.buf[..n as usize], &mut names);
-            flags = libc::MSG_DONTWAIT;
+            flags = libc::MSG_TRUNC | libc::MSG_DONTWAIT;
         }
     }
 }
