@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from nestbed.backend.linkd import LinkdClient
 from nestbed.binaries import built_binary
+from nestbed.lifecycle import signals
 
 PORTS = 1000
 SECONDS = 10.0
@@ -74,14 +74,15 @@ def linkd(binary: str, ns: str, ports: int, directory: Path) -> Iterator[int]:
     """``binary`` running in ``ns`` with a link for each two ports; its process id. Stopped
     however the block ends."""
     sock = directory / f"linkd-{os.getpid()}.sock"
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, binary, "--socket", str(sock)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    log = directory / "linkd.log"  # a file: a pipe nobody reads could fill and stop linkd
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, binary, "--socket", str(sock)],
+                                stdout=subprocess.DEVNULL, stderr=out)  # fmt: skip
     try:
         deadline = time.monotonic() + 10
         while not sock.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                said = proc.stderr.read() if proc.stderr else ""
-                raise RuntimeError(f"{binary} did not start: {said}")
+                raise RuntimeError(f"{binary} did not start: {log.read_text()}")
             time.sleep(0.01)
         client = LinkdClient(sock)
         for i in range(0, ports, 2):
@@ -148,7 +149,8 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/linkd_ports.py needs root (namespaces and interfaces)")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the finally blocks clean up
+    # SIGTERM and SIGHUP stop it as Ctrl-C does: the namespaces go on the way out.
+    signals.install()
     binaries: dict[str, str | None] = {"this linkd": built_binary("nestbed-linkd")}
     if args.before:
         binaries["--before"] = args.before

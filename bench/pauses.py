@@ -52,6 +52,8 @@ IDLE_S = 30.0
 PAUSE_US = 500
 #: The meter's sleep, µs.
 INTERVAL_US = 1000
+#: The least pause and sleep the options take, µs.
+MIN_US = 100
 #: validate's goal for a delay row's standard deviation, µs (issue 24).
 STDEV_GOAL_US = 50.0
 #: linkd late by more than this on average over a row (µs): the row stalled.
@@ -181,7 +183,7 @@ def rows(runs: int, tmp: Path, metering: Metering, keep: Path | None) -> list[di
     quick = Settings.quick()
     measured = []
     with Bench(tmp, name=f"bench-pauses-{os.getpid()}") as bench:
-        received = _receivers(bench)
+        received = _receivers(bench, keep is not None)
         for run in range(runs):
             before = steal_ms()
             rows = []
@@ -204,14 +206,14 @@ def rows(runs: int, tmp: Path, metering: Metering, keep: Path | None) -> list[di
     return measured
 
 
-def _receivers(bench: Any) -> list[tuple[dict, str]]:
-    """The receiver's summary and log of each probe the bench runs from now on, in order (its
-    first and last arrival times bound a row's frames)."""
+def _receivers(bench: Any, logged: bool) -> list[tuple[dict, str]]:
+    """The receiver's summary of each probe the bench runs from now on, in order (its first
+    and last arrival times bound a row's frames), with its log if ``logged`` (else "")."""
     received: list[tuple[dict, str]] = []
     probe = bench.probe
 
     def keeping(*args: Any, **kwargs: Any) -> tuple[dict, dict, Path | None]:
-        sent, got, log = probe(*args, **{**kwargs, "log": True})
+        sent, got, log = probe(*args, **{**kwargs, "log": logged})
         received.append((got, log.read_text() if log else ""))
         return sent, got, log
 
@@ -271,6 +273,15 @@ def main() -> None:
         return
     if os.geteuid() != 0:
         sys.exit("bench/pauses.py needs root (namespaces, and the meters' real-time class)")
+    if min(args.pause_us, args.interval_us) < MIN_US:
+        # Shorter, the meters at the highest priority would all but hold their CPUs.
+        parser.error(f"--pause-us and --interval-us are at least {MIN_US}")
+    from nestbed.lifecycle import signals
+
+    # SIGTERM and SIGHUP stop it as Ctrl-C does: the meters and the experiment go first.
+    signals.install()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     metering = Metering(args.pause_us, args.interval_us)
     print(f"pauses: wake-ups of a highest-priority real-time process per CPU, sleeping "
           f"{metering.interval_us} µs, later than {metering.pause_us} µs")  # fmt: skip
