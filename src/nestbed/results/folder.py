@@ -26,7 +26,10 @@ written down once::
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,3 +156,18 @@ def make_folder(path: Path) -> Path:
             f"cannot create the results folder {path} ({exc.strerror}); give another one"
         ) from None
     return path
+
+
+def write_whole(path: Path, write: Callable[[Path], None]) -> None:
+    """Has ``write`` write a file of its own beside ``path`` (the umask's mode, as the folder's
+    other files), then puts it in place: whoever reads ``path`` meanwhile (the server, a
+    download) finds the old file or the new, never half of one. The file is the writer's
+    own (process and thread), so two writers never rename each other's half-written file into
+    place; it is removed if ``write`` fails."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

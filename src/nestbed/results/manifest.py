@@ -9,13 +9,12 @@ import os
 import platform
 import socket
 import subprocess
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nestbed import __version__
-from nestbed.results.folder import RunFolder
+from nestbed.results.folder import RunFolder, write_whole
 
 if TYPE_CHECKING:
     from nestbed.model import Experiment  # the IR's models load only where one is built
@@ -97,17 +96,9 @@ def read(run: Path) -> dict[str, Any]:
 
 
 def write(run: Path, manifest: dict[str, Any]) -> None:
-    path = RunFolder(run).manifest
-    # A temporary file of the writer's own (and the umask's mode, as the folder's other files):
-    # the drawer and a run's end may write at once, and a shared one could be renamed into
-    # place half written by the other.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    text = json.dumps(manifest, indent=2) + "\n"
+    # The drawer and a run's end may write it at once, and the server reads it meanwhile.
+    write_whole(RunFolder(run).manifest, lambda tmp: tmp.write_text(text))
 
 
 def end(run: Path, outcome: str, reason: str | None, duration_s: float | None) -> dict[str, Any]:

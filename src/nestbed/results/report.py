@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from nestbed.errors import UserError
 from nestbed.results import markdown
-from nestbed.results.folder import RunFolder
+from nestbed.results.folder import RunFolder, write_whole
 from nestbed.results.seqplot import SeqTrace, describe_recoveries, plot_sequence, read_tcp_table
 
 LINK_VERBS = {"up", "down", "bandwidth", "delay", "plr"}
@@ -300,7 +300,8 @@ def _draw(r: _Run) -> list[str]:
             if fig.axes[0].get_legend_handles_labels()[1]:  # one legend: subplots share lines
                 fig.axes[0].legend(loc="best", fontsize="small")
             path.parent.mkdir(exist_ok=True)
-            fig.savefig(path, dpi=100)
+            # Whole or not at all: the portal may be showing the run's plots meanwhile.
+            write_whole(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png"))
             made.append(f"![{caption}]({r.name(path)})")
         else:
             path.unlink(missing_ok=True)
@@ -434,5 +435,6 @@ def write_report(run: Path) -> Path:
     images = _draw(r) + _draw_tcp(r)
     lines += ["", "## Plots", "", *(images or ["_No plots: the run recorded no series to draw._"])]
     path = r.folder.report
-    path.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    write_whole(path, lambda tmp: tmp.write_text(text))
     return path
