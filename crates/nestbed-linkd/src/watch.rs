@@ -17,6 +17,7 @@
 //! always did: at 1 000 ports that took 20 ms of CPU a second, now 2
 //! (`bench/linkd_ports.py`).
 
+use std::collections::HashSet;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -99,19 +100,18 @@ fn follow(
     sweep: Duration,
 ) {
     loop {
-        let heard = match events.as_mut().map(os::LinkEvents::heard) {
-            Some(Ok(os::Heard::Lost)) => {
-                // Messages lost: read every link, but not more often than
-                // when polling (under a storm of changes ENOBUFS may come
-                // back at once, round after round).
+        // The links to read: those named, or all of them (None).
+        let named: Option<HashSet<String>> = match events.as_mut().map(os::LinkEvents::heard) {
+            Some(Ok(os::Heard::Names(names))) => Some(names.into_iter().collect()),
+            lost_or_failed => {
+                // Messages lost, or no socket (polled from now on): every
+                // link, but not more often than once a period (under a storm
+                // of changes ENOBUFS may come back at once, round after round).
+                if !matches!(lost_or_failed, Some(Ok(_))) {
+                    events = None;
+                }
                 std::thread::sleep(period);
-                os::Heard::Lost
-            }
-            Some(Ok(heard)) => heard,
-            Some(Err(_)) | None => {
-                events = None; // polled from now on
-                std::thread::sleep(period);
-                os::Heard::Lost
+                None
             }
         };
         let Some(links) = list.upgrade() else {
@@ -123,9 +123,9 @@ fn follow(
             links.retain(|w| w.flag.strong_count() > 0);
             links
                 .iter_mut()
-                .filter(|w| match &heard {
-                    os::Heard::Lost => true,
-                    os::Heard::Names(names) => {
+                .filter(|w| match &named {
+                    None => true,
+                    Some(names) => {
                         w.read_at.is_none_or(|at| now >= at + sweep)
                             || w.ifnames.iter().any(|i| names.contains(i))
                     }
