@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from nestbed.backend import processes
 from nestbed.backend.linkd import LinkdClient
 from nestbed.binaries import built_binary
 from nestbed.lifecycle import signals
@@ -92,12 +93,7 @@ def linkd(binary: str, ns: str, ports: int, directory: Path) -> Iterator[int]:
         client.close()
         yield proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        processes.stop(proc.pid, grace_s=10)
         sock.unlink(missing_ok=True)
 
 

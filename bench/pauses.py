@@ -213,7 +213,7 @@ def _receivers(bench: Any, logged: bool) -> list[tuple[dict, str]]:
     probe = bench.probe
 
     def keeping(*args: Any, **kwargs: Any) -> tuple[dict, dict, Path | None]:
-        sent, got, log = probe(*args, **{**kwargs, "log": logged})
+        sent, got, log = probe(*args, **{**kwargs, "log": logged or kwargs.get("log", False)})
         received.append((got, log.read_text() if log else ""))
         return sent, got, log
 
