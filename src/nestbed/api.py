@@ -135,6 +135,14 @@ class Experiment:
     def routing(self, mode: str) -> None:
         self._data["routing"] = mode
 
+    def simulation(self, *, hard_limit: str | float) -> None:
+        """The simulated part's settings: ``hard_limit``, the lag behind real time a run may
+        have before it is marked (`"2ms"`; 5 ms when not given)."""
+        self._data["simulation"] = {"hard_limit": hard_limit}
+        frame = sys._getframe(1)
+        self._file = Path(frame.f_code.co_filename).name
+        self._locations["simulation.hard_limit"] = (self._file, frame.f_lineno)
+
     def document(self) -> doc.ExperimentDoc:
         try:
             return doc.ExperimentDoc.model_validate(self._data)

@@ -195,6 +195,19 @@ def test_the_example_runs_end_to_end_into_a_results_folder(run_file):
     assert not linux.leftovers_by_tag().get(plan(exp).tag)
 
 
+def test_a_run_past_the_experiments_hard_limit_is_marked_by_it(run_file):
+    """A hard limit of 1 µs, less than any wake-up of the simulator's, so every second of
+    the run goes past it: nestbed-sim counts its samples against it and the run's reason
+    names it (with nse's 5 ms neither would, but on a stalled machine)."""
+    text = (EXAMPLES / "hybrid.ns").read_text()
+    assert "Scheduler/RealTime set maxslop_ 0.005\n" in text
+    ran = run_file("hybslop", text.replace("maxslop_ 0.005", "maxslop_ 0.000001"))
+    reason = json.loads((ran.results / "manifest.json").read_text())["reason"]
+    assert "more than the 1 µs allowed" in reason, reason
+    log = (ran.results / "simulation" / "nestbed-sim.log").read_text()
+    assert sim.lag(log).late > 0, log
+
+
 def test_events_take_an_attachment_down_and_up(run_file):
     text = (EXAMPLES / "hybrid.ns").read_text()
     text = text.replace('$ns at 6.0 "$cbr0 stop"', '$ns at 6.0 "$cbr0 stop"\n'

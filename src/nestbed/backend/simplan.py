@@ -263,4 +263,5 @@ def simulation(
             )
         )
     table = tuple((node, *route) for node in nodes for route in routes.get(node, ()))
-    return Simulation(nodes, links, tuple(attachments), table)
+    limit = exp.simulation_hard_limit_s or DEFAULT_HARD_LIMIT_S
+    return Simulation(nodes, links, tuple(attachments), table, hard_limit_s=limit)

@@ -54,10 +54,15 @@ class SimulationLag:
         if late:
             problems.append(
                 f"the simulated part fell behind real time by up to {max(late) * 1e3:.1f} ms, "
-                f"more than the {limit * 1e3:g} ms allowed, in {len(late)} of "
+                f"more than the {_duration(limit)} allowed, in {len(late)} of "
                 f"{len(lag.per_second_s)} seconds (see {folder.relative(folder.simulation_lag)})"
             )
         return problems
+
+
+def _duration(seconds: float) -> str:
+    """`5 ms`, `250 µs`: a hard limit as a reader of the reason wants it."""
+    return f"{seconds * 1e3:g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:g} µs"
 
 
 def _lag_line(line: str) -> bool:

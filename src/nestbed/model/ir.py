@@ -313,6 +313,9 @@ class Experiment(Frozen):
     groups: tuple[Group, ...] = ()
     env: dict[str, str] = {}
     parameters: dict[str, str] = {}
+    # The lag behind real time the simulated part may have before a run is marked (ns-2's
+    # `Scheduler/RealTime set maxslop_`, ns-3's HardLimit); None: nestbed's default, 5 ms.
+    simulation_hard_limit_s: float | None = Field(default=None, gt=0)
     inert: tuple[Inert, ...] = ()
     warnings: tuple[Warning, ...] = ()
 

@@ -187,11 +187,20 @@ class InertDoc(Frozen):
     args: list[str] = []
 
 
+class SimulationDoc(Frozen):
+    """The simulated part's settings (nodes marked ``simulated: true``)."""
+
+    # The lag behind real time a run may have before it is marked (`5ms`; ns-2's
+    # `Scheduler/RealTime set maxslop_`); nestbed's default is 5 ms.
+    hard_limit: Delay | None = None
+
+
 class ExperimentDoc(Frozen):
     """A whole experiment file."""
 
     name: str | None = None
     routing: Literal["none", "static", "session", "manual"] | None = None
+    simulation: SimulationDoc | None = None
     env: dict[str, Value] | None = None
     parameters: dict[str, Value] | None = None
     nodes: list[NodeDoc] = []

@@ -22,6 +22,11 @@ def to_document(exp: ir.Experiment) -> doc.ExperimentDoc:
     return doc.ExperimentDoc(
         name=exp.name,
         routing=exp.routing if exp.routing != "none" else None,
+        simulation=(
+            doc.SimulationDoc(hard_limit=format_delay(exp.simulation_hard_limit_s))
+            if exp.simulation_hard_limit_s is not None
+            else None
+        ),
         env=dict(exp.env) or None,
         parameters=dict(exp.parameters) or None,
         nodes=[_node(n) for n in exp.nodes],
@@ -288,6 +293,8 @@ class _NsWriter:
         mode = {"static": "Static", "session": "Session", "manual": "Manual"}.get(e.routing)
         if mode:
             self.out(f"$ns rtproto {mode}")
+        if e.simulation_hard_limit_s is not None:  # ns-2's own knob: it keeps its meaning there
+            self.out(f"Scheduler/RealTime set maxslop_ {e.simulation_hard_limit_s!r}")
         for n in e.nodes:
             for r in _unique_routes(n.routes):
                 if not (r.destination_object and r.via_node):

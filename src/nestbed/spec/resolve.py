@@ -262,6 +262,7 @@ class _Resolver:
             name=name,
             source=source,
             routing=routing,
+            simulation_hard_limit_s=self.hard_limit(d.simulation, nodes),
             nodes=nodes,
             links=links,
             lans=lans,
@@ -311,6 +312,27 @@ class _Resolver:
             describe_validation_error(exc, self.p)
             self.p.raise_if_any()
             raise
+
+    def hard_limit(
+        self, simulation: doc.SimulationDoc | None, nodes: list[ir.Node]
+    ) -> float | None:
+        """The simulated part's hard limit in seconds (None: the default)."""
+        if simulation is None or simulation.hard_limit is None:
+            return None
+        path = ("simulation", "hard_limit")
+        try:
+            limit = parse_delay(simulation.hard_limit)
+        except UnitError:
+            limit = 0.0
+        if limit <= 0:
+            self.p.error(path, f"the simulation's hard limit {str(simulation.hard_limit)!r} is "
+                               "not a positive delay; write one in s, ms, us or ns (for "
+                               "example 5ms)")  # fmt: skip
+            return None
+        if not any(n.simulated for n in nodes):
+            self.p.warn(path, "the simulation's hard limit has no effect: the experiment has "
+                              "no simulated nodes (make-simulated)")  # fmt: skip
+        return limit
 
     # -- nodes ---------------------------------------------------------------------------
 

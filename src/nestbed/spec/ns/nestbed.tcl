@@ -46,6 +46,8 @@ namespace eval ::nb {
     variable inert {}         ;# {command args loc}
     variable routing ""
     variable routingLoc {}
+    variable hardLimit ""     ;# `Scheduler/RealTime set maxslop_ SECONDS`
+    variable hardLimitLoc {}
     variable overrides {}     ;# NAME -> VALUE given by the caller
     variable usedOverrides {}
     variable parameters {}    ;# define-template-parameter NAME -> VALUE
@@ -636,6 +638,19 @@ proc ::nb::rtproto {args} {
     }
     set_routing $mode
     return ""
+}
+
+# ns-2's real-time scheduler warns while it lags real time by more than maxslop_; here it is
+# the lag a run's simulated part may have before the run is marked (the simulation's hard
+# limit). Without a value, what it is.
+proc ::nb::maxslop {args} {
+    if {![arity $args 0 1 {Scheduler/RealTime set maxslop_ SECONDS}]} { return "" }
+    if {![llength $args]} {
+        return [expr {$::nb::hardLimit eq "" ? 0.005 : $::nb::hardLimit}]
+    }
+    set ::nb::hardLimit [lindex $args 0]
+    set ::nb::hardLimitLoc [where]
+    return $::nb::hardLimit
 }
 
 proc ::nb::set_routing {mode} {
@@ -1498,6 +1513,9 @@ proc ::nb::install_wrappers {} {
     # Unknown commands are errors; parsing goes on.
     proc ::unknown {args} {
         set cmd [lindex $args 0]
+        if {$cmd eq "Scheduler/RealTime" && [lrange $args 1 2] eq {set maxslop_}} {
+            return [::nb::maxslop {*}[lrange $args 3 end]]
+        }
         if {[regexp $::nb::NS_CLASSES $cmd]} {
             ::nb::warn "'[join [lrange $args 0 1]]' acts on the ns-2 class $cmd itself (class\
                 defaults and methods), which only the simulator uses; ignored here"
@@ -1804,6 +1822,10 @@ proc ::nb::document {} {
     if {$::nb::routing ne ""} {
         lappend doc routing [list s $::nb::routing]
         ::tcl::dict::set locations routing $::nb::routingLoc
+    }
+    if {$::nb::hardLimit ne ""} {
+        lappend doc simulation [list o [list hard_limit [list s $::nb::hardLimit]]]
+        ::tcl::dict::set locations simulation.hard_limit $::nb::hardLimitLoc
     }
     set env {}
     if {[::tcl::array::exists ::opt]} {
