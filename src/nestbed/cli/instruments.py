@@ -82,7 +82,7 @@ def sweep(
 
         rows = execute.run_sweep(
             spec, folder, parallel=count, cluster=cluster, max_points=max_points,
-            progress=execute.Progress(update),
+            progress=execute.Progress(update, note=err.print),
         )  # fmt: skip
     data = table.write_tables(rows, folder)
     made = [

@@ -36,9 +36,11 @@ LOG = "points.jsonl"  # one line per finished point, appended as each finishes
 
 @dataclass
 class Progress:
-    """What the sweep tells its caller: called with (finished, total, last row)."""
+    """What the sweep tells its caller: ``update`` with (finished, total, last row) as points
+    finish, ``note`` with a sentence about the sweep as a whole (a link reuse not possible)."""
 
     update: Callable[[int, int, dict[str, Any]], None] = lambda done, total, row: None
+    note: Callable[[str], None] = lambda text: None
 
 
 def run_sweep(
@@ -58,7 +60,7 @@ def run_sweep(
     _check_same_sweep(sweep, points, folder)
     done = {row["point"]: row for row in read_rows(folder)}
     todo = [p for p in points if p.key not in done]
-    report = (progress or Progress()).update
+    report, note = (progress or Progress()).update, (progress or Progress()).note
     finished = len(points) - len(todo)
     store_url = str(folder / "store.db")
     _settle_leftovers(store_url)
@@ -74,12 +76,15 @@ def run_sweep(
 
     if not todo:
         return rows
-    if sweep.doc.reuse_links and cluster is None:
-        reused = _reusable(sweep, todo)
+    if sweep.doc.reuse_links and cluster is not None:
+        note("link reuse is not used on a cluster: each point is a whole run there")
+    elif sweep.doc.reuse_links:
+        reused, why = _reusable(sweep, todo)
         if reused is not None:
             for row in _run_reusing(sweep, todo, reused, folder, store_url):
                 finish(row)
             return rows
+        note(f"link reuse is not possible: {why}; each point is a whole run")
     if cluster is not None:
         for row in _run_on_cluster(sweep, todo, folder, cluster):
             finish(row)
@@ -309,23 +314,31 @@ def _semantic(exp: Experiment) -> str:
 # -- reusing one network for points that change only links -------------------------------------
 
 
-def _reusable(sweep: Sweep, points: list[Point]) -> dict[str, Experiment] | None:
+def _reusable(
+    sweep: Sweep, points: list[Point]
+) -> tuple[dict[str, Experiment], None] | tuple[None, str]:
     """The points' experiments when they differ only in their links' shaping (so one network
-    serves them all), else None."""
+    serves them all); else why not."""
     from nestbed.backend.plan import plan
 
     exps = {p.key: load(sweep.experiment, parameters=p.parameters).experiment for p in points}
-    shapes = {_without_shaping(e) for e in exps.values()}
-    wiring = {_wiring(plan(e)) for e in exps.values()}
-    return exps if len(shapes) == 1 and len(wiring) == 1 else None
+    shapes = [_without_shaping(e) for e in exps.values()]
+    differ = sorted({k for s in shapes[1:] for k in s if s[k] != shapes[0][k]})
+    if differ:
+        return None, f"the points differ in more than their links' shaping (in {', '.join(differ)})"
+    if len({_wiring(plan(e)) for e in exps.values()}) > 1:
+        return None, "a link shaped in one point is a plain cable in another"
+    return exps, None
 
 
-def _without_shaping(exp: Experiment) -> str:
-    data = exp.model_dump(mode="json", exclude={"source", "parameters", "warnings"})
+def _without_shaping(exp: Experiment) -> dict[str, str]:
+    """The experiment's sections without the links' shaping, each as canonical JSON. Not its
+    `env` either: the values of `opt(NAME)`, whose effects are in the other sections."""
+    data = exp.model_dump(mode="json", exclude={"source", "parameters", "env", "warnings"})
     for link in data["links"] + data["lans"]:
         for port in link["ports"]:
             port.pop("egress"), port.pop("ingress")
-    return json.dumps(data, sort_keys=True)
+    return {k: json.dumps(v, sort_keys=True) for k, v in data.items()}
 
 
 def _wiring(p: Any) -> str:
