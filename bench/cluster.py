@@ -268,9 +268,10 @@ def hops() -> None:
         switch = m.run_dir("switch") / "linkd.sock"
         bench = Bench(Path(tmp))
         with contextlib.ExitStack() as stack:
-            stack.enter_context(bench)
-            # Closed before the agents stop: its client would try the scheduler again and again.
+            # Closed after the bench's swap-out (which opens its client again) and before the
+            # agents stop: its client would try the scheduler again and again, and say so.
             stack.callback(lambda: bench.active and bench.active.backend.close())  # type: ignore[union-attr]
+            stack.enter_context(bench)
             channel = bench.client
             assert channel is not None
             kept = bench.active.backend.placement(bench.plan)  # type: ignore[union-attr]
