@@ -68,8 +68,15 @@ QueueDrop(Member* m, Ptr<const Packet> p)
 }
 
 void
+SendingOut(Member* m, Ptr<const Packet> p)
+{
+    m->onWire = p->GetSize() - m->header + 14;
+}
+
+void
 SentOut(Member* m, Ptr<const Packet> p)
 {
+    m->onWire = 0;
     ++m->egress.packetsOut;
     m->egress.bytesOut += p->GetSize();
 }
@@ -103,6 +110,31 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
 }
 
 } // namespace
+
+QueueLimit
+ParseQueueLimit(const std::string& word)
+{
+    QueueLimit limit;
+    limit.bytes = !word.empty() && word.back() == 'B';
+    std::string digits = limit.bytes ? word.substr(0, word.size() - 1) : word;
+    size_t used = 0;
+    unsigned long value = 0;
+    try
+    {
+        value = std::stoul(digits, &used);
+    }
+    catch (const std::exception&)
+    {
+        used = 0;
+    }
+    if (digits.empty() || used != digits.size() || value < 1 || value > UINT32_MAX)
+    {
+        throw std::invalid_argument("a queue limit is N (packets) or NB (bytes), at least 1: " +
+                                    word);
+    }
+    limit.value = static_cast<uint32_t>(value);
+    return limit;
+}
 
 Loss
 ParseLoss(const std::string& word)
@@ -219,6 +251,11 @@ SendQueue::Enqueue(Ptr<Packet> p)
                       : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
                       : lost                            ? &m.egress.dropsLoss
                                                         : nullptr;
+    if (!cause && !Admits(m, p))
+    {
+        DropBeforeEnqueue(p);
+        return false;
+    }
     if (!cause)
     {
         return DropTailQueue<Packet>::Enqueue(p);
@@ -227,6 +264,20 @@ SendQueue::Enqueue(Ptr<Packet> p)
     m.egress.bytesIn += p->GetSize();
     ++*cause;
     return false;
+}
+
+bool
+SendQueue::Admits(const Member& m, Ptr<const Packet> p) const
+{
+    if (limitBytes == 0)
+    {
+        return GetNPackets() + (m.onWire ? 1 : 0) + 1 <= GetMaxSize().GetValue();
+    }
+    // As linkd counts a queue's bytes: each packet as an Ethernet frame, whatever header this
+    // link adds (every packet here carries the same).
+    int64_t perPacket = 14 - static_cast<int64_t>(m.header);
+    int64_t held = static_cast<int64_t>(GetNBytes()) + perPacket * GetNPackets() + m.onWire;
+    return held + static_cast<int64_t>(p->GetSize()) + perPacket <= limitBytes;
 }
 
 void
@@ -312,6 +363,7 @@ SimLink::Add(const std::string& node,
     g_members[PeekPointer(device)] = raw;
     m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
     m->queue->TraceConnectWithoutContext("DropBeforeEnqueue", MakeBoundCallback(&QueueDrop, raw));
+    device->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&SendingOut, raw));
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
@@ -320,14 +372,31 @@ SimLink::Add(const std::string& node,
 }
 
 void
+SimLink::Limit(size_t member, const QueueLimit& limit)
+{
+    Member& m = *m_members[member];
+    auto sending = DynamicCast<SendQueue>(m.queue);
+    if (limit.bytes && !sending)
+    {
+        throw std::invalid_argument("the queue limit of " + m_name + " is in packets, not bytes");
+    }
+    if (sending)
+    {
+        sending->limitBytes = limit.bytes ? limit.value : 0;
+    }
+    // In bytes, the queue's own limit in packets never binds: as many packets as bytes.
+    m.queue->SetMaxSize(QueueSize(std::to_string(limit.value) + "p"));
+}
+
+void
 SimLink::Set(const std::vector<double>& rates,
              double delayS,
-             const std::vector<uint32_t>& queuePackets,
+             const std::vector<QueueLimit>& queues,
              const std::vector<Loss>& losses,
              const std::vector<Jitter>& jitters)
 {
     size_t n = m_members.size();
-    if (!m_lan && (rates.size() != n || losses.size() != n || queuePackets.size() != n))
+    if (!m_lan && (rates.size() != n || losses.size() != n || queues.size() != n))
     {
         throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
     }
@@ -335,7 +404,7 @@ SimLink::Set(const std::vector<double>& rates,
     {
         Member& m = *m_members[i];
         (m_lan ? m.error->loss : m.sendLoss) = losses[m_lan ? 0 : i];
-        m.queue->SetMaxSize(QueueSize(std::to_string(queuePackets[m_lan ? 0 : i]) + "p"));
+        Limit(i, queues[m_lan ? 0 : i]);
         if (!m_lan)
         {
             DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));

@@ -60,6 +60,17 @@ struct Loss
     std::set<uint64_t> ordinals; // 1-based, of every packet offered to the direction
 };
 
+// A direction's queue limit: packets, or bytes counted as linkd counts them (each packet as
+// an Ethernet frame: its IP packet and 14 bytes, whatever header the link itself adds).
+struct QueueLimit
+{
+    uint32_t value = 0;
+    bool bytes = false;
+};
+
+// A queue word: "N" (packets) or "NB" (bytes).
+QueueLimit ParseQueueLimit(const std::string& word);
+
 // A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD", then "@N,N,..." for the
 // ordinals of packets to drop, if any.
 Loss ParseLoss(const std::string& word);
@@ -99,7 +110,8 @@ struct Member;
 // The queue of what a point-to-point link's member sends: drops a packet as it arrives when
 // the link is down, when its ordinal is to be dropped, or when the loss model loses it (the
 // model draws for every packet, as linkd's does), before it takes a place in the queue or
-// time on the wire.
+// time on the wire. Its limit, in packets or bytes, counts the packet on the wire as linkd's
+// queue does (ns-3's device takes that packet out of its queue as it starts sending it).
 class SendQueue : public ns3::DropTailQueue<ns3::Packet>
 {
   public:
@@ -107,8 +119,12 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
     bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
 
     Member* member = nullptr;
+    uint32_t limitBytes = 0; // 0: the queue's MaxSize (packets) is its limit
 
   private:
+    // Whether the limit leaves room for p beside what is queued and on the wire.
+    bool Admits(const Member& m, ns3::Ptr<const ns3::Packet> p) const;
+
     uint64_t m_ordinal = 0;
     LossDraw m_draw;
 };
@@ -122,6 +138,7 @@ struct Member
     ns3::Ptr<LinkLoss> error; // what this member's receive side loses
     Loss sendLoss;            // of what this member sends (point-to-point links)
     Jitter jitter;            // of what this member sends (point-to-point links)
+    uint32_t onWire = 0;      // the frame bytes (as linkd counts them) it is sending, or 0
     const bool* down = nullptr;
     Counters egress;
     Counters ingress;
@@ -143,12 +160,14 @@ class SimLink
     bool Lan() const;
     // Rate and queue limit of each member's device, the delay, the loss of what each member
     // sends, and the jitter of what each member sends (point-to-point links only); for a
-    // LAN, rates[0], queues[0] and losses[0] stand for all.
+    // LAN, rates[0], queues[0] and losses[0] stand for all, and its limit is in packets.
     void Set(const std::vector<double>& rates,
              double delayS,
-             const std::vector<uint32_t>& queuePackets,
+             const std::vector<QueueLimit>& queues,
              const std::vector<Loss>& losses,
              const std::vector<Jitter>& jitters);
+    // The queue limit of a member's device.
+    void Limit(size_t member, const QueueLimit& limit);
     void SetDown(bool down);
     // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
     // of linkd's counters reply.

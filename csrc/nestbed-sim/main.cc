@@ -18,7 +18,8 @@
 //   node NAME
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
 //       [JITTER_A JITTER_B]
-//       (RATE_A, QUEUE_A (packets), LOSS_A and JITTER_A act on packets from A to B; a loss is
+//       (RATE_A, QUEUE_A, LOSS_A and JITTER_A act on packets from A to B; a queue limit is
+//       "N" packets or "NB" bytes, each packet counted as an Ethernet frame; a loss is
 //       "P", Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it,
 //       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
 //       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
@@ -138,6 +139,21 @@ Word(std::istringstream& words, const char* what)
         throw BadLine(std::string("missing or bad ") + what);
     }
     return value;
+}
+
+// A queue word (links.h's ParseQueueLimit).
+QueueLimit
+QueueWord(std::istringstream& words)
+{
+    auto word = Word<std::string>(words, "queue limit");
+    try
+    {
+        return ParseQueueLimit(word);
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw BadLine(e.what());
+    }
 }
 
 // A loss word (links.h's ParseLoss).
@@ -352,8 +368,8 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto rateA = Word<double>(words, "rate");
         auto rateB = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
-        auto queueA = Word<uint32_t>(words, "queue limit");
-        auto queueB = Word<uint32_t>(words, "queue limit");
+        QueueLimit queueA = QueueWord(words);
+        QueueLimit queueB = QueueWord(words);
         Loss lossA = LossWord(words);
         Loss lossB = LossWord(words);
         std::vector<Jitter> jitters = JitterWords(words);
@@ -361,14 +377,13 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         Ptr<WireChannel> channel = CreateObject<WireChannel>();
         channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
         NetDeviceContainer devices;
-        for (auto [node, rate, queue] : {std::tuple{a, rateA, queueA}, std::tuple{b, rateB, queueB}})
+        for (auto [node, rate] : {std::pair{a, rateA}, std::pair{b, rateB}})
         {
             Ptr<PointToPointNetDevice> device = CreateObject<PointToPointNetDevice>();
             device->SetAddress(Mac48Address::Allocate());
             device->SetDataRate(DataRate(Rate(rate)));
             node->AddDevice(device);
             Ptr<Queue<Packet>> packets = CreateObject<SendQueue>();
-            packets->SetMaxSize(ns3::QueueSize(QueueSize(queue)));
             device->SetQueue(packets);
             device->Attach(channel);
             Ptr<NetDeviceQueueInterface> flow = CreateObject<NetDeviceQueueInterface>();
@@ -379,6 +394,8 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto link = std::make_unique<SimLink>(name, false);
         link->Add(nodeA, devices.Get(0), rateA, lossA, jitters[0]);
         link->Add(nodeB, devices.Get(1), rateB, lossB, jitters[1]);
+        link->Limit(0, queueA);
+        link->Limit(1, queueB);
         m_links[name] = std::move(link);
         Address(a, devices.Get(0), addrA);
         Address(b, devices.Get(1), addrB);
@@ -614,10 +631,10 @@ Simulation::Command(const std::string& line)
                 rates.push_back(Word<double>(words, "rate"));
             }
             auto delay = Word<double>(words, "delay");
-            std::vector<uint32_t> queues{Word<uint32_t>(words, "queue limit")};
+            std::vector<QueueLimit> queues{QueueWord(words)};
             if (!link.Lan())
             {
-                queues.push_back(Word<uint32_t>(words, "queue limit"));
+                queues.push_back(QueueWord(words));
             }
             std::vector<Loss> losses{LossWord(words)};
             if (!link.Lan())

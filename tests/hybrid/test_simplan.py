@@ -239,13 +239,9 @@ def test_events_on_a_simulated_link_become_nestbed_sim_settings():
     lossless = link_after_event(slower, core, "plr", ("0",))
     longer = link_after_event(lossless, core, "delay", ("40ms",))
     assert simplan.settings(longer) == "p2p-set core 1000000 1000000 0.04 50 50 0.0 0.0"
-    in_bytes = link_after_event(core, core, "queue-set", ("r1", "queue-in-bytes_", "1"))
-    with pytest.raises(UserError) as caught:
-        simplan.settings(in_bytes)
-    assert str(caught.value) == (
-        "simulated link core asks for queue limits in bytes, which simulated links do not have "
-        "yet; remove it or move the link out of make-simulated"
-    )
+    limited = link_after_event(core, core, "queue-set", ("r1", "limit_", "9000"))
+    in_bytes = link_after_event(limited, core, "queue-set", ("r1", "queue-in-bytes_", "1"))
+    assert simplan.settings(in_bytes).endswith(" 9000B 50 0.01 0.01")
     reset = link_after_event(in_bytes, core, "reset", ())
     assert simplan.settings(reset).endswith(" 50 50 0.01 0.01")
 
@@ -287,7 +283,6 @@ def _core(options: str) -> str:
     ("options", "what"),
     [
         ("delay: 20ms,\n     queue: {type: red}", "RED queues"),
-        ("delay: 20ms,\n     queue: {limit: 9000, limit_unit: bytes}", "queue limits in bytes"),
         ("delay: 20ms,\n     duplicate: 0.01", "duplication"),
         ("delay: 20ms,\n     corrupt: 0.01", "corruption"),
     ],

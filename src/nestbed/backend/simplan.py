@@ -167,9 +167,13 @@ def _loss(sender: Shaping, receiver: Shaping) -> str:
     return word
 
 
-def _queue(s: Shaping, rate_bps: int, delay_s: float) -> int:
-    """A direction's queue limit: the file's, or linkd's default for its rate and delay."""
-    return s.queue.limit or default_queue_packets(rate_bps, delay_s)
+def _queue(s: Shaping, rate_bps: int, delay_s: float) -> str:
+    """A direction's queue limit: the file's (`50` packets, `6000B` bytes, counted as linkd
+    counts them: each packet as an Ethernet frame), or linkd's default for its rate and
+    delay."""
+    if s.queue.limit and s.queue.limit_unit == "bytes":
+        return f"{s.queue.limit}B"
+    return str(s.queue.limit or default_queue_packets(rate_bps, delay_s))
 
 
 def _cidr(link: Link, node: str) -> str:

@@ -1,8 +1,8 @@
 """What a simulated link (or LAN) between simulated nodes can do of what its options ask.
 
 nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with DropTail queues in
-packets, Bernoulli loss, and Gilbert-Elliott loss, drops by ordinal and jitter on
-point-to-point links, as linkd does them. Every other option would mean something else
+packets, Bernoulli loss, and Gilbert-Elliott loss, drops by ordinal, jitter and queue limits in
+bytes on point-to-point links, as linkd does them. Every other option would mean something else
 there or nothing, so it is refused, never ignored: by the front ends with its place in the
 file (``spec.resolve``), and by the back end when an event asks for it during a run
 (``backend.simplan``). Links between an emulated and a simulated node pass through linkd and
@@ -45,8 +45,8 @@ def _options(s: Shaping, lan: bool) -> list[tuple[str, str]]:
         found.append(("corrupt", "corruption"))
     if s.queue.kind != "droptail":
         found.append(("queue", "RED queues"))
-    if s.queue.limit_unit != "packets":
-        found.append(("queue", "queue limits in bytes"))
+    if lan and s.queue.limit_unit != "packets":
+        found.append(("queue", "queue limits in bytes on a LAN"))
     if lan and s.gilbert_elliott is not None:
         # A LAN's loss is drawn where each member receives; a Gilbert-Elliott chain is one
         # sender's, across all it sends.
