@@ -251,11 +251,9 @@ SendQueue::Enqueue(Ptr<Packet> p)
                       : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
                       : lost                            ? &m.egress.dropsLoss
                                                         : nullptr;
-    if (!cause && !Admits(m, p))
-    {
-        DropBeforeEnqueue(p);
-        return false;
-    }
+    // Counted here, not through DropBeforeEnqueue: that would stop the device's transmit
+    // queue (ns-3's flow control), and with nothing queued to dequeue nothing would wake it.
+    cause = cause ? cause : !Admits(m, p) ? &m.egress.dropsQueue : nullptr;
     if (!cause)
     {
         return DropTailQueue<Packet>::Enqueue(p);
@@ -271,7 +269,7 @@ SendQueue::Admits(const Member& m, Ptr<const Packet> p) const
 {
     if (limitBytes == 0)
     {
-        return GetNPackets() + (m.onWire ? 1 : 0) + 1 <= GetMaxSize().GetValue();
+        return GetNPackets() + (m.onWire ? 1 : 0) + 1 <= limitPackets;
     }
     // As linkd counts a queue's bytes: each packet as an Ethernet frame, whatever header this
     // link adds (every packet here carries the same).
@@ -378,14 +376,21 @@ SimLink::Limit(size_t member, const QueueLimit& limit)
     auto sending = DynamicCast<SendQueue>(m.queue);
     if (limit.bytes && !sending)
     {
-        throw std::invalid_argument("the queue limit of " + m_name + " is in packets, not bytes");
+        throw std::invalid_argument("the queue limit of LAN " + m_name + " is in packets");
     }
     if (sending)
     {
+        // The queue admits by its own limits (Admits), so ns-3's never binds: its flow
+        // control never stops the device, and lowering the limit below what is queued
+        // (which ns-3 refuses by aborting) lets what is queued drain, as linkd does.
         sending->limitBytes = limit.bytes ? limit.value : 0;
+        sending->limitPackets = limit.bytes ? 0 : limit.value;
+        m.queue->SetMaxSize(QueueSize(std::to_string(UINT32_MAX) + "p"));
+        return;
     }
-    // In bytes, the queue's own limit in packets never binds: as many packets as bytes.
-    m.queue->SetMaxSize(QueueSize(std::to_string(limit.value) + "p"));
+    // A LAN's ns-3 queue: never below what it holds, which ns-3 would abort on.
+    uint32_t held = m.queue->GetNPackets();
+    m.queue->SetMaxSize(QueueSize(std::to_string(std::max(limit.value, held)) + "p"));
 }
 
 void
@@ -399,6 +404,10 @@ SimLink::Set(const std::vector<double>& rates,
     if (!m_lan && (rates.size() != n || losses.size() != n || queues.size() != n))
     {
         throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
+    }
+    if (m_lan && queues[0].bytes)
+    {
+        throw std::invalid_argument("the queue limit of LAN " + m_name + " is in packets");
     }
     for (size_t i = 0; i < n; ++i)
     {

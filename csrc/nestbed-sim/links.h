@@ -13,9 +13,10 @@
 // are as the link carries them: the IP packet and the link's own header (without a LAN's
 // padding of short frames, for packets its full queue turned away).
 //
-// A full device queue stops its transmit queue, and ns-3's traffic-control layer then drops
-// what the node sends on it before the device sees it; WatchNode counts those drops, which
-// only the IP layer's last transmission attributes to a device.
+// A point-to-point link's queue admits by its own limit (SendQueue) and counts what it turns
+// away. A LAN's full device queue stops its transmit queue, and ns-3's traffic-control layer
+// then drops what the node sends on it before the device sees it; WatchNode counts those
+// drops, which only the IP layer's last transmission attributes to a device.
 
 #pragma once
 
@@ -119,7 +120,8 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
     bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
 
     Member* member = nullptr;
-    uint32_t limitBytes = 0; // 0: the queue's MaxSize (packets) is its limit
+    uint32_t limitPackets = 0; // its limit: packets, or (when not 0) bytes
+    uint32_t limitBytes = 0;
 
   private:
     // Whether the limit leaves room for p beside what is queued and on the wire.

@@ -64,10 +64,11 @@ def test_each_front_end_gives_nestbed_sim_the_experiments_hard_limit(tmp_path):
     assert _told(default) == "hard_limit_s 0.005"
 
 
-def test_a_script_reads_the_hard_limit_back_as_ns_2_does(tmp_path):
+def test_a_script_reads_back_the_hard_limit_in_force(tmp_path):
     exp = load(_tcl(tmp_path, "set opt(before) [Scheduler/RealTime set maxslop_]\n"
                               "Scheduler/RealTime set maxslop_ 0.25\n"
                               "set opt(after) [Scheduler/RealTime set maxslop_]\n")).experiment  # fmt: skip
+    # nestbed's default before it is set (ns-2's own is 0.010), then the value set.
     assert (exp.env["before"], exp.env["after"]) == ("0.005", "0.25")
     assert exp.simulation_hard_limit_s == 0.25
     # Other class settings of the scheduler are still ns-2's alone: a warning, no effect.
@@ -95,7 +96,7 @@ def test_a_hard_limit_without_simulated_nodes_is_a_warning_at_its_line(tmp_path)
                               "Scheduler/RealTime set maxslop_ 0.01\n", head=plain)).experiment  # fmt: skip
     assert [(w.message, w.where.line) for w in exp.warnings] == [
         ("the simulation's hard limit has no effect: the experiment has no simulated nodes "
-         "(make-simulated)", 6)
+         "(make-simulated in Tcl, simulated: true in YAML)", 6)
     ]  # fmt: skip
 
 

@@ -331,7 +331,8 @@ class _Resolver:
             return None
         if not any(n.simulated for n in nodes):
             self.p.warn(path, "the simulation's hard limit has no effect: the experiment has "
-                              "no simulated nodes (make-simulated)")  # fmt: skip
+                              "no simulated nodes (make-simulated in Tcl, simulated: true in "
+                              "YAML)")  # fmt: skip
         return limit
 
     # -- nodes ---------------------------------------------------------------------------

@@ -323,12 +323,16 @@ def _reusable(
 
     exps = {p.key: load(sweep.experiment, parameters=p.parameters).experiment for p in points}
     shapes = [_without_shaping(e) for e in exps.values()]
-    differ = sorted({k for s in shapes[1:] for k in s if s[k] != shapes[0][k]})
+    differ = sorted({_SECTIONS.get(k, k) for s in shapes[1:] for k in s if s[k] != shapes[0][k]})
     if differ:
         return None, f"the points differ in more than their links' shaping (in {', '.join(differ)})"
     if len({_wiring(plan(e)) for e in exps.values()}) > 1:
         return None, "a link shaped in one point is a plain cable in another"
     return exps, None
+
+
+# The IR's fields named as the file's sections where the two differ.
+_SECTIONS = {"simulation_hard_limit_s": "simulation"}
 
 
 def _without_shaping(exp: Experiment) -> dict[str, str]:
