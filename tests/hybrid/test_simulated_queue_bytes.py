@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import closing
 
 import pytest
 
 from nbtest import build, receiving, swapping
-from nestbed.backend import linux, simplan
+from nestbed.backend import linux, sim, simplan
 from nestbed.backend.plan import plan
 from nestbed.binaries import probe_send
 from nestbed.errors import UserError
@@ -93,3 +94,32 @@ def test_a_burst_fills_a_simulated_queue_as_an_emulated_one(tmp_path, queue, hel
     # held ten more: 11 arrived (and ns-3's own count of bytes, its 48-byte PPP packets,
     # would have held twelve).
     assert simulated == emulated == [held] * 3
+
+
+@pytest.mark.root
+@pytest.mark.usefixtures("simulator")
+def test_a_limit_lowered_below_what_the_queue_holds_lets_it_drain(tmp_path):
+    """ns-3 aborts when a queue's limit goes below what it holds; nestbed-sim's queue keeps
+    what it holds and refuses more, as linkd's does."""
+    text = BURST.replace("{limit: 600, limit_unit: bytes}", "{limit: 50}")
+    exp = build(text).model_copy(update={"name": f"hybql{os.getpid()}"})
+    core = exp.links[0]
+    lowered = simplan.settings(link_after_event(core, core, "queue-set", ("r1", "limit_", "5")))
+    with swapping() as swap:
+        p = swap(exp)
+        ping = linux.exec_in(p, "h1", ["ping", "-c", "2", "-W", "5", "h2"], capture_output=True)
+        assert ping.returncode == 0, ping.stdout
+        address, receiver, _ = receiving(p, "h2", tmp_path, idle_s=3)
+        sent = linux.exec_in(
+            p, "h1", probe_send(f"{address}:9000", "--size", "18", "--pps", "20000", "--count",
+                                "30"),
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            # 30 queued (67 ms each on the wire): the limit goes to 5 while 29 wait.
+            channel.request(*lowered.split())
+            assert receiver.wait(timeout=60) == 0
+            r1 = channel.request("counters")["links"]["core"]["ports"]["r1"]["egress"]
+        arrived = json.loads((tmp_path / "recv.json").read_text())["packets"]
+    assert arrived == 30, r1
