@@ -141,14 +141,15 @@ Word(std::istringstream& words, const char* what)
     return value;
 }
 
-// A queue word (links.h's ParseQueueLimit).
-QueueLimit
-QueueWord(std::istringstream& words)
+// A word that PARSE reads (links.h's ParseQueueLimit, ParseLoss), its complaint a bad line.
+template <typename T>
+T
+ParsedWord(std::istringstream& words, const char* what, T (*parse)(const std::string&))
 {
-    auto word = Word<std::string>(words, "queue limit");
+    auto word = Word<std::string>(words, what);
     try
     {
-        return ParseQueueLimit(word);
+        return parse(word);
     }
     catch (const std::invalid_argument& e)
     {
@@ -156,19 +157,16 @@ QueueWord(std::istringstream& words)
     }
 }
 
-// A loss word (links.h's ParseLoss).
+QueueLimit
+QueueWord(std::istringstream& words)
+{
+    return ParsedWord(words, "queue limit", &ParseQueueLimit);
+}
+
 Loss
 LossWord(std::istringstream& words)
 {
-    auto word = Word<std::string>(words, "loss");
-    try
-    {
-        return ParseLoss(word);
-    }
-    catch (const std::invalid_argument& e)
-    {
-        throw BadLine(e.what());
-    }
+    return ParsedWord(words, "loss", &ParseLoss);
 }
 
 // The jitter words that may end a p2p statement or command: none without them.
