@@ -65,11 +65,17 @@ $(STAMPS)/ns3: pyproject.toml $(STAMPS)/venv
 
 SIM_SOURCES := $(wildcard csrc/nestbed-sim/*.cc)
 
-$(SIM): $(SIM_SOURCES) $(wildcard csrc/nestbed-sim/*.h) $(STAMPS)/ns3
+# RED comes from linkd's own pipe crate (crates/nestbed-pipe/src/ffi.rs), as a static library.
+PIPE_LIB := target/release/libnestbed_pipe.a
+
+$(PIPE_LIB): $(wildcard crates/nestbed-pipe/src/*.rs) crates/nestbed-pipe/Cargo.toml
+	cargo build --release --quiet -p nestbed-pipe
+
+$(SIM): $(SIM_SOURCES) $(wildcard csrc/nestbed-sim/*.h) $(STAMPS)/ns3 $(PIPE_LIB)
 	@mkdir -p $(dir $@)
 	root=$$($(PY) -c "import importlib.metadata as m; print(m.distribution('ns3').locate_file('ns3'))"); \
 	g++ -std=c++20 -O2 -o $@ $(SIM_SOURCES) -I$$root/include -L$$root/lib64 -Wl,-rpath,$$root/lib64 \
-	  $(addprefix -lns3.44-,$(NS3_LIBS))
+	  $(addprefix -lns3.44-,$(NS3_LIBS)) $(PIPE_LIB) -lpthread -ldl -lm
 
 NESTBED := $(VENV)/bin/nestbed
 DEMO_DB := $(STAMPS)/demo.db

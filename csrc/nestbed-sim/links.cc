@@ -8,6 +8,7 @@
 #include "ns3/traffic-control-module.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -77,6 +78,11 @@ void
 SentOut(Member* m, Ptr<const Packet> p)
 {
     m->onWire = 0;
+    if (m->queue->GetNPackets() == 0) // the device takes its next packet after this
+    {
+        m->idle = true;
+        m->idleSince = Simulator::Now();
+    }
     ++m->egress.packetsOut;
     m->egress.bytesOut += p->GetSize();
 }
@@ -105,15 +111,23 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
       << ",\"packets_out\":" << c.packetsOut << ",\"bytes_out\":" << c.bytesOut
       << ",\"queue_packets\":" << queuePackets << ",\"queue_bytes\":" << queueBytes
       << ",\"drops\":{\"loss\":" << c.dropsLoss << ",\"queue_full\":" << c.dropsQueue
-      << ",\"red_early\":0,\"red_forced\":0,\"ordinal\":" << c.dropsOrdinal
+      << ",\"red_early\":" << c.dropsRedEarly << ",\"red_forced\":" << c.dropsRedForced
+      << ",\"ordinal\":" << c.dropsOrdinal
       << ",\"down\":" << c.dropsDown << "}}}";
 }
 
 } // namespace
 
 QueueLimit
-ParseQueueLimit(const std::string& word)
+ParseQueueLimit(const std::string& text)
 {
+    std::vector<std::string> parts;
+    std::istringstream split(text);
+    for (std::string part; std::getline(split, part, '/');)
+    {
+        parts.push_back(part);
+    }
+    const std::string word = parts.empty() ? text : parts[0];
     QueueLimit limit;
     limit.bytes = !word.empty() && word.back() == 'B';
     std::string digits = limit.bytes ? word.substr(0, word.size() - 1) : word;
@@ -133,6 +147,30 @@ ParseQueueLimit(const std::string& word)
                                     word);
     }
     limit.value = static_cast<uint32_t>(value);
+    if (parts.size() == 1)
+    {
+        return limit;
+    }
+    if (parts.size() != 7 || (parts[1] != "red" && parts[1] != "gred"))
+    {
+        throw std::invalid_argument("a RED queue is N[B]/red|gred/THRESH/MAXTHRESH/Q_WEIGHT/"
+                                    "LINTERM/MEAN_PKTSIZE: " + text);
+    }
+    limit.red = true;
+    try
+    {
+        limit.params = NbRedParams{std::stod(parts[2]),
+                                   std::stod(parts[3]),
+                                   std::stod(parts[4]),
+                                   std::stod(parts[5]),
+                                   static_cast<uint32_t>(std::stoul(parts[6])),
+                                   parts[1] == "gred",
+                                   limit.bytes};
+    }
+    catch (const std::exception&)
+    {
+        throw std::invalid_argument("bad RED parameters: " + text);
+    }
     return limit;
 }
 
@@ -253,9 +291,10 @@ SendQueue::Enqueue(Ptr<Packet> p)
                                                         : nullptr;
     // Counted here, not through DropBeforeEnqueue: that would stop the device's transmit
     // queue (ns-3's flow control), and with nothing queued to dequeue nothing would wake it.
-    cause = cause ? cause : !Admits(m, p) ? &m.egress.dropsQueue : nullptr;
+    cause = cause ? cause : Decide(m, p);
     if (!cause)
     {
+        m.idle = false;
         return DropTailQueue<Packet>::Enqueue(p);
     }
     ++m.egress.packetsIn;
@@ -264,18 +303,66 @@ SendQueue::Enqueue(Ptr<Packet> p)
     return false;
 }
 
+SendQueue::~SendQueue()
+{
+    nb_red_free(red);
+}
+
+uint64_t
+SendQueue::HeldPackets(const Member& m) const
+{
+    return GetNPackets() + (m.onWire ? 1 : 0);
+}
+
+int64_t
+SendQueue::HeldBytes(const Member& m) const
+{
+    // As linkd counts a queue's bytes: each packet as an Ethernet frame, whatever header this
+    // link adds (every packet here carries the same).
+    int64_t perPacket = 14 - static_cast<int64_t>(m.header);
+    return static_cast<int64_t>(GetNBytes()) + perPacket * GetNPackets() + m.onWire;
+}
+
 bool
 SendQueue::Admits(const Member& m, Ptr<const Packet> p) const
 {
     if (limitBytes == 0)
     {
-        return GetNPackets() + (m.onWire ? 1 : 0) + 1 <= limitPackets;
+        return HeldPackets(m) + 1 <= limitPackets;
     }
-    // As linkd counts a queue's bytes: each packet as an Ethernet frame, whatever header this
-    // link adds (every packet here carries the same).
-    int64_t perPacket = 14 - static_cast<int64_t>(m.header);
-    int64_t held = static_cast<int64_t>(GetNBytes()) + perPacket * GetNPackets() + m.onWire;
-    return held + static_cast<int64_t>(p->GetSize()) + perPacket <= limitBytes;
+    int64_t frame = static_cast<int64_t>(p->GetSize()) + 14 - static_cast<int64_t>(m.header);
+    return HeldBytes(m) + frame <= limitBytes;
+}
+
+uint64_t*
+SendQueue::Decide(Member& m, Ptr<const Packet> p)
+{
+    // As linkd's pipe: RED decides first, on what the queue holds; the hard limit wins and
+    // restarts RED's count.
+    uint8_t verdict = 0;
+    if (red)
+    {
+        bool empty = HeldPackets(m) == 0;
+        int64_t idleNs = empty && m.idle ? (Simulator::Now() - m.idleSince).GetNanoSeconds() : -1;
+        auto frame = static_cast<uint32_t>(p->GetSize() + 14 - m.header);
+        verdict = nb_red_arrival(red,
+                                 HeldPackets(m),
+                                 static_cast<uint64_t>(HeldBytes(m)),
+                                 idleNs,
+                                 frame,
+                                 static_cast<uint64_t>(m.rateBps));
+    }
+    if (!Admits(m, p))
+    {
+        if (red)
+        {
+            nb_red_reset_count(red);
+        }
+        return &m.egress.dropsQueue;
+    }
+    return verdict == 1 ? &m.egress.dropsRedEarly
+           : verdict == 2 ? &m.egress.dropsRedForced
+                          : nullptr;
 }
 
 void
@@ -315,6 +402,7 @@ void
 SimLink::Pace(size_t member, double bps)
 {
     Member& m = *m_members[member];
+    m.rateBps = bps;
     Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
     if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
     {
@@ -374,12 +462,30 @@ SimLink::Limit(size_t member, const QueueLimit& limit)
 {
     Member& m = *m_members[member];
     auto sending = DynamicCast<SendQueue>(m.queue);
-    if (limit.bytes && !sending)
+    if ((limit.bytes || limit.red) && !sending)
     {
-        throw std::invalid_argument("the queue limit of LAN " + m_name + " is in packets");
+        throw std::invalid_argument("the queue of LAN " + m_name + " is DropTail in packets");
     }
     if (sending)
     {
+        if (!limit.red)
+        {
+            nb_red_free(sending->red);
+            sending->red = nullptr;
+        }
+        else if (sending->red)
+        {
+            nb_red_set(sending->red, &limit.params);
+        }
+        else
+        {
+            uint64_t seed = std::hash<std::string>{}(m_name + "/" + m.node);
+            sending->red = nb_red_new(&limit.params, seed);
+            if (!sending->red)
+            {
+                throw std::invalid_argument("RED parameters of " + m_name + " that linkd refuses");
+            }
+        }
         // The queue admits by its own limits (Admits), so ns-3's never binds: its flow
         // control never stops the device, and lowering the limit below what is queued
         // (which ns-3 refuses by aborting) lets what is queued drain, as linkd does.
@@ -405,9 +511,9 @@ SimLink::Set(const std::vector<double>& rates,
     {
         throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
     }
-    if (m_lan && queues[0].bytes)
+    if (m_lan && (queues[0].bytes || queues[0].red))
     {
-        throw std::invalid_argument("the queue limit of LAN " + m_name + " is in packets");
+        throw std::invalid_argument("the queue of LAN " + m_name + " is DropTail in packets");
     }
     for (size_t i = 0; i < n; ++i)
     {

@@ -23,6 +23,7 @@
 #include "ns3/core-module.h"
 #include "ns3/error-model.h"
 #include "ns3/network-module.h"
+#include "red.h"
 #include "wire.h"
 
 #include <cstdint>
@@ -44,6 +45,8 @@ struct Counters
     uint64_t dropsLoss = 0;
     uint64_t dropsOrdinal = 0;
     uint64_t dropsQueue = 0;
+    uint64_t dropsRedEarly = 0;
+    uint64_t dropsRedForced = 0;
     uint64_t dropsDown = 0;
 };
 
@@ -67,9 +70,12 @@ struct QueueLimit
 {
     uint32_t value = 0;
     bool bytes = false;
+    bool red = false;  // RED (gentle RED with params.gentle) in front of the limit
+    NbRedParams params{}; // its queue_in_bytes follows `bytes`, as in linkd
 };
 
-// A queue word: "N" (packets) or "NB" (bytes).
+// A queue word: "N" (packets) or "NB" (bytes), then "/red/..." or "/gred/..." with
+// THRESH/MAXTHRESH/Q_WEIGHT/LINTERM/MEAN_PKTSIZE for a RED queue.
 QueueLimit ParseQueueLimit(const std::string& word);
 
 // A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD", then "@N,N,..." for the
@@ -117,15 +123,23 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
 {
   public:
     static ns3::TypeId GetTypeId();
+    ~SendQueue() override;
     bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
 
     Member* member = nullptr;
+    NbRed* red = nullptr; // owned
     uint32_t limitPackets = 0; // its limit: packets, or (when not 0) bytes
     uint32_t limitBytes = 0;
 
   private:
     // Whether the limit leaves room for p beside what is queued and on the wire.
     bool Admits(const Member& m, ns3::Ptr<const ns3::Packet> p) const;
+    // What the queue holds, as linkd counts it: packets and frame bytes, the one on the wire
+    // among them.
+    uint64_t HeldPackets(const Member& m) const;
+    int64_t HeldBytes(const Member& m) const;
+    // The counter of the drop that RED and the limit decide for p, or null to keep it.
+    uint64_t* Decide(Member& m, ns3::Ptr<const ns3::Packet> p);
 
     uint64_t m_ordinal = 0;
     LossDraw m_draw;
@@ -141,6 +155,9 @@ struct Member
     Loss sendLoss;            // of what this member sends (point-to-point links)
     Jitter jitter;            // of what this member sends (point-to-point links)
     uint32_t onWire = 0;      // the frame bytes (as linkd counts them) it is sending, or 0
+    double rateBps = 0;       // what it sends at (0: unlimited)
+    bool idle = false;        // its queue emptied (RED's idle decay), at idleSince
+    ns3::Time idleSince;
     const bool* down = nullptr;
     Counters egress;
     Counters ingress;

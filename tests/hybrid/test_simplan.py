@@ -282,7 +282,6 @@ def _core(options: str) -> str:
 @pytest.mark.parametrize(
     ("options", "what"),
     [
-        ("delay: 20ms,\n     queue: {type: red}", "RED queues"),
         ("delay: 20ms,\n     duplicate: 0.01", "duplication"),
         ("delay: 20ms,\n     corrupt: 0.01", "corruption"),
     ],

@@ -64,6 +64,9 @@ pub mod bandwidth;
 pub mod counters;
 pub mod delay;
 mod error;
+// The one exception to `deny(unsafe_code)`: the C interface nestbed-sim calls.
+#[allow(unsafe_code)]
+pub mod ffi;
 pub mod loss;
 mod packet;
 pub mod pipe;

@@ -168,12 +168,19 @@ def _loss(sender: Shaping, receiver: Shaping) -> str:
 
 
 def _queue(s: Shaping, rate_bps: int, delay_s: float) -> str:
-    """A direction's queue limit: the file's (`50` packets, `6000B` bytes, counted as linkd
-    counts them: each packet as an Ethernet frame), or linkd's default for its rate and
-    delay."""
-    if s.queue.limit and s.queue.limit_unit == "bytes":
-        return f"{s.queue.limit}B"
-    return str(s.queue.limit or default_queue_packets(rate_bps, delay_s))
+    """A direction's queue: its limit, the file's (`50` packets, `6000B` bytes, counted as
+    linkd counts them: each packet as an Ethernet frame) or linkd's default for its rate
+    and delay; then, for RED, `/red/` or `/gred/` and ns-2's THRESH/MAXTHRESH/Q_WEIGHT/
+    LINTERM/MEAN_PKTSIZE (nestbed-sim runs linkd's own RED)."""
+    q = s.queue
+    if q.limit and q.limit_unit == "bytes":
+        word = f"{q.limit}B"
+    else:
+        word = str(q.limit or default_queue_packets(rate_bps, delay_s))
+    if q.kind == "droptail":
+        return word
+    red = (q.thresh, q.maxthresh, q.q_weight, q.linterm, q.mean_packet_size_bytes)
+    return "/".join([word, "gred" if q.gentle else "red", *(repr(v) for v in red)])
 
 
 def _cidr(link: Link, node: str) -> str:

@@ -2,7 +2,8 @@
 
 nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with DropTail queues in
 packets, Bernoulli loss, and Gilbert-Elliott loss, drops by ordinal, jitter and queue limits in
-bytes on point-to-point links, as linkd does them. Every other option would mean something else
+bytes and RED (linkd's own, linked into nestbed-sim) on point-to-point links, as linkd
+does them. Every other option would mean something else
 there or nothing, so it is refused, never ignored: by the front ends with its place in the
 file (``spec.resolve``), and by the back end when an event asks for it during a run
 (``backend.simplan``). Links between an emulated and a simulated node pass through linkd and
@@ -43,8 +44,8 @@ def _options(s: Shaping, lan: bool) -> list[tuple[str, str]]:
         found.append(("duplicate", "duplication"))
     if s.corrupt:
         found.append(("corrupt", "corruption"))
-    if s.queue.kind != "droptail":
-        found.append(("queue", "RED queues"))
+    if lan and s.queue.kind != "droptail":
+        found.append(("queue", "RED queues on a LAN"))
     if lan and s.queue.limit_unit != "packets":
         found.append(("queue", "queue limits in bytes on a LAN"))
     if lan and s.gilbert_elliott is not None:
