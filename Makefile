@@ -68,7 +68,7 @@ SIM_SOURCES := $(wildcard csrc/nestbed-sim/*.cc)
 # RED comes from linkd's own pipe crate (crates/nestbed-pipe/src/ffi.rs), as a static library.
 PIPE_LIB := target/release/libnestbed_pipe.a
 
-$(PIPE_LIB): $(wildcard crates/nestbed-pipe/src/*.rs) crates/nestbed-pipe/Cargo.toml
+$(PIPE_LIB): $(wildcard crates/nestbed-pipe/src/*.rs) crates/nestbed-pipe/Cargo.toml Cargo.toml Cargo.lock
 	cargo build --release --quiet -p nestbed-pipe
 
 $(SIM): $(SIM_SOURCES) $(wildcard csrc/nestbed-sim/*.h) $(STAMPS)/ns3 $(PIPE_LIB)

@@ -8,6 +8,8 @@
 #include "ns3/traffic-control-module.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -118,30 +120,64 @@ Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t q
 
 } // namespace
 
+namespace
+{
+
+// A whole word as an unsigned number of at most MAX (no sign, blanks or trailing text).
+bool
+WholeUnsigned(const std::string& word, uint64_t max, uint64_t& value)
+{
+    if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos)
+    {
+        return false;
+    }
+    try
+    {
+        value = std::stoull(word);
+    }
+    catch (const std::exception&)
+    {
+        return false;
+    }
+    return value <= max;
+}
+
+// A whole word as a finite number.
+bool
+WholeFinite(const std::string& word, double& value)
+{
+    size_t used = 0;
+    try
+    {
+        value = std::stod(word, &used);
+    }
+    catch (const std::exception&)
+    {
+        return false;
+    }
+    return !word.empty() && used == word.size() && std::isfinite(value) &&
+           word.find_first_of(" \t") == std::string::npos;
+}
+
+} // namespace
+
 QueueLimit
 ParseQueueLimit(const std::string& text)
 {
     std::vector<std::string> parts;
-    std::istringstream split(text);
-    for (std::string part; std::getline(split, part, '/');)
+    size_t from = 0;
+    for (size_t slash = text.find('/'); slash != std::string::npos; slash = text.find('/', from))
     {
-        parts.push_back(part);
+        parts.push_back(text.substr(from, slash - from));
+        from = slash + 1;
     }
-    const std::string word = parts.empty() ? text : parts[0];
+    parts.push_back(text.substr(from));
+    const std::string& word = parts[0];
     QueueLimit limit;
     limit.bytes = !word.empty() && word.back() == 'B';
-    std::string digits = limit.bytes ? word.substr(0, word.size() - 1) : word;
-    size_t used = 0;
-    unsigned long value = 0;
-    try
-    {
-        value = std::stoul(digits, &used);
-    }
-    catch (const std::exception&)
-    {
-        used = 0;
-    }
-    if (digits.empty() || used != digits.size() || value < 1 || value > UINT32_MAX)
+    uint64_t value = 0;
+    if (!WholeUnsigned(limit.bytes ? word.substr(0, word.size() - 1) : word, UINT32_MAX, value) ||
+        value < 1)
     {
         throw std::invalid_argument("a queue limit is N (packets) or NB (bytes), at least 1: " +
                                     word);
@@ -151,26 +187,31 @@ ParseQueueLimit(const std::string& text)
     {
         return limit;
     }
-    if (parts.size() != 7 || (parts[1] != "red" && parts[1] != "gred"))
+    // THRESH/MAXTHRESH/Q_WEIGHT/LINTERM/MEAN_PKTSIZE/IN_BYTES: RED's average is in bytes
+    // when the queue's unit is, whether or not the file gave a limit (as in linkd).
+    std::array<double, 4> numbers{};
+    uint64_t mean = 0;
+    uint64_t inBytes = 0;
+    bool good = parts.size() == 8 && (parts[1] == "red" || parts[1] == "gred") &&
+                WholeUnsigned(parts[6], UINT32_MAX, mean) && WholeUnsigned(parts[7], 1, inBytes);
+    for (size_t i = 0; good && i < numbers.size(); ++i)
+    {
+        good = WholeFinite(parts[2 + i], numbers[i]);
+    }
+    limit.params = NbRedParams{numbers[0],
+                               numbers[1],
+                               numbers[2],
+                               numbers[3],
+                               static_cast<uint32_t>(mean),
+                               parts[1] == "gred",
+                               inBytes == 1};
+    if (!good || !nb_red_valid(&limit.params))
     {
         throw std::invalid_argument("a RED queue is N[B]/red|gred/THRESH/MAXTHRESH/Q_WEIGHT/"
-                                    "LINTERM/MEAN_PKTSIZE: " + text);
+                                    "LINTERM/MEAN_PKTSIZE/IN_BYTES with parameters linkd "
+                                    "takes: " + text);
     }
     limit.red = true;
-    try
-    {
-        limit.params = NbRedParams{std::stod(parts[2]),
-                                   std::stod(parts[3]),
-                                   std::stod(parts[4]),
-                                   std::stod(parts[5]),
-                                   static_cast<uint32_t>(std::stoul(parts[6])),
-                                   parts[1] == "gred",
-                                   limit.bytes};
-    }
-    catch (const std::exception&)
-    {
-        throw std::invalid_argument("bad RED parameters: " + text);
-    }
     return limit;
 }
 
@@ -475,7 +516,7 @@ SimLink::Limit(size_t member, const QueueLimit& limit)
         }
         else if (sending->red)
         {
-            nb_red_set(sending->red, &limit.params);
+            nb_red_set(sending->red, &limit.params); // checked when its word was read
         }
         else
         {

@@ -71,11 +71,12 @@ struct QueueLimit
     uint32_t value = 0;
     bool bytes = false;
     bool red = false;  // RED (gentle RED with params.gentle) in front of the limit
-    NbRedParams params{}; // its queue_in_bytes follows `bytes`, as in linkd
+    NbRedParams params{};
 };
 
 // A queue word: "N" (packets) or "NB" (bytes), then "/red/..." or "/gred/..." with
-// THRESH/MAXTHRESH/Q_WEIGHT/LINTERM/MEAN_PKTSIZE for a RED queue.
+// THRESH/MAXTHRESH/Q_WEIGHT/LINTERM/MEAN_PKTSIZE/IN_BYTES (0 or 1) for a RED queue, its
+// parameters checked as linkd checks them.
 QueueLimit ParseQueueLimit(const std::string& word);
 
 // A loss word: "P" (Bernoulli) or "ge/P/R/LOSS_BAD/LOSS_GOOD", then "@N,N,..." for the
@@ -123,6 +124,9 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
 {
   public:
     static ns3::TypeId GetTypeId();
+    SendQueue() = default;
+    SendQueue(const SendQueue&) = delete; // it owns its RED
+    SendQueue& operator=(const SendQueue&) = delete;
     ~SendQueue() override;
     bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
 

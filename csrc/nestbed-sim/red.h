@@ -21,9 +21,12 @@ extern "C"
 
     struct NbRed;
 
+    // Whether linkd would take these parameters.
+    bool nb_red_valid(const NbRedParams* params);
     // Null for parameters linkd would refuse.
     NbRed* nb_red_new(const NbRedParams* params, uint64_t seed);
-    void nb_red_set(NbRed* red, const NbRedParams* params);
+    // False, and nothing changed, for parameters linkd would refuse.
+    bool nb_red_set(NbRed* red, const NbRedParams* params);
     // 0 accept, 1 an early drop, 2 a forced drop; idle_ns < 0: the queue is not empty.
     uint8_t nb_red_arrival(NbRed* red,
                            uint64_t queue_packets,

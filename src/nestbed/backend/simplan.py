@@ -171,7 +171,8 @@ def _queue(s: Shaping, rate_bps: int, delay_s: float) -> str:
     """A direction's queue: its limit, the file's (`50` packets, `6000B` bytes, counted as
     linkd counts them: each packet as an Ethernet frame) or linkd's default for its rate
     and delay; then, for RED, `/red/` or `/gred/` and ns-2's THRESH/MAXTHRESH/Q_WEIGHT/
-    LINTERM/MEAN_PKTSIZE (nestbed-sim runs linkd's own RED)."""
+    LINTERM/MEAN_PKTSIZE, and 1 when its average is in bytes, as linkd's is when the queue's
+    unit is, limit or not (nestbed-sim runs linkd's own RED)."""
     q = s.queue
     if q.limit and q.limit_unit == "bytes":
         word = f"{q.limit}B"
@@ -180,7 +181,8 @@ def _queue(s: Shaping, rate_bps: int, delay_s: float) -> str:
     if q.kind == "droptail":
         return word
     red = (q.thresh, q.maxthresh, q.q_weight, q.linterm, q.mean_packet_size_bytes)
-    return "/".join([word, "gred" if q.gentle else "red", *(repr(v) for v in red)])
+    in_bytes = "1" if q.limit_unit == "bytes" else "0"
+    return "/".join([word, "gred" if q.gentle else "red", *(repr(v) for v in red), in_bytes])
 
 
 def _cidr(link: Link, node: str) -> str:
