@@ -22,40 +22,6 @@ namespace nestbed
 namespace
 {
 
-// The members by device, for the drops WatchNode sees.
-std::map<const NetDevice*, Member*> g_members;
-
-// What a node's IP layer last handed to a device: the traffic-control layer's drop that
-// follows at once is of that packet, on that device.
-struct LastSent
-{
-    Ptr<NetDevice> device;
-    uint32_t bytes = 0;
-};
-
-std::vector<std::unique_ptr<LastSent>> g_watched;
-
-void
-IpSent(LastSent* last, Ptr<const Packet> packet, Ptr<Ipv4> ipv4, uint32_t interface)
-{
-    last->device = ipv4->GetNetDevice(interface);
-    last->bytes = packet->GetSize();
-}
-
-void
-TurnedAway(LastSent* last, Ptr<const Packet>)
-{
-    auto it = g_members.find(PeekPointer(last->device));
-    if (it == g_members.end())
-    {
-        return;
-    }
-    Member* m = it->second;
-    ++m->egress.packetsIn;
-    m->egress.bytesIn += last->bytes + m->header;
-    ++m->egress.dropsQueue;
-}
-
 void
 QueueIn(Member* m, Ptr<const Packet> p)
 {
@@ -63,21 +29,10 @@ QueueIn(Member* m, Ptr<const Packet> p)
     m->egress.bytesIn += p->GetSize();
 }
 
+// The device let go of the packet it held: sent, or (a LAN's, after too many backoffs)
+// dropped.
 void
-QueueDrop(Member* m, Ptr<const Packet> p)
-{
-    QueueIn(m, p);
-    ++m->egress.dropsQueue;
-}
-
-void
-SendingOut(Member* m, Ptr<const Packet> p)
-{
-    m->onWire = p->GetSize() - m->header + 14;
-}
-
-void
-SentOut(Member* m, Ptr<const Packet> p)
+Released(Member* m)
 {
     m->onWire = 0;
     if (m->queue->GetNPackets() == 0) // the device takes its next packet after this
@@ -85,8 +40,45 @@ SentOut(Member* m, Ptr<const Packet> p)
         m->idle = true;
         m->idleSince = Simulator::Now();
     }
+}
+
+void
+SentOut(Member* m, Ptr<const Packet> p)
+{
+    Released(m);
     ++m->egress.packetsOut;
     m->egress.bytesOut += p->GetSize();
+}
+
+void
+NotSent(Member* m, Ptr<const Packet>)
+{
+    Released(m);
+}
+
+// A packet's bytes as linkd counts them: its Ethernet frame as a veth carries it, the IP
+// packet and 14 bytes, whatever header the link adds. A LAN's device has also padded a short
+// frame to Ethernet's least, which a veth's frame is not.
+uint32_t
+FrameBytes(const Member& m, Ptr<const Packet> p)
+{
+    if (m.lan)
+    {
+        Ptr<Packet> frame = p->Copy();
+        EthernetHeader ethernet(false);
+        frame->RemoveHeader(ethernet);
+        if (ethernet.GetLengthType() == Ipv4L3Protocol::PROT_NUMBER)
+        {
+            Ipv4Header ip;
+            frame->PeekHeader(ip);
+            return ip.GetSerializedSize() + ip.GetPayloadSize() + 14;
+        }
+        if (ethernet.GetLengthType() == ArpL3Protocol::PROT_NUMBER)
+        {
+            return 28 + 14; // an ARP packet of IPv4 over Ethernet
+        }
+    }
+    return p->GetSize() - m.header + 14;
 }
 
 void
@@ -107,11 +99,16 @@ Lost(Member* m, Ptr<const Packet> p)
 }
 
 void
-Json(std::ostringstream& s, const Counters& c, uint64_t queuePackets, uint64_t queueBytes)
+Json(std::ostringstream& s,
+     const Counters& c,
+     uint64_t queuePackets,
+     uint64_t queueBytes,
+     const Mangled& mangled = {})
 {
     s << "{\"counters\":{\"packets_in\":" << c.packetsIn << ",\"bytes_in\":" << c.bytesIn
       << ",\"packets_out\":" << c.packetsOut << ",\"bytes_out\":" << c.bytesOut
       << ",\"queue_packets\":" << queuePackets << ",\"queue_bytes\":" << queueBytes
+      << ",\"duplicates\":" << mangled.duplicates << ",\"corrupted\":" << mangled.corrupted
       << ",\"drops\":{\"loss\":" << c.dropsLoss << ",\"queue_full\":" << c.dropsQueue
       << ",\"red_early\":" << c.dropsRedEarly << ",\"red_forced\":" << c.dropsRedForced
       << ",\"ordinal\":" << c.dropsOrdinal
@@ -326,22 +323,45 @@ SendQueue::Enqueue(Ptr<Packet> p)
     ++m_ordinal;
     Member& m = *member;
     bool lost = m_draw.Lost(m.sendLoss);
-    uint64_t* cause = *m.down                           ? &m.egress.dropsDown
+    // A LAN's down and loss act where each member receives (LinkLoss).
+    uint64_t* cause = m.lan                               ? nullptr
+                      : *m.down                           ? &m.egress.dropsDown
                       : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
-                      : lost                            ? &m.egress.dropsLoss
-                                                        : nullptr;
+                      : lost                              ? &m.egress.dropsLoss
+                                                          : nullptr;
     // Counted here, not through DropBeforeEnqueue: that would stop the device's transmit
     // queue (ns-3's flow control), and with nothing queued to dequeue nothing would wake it.
-    cause = cause ? cause : Decide(m, p);
+    uint32_t frame = FrameBytes(m, p);
+    cause = cause ? cause : Decide(m, frame);
     if (!cause)
     {
-        m.idle = false;
-        return DropTailQueue<Packet>::Enqueue(p);
+        bool queued = DropTailQueue<Packet>::Enqueue(p); // ns-3's limit is above any (Limit)
+        if (queued)
+        {
+            m.idle = false;
+            m_frames.push_back(frame);
+            m_frameBytes += frame;
+        }
+        return queued;
     }
     ++m.egress.packetsIn;
     m.egress.bytesIn += p->GetSize();
     ++*cause;
     return false;
+}
+
+Ptr<Packet>
+SendQueue::Dequeue()
+{
+    Ptr<Packet> p = DropTailQueue<Packet>::Dequeue();
+    if (p)
+    {
+        // The device holds it until it has sent it (SentOut) or given it up (NotSent).
+        member->onWire = m_frames.front();
+        m_frameBytes -= m_frames.front();
+        m_frames.pop_front();
+    }
+    return p;
 }
 
 SendQueue::~SendQueue()
@@ -355,28 +375,24 @@ SendQueue::HeldPackets(const Member& m) const
     return GetNPackets() + (m.onWire ? 1 : 0);
 }
 
-int64_t
+uint64_t
 SendQueue::HeldBytes(const Member& m) const
 {
-    // As linkd counts a queue's bytes: each packet as an Ethernet frame, whatever header this
-    // link adds (every packet here carries the same).
-    int64_t perPacket = 14 - static_cast<int64_t>(m.header);
-    return static_cast<int64_t>(GetNBytes()) + perPacket * GetNPackets() + m.onWire;
+    return m_frameBytes + m.onWire;
 }
 
 bool
-SendQueue::Admits(const Member& m, Ptr<const Packet> p) const
+SendQueue::Admits(const Member& m, uint32_t frame) const
 {
     if (limitBytes == 0)
     {
         return HeldPackets(m) + 1 <= limitPackets;
     }
-    int64_t frame = static_cast<int64_t>(p->GetSize()) + 14 - static_cast<int64_t>(m.header);
     return HeldBytes(m) + frame <= limitBytes;
 }
 
 uint64_t*
-SendQueue::Decide(Member& m, Ptr<const Packet> p)
+SendQueue::Decide(Member& m, uint32_t frame)
 {
     // As linkd's pipe: RED decides first, on what the queue holds; the hard limit wins and
     // restarts RED's count.
@@ -385,15 +401,14 @@ SendQueue::Decide(Member& m, Ptr<const Packet> p)
     {
         bool empty = HeldPackets(m) == 0;
         int64_t idleNs = empty && m.idle ? (Simulator::Now() - m.idleSince).GetNanoSeconds() : -1;
-        auto frame = static_cast<uint32_t>(p->GetSize() + 14 - m.header);
         verdict = nb_red_arrival(red,
                                  HeldPackets(m),
-                                 static_cast<uint64_t>(HeldBytes(m)),
+                                 HeldBytes(m),
                                  idleNs,
                                  frame,
                                  static_cast<uint64_t>(m.rateBps));
     }
-    if (!Admits(m, p))
+    if (!Admits(m, frame))
     {
         if (red)
         {
@@ -404,19 +419,6 @@ SendQueue::Decide(Member& m, Ptr<const Packet> p)
     return verdict == 1 ? &m.egress.dropsRedEarly
            : verdict == 2 ? &m.egress.dropsRedForced
                           : nullptr;
-}
-
-void
-WatchNode(Ptr<Node> node)
-{
-    auto last = std::make_unique<LastSent>();
-    node->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
-        "Tx",
-        MakeBoundCallback(&IpSent, last.get()));
-    node->GetObject<TrafficControlLayer>()->TraceConnectWithoutContext(
-        "TcDrop",
-        MakeBoundCallback(&TurnedAway, last.get()));
-    g_watched.push_back(std::move(last));
 }
 
 std::string
@@ -448,7 +450,7 @@ SimLink::Pace(size_t member, double bps)
     if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
     {
         p2p->SetInterframeGap(gap);
-        DynamicCast<WireChannel>(p2p->GetChannel())->SetDirection(member, gap, m.jitter);
+        DynamicCast<WireChannel>(p2p->GetChannel())->SetDirection(member, gap, m.jitter, m.mangle);
     }
     else
     {
@@ -461,16 +463,19 @@ SimLink::Add(const std::string& node,
              Ptr<NetDevice> device,
              double rateBps,
              const Loss& loss,
-             const Jitter& jitter)
+             const Jitter& jitter,
+             const Mangle& mangle)
 {
     auto m = std::make_unique<Member>();
     m->node = node;
+    m->lan = m_lan;
     m->device = device;
     m->down = &m_down;
     m->error = CreateObject<LinkLoss>();
     m->error->down = &m_down;
     (m_lan ? m->error->loss : m->sendLoss) = loss;
     m->jitter = jitter;
+    m->mangle = mangle;
     device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
     if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
     {
@@ -487,11 +492,9 @@ SimLink::Add(const std::string& node,
     {
         sending->member = raw;
     }
-    g_members[PeekPointer(device)] = raw;
     m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
-    m->queue->TraceConnectWithoutContext("DropBeforeEnqueue", MakeBoundCallback(&QueueDrop, raw));
-    device->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&SendingOut, raw));
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
+    device->TraceConnectWithoutContext("PhyTxDrop", MakeBoundCallback(&NotSent, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
     m_members.push_back(std::move(m));
@@ -503,41 +506,30 @@ SimLink::Limit(size_t member, const QueueLimit& limit)
 {
     Member& m = *m_members[member];
     auto sending = DynamicCast<SendQueue>(m.queue);
-    if ((limit.bytes || limit.red) && !sending)
+    if (!limit.red)
     {
-        throw std::invalid_argument("the queue of LAN " + m_name + " is DropTail in packets");
+        nb_red_free(sending->red);
+        sending->red = nullptr;
     }
-    if (sending)
+    else if (sending->red)
     {
-        if (!limit.red)
-        {
-            nb_red_free(sending->red);
-            sending->red = nullptr;
-        }
-        else if (sending->red)
-        {
-            nb_red_set(sending->red, &limit.params); // checked when its word was read
-        }
-        else
-        {
-            uint64_t seed = std::hash<std::string>{}(m_name + "/" + m.node);
-            sending->red = nb_red_new(&limit.params, seed);
-            if (!sending->red)
-            {
-                throw std::invalid_argument("RED parameters of " + m_name + " that linkd refuses");
-            }
-        }
-        // The queue admits by its own limits (Admits), so ns-3's never binds: its flow
-        // control never stops the device, and lowering the limit below what is queued
-        // (which ns-3 refuses by aborting) lets what is queued drain, as linkd does.
-        sending->limitBytes = limit.bytes ? limit.value : 0;
-        sending->limitPackets = limit.bytes ? 0 : limit.value;
-        m.queue->SetMaxSize(QueueSize(std::to_string(UINT32_MAX) + "p"));
-        return;
+        nb_red_set(sending->red, &limit.params); // checked when its word was read
     }
-    // A LAN's ns-3 queue: never below what it holds, which ns-3 would abort on.
-    uint32_t held = m.queue->GetNPackets();
-    m.queue->SetMaxSize(QueueSize(std::to_string(std::max(limit.value, held)) + "p"));
+    else
+    {
+        uint64_t seed = std::hash<std::string>{}(m_name + "/" + m.node);
+        sending->red = nb_red_new(&limit.params, seed);
+        if (!sending->red)
+        {
+            throw std::invalid_argument("RED parameters of " + m_name + " that linkd refuses");
+        }
+    }
+    // The queue admits by its own limits (Admits), so ns-3's never binds: its flow control
+    // never stops the device, and lowering the limit below what is queued (which ns-3 refuses
+    // by aborting) lets what is queued drain, as linkd does.
+    sending->limitBytes = limit.bytes ? limit.value : 0;
+    sending->limitPackets = limit.bytes ? 0 : limit.value;
+    m.queue->SetMaxSize(QueueSize(std::to_string(UINT32_MAX) + "p"));
 }
 
 void
@@ -545,16 +537,13 @@ SimLink::Set(const std::vector<double>& rates,
              double delayS,
              const std::vector<QueueLimit>& queues,
              const std::vector<Loss>& losses,
-             const std::vector<Jitter>& jitters)
+             const std::vector<Jitter>& jitters,
+             const std::vector<Mangle>& mangles)
 {
     size_t n = m_members.size();
     if (!m_lan && (rates.size() != n || losses.size() != n || queues.size() != n))
     {
         throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
-    }
-    if (m_lan && (queues[0].bytes || queues[0].red))
-    {
-        throw std::invalid_argument("the queue of LAN " + m_name + " is DropTail in packets");
     }
     for (size_t i = 0; i < n; ++i)
     {
@@ -565,6 +554,7 @@ SimLink::Set(const std::vector<double>& rates,
         {
             DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
             m.jitter = i < jitters.size() ? jitters[i] : Jitter{};
+            m.mangle = i < mangles.size() ? mangles[i] : Mangle{};
         }
         Pace(i, rates[m_lan ? 0 : i]);
     }
@@ -591,7 +581,9 @@ SimLink::CountersJson() const
     {
         const Member& m = *m_members[i];
         s << (i ? "," : "") << "\"" << m.node << "\":{\"egress\":";
-        Json(s, m.egress, m.queue->GetNPackets(), m.queue->GetNBytes());
+        auto wire = DynamicCast<WireChannel>(m.device->GetChannel());
+        Json(s, m.egress, m.queue->GetNPackets(), m.queue->GetNBytes(),
+             wire ? wire->Counts(i) : Mangled{});
         s << ",\"ingress\":";
         Json(s, m.ingress, 0, 0);
         s << "}";

@@ -10,13 +10,11 @@
 // counters of each member mirror linkd's pipes: "egress" is what the member's device sends
 // (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
 // what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
-// are as the link carries them: the IP packet and the link's own header (without a LAN's
-// padding of short frames, for packets its full queue turned away).
+// are as the link carries them: the IP packet and the link's own header (and a LAN's padding
+// of short frames).
 //
-// A point-to-point link's queue admits by its own limit (SendQueue) and counts what it turns
-// away. A LAN's full device queue stops its transmit queue, and ns-3's traffic-control layer
-// then drops what the node sends on it before the device sees it; WatchNode counts those
-// drops, which only the IP layer's last transmission attributes to a device.
+// Every member's queue (SendQueue, a LAN member's too) admits by its own limit and counts
+// what it turns away, so ns-3's flow control never stops a device.
 
 #pragma once
 
@@ -27,6 +25,7 @@
 #include "wire.h"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <memory>
@@ -115,11 +114,13 @@ class LinkLoss : public ns3::ErrorModel
 
 struct Member;
 
-// The queue of what a point-to-point link's member sends: drops a packet as it arrives when
-// the link is down, when its ordinal is to be dropped, or when the loss model loses it (the
-// model draws for every packet, as linkd's does), before it takes a place in the queue or
-// time on the wire. Its limit, in packets or bytes, counts the packet on the wire as linkd's
-// queue does (ns-3's device takes that packet out of its queue as it starts sending it).
+// The queue of what a member sends. On a point-to-point link it drops a packet as it arrives
+// when the link is down, when its ordinal is to be dropped, or when the loss model loses it
+// (the model draws for every packet, as linkd's does), before it takes a place in the queue
+// or time on the wire (a LAN loses on the way to each member instead: LinkLoss). Its limit,
+// in packets or bytes, and its RED count the packet the device holds as linkd's queue does:
+// ns-3's device takes that packet out of its queue as it starts sending it (a LAN's, also
+// while it backs off from a busy channel).
 class SendQueue : public ns3::DropTailQueue<ns3::Packet>
 {
   public:
@@ -129,6 +130,7 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
     SendQueue& operator=(const SendQueue&) = delete;
     ~SendQueue() override;
     bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
+    ns3::Ptr<ns3::Packet> Dequeue() override;
 
     Member* member = nullptr;
     NbRed* red = nullptr; // owned
@@ -136,29 +138,34 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
     uint32_t limitBytes = 0;
 
   private:
-    // Whether the limit leaves room for p beside what is queued and on the wire.
-    bool Admits(const Member& m, ns3::Ptr<const ns3::Packet> p) const;
-    // What the queue holds, as linkd counts it: packets and frame bytes, the one on the wire
-    // among them.
+    // Whether the limit leaves room for a frame of FRAME bytes beside what the queue holds.
+    bool Admits(const Member& m, uint32_t frame) const;
+    // What the queue holds, as linkd counts it: packets and frame bytes, the one the device
+    // holds among them.
     uint64_t HeldPackets(const Member& m) const;
-    int64_t HeldBytes(const Member& m) const;
-    // The counter of the drop that RED and the limit decide for p, or null to keep it.
-    uint64_t* Decide(Member& m, ns3::Ptr<const ns3::Packet> p);
+    uint64_t HeldBytes(const Member& m) const;
+    // The counter of the drop that RED and the limit decide for a frame of FRAME bytes, or
+    // null to keep it.
+    uint64_t* Decide(Member& m, uint32_t frame);
 
     uint64_t m_ordinal = 0;
     LossDraw m_draw;
+    std::deque<uint32_t> m_frames; // the frame bytes of each packet queued, in order
+    uint64_t m_frameBytes = 0;     // their sum
 };
 
 struct Member
 {
     std::string node;
-    uint32_t header = 0; // bytes the link adds to an IP packet
+    bool lan = false;
+    uint32_t header = 0; // bytes the link adds to an IP packet (a LAN: and pads short ones to)
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
     ns3::Ptr<LinkLoss> error; // what this member's receive side loses
     Loss sendLoss;            // of what this member sends (point-to-point links)
     Jitter jitter;            // of what this member sends (point-to-point links)
-    uint32_t onWire = 0;      // the frame bytes (as linkd counts them) it is sending, or 0
+    Mangle mangle;            // of what this member sends (point-to-point links)
+    uint32_t onWire = 0;      // the frame bytes (as linkd counts them) its device holds, or 0
     double rateBps = 0;       // what it sends at (0: unlimited)
     bool idle = false;        // its queue emptied (RED's idle decay), at idleSince
     ns3::Time idleSince;
@@ -173,22 +180,25 @@ class SimLink
     SimLink(std::string name, bool lan);
 
     // A member: its device and the node it belongs to, the rate it sends at, the loss of
-    // what it sends (a point-to-point link) or on the way to it (a LAN).
+    // what it sends (a point-to-point link) or on the way to it (a LAN), and on a
+    // point-to-point link the jitter, duplication and corruption of what it sends.
     void Add(const std::string& node,
              ns3::Ptr<ns3::NetDevice> device,
              double rateBps,
              const Loss& loss,
-             const Jitter& jitter = {});
+             const Jitter& jitter = {},
+             const Mangle& mangle = {});
 
     bool Lan() const;
     // Rate and queue limit of each member's device, the delay, the loss of what each member
-    // sends, and the jitter of what each member sends (point-to-point links only); for a
-    // LAN, rates[0], queues[0] and losses[0] stand for all, and its limit is in packets.
+    // sends, and the jitter, duplication and corruption of what each member sends
+    // (point-to-point links only); for a LAN, rates[0], queues[0] and losses[0] stand for all.
     void Set(const std::vector<double>& rates,
              double delayS,
              const std::vector<QueueLimit>& queues,
              const std::vector<Loss>& losses,
-             const std::vector<Jitter>& jitters);
+             const std::vector<Jitter>& jitters,
+             const std::vector<Mangle>& mangles);
     // The queue limit of a member's device.
     void Limit(size_t member, const QueueLimit& limit);
     void SetDown(bool down);
@@ -206,10 +216,6 @@ class SimLink
     bool m_down = false;
     std::vector<std::unique_ptr<Member>> m_members;
 };
-
-// Counts the packets NODE's traffic-control layer drops for a full queue of its member
-// devices; once per node, when all links are built.
-void WatchNode(ns3::Ptr<ns3::Node> node);
 
 // A packet's bytes on an emulated link beside its IP packet: linkd counts an Ethernet frame
 // on the wire (header 14, FCS 4, preamble 8, gap 12). A simulated link's device leaves the

@@ -17,14 +17,15 @@
 //   control FD                        a listening Unix socket for commands (below)
 //   node NAME
 //   p2p LINK NODE_A ADDR_A NODE_B ADDR_B RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
-//       [JITTER_A JITTER_B]
+//       [JITTER_A JITTER_B [MANGLE_A MANGLE_B]]
 //       (RATE_A, QUEUE_A, LOSS_A and JITTER_A act on packets from A to B; a queue limit is
 //       "N" packets or "NB" bytes, each packet counted as an Ethernet frame; a loss is
 //       "P", Bernoulli, or "ge/P/R/LOSS_BAD/LOSS_GOOD", Gilbert-Elliott as linkd draws it,
 //       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
-//       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it)
-//   lan LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS NODE ADDR [NODE ADDR ...]
-//       (LOSS: of every packet between two members)
+//       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it; a mangle "0" or
+//       "DUPLICATE/CORRUPT", probabilities, as wire.h carries them out)
+//   lan LAN RATE_BPS DELAY_S QUEUE LOSS NODE ADDR [NODE ADDR ...]
+//       (QUEUE: as a p2p link's, each member's; LOSS: of every packet between two members)
 //   attach LINK NODE ADDR FD [MTU]
 //       (MTU: the largest IP packet the attachment's interface carries, 1500 if not given;
 //       less across a cluster's VXLAN, where ns-3 fragments what is larger)
@@ -45,8 +46,9 @@
 //                                                                  CONGESTION - : default)
 //   stop ID                           stops a tool; it writes its summary to OUT
 //   state ID                          {"done": true|false}
-//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B]
-//   lan-set LAN RATE_BPS DELAY_S QUEUE_PACKETS LOSS
+//   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
+//           [JITTER_A JITTER_B [MANGLE_A MANGLE_B]]
+//   lan-set LAN RATE_BPS DELAY_S QUEUE LOSS
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
 //   waits                             {"waits": {...}}: the attachments' frames' waits between
@@ -169,28 +171,47 @@ LossWord(std::istringstream& words)
     return ParsedWord(words, "loss", &ParseLoss);
 }
 
-// The jitter words that may end a p2p statement or command: none without them.
-std::vector<Jitter>
-JitterWords(std::istringstream& words)
+// The words that may end a p2p statement or command: a jitter for each direction, then a
+// mangle for each; none without them.
+struct Tail
 {
-    std::vector<Jitter> jitters;
+    std::vector<Jitter> jitters = std::vector<Jitter>(2);
+    std::vector<Mangle> mangles = std::vector<Mangle>(2);
+};
+
+Tail
+TailWords(std::istringstream& words)
+{
+    std::vector<std::string> rest;
     std::string word;
     while (words >> word)
     {
-        try
-        {
-            jitters.push_back(ParseJitter(word));
-        }
-        catch (const std::invalid_argument& e)
-        {
-            throw BadLine(e.what());
-        }
+        rest.push_back(word);
     }
-    if (!jitters.empty() && jitters.size() != 2)
+    if (!rest.empty() && rest.size() != 2 && rest.size() != 4)
     {
-        throw BadLine("a jitter for each direction, or none");
+        throw BadLine("a jitter for each direction, then a mangle for each, or none");
     }
-    return jitters.empty() ? std::vector<Jitter>(2) : jitters;
+    Tail tail;
+    try
+    {
+        for (size_t i = 0; i < rest.size(); ++i)
+        {
+            if (i < 2)
+            {
+                tail.jitters[i] = ParseJitter(rest[i]);
+            }
+            else
+            {
+                tail.mangles[i - 2] = ParseMangle(rest[i]);
+            }
+        }
+    }
+    catch (const std::invalid_argument& e)
+    {
+        throw BadLine(e.what());
+    }
+    return tail;
 }
 
 // A path of a command, percent-encoded so that it is one word.
@@ -370,7 +391,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         QueueLimit queueB = QueueWord(words);
         Loss lossA = LossWord(words);
         Loss lossB = LossWord(words);
-        std::vector<Jitter> jitters = JitterWords(words);
+        Tail tail = TailWords(words);
         // As PointToPointHelper::Install, with the channel of wire.h.
         Ptr<WireChannel> channel = CreateObject<WireChannel>();
         channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
@@ -390,8 +411,8 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
             devices.Add(device);
         }
         auto link = std::make_unique<SimLink>(name, false);
-        link->Add(nodeA, devices.Get(0), rateA, lossA, jitters[0]);
-        link->Add(nodeB, devices.Get(1), rateB, lossB, jitters[1]);
+        link->Add(nodeA, devices.Get(0), rateA, lossA, tail.jitters[0], tail.mangles[0]);
+        link->Add(nodeB, devices.Get(1), rateB, lossB, tail.jitters[1], tail.mangles[1]);
         link->Limit(0, queueA);
         link->Limit(1, queueB);
         m_links[name] = std::move(link);
@@ -403,29 +424,25 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto name = Word<std::string>(words, "LAN name");
         auto rate = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
-        auto queue = Word<uint32_t>(words, "queue limit");
+        QueueLimit queue = QueueWord(words);
         Loss loss = LossWord(words);
-        CsmaHelper csma;
-        csma.SetChannelAttribute("DataRate", StringValue(Rate(rate)));
-        csma.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
-        csma.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(QueueSize(queue)));
-        std::vector<std::pair<std::string, std::string>> members;
-        std::string node;
-        while (words >> node)
-        {
-            members.emplace_back(node, Word<std::string>(words, "address"));
-        }
-        NodeContainer nodes;
-        for (auto& [member, addr] : members)
-        {
-            nodes.Add(Find(member));
-        }
-        NetDeviceContainer devices = csma.Install(nodes);
+        // As CsmaHelper::Install, with each member's own queue (SendQueue).
+        Ptr<CsmaChannel> channel = CreateObject<CsmaChannel>();
+        channel->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rate))));
+        channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
         auto lan = std::make_unique<SimLink>(name, true);
-        for (uint32_t i = 0; i < members.size(); ++i)
+        std::string node;
+        for (size_t i = 0; words >> node; ++i)
         {
-            lan->Add(members[i].first, devices.Get(i), rate, loss);
-            Address(nodes.Get(i), devices.Get(i), members[i].second);
+            auto addr = Word<std::string>(words, "address");
+            Ptr<CsmaNetDevice> device = CreateObject<CsmaNetDevice>();
+            device->SetAddress(Mac48Address::Allocate());
+            Find(node)->AddDevice(device);
+            device->SetQueue(CreateObject<SendQueue>());
+            device->Attach(channel);
+            lan->Add(node, device, rate, loss);
+            lan->Limit(i, queue);
+            Address(Find(node), device, addr);
         }
         m_links[name] = std::move(lan);
     }
@@ -639,7 +656,8 @@ Simulation::Command(const std::string& line)
             {
                 losses.push_back(LossWord(words));
             }
-            link.Set(rates, delay, queues, losses, link.Lan() ? std::vector<Jitter>{} : JitterWords(words));
+            Tail tail = link.Lan() ? Tail{{}, {}} : TailWords(words);
+            link.Set(rates, delay, queues, losses, tail.jitters, tail.mangles);
             return Reply("");
         }
         if (verb == "link")
@@ -788,10 +806,6 @@ Simulation::Run()
         {
             tch.Uninstall(device);
         }
-    }
-    for (auto& [name, node] : m_nodes)
-    {
-        WatchNode(node);
     }
     Simulator::Schedule(Seconds(0), &Simulation::Tick, this);
     if (m_control >= 0)

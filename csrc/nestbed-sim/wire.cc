@@ -92,6 +92,27 @@ ParseJitter(const std::string& word)
     return jitter;
 }
 
+Mangle
+ParseMangle(const std::string& word)
+{
+    Mangle mangle;
+    if (word == "0")
+    {
+        return mangle;
+    }
+    std::string text = word;
+    std::replace(text.begin(), text.end(), '/', ' ');
+    std::istringstream fields(text);
+    std::string rest;
+    if (!(fields >> mangle.duplicate >> mangle.corrupt) || fields >> rest ||
+        !(mangle.duplicate >= 0 && mangle.duplicate <= 1 && mangle.corrupt >= 0 &&
+          mangle.corrupt <= 1))
+    {
+        throw std::invalid_argument("mangle " + word + " is not DUPLICATE/CORRUPT");
+    }
+    return mangle;
+}
+
 TypeId
 WireChannel::GetTypeId()
 {
@@ -109,10 +130,17 @@ WireChannel::WireChannel()
 }
 
 void
-WireChannel::SetDirection(size_t direction, Time gap, const Jitter& jitter)
+WireChannel::SetDirection(size_t direction, Time gap, const Jitter& jitter, const Mangle& mangle)
 {
     m_directions.at(direction).gap = gap;
     m_directions.at(direction).jitter = jitter;
+    m_directions.at(direction).mangle = mangle;
+}
+
+const Mangled&
+WireChannel::Counts(size_t direction) const
+{
+    return m_directions.at(direction).counts;
 }
 
 double
@@ -147,8 +175,26 @@ WireChannel::TransmitStart(Ptr<const Packet> p, Ptr<PointToPointNetDevice> src, 
     size_t wire = GetPointToPointDevice(0) == src ? 0 : 1;
     Ptr<PointToPointNetDevice> dst = GetPointToPointDevice(1 - wire);
     Direction& d = m_directions[wire];
-    Time now = Simulator::Now();
-    Time transmitted = now + txTime + d.gap;
+    Time transmitted = Simulator::Now() + txTime + d.gap;
+    // As linkd's delay stage: corruption, then duplication, are drawn at the head of the queue.
+    bool corrupt = d.mangle.corrupt > 0 && m_uniform->GetValue() < d.mangle.corrupt;
+    bool duplicate = d.mangle.duplicate > 0 && m_uniform->GetValue() < d.mangle.duplicate;
+    d.counts.corrupted += corrupt ? 1 : 0;
+    Deliver(d, p, corrupt ? nullptr : dst, transmitted);
+    if (duplicate)
+    {
+        ++d.counts.duplicates;
+        Deliver(d, p, dst, transmitted);
+    }
+    return true;
+}
+
+void
+WireChannel::Deliver(Direction& d,
+                     Ptr<const Packet> p,
+                     Ptr<PointToPointNetDevice> dst,
+                     Time transmitted)
+{
     Time due = std::max(transmitted + GetDelay() + Seconds(Draw(d.jitter)), transmitted);
     // The earliest the packet may arrive: once it is on the wire, and not before the packet
     // ahead of it unless the direction reorders.
@@ -159,10 +205,14 @@ WireChannel::TransmitStart(Ptr<const Packet> p, Ptr<PointToPointNetDevice> src, 
     Ptr<Packet> copy = p->Copy();
     due -= GiveUp(copy, due - earliest);
     d.lastDue = std::max(d.lastDue, due);
+    if (!dst)
+    {
+        return; // corrupted: it held its place in the line, and goes no further
+    }
     uint32_t node = dst->GetNode()->GetId();
-    Simulator::ScheduleWithContext(node, due - now, &PointToPointNetDevice::Receive, dst, copy);
+    Time wait = due - Simulator::Now();
+    Simulator::ScheduleWithContext(node, wait, &PointToPointNetDevice::Receive, dst, copy);
     WakeFor(node, due);
-    return true;
 }
 
 } // namespace nestbed

@@ -12,6 +12,7 @@
 #include "ns3/point-to-point-module.h"
 
 #include <array>
+#include <cstdint>
 #include <string>
 
 namespace nestbed
@@ -27,6 +28,28 @@ struct Jitter
 // A jitter word: "0" (none) or "JITTER_S/DISTRIBUTION/REORDER" (REORDER 0 or 1).
 Jitter ParseJitter(const std::string& word);
 
+// What a direction does to a packet as it goes on the wire, as linkd's delay stage decides it
+// when the packet reaches the head of its queue: a duplicate (taking neither queue space nor
+// time on the wire, with its own jitter) with probability `duplicate`, and a flipped bit with
+// probability `corrupt` (of the original, never the duplicate). ns-3's stack cannot carry a
+// damaged packet, so a corrupted one goes no further, as the receiver's checksum would
+// discard it.
+struct Mangle
+{
+    double duplicate = 0;
+    double corrupt = 0;
+};
+
+// A mangle word: "0" (neither) or "DUPLICATE/CORRUPT", each a probability.
+Mangle ParseMangle(const std::string& word);
+
+// What a direction's Mangle did.
+struct Mangled
+{
+    uint64_t duplicates = 0;
+    uint64_t corrupted = 0;
+};
+
 class WireChannel : public ns3::PointToPointChannel
 {
   public:
@@ -34,7 +57,8 @@ class WireChannel : public ns3::PointToPointChannel
     WireChannel();
 
     // Direction 0 carries what the first attached device sends.
-    void SetDirection(size_t direction, ns3::Time gap, const Jitter& jitter);
+    void SetDirection(size_t direction, ns3::Time gap, const Jitter& jitter, const Mangle& mangle);
+    const Mangled& Counts(size_t direction) const;
 
     bool TransmitStart(ns3::Ptr<const ns3::Packet> p,
                        ns3::Ptr<ns3::PointToPointNetDevice> src,
@@ -45,10 +69,20 @@ class WireChannel : public ns3::PointToPointChannel
     {
         ns3::Time gap;
         Jitter jitter;
+        Mangle mangle;
+        Mangled counts;
         ns3::Time lastDue;
     };
 
     double Draw(const Jitter& jitter);
+    // Delivers P to DST at its due time after TRANSMITTED: the delay and D's jitter, never
+    // before it is on the wire nor (unless D reorders) before the packet ahead of it, less
+    // what it waited between the kernel and the simulation; to no one when DST is null (its
+    // due time still holds back the packets behind it).
+    void Deliver(Direction& d,
+                 ns3::Ptr<const ns3::Packet> p,
+                 ns3::Ptr<ns3::PointToPointNetDevice> dst,
+                 ns3::Time transmitted);
 
     std::array<Direction, 2> m_directions;
     ns3::Ptr<ns3::UniformRandomVariable> m_uniform;

@@ -280,22 +280,41 @@ def _core(options: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("options", "what"),
-    [
-        ("delay: 20ms,\n     duplicate: 0.01", "duplication"),
-        ("delay: 20ms,\n     corrupt: 0.01", "corruption"),
-    ],
+    ("option", "what"), [("duplicate", "duplication"), ("corrupt", "corruption")]
 )
-def test_what_a_simulated_link_cannot_do_is_refused_at_its_line(tmp_path, options, what):
+def test_what_a_simulated_lan_cannot_do_is_refused_at_its_line(tmp_path, option, what):
     path = tmp_path / "t.yaml"
-    path.write_text(_core(options))
+    lan = f"lans:\n  - {{name: ether, members: [r1, r2],\n     {option}: 0.01}}\nlinks:\n"
+    path.write_text(HYBRID.replace("links:\n", lan))
     with pytest.raises(UserError) as caught:
         load(path)
-    # HYBRID's core is on line 5; the option on the line after
+    # The LAN is on line 5; the option on the line after
     assert str(caught.value) == (
-        f"t.yaml:6: simulated link core asks for {what}, which simulated links do not have "
-        "yet; remove it or move the link out of make-simulated"
+        f"t.yaml:6: simulated lan ether asks for {what} on a LAN, which simulated links do not "
+        "have yet; remove it or move the lan out of make-simulated"
     )
+
+
+def test_duplication_and_corruption_are_the_simulators_on_a_link_each_way():
+    from nestbed.backend import simplan
+
+    exp = build(_core("delay: 20ms, duplicate: 0.05, corrupt: 0.01"))
+    assert plan(exp).simulation.links[0].endswith(" 0.0 0.0 0 0 0.05/0.01 0.05/0.01")
+    one_way = (
+        "delay: 20ms, simulated: true,\n     members: [{node: r1, egress: {corrupt: 0.2}}, r2]"
+    )
+    exp = build(_core(one_way).replace("members: [r1, r2], ", ""))
+    assert simplan.settings(exp.links[0]).endswith(" 0.0 0.0 0 0 0.0/0.2 0")
+    with_jitter = build(_core("delay: 20ms, jitter: 1ms, duplicate: 0.5"))
+    assert (
+        plan(with_jitter)
+        .simulation.links[0]
+        .endswith(" 0.001/uniform/0 0.001/uniform/0 0.5/0.0 0.5/0.0")
+    )
+    both = ("delay: 20ms, simulated: true,\n     members: [{node: r1, egress: {duplicate: 0.1}},"
+            " {node: r2, ingress: {duplicate: 0.1}}]")  # fmt: skip
+    with pytest.raises(UserError, match="has duplication on both halves of the way from r1 to"):
+        build(_core(both).replace("members: [r1, r2], ", ""))
 
 
 def test_an_unshaped_simulated_link_ignores_its_shaping_as_an_emulated_one_does():

@@ -168,3 +168,68 @@ def test_drops_by_ordinal_on_a_simulated_link(tmp_path):
     arrived = {seq for seq, _ in rows}
     print(f"missing probes: {sorted(set(range(count)) - arrived)}")
     assert dropped == 2 and len(arrived) == count - 2
+
+
+MANGLED = """
+routing: static
+nodes: [{name: h1}, {name: h2}, {name: h3}, {name: h4},
+        {name: r1, simulated: true}, {name: r2, simulated: true}]
+links:
+  - {name: a1, members: [h1, r1]}
+  - {name: core, members: [r1, r2], bandwidth: 10Mb, delay: 2ms, duplicate: 0.3, corrupt: 0.2}
+  - {name: a2, members: [r2, h2]}
+  - {name: wire, members: [h3, h4], bandwidth: 10Mb, delay: 2ms, duplicate: 0.3, corrupt: 0.2}
+"""
+
+
+def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
+    """2000 datagrams across a simulated link and an emulated one that duplicate 30 % and
+    corrupt 20 % of what they carry: each link's counters draw those shares, and the
+    receiving hosts get what linkd's do, every datagram but those corrupted without a
+    duplicate (a corrupted one is discarded by its receiver's checksum; its duplicate never is
+    corrupted), and duplicates of those not corrupted."""
+    exp = build(MANGLED).model_copy(update={"name": f"i25dmg{os.getpid()}"})
+    count, dup, bad = 2000, 0.3, 0.2
+    found = {}
+    with swapping() as swap:
+        p = swap(exp)
+        for src, dst, link, port in (("h1", "h2", "core", "r1"), ("h3", "h4", "wire", "h3")):
+            warm = ["ping", "-c", "20", "-i", "0.05", "-W", "2", dst]
+            assert linux.exec_in(p, src, warm, capture_output=True).returncode == 0
+            folder = tmp_path / link
+            folder.mkdir()
+            address, receiver, _ = receiving(p, dst, folder, idle_s=2)
+            if link == "core":
+                with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+                    before = channel.request("counters")["links"]["core"]["ports"]
+            else:
+                with linux.linkd(p) as client:
+                    before = client.request("counters", link="wire")["links"]["wire"]["ports"]
+            sent = linux.exec_in(
+                p, src, probe_send(f"{address}:9000", "--size", "200", "--pps", "1000",
+                                   "--count", str(count)),
+                capture_output=True, text=True,
+            )  # fmt: skip
+            assert sent.returncode == 0, sent.stderr
+            assert receiver.wait(timeout=60) == 0
+            if link == "core":
+                with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+                    after = channel.request("counters")["links"]["core"]["ports"]
+            else:
+                with linux.linkd(p) as client:
+                    after = client.request("counters", link="wire")["links"]["wire"]["ports"]
+            drawn = {key: after[port]["egress"]["counters"][key]
+                     - before[port]["egress"]["counters"][key]
+                     for key in ("duplicates", "corrupted")}  # fmt: skip
+            got = json.loads((folder / "recv.json").read_text())
+            found[link] = (drawn, got["packets"] - got["duplicates"], got["duplicates"])
+    print(
+        {link: f"drew {d}, {n} arrived and {dups} duplicates" for link, (d, n, dups) in found.items()}
+    )
+    for drawn, arrived, duplicates in found.values():
+        # Binomial shares of 2000: standard deviations 0.010 (30 %), 0.009 (20 %), 0.008
+        # (86 % arriving) and 0.010 (24 % duplicated and not corrupted); 5 of them allowed.
+        assert abs(drawn["duplicates"] / count - dup) < 0.05
+        assert abs(drawn["corrupted"] / count - bad) < 0.045
+        assert abs(arrived / count - (1 - bad * (1 - dup))) < 0.04
+        assert abs(duplicates / count - dup * (1 - bad)) < 0.05

@@ -207,17 +207,27 @@ def _jitter(sender: Shaping, receiver: Shaping) -> str:
     return f"{s.jitter_s!r}/{s.jitter_distribution}/{int(s.reorder)}"
 
 
+def _mangle(sender: Shaping, receiver: Shaping) -> str:
+    """nestbed-sim's mangle word for one direction: DUPLICATE/CORRUPT (``gaps`` leaves each
+    to at most one half)."""
+    duplicate = sender.duplicate or receiver.duplicate
+    corrupt = sender.corrupt or receiver.corrupt
+    return f"{duplicate!r}/{corrupt!r}" if duplicate or corrupt else "0"
+
+
 def _p2p_parameters(link: Link) -> str:
-    """RATE_A RATE_B DELAY QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B] of a
-    point-to-point link (A, B: its ports; ``gaps`` has checked that both ways have one
-    delay); the jitters only where either way has one."""
+    """RATE_A RATE_B DELAY QUEUE_A QUEUE_B LOSS_A LOSS_B [JITTER_A JITTER_B [MANGLE_A
+    MANGLE_B]] of a point-to-point link (A, B: its ports; ``gaps`` has checked that both ways
+    have one delay); the jitters only where either way has one or a mangle follows."""
     (a_out, a_in), (b_out, b_in) = (_shaping(p, link) for p in link.ports)
     rate_ab, delay = rate_and_delay(a_out, b_in)
     rate_ba, _ = rate_and_delay(b_out, a_in)
     queues = f"{_queue(a_out, rate_ab, delay)} {_queue(b_out, rate_ba, delay)}"
     words = f"{rate_ab} {rate_ba} {delay!r} {queues} {_loss(a_out, b_in)} {_loss(b_out, a_in)}"
-    jitters = (_jitter(a_out, b_in), _jitter(b_out, a_in))
-    return words if jitters == ("0", "0") else f"{words} {' '.join(jitters)}"
+    tail = [_jitter(a_out, b_in), _jitter(b_out, a_in), _mangle(a_out, b_in), _mangle(b_out, a_in)]
+    while tail[-2:] == ["0", "0"]:
+        del tail[-2:]
+    return " ".join([words, *tail])
 
 
 def _lan_parameters(link: Link) -> str:

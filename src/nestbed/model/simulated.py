@@ -1,8 +1,8 @@
 """What a simulated link (or LAN) between simulated nodes can do of what its options ask.
 
-nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with DropTail queues in
-packets, Bernoulli loss, and Gilbert-Elliott loss, drops by ordinal, jitter and queue limits in
-bytes and RED (linkd's own, linked into nestbed-sim) on point-to-point links, as linkd
+nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with queue limits in packets
+or bytes, RED (linkd's own, linked into nestbed-sim) and Bernoulli loss, and Gilbert-Elliott
+loss, drops by ordinal, jitter, duplication and corruption on point-to-point links, as linkd
 does them. Every other option would mean something else
 there or nothing, so it is refused, never ignored: by the front ends with its place in the
 file (``spec.resolve``), and by the back end when an event asks for it during a run
@@ -40,14 +40,10 @@ def _options(s: Shaping, lan: bool) -> list[tuple[str, str]]:
         found.append(("jitter", "jitter on a LAN"))
     if lan and s.drop_ordinals:
         found.append(("drop_packets", "drops by ordinal on a LAN"))
-    if s.duplicate:
-        found.append(("duplicate", "duplication"))
-    if s.corrupt:
-        found.append(("corrupt", "corruption"))
-    if lan and s.queue.kind != "droptail":
-        found.append(("queue", "RED queues on a LAN"))
-    if lan and s.queue.limit_unit != "packets":
-        found.append(("queue", "queue limits in bytes on a LAN"))
+    if lan and s.duplicate:
+        found.append(("duplicate", "duplication on a LAN"))
+    if lan and s.corrupt:
+        found.append(("corrupt", "corruption on a LAN"))
     if lan and s.gilbert_elliott is not None:
         # A LAN's loss is drawn where each member receives; a Gilbert-Elliott chain is one
         # sender's, across all it sends.
@@ -94,6 +90,16 @@ def gaps(link: Link) -> list[Gap]:
                     "jitter",
                 ),
             )
+        for option, what in (("duplicate", "duplication"), ("corrupt", "corruption")):
+            if all(getattr(h, option) for h in halves):
+                found.setdefault(
+                    f"two {option}",
+                    Gap(
+                        f"simulated {link.kind} {link.name} has {what} on both halves of the "
+                        f"way from {a.node} to {b.node}; give that direction one",
+                        option,
+                    ),
+                )
         if sum(1 for h in halves if h.loss or h.gilbert_elliott) > 1 and any(
             h.gilbert_elliott for h in halves
         ):
@@ -122,7 +128,7 @@ def gaps(link: Link) -> list[Gap]:
         if any(_member_pair(p.egress, p.ingress) != between for p in link.ports):
             found["members"] = Gap(
                 f"simulated LAN {link.name} gives its members different bandwidths, delays, "
-                "queue limits or loss rates; a simulated LAN has one of each: set them on the "
+                "queues or loss rates; a simulated LAN has one of each: set them on the "
                 "LAN, not on its members, or move it out of make-simulated",
                 "members",
             )
@@ -163,5 +169,5 @@ def command_on_simulated(what: str, node: str) -> str:
 def _member_pair(egress: Shaping, ingress: Shaping) -> tuple[object, ...]:
     """What a LAN member's halves give a packet between two members (one member's egress and
     another's ingress are the same halves as its own two when all members are alike)."""
-    return (*rate_and_delay(egress, ingress), bernoulli_loss(egress, ingress), egress.queue.limit,
-            ingress.queue.limit)  # fmt: skip
+    return (*rate_and_delay(egress, ingress), bernoulli_loss(egress, ingress), egress.queue,
+            ingress.queue)  # fmt: skip
