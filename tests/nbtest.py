@@ -108,3 +108,17 @@ def receiving(p: Any, node: str, folder: Path, idle_s: float) -> tuple[str, Any,
     )  # fmt: skip
     linux.wait_listening(receiver, 9000, "udp")
     return address, receiver, log
+
+
+def link_ports(p: Any, link: str, simulated: bool) -> dict[str, Any]:
+    """The counters of ``link``'s ports in swapped-in plan ``p``, by node: nestbed-sim's for a
+    simulated link, nestbed-linkd's for an emulated one (the same shape)."""
+    from contextlib import closing
+
+    from nestbed.backend import linux, sim
+
+    if simulated:
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            return channel.request("counters")["links"][link]["ports"]
+    with linux.linkd(p) as client:
+        return client.request("counters", link=link)["links"][link]["ports"]

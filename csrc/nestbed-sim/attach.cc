@@ -256,7 +256,7 @@ WaitsJson()
 }
 
 Time
-GiveUp(Ptr<Packet> p, Time available)
+GiveUp(Ptr<Packet> p, Time available, bool counted)
 {
     WaitTag tag;
     if (available <= Time(0) || !p->PeekPacketTag(tag))
@@ -270,7 +270,7 @@ GiveUp(Ptr<Packet> p, Time available)
     {
         p->AddPacketTag(tag);
     }
-    g_waits.givenUpNs += given;
+    g_waits.givenUpNs += counted ? given : 0;
     return NanoSeconds(given);
 }
 

@@ -83,8 +83,9 @@ WaitStats& Waits();
 std::string WaitsJson();
 
 // Gives up at most AVAILABLE of the wait packet P carries (a link's delay beyond what it must
-// keep); what it gave up, which the caller takes off the packet's delay.
-ns3::Time GiveUp(ns3::Ptr<ns3::Packet> p, ns3::Time available);
+// keep); what it gave up, which the caller takes off the packet's delay. Counted among the
+// waits given up unless P is a copy (a duplicate) or goes no further (corrupted).
+ns3::Time GiveUp(ns3::Ptr<ns3::Packet> p, ns3::Time available, bool counted = true);
 
 // How long before a frame's due time the simulator busy-waits for it, if the frame's next
 // node has an attachment (0: it sleeps to the due time as for any event).

@@ -45,15 +45,28 @@ Released(Member* m)
 void
 SentOut(Member* m, Ptr<const Packet> p)
 {
-    Released(m);
+    // A point-to-point device ends its packet after the gap it leaves; a LAN's before it, so
+    // its queue counts the packet until then, as linkd's counts the frame's whole time on the
+    // wire. Scheduled now, this runs before the device takes its next packet.
+    if (m->lan)
+    {
+        Simulator::Schedule(m->gap, &Released, m);
+    }
+    else
+    {
+        Released(m);
+    }
     ++m->egress.packetsOut;
     m->egress.bytesOut += p->GetSize();
 }
 
+// A LAN's device gave up its packet after too many backoffs from a busy channel: its queue
+// could not get it out, a drop of the queue's.
 void
 NotSent(Member* m, Ptr<const Packet>)
 {
     Released(m);
+    ++m->egress.dropsQueue;
 }
 
 // A packet's bytes as linkd counts them: its Ethernet frame as a veth carries it, the IP
@@ -364,6 +377,18 @@ SendQueue::Dequeue()
     return p;
 }
 
+Ptr<Packet>
+SendQueue::Remove()
+{
+    Ptr<Packet> p = DropTailQueue<Packet>::Remove();
+    if (p)
+    {
+        m_frameBytes -= m_frames.front();
+        m_frames.pop_front();
+    }
+    return p;
+}
+
 SendQueue::~SendQueue()
 {
     nb_red_free(red);
@@ -441,12 +466,19 @@ SimLink::Lan() const
     return m_lan;
 }
 
+size_t
+SimLink::Members() const
+{
+    return m_members.size();
+}
+
 void
 SimLink::Pace(size_t member, double bps)
 {
     Member& m = *m_members[member];
     m.rateBps = bps;
     Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
+    m.gap = gap;
     if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
     {
         p2p->SetInterframeGap(gap);
@@ -541,7 +573,7 @@ SimLink::Set(const std::vector<double>& rates,
              const std::vector<Mangle>& mangles)
 {
     size_t n = m_members.size();
-    if (!m_lan && (rates.size() != n || losses.size() != n || queues.size() != n))
+    if (queues.size() != n || (!m_lan && (rates.size() != n || losses.size() != n)))
     {
         throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
     }
@@ -549,7 +581,7 @@ SimLink::Set(const std::vector<double>& rates,
     {
         Member& m = *m_members[i];
         (m_lan ? m.error->loss : m.sendLoss) = losses[m_lan ? 0 : i];
-        Limit(i, queues[m_lan ? 0 : i]);
+        Limit(i, queues[i]);
         if (!m_lan)
         {
             DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
@@ -580,12 +612,26 @@ SimLink::CountersJson() const
     for (size_t i = 0; i < m_members.size(); ++i)
     {
         const Member& m = *m_members[i];
+        Counters egress = m.egress;
+        Counters ingress = m.ingress;
+        Mangled sent;
+        if (auto wire = DynamicCast<WireChannel>(m.device->GetChannel()))
+        {
+            // As linkd counts them: duplicates go out beside their originals, and a corrupted
+            // packet reaches its receiver, which discards it.
+            sent = wire->Counts(i);
+            egress.packetsOut += sent.duplicates;
+            egress.bytesOut += sent.duplicateBytes;
+            const Mangled& came = wire->Counts(1 - i);
+            ingress.packetsIn += came.discarded;
+            ingress.bytesIn += came.discardedBytes;
+            ingress.packetsOut += came.discarded;
+            ingress.bytesOut += came.discardedBytes;
+        }
         s << (i ? "," : "") << "\"" << m.node << "\":{\"egress\":";
-        auto wire = DynamicCast<WireChannel>(m.device->GetChannel());
-        Json(s, m.egress, m.queue->GetNPackets(), m.queue->GetNBytes(),
-             wire ? wire->Counts(i) : Mangled{});
+        Json(s, egress, m.queue->GetNPackets(), m.queue->GetNBytes(), sent);
         s << ",\"ingress\":";
-        Json(s, m.ingress, 0, 0);
+        Json(s, ingress, 0, 0);
         s << "}";
     }
     s << "}}";

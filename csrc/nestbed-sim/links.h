@@ -131,6 +131,7 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
     ~SendQueue() override;
     bool Enqueue(ns3::Ptr<ns3::Packet> p) override;
     ns3::Ptr<ns3::Packet> Dequeue() override;
+    ns3::Ptr<ns3::Packet> Remove() override;
 
     Member* member = nullptr;
     NbRed* red = nullptr; // owned
@@ -167,6 +168,7 @@ struct Member
     Mangle mangle;            // of what this member sends (point-to-point links)
     uint32_t onWire = 0;      // the frame bytes (as linkd counts them) its device holds, or 0
     double rateBps = 0;       // what it sends at (0: unlimited)
+    ns3::Time gap;            // what its device leaves after each packet (Pace)
     bool idle = false;        // its queue emptied (RED's idle decay), at idleSince
     ns3::Time idleSince;
     const bool* down = nullptr;
@@ -190,9 +192,10 @@ class SimLink
              const Mangle& mangle = {});
 
     bool Lan() const;
+    size_t Members() const;
     // Rate and queue limit of each member's device, the delay, the loss of what each member
     // sends, and the jitter, duplication and corruption of what each member sends
-    // (point-to-point links only); for a LAN, rates[0], queues[0] and losses[0] stand for all.
+    // (point-to-point links only); for a LAN, rates[0] and losses[0] stand for all.
     void Set(const std::vector<double>& rates,
              double delayS,
              const std::vector<QueueLimit>& queues,

@@ -24,8 +24,9 @@
 //       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
 //       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it; a mangle "0" or
 //       "DUPLICATE/CORRUPT", probabilities, as wire.h carries them out)
-//   lan LAN RATE_BPS DELAY_S QUEUE LOSS NODE ADDR [NODE ADDR ...]
-//       (QUEUE: as a p2p link's, each member's; LOSS: of every packet between two members)
+//   lan LAN RATE_BPS DELAY_S LOSS NODE ADDR QUEUE [NODE ADDR QUEUE ...]
+//       (LOSS: of every packet between two members; QUEUE: as a p2p link's, of what the
+//       member sends)
 //   attach LINK NODE ADDR FD [MTU]
 //       (MTU: the largest IP packet the attachment's interface carries, 1500 if not given;
 //       less across a cluster's VXLAN, where ns-3 fragments what is larger)
@@ -48,7 +49,7 @@
 //   state ID                          {"done": true|false}
 //   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
 //           [JITTER_A JITTER_B [MANGLE_A MANGLE_B]]
-//   lan-set LAN RATE_BPS DELAY_S QUEUE LOSS
+//   lan-set LAN RATE_BPS DELAY_S LOSS QUEUE [QUEUE ...]   (a queue for each member, in order)
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
 //   waits                             {"waits": {...}}: the attachments' frames' waits between
@@ -424,7 +425,6 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         auto name = Word<std::string>(words, "LAN name");
         auto rate = Word<double>(words, "rate");
         auto delay = Word<double>(words, "delay");
-        QueueLimit queue = QueueWord(words);
         Loss loss = LossWord(words);
         // As CsmaHelper::Install, with each member's own queue (SendQueue).
         Ptr<CsmaChannel> channel = CreateObject<CsmaChannel>();
@@ -435,6 +435,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         for (size_t i = 0; words >> node; ++i)
         {
             auto addr = Word<std::string>(words, "address");
+            QueueLimit queue = QueueWord(words);
             Ptr<CsmaNetDevice> device = CreateObject<CsmaNetDevice>();
             device->SetAddress(Mac48Address::Allocate());
             Find(node)->AddDevice(device);
@@ -646,17 +647,23 @@ Simulation::Command(const std::string& line)
                 rates.push_back(Word<double>(words, "rate"));
             }
             auto delay = Word<double>(words, "delay");
-            std::vector<QueueLimit> queues{QueueWord(words)};
-            if (!link.Lan())
-            {
-                queues.push_back(QueueWord(words));
-            }
-            std::vector<Loss> losses{LossWord(words)};
-            if (!link.Lan())
+            std::vector<QueueLimit> queues;
+            std::vector<Loss> losses;
+            Tail tail{{}, {}};
+            if (link.Lan())
             {
                 losses.push_back(LossWord(words));
+                for (size_t i = 0; i < link.Members(); ++i)
+                {
+                    queues.push_back(QueueWord(words));
+                }
             }
-            Tail tail = link.Lan() ? Tail{{}, {}} : TailWords(words);
+            else
+            {
+                queues = {QueueWord(words), QueueWord(words)};
+                losses = {LossWord(words), LossWord(words)};
+                tail = TailWords(words);
+            }
             link.Set(rates, delay, queues, losses, tail.jitters, tail.mangles);
             return Reply("");
         }

@@ -143,6 +143,13 @@ WireChannel::Counts(size_t direction) const
     return m_directions.at(direction).counts;
 }
 
+void
+WireChannel::Discarded(Direction* d, uint32_t bytes)
+{
+    ++d->counts.discarded;
+    d->counts.discardedBytes += bytes;
+}
+
 double
 WireChannel::Draw(const Jitter& jitter)
 {
@@ -180,11 +187,12 @@ WireChannel::TransmitStart(Ptr<const Packet> p, Ptr<PointToPointNetDevice> src, 
     bool corrupt = d.mangle.corrupt > 0 && m_uniform->GetValue() < d.mangle.corrupt;
     bool duplicate = d.mangle.duplicate > 0 && m_uniform->GetValue() < d.mangle.duplicate;
     d.counts.corrupted += corrupt ? 1 : 0;
-    Deliver(d, p, corrupt ? nullptr : dst, transmitted);
+    Deliver(d, p, corrupt ? nullptr : dst, transmitted, !corrupt);
     if (duplicate)
     {
         ++d.counts.duplicates;
-        Deliver(d, p, dst, transmitted);
+        d.counts.duplicateBytes += p->GetSize();
+        Deliver(d, p, dst, transmitted, false);
     }
     return true;
 }
@@ -193,7 +201,8 @@ void
 WireChannel::Deliver(Direction& d,
                      Ptr<const Packet> p,
                      Ptr<PointToPointNetDevice> dst,
-                     Time transmitted)
+                     Time transmitted,
+                     bool counted)
 {
     Time due = std::max(transmitted + GetDelay() + Seconds(Draw(d.jitter)), transmitted);
     // The earliest the packet may arrive: once it is on the wire, and not before the packet
@@ -203,11 +212,14 @@ WireChannel::Deliver(Direction& d,
     // A frame that waited between the kernel and the simulation gives that wait up from
     // the delay (attach.h).
     Ptr<Packet> copy = p->Copy();
-    due -= GiveUp(copy, due - earliest);
+    due -= GiveUp(copy, due - earliest, counted);
     d.lastDue = std::max(d.lastDue, due);
     if (!dst)
     {
-        return; // corrupted: it held its place in the line, and goes no further
+        // Corrupted: it held its place in the line, and reaches the receiver only to be
+        // discarded (counted there, as linkd's receiving pipe passes it).
+        Simulator::Schedule(due - Simulator::Now(), &WireChannel::Discarded, this, &d, p->GetSize());
+        return;
     }
     uint32_t node = dst->GetNode()->GetId();
     Time wait = due - Simulator::Now();

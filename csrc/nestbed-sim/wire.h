@@ -43,11 +43,15 @@ struct Mangle
 // A mangle word: "0" (neither) or "DUPLICATE/CORRUPT", each a probability.
 Mangle ParseMangle(const std::string& word);
 
-// What a direction's Mangle did.
+// What a direction's Mangle did: the copies it made, the packets it corrupted, and those of
+// them that have reached the receiver (to be discarded there), with their bytes.
 struct Mangled
 {
     uint64_t duplicates = 0;
+    uint64_t duplicateBytes = 0;
     uint64_t corrupted = 0;
+    uint64_t discarded = 0;
+    uint64_t discardedBytes = 0;
 };
 
 class WireChannel : public ns3::PointToPointChannel
@@ -77,12 +81,16 @@ class WireChannel : public ns3::PointToPointChannel
     double Draw(const Jitter& jitter);
     // Delivers P to DST at its due time after TRANSMITTED: the delay and D's jitter, never
     // before it is on the wire nor (unless D reorders) before the packet ahead of it, less
-    // what it waited between the kernel and the simulation; to no one when DST is null (its
-    // due time still holds back the packets behind it).
+    // what it waited between the kernel and the simulation (COUNTED among the waits given
+    // up); to no one when DST is null (its due time still holds back the packets behind
+    // it).
     void Deliver(Direction& d,
                  ns3::Ptr<const ns3::Packet> p,
                  ns3::Ptr<ns3::PointToPointNetDevice> dst,
-                 ns3::Time transmitted);
+                 ns3::Time transmitted,
+                 bool counted);
+    // A corrupted packet of BYTES reached the receiver.
+    void Discarded(Direction* d, uint32_t bytes);
 
     std::array<Direction, 2> m_directions;
     ns3::Ptr<ns3::UniformRandomVariable> m_uniform;

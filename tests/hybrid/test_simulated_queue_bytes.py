@@ -13,11 +13,10 @@ from contextlib import closing
 
 import pytest
 
-from nbtest import build, receiving, swapping
+from nbtest import build, link_ports, receiving, swapping
 from nestbed.backend import linux, sim, simplan
 from nestbed.backend.plan import plan
 from nestbed.binaries import probe_send
-from nestbed.errors import UserError
 from nestbed.model.events import link_after_event
 
 BURST = """
@@ -56,15 +55,11 @@ def _on_a_lan(text: str) -> str:
 def test_a_simulated_lan_takes_a_limit_in_bytes_and_events_change_it():
     exp = build(_on_a_lan(BURST))
     statement = next(s for s in plan(exp).simulation.links if s.startswith("lan ether "))
-    assert statement.split()[4] == "600B"
+    assert statement.split()[7::3] == ["600B", "600B"]  # each member's, after its address
     lan = exp.lans[0]
-    changed = lan
-    for member in ("r1", "r2"):  # a LAN's queue is one for all its members
-        changed = link_after_event(changed, lan, "queue-set", (member, "limit_", "3000"))
-    assert simplan.settings(changed).split()[4] == "3000B"
-    one = link_after_event(lan, lan, "queue-set", ("r1", "limit_", "3000"))
-    with pytest.raises(UserError, match="simulated LAN ether gives its members different"):
-        simplan.settings(one)
+    # As on an emulated LAN, an event sets the queue of what one member sends.
+    changed = link_after_event(lan, lan, "queue-set", ("r1", "limit_", "3000"))
+    assert simplan.settings(changed).split()[5:] == ["3000B", "600B"]
 
 
 def _burst(p, src: str, dst: str, folder) -> int:  # type: ignore[no-untyped-def]
@@ -116,12 +111,14 @@ def test_a_burst_fills_a_simulated_queue_as_an_emulated_one(tmp_path, queue, hel
 
 @pytest.mark.root
 @pytest.mark.usefixtures("simulator")
-def test_a_limit_lowered_below_what_the_queue_holds_lets_it_drain(tmp_path):
+@pytest.mark.parametrize("lan", [False, True])
+def test_a_limit_lowered_below_what_the_queue_holds_lets_it_drain(tmp_path, lan):
     """ns-3 aborts when a queue's limit goes below what it holds; nestbed-sim's queue keeps
-    what it holds and refuses more, as linkd's does."""
+    what it holds and refuses more, as linkd's does (a LAN's: the queue of one member's
+    device, set by an event as on an emulated LAN)."""
     text = BURST.replace("{limit: 600, limit_unit: bytes}", "{limit: 50}")
-    exp = build(text).model_copy(update={"name": f"hybql{os.getpid()}"})
-    core = exp.links[0]
+    exp = build(_on_a_lan(text) if lan else text).model_copy(update={"name": f"hybql{os.getpid()}"})
+    core = exp.lans[0] if lan else exp.links[0]
     lowered = simplan.settings(link_after_event(core, core, "queue-set", ("r1", "limit_", "5")))
     with swapping() as swap:
         p = swap(exp)
@@ -138,9 +135,11 @@ def test_a_limit_lowered_below_what_the_queue_holds_lets_it_drain(tmp_path):
             # 30 queued (67 ms each on the wire): the limit goes to 5 while 29 wait.
             channel.request(*lowered.split())
             assert receiver.wait(timeout=60) == 0
-            r1 = channel.request("counters")["links"]["core"]["ports"]["r1"]["egress"]
+            r1 = channel.request("counters")["links"][core.name]["ports"]["r1"]["egress"]
         arrived = json.loads((tmp_path / "recv.json").read_text())["packets"]
-    assert arrived == 30, r1
+        assert arrived == 30, r1
+        # The next burst meets the lowered limit: 5, the one on the wire among them.
+        assert _burst(p, "h1", "h2", tmp_path / "after") == 5
 
 
 RED = """
@@ -173,7 +172,7 @@ def test_red_on_a_simulated_link_is_linkds(tmp_path):
     assert words.split()[9].endswith("/red/5.0/15.0/0.2/10.0/500/1")
     lan = build(_on_a_lan(RED).replace("QUEUE", RED_QUEUE))
     words = next(s for s in plan(lan).simulation.links if s.startswith("lan ether "))
-    assert words.split()[4] == "50/red/5.0/15.0/0.2/10.0/500/0"
+    assert words.split()[7::3] == ["50/red/5.0/15.0/0.2/10.0/500/0"] * 2
 
 
 @pytest.mark.root
@@ -201,12 +200,7 @@ def test_red_keeps_a_simulated_queue_as_short_as_an_emulated_one(tmp_path, core)
             )  # fmt: skip
             assert sent.returncode == 0, sent.stderr
             assert receiver.wait(timeout=60) == 0
-            if link == core:
-                with closing(sim.SimChannel(linux.run_dir(p))) as channel:
-                    counters = channel.request("counters")["links"][core]["ports"]
-            else:
-                with linux.linkd(p) as client:
-                    counters = client.request("counters", link="wire")["links"]["wire"]["ports"]
+            counters = link_ports(p, link, simulated=link == core)
             with log.open() as f:
                 delays = [int(r["delay_ns"]) / 1e9 for r in csv.DictReader(f)]
             found[link] = (counters[port]["egress"]["counters"]["drops"], max(delays))

@@ -230,13 +230,14 @@ def _p2p_parameters(link: Link) -> str:
     return " ".join([words, *tail])
 
 
-def _lan_parameters(link: Link) -> str:
-    """RATE DELAY QUEUE LOSS of a LAN, the same between any two of its members (``gaps``
-    has checked): one member's egress and another's ingress are the same halves as its own
-    two."""
+def _lan_parameters(link: Link) -> tuple[str, list[str]]:
+    """RATE DELAY LOSS of a LAN, the same between any two of its members (``gaps`` has
+    checked: one member's egress and another's ingress are the same halves as its own two),
+    and each member's queue, that of what it sends."""
     out, into = _shaping(link.ports[0], link)
     rate, delay = rate_and_delay(out, into)
-    return f"{rate} {delay!r} {_queue(out, rate, delay)} {_loss(out, into)}"
+    queues = [_queue(_shaping(p, link)[0], rate, delay) for p in link.ports]
+    return f"{rate} {delay!r} {_loss(out, into)}", queues
 
 
 def _statement(link: Link) -> str:
@@ -244,8 +245,11 @@ def _statement(link: Link) -> str:
         a, b = link.ports
         ends = f"{a.node} {_cidr(link, a.node)} {b.node} {_cidr(link, b.node)}"
         return f"p2p {link.name} {ends} {_p2p_parameters(link)}"
-    members = " ".join(f"{p.node} {_cidr(link, p.node)}" for p in link.ports)
-    return f"lan {link.name} {_lan_parameters(link)} {members}"
+    shared, queues = _lan_parameters(link)
+    members = " ".join(
+        f"{p.node} {_cidr(link, p.node)} {q}" for p, q in zip(link.ports, queues, strict=True)
+    )
+    return f"lan {link.name} {shared} {members}"
 
 
 def settings(link: Link) -> str:
@@ -256,7 +260,8 @@ def settings(link: Link) -> str:
         raise UserError(problems[0].sentence)
     if link.kind == "link":
         return f"p2p-set {link.name} {_p2p_parameters(link)}"
-    return f"lan-set {link.name} {_lan_parameters(link)}"
+    shared, queues = _lan_parameters(link)
+    return f"lan-set {link.name} {shared} {' '.join(queues)}"
 
 
 def simulation(

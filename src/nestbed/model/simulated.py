@@ -128,8 +128,8 @@ def gaps(link: Link) -> list[Gap]:
         if any(_member_pair(p.egress, p.ingress) != between for p in link.ports):
             found["members"] = Gap(
                 f"simulated LAN {link.name} gives its members different bandwidths, delays, "
-                "queues or loss rates; a simulated LAN has one of each: set them on the "
-                "LAN, not on its members, or move it out of make-simulated",
+                "loss rates or queues on the way in; a simulated LAN has one of each: set "
+                "them on the LAN, not on its members, or move it out of make-simulated",
                 "members",
             )
     return list(found.values())
@@ -168,6 +168,6 @@ def command_on_simulated(what: str, node: str) -> str:
 
 def _member_pair(egress: Shaping, ingress: Shaping) -> tuple[object, ...]:
     """What a LAN member's halves give a packet between two members (one member's egress and
-    another's ingress are the same halves as its own two when all members are alike)."""
-    return (*rate_and_delay(egress, ingress), bernoulli_loss(egress, ingress), egress.queue,
-            ingress.queue)  # fmt: skip
+    another's ingress are the same halves as its own two when all members are alike). The
+    queue of what each member sends is its own, as on an emulated LAN."""
+    return (*rate_and_delay(egress, ingress), bernoulli_loss(egress, ingress), ingress.queue)
