@@ -7,7 +7,9 @@ The underlay is a switch namespace where nestbed-linkd joins every host's uplink
 namespace's (where the tests' Dask scheduler listens), as one LAN with a delay and a rate: so
 crossing from host to host costs something real, as a network between machines does. Its MTU
 is 9000 by default (jumbo frames, as testbeds' experiment networks often have), so that a cut
-link carries 1500-byte packets as a link on one host does; ``mtu=1500`` makes a plain one. Every
+link carries 1500-byte packets as a link on one host does; ``mtu=1500`` makes a plain one.
+``switch=True`` makes the underlay a kernel bridge instead, with no delay of its own, as a
+machine room's switch (the benches compare the two). Every
 name carries ``i21`` and this process's id, so nothing collides with other experiments or test
 runs on the machine, and ``stop`` removes exactly what ``start`` made.
 """
@@ -93,8 +95,9 @@ _made = itertools.count()  # simulated clusters this process made
 class Machines:
     """``count`` simulated hosts called h1, h2, …"""
 
-    def __init__(self, count: int, mtu: int = UNDERLAY_MTU):
+    def __init__(self, count: int, mtu: int = UNDERLAY_MTU, *, switch: bool = False):
         self.mtu = mtu
+        self.bridged = switch
         # A second cluster of the same process (a test's own, beside the session's) gets
         # names of its own: the same names would have each remove the other's hosts.
         made = next(_made)
@@ -133,7 +136,17 @@ class Machines:
         with linux.inside(self.switch):
             offloads.turn_off(["gw", *self.hosts], linux.OFFLOADS)
         offloads.turn_off([self.gateway], linux.OFFLOADS)  # this process is in the root's
-        self._start_linkd()
+        if self.bridged:
+            self._start_bridge()
+        else:
+            self._start_linkd()
+
+    def _start_bridge(self) -> None:
+        _run("ip", "-n", self.switch, "link", "add", "br0", "mtu", str(self.mtu), "type",
+             "bridge", "forward_delay", "0")  # fmt: skip
+        for port in [*self.hosts, "gw"]:
+            _run("ip", "-n", self.switch, "link", "set", port, "master", "br0")
+        _run("ip", "-n", self.switch, "link", "set", "br0", "up")
 
     def _start_linkd(self) -> None:
         directory = self.run_dir("switch")
@@ -323,16 +336,22 @@ def _scheduler_address(path: Path) -> str:
 
 @contextlib.contextmanager
 def started(
-    count: int, slots: int, options: tuple[str, ...] = (), mtu: int = UNDERLAY_MTU
+    count: int,
+    slots: int,
+    options: tuple[str, ...] = (),
+    mtu: int = UNDERLAY_MTU,
+    *,
+    switch: bool = False,
 ) -> Iterator[tuple[Machines, Agents]]:
     """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes (and
-    its other ``options``), joined to a scheduler on an underlay of MTU ``mtu``; all stopped
-    and removed at the end, however it ends (a second signal waits until all is removed)."""
+    its other ``options``), joined to a scheduler on an underlay of MTU ``mtu`` (a kernel
+    bridge if ``switch``); all stopped and removed at the end, however it ends (a second
+    signal waits until all is removed)."""
     from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
     from nestbed.lifecycle import signals
 
-    machines = Machines(count, mtu)
+    machines = Machines(count, mtu, switch=switch)
     agents = None
     try:
         machines.start()
