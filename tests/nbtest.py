@@ -122,3 +122,13 @@ def link_ports(p: Any, link: str, simulated: bool) -> dict[str, Any]:
             return channel.request("counters")["links"][link]["ports"]
     with linux.linkd(p) as client:
         return client.request("counters", link=link)["links"][link]["ports"]
+
+
+def core_as_lan(text: str) -> str:
+    """Experiment TEXT with its link ``core`` a LAN of the same members and options, named
+    ``ether``."""
+    start = text.index("  - {name: core,")
+    rest = text.find("\n  - ", start)
+    core = text[start : rest + 1 if rest >= 0 else len(text)]
+    lan = core.replace("{name: core,", "{name: ether,")
+    return text.replace(core, "").replace("links:\n", f"lans:\n{lan}links:\n")

@@ -336,9 +336,8 @@ SendQueue::Enqueue(Ptr<Packet> p)
     ++m_ordinal;
     Member& m = *member;
     bool lost = m_draw.Lost(m.sendLoss);
-    // A LAN's down and loss act where each member receives (LinkLoss).
-    uint64_t* cause = m.lan                               ? nullptr
-                      : *m.down                           ? &m.egress.dropsDown
+    // A LAN's down acts where each member receives (LinkLoss).
+    uint64_t* cause = *m.down && !m.lan                   ? &m.egress.dropsDown
                       : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
                       : lost                              ? &m.egress.dropsLoss
                                                           : nullptr;
@@ -565,6 +564,12 @@ SimLink::Limit(size_t member, const QueueLimit& limit)
 }
 
 void
+SimLink::SendLoss(size_t member, const Loss& loss)
+{
+    m_members[member]->sendLoss = loss;
+}
+
+void
 SimLink::Set(const std::vector<double>& rates,
              double delayS,
              const std::vector<QueueLimit>& queues,
@@ -592,9 +597,19 @@ SimLink::Set(const std::vector<double>& rates,
     }
     Ptr<Channel> channel = m_members[0]->device->GetChannel();
     channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));
-    if (m_lan)
+    auto csma = DynamicCast<CsmaChannel>(channel);
+    if (csma && csma->GetDataRate() != DataRate(Rate(rates[0])))
     {
-        channel->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rates[0]))));
+        // A CSMA device reads its channel's rate only when it is attached: attached anew,
+        // it sends at the new rate (what it is sending finishes at the old one).
+        csma->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rates[0]))));
+        for (size_t i = 0; i < n; ++i)
+        {
+            auto device = DynamicCast<CsmaNetDevice>(m_members[i]->device);
+            csma->Detach(device);
+            device->Attach(csma);
+            Pace(i, rates[0]); // after Attach, which sets a gap of its own
+        }
     }
 }
 

@@ -114,10 +114,11 @@ class LinkLoss : public ns3::ErrorModel
 
 struct Member;
 
-// The queue of what a member sends. On a point-to-point link it drops a packet as it arrives
-// when the link is down, when its ordinal is to be dropped, or when the loss model loses it
-// (the model draws for every packet, as linkd's does), before it takes a place in the queue
-// or time on the wire (a LAN loses on the way to each member instead: LinkLoss). Its limit,
+// The queue of what a member sends. It drops a packet as it arrives when its ordinal is to be
+// dropped or when the loss model loses it (the model draws for every packet, as linkd's
+// does), and on a point-to-point link when the link is down, before it takes a place in the
+// queue or time on the wire (a LAN's Bernoulli loss and down act on the way to each member
+// instead: LinkLoss). Its limit,
 // in packets or bytes, and its RED count the packet the device holds as linkd's queue does:
 // ns-3's device takes that packet out of its queue as it starts sending it (a LAN's, also
 // while it backs off from a busy channel).
@@ -163,7 +164,7 @@ struct Member
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
     ns3::Ptr<LinkLoss> error; // what this member's receive side loses
-    Loss sendLoss;            // of what this member sends (point-to-point links)
+    Loss sendLoss;            // of what this member sends
     Jitter jitter;            // of what this member sends (point-to-point links)
     Mangle mangle;            // of what this member sends (point-to-point links)
     uint32_t onWire = 0;      // the frame bytes (as linkd counts them) its device holds, or 0
@@ -204,6 +205,10 @@ class SimLink
              const std::vector<Mangle>& mangles);
     // The queue limit of a member's device.
     void Limit(size_t member, const QueueLimit& limit);
+    // The loss of what a LAN's member sends: its drops by ordinal and Gilbert-Elliott loss,
+    // as its egress pipe's on an emulated LAN (the LAN's Bernoulli loss is drawn where each
+    // member receives).
+    void SendLoss(size_t member, const Loss& loss);
     void SetDown(bool down);
     // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
     // of linkd's counters reply.

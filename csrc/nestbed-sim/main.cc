@@ -24,9 +24,9 @@
 //       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
 //       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it; a mangle "0" or
 //       "DUPLICATE/CORRUPT", probabilities, as wire.h carries them out)
-//   lan LAN RATE_BPS DELAY_S LOSS NODE ADDR QUEUE [NODE ADDR QUEUE ...]
-//       (LOSS: of every packet between two members; QUEUE: as a p2p link's, of what the
-//       member sends)
+//   lan LAN RATE_BPS DELAY_S LOSS NODE ADDR QUEUE SEND_LOSS [NODE ADDR QUEUE SEND_LOSS ...]
+//       (LOSS: Bernoulli, of every packet between two members, drawn where each receives;
+//       QUEUE and SEND_LOSS, as a p2p link's, of what the member sends)
 //   attach LINK NODE ADDR FD [MTU]
 //       (MTU: the largest IP packet the attachment's interface carries, 1500 if not given;
 //       less across a cluster's VXLAN, where ns-3 fragments what is larger)
@@ -49,7 +49,7 @@
 //   state ID                          {"done": true|false}
 //   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
 //           [JITTER_A JITTER_B [MANGLE_A MANGLE_B]]
-//   lan-set LAN RATE_BPS DELAY_S LOSS QUEUE [QUEUE ...]   (a queue for each member, in order)
+//   lan-set LAN RATE_BPS DELAY_S LOSS QUEUE SEND_LOSS [QUEUE SEND_LOSS ...]   (each member's)
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
 //   waits                             {"waits": {...}}: the attachments' frames' waits between
@@ -436,6 +436,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         {
             auto addr = Word<std::string>(words, "address");
             QueueLimit queue = QueueWord(words);
+            Loss sending = LossWord(words);
             Ptr<CsmaNetDevice> device = CreateObject<CsmaNetDevice>();
             device->SetAddress(Mac48Address::Allocate());
             Find(node)->AddDevice(device);
@@ -443,6 +444,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
             device->Attach(channel);
             lan->Add(node, device, rate, loss);
             lan->Limit(i, queue);
+            lan->SendLoss(i, sending);
             Address(Find(node), device, addr);
         }
         m_links[name] = std::move(lan);
@@ -650,12 +652,14 @@ Simulation::Command(const std::string& line)
             std::vector<QueueLimit> queues;
             std::vector<Loss> losses;
             Tail tail{{}, {}};
+            std::vector<Loss> sending;
             if (link.Lan())
             {
                 losses.push_back(LossWord(words));
                 for (size_t i = 0; i < link.Members(); ++i)
                 {
                     queues.push_back(QueueWord(words));
+                    sending.push_back(LossWord(words));
                 }
             }
             else
@@ -665,6 +669,10 @@ Simulation::Command(const std::string& line)
                 tail = TailWords(words);
             }
             link.Set(rates, delay, queues, losses, tail.jitters, tail.mangles);
+            for (size_t i = 0; i < sending.size(); ++i)
+            {
+                link.SendLoss(i, sending[i]);
+            }
             return Reply("");
         }
         if (verb == "link")

@@ -260,9 +260,11 @@ def test_a_simulated_lan_has_one_rate_delay_and_loss():
     words = statement.split()
     assert words[:4] == ["lan", "ether", "10000000", "0.004"]
     assert float(words[4]) == pytest.approx(0.02)  # between any two members
-    assert words[5] == "r1" and words[7] == "50"  # each member's queue: linkd's default
+    # Each member's queue (linkd's default) and its own loss of what it sends (none)
+    assert words[5] == "r1" and words[7:9] == ["50", "0.0"]
     settings = simplan.settings(lan).split()
-    assert settings[:4] == ["lan-set", "ether", "10000000", "0.004"] and settings[5:] == ["50"] * 2
+    assert settings[:4] == ["lan-set", "ether", "10000000", "0.004"]
+    assert settings[5:] == ["50", "0.0"] * 2
 
 
 def test_emulated_nodes_of_a_hybrid_experiment_send_no_duplicate_sacks():
@@ -348,13 +350,24 @@ def test_queue_limits_are_linkds_each_way():
     assert words[9:11] == ["7", "9"]
 
 
-def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_refused_on_a_lan():
+def _lan_words(options: str) -> list[str]:
+    """The words of the nestbed-sim statement of HYBRID's simulated LAN of r1 and r2 with
+    OPTIONS."""
+    text = HYBRID.replace("links:\n", f"lans:\n  - {{name: ether, {options}}}\nlinks:\n")
+    return next(s for s in plan(build(text)).simulation.links if s.startswith("lan ")).split()
+
+
+def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_a_lan_members_sending():
     from nestbed.backend import simplan
 
     exp = build(_core("delay: 20ms, gilbert_elliott: {p: 0.05, r: 0.25}"))
     assert plan(exp).simulation.links[0].endswith(" ge/0.05/0.25/1.0/0.0 ge/0.05/0.25/1.0/0.0")
-    _refused_on_a_lan("members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}",
-                      "Gilbert-Elliott loss on a LAN")  # fmt: skip
+    # On a LAN, what each member sends (its egress pipe's, on an emulated LAN); the LAN's
+    # own Bernoulli loss stays where each member receives.
+    words = _lan_words("members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}")
+    assert words[4] == "0.0" and words[8::4] == ["ge/0.05/0.25/1.0/0.0"] * 2
+    _refused_on_a_lan("members: [{node: r1, ingress: {gilbert_elliott: {p: 0.05, r: 0.25}}}, r2]",
+                      "Gilbert-Elliott loss on the way into a LAN member")  # fmt: skip
     core = exp.links[0]
     from nestbed.model.events import link_after_event
 
@@ -367,11 +380,13 @@ def test_jitter_is_the_simulators_on_a_link_each_way_and_refused_on_a_lan():
     _refused_on_a_lan("members: [r1, r2], jitter: 1ms", "jitter on a LAN")
 
 
-def test_drops_by_ordinal_are_the_simulators_on_a_link_and_refused_on_a_lan():
+def test_drops_by_ordinal_are_the_simulators_on_a_link_and_a_lan_members_sending():
     exp = build(_core("delay: 20ms, drop_packets: [3, 17]"))
     assert plan(exp).simulation.links[0].endswith(" 50 50 0.0@3,17 0.0@3,17")
-    _refused_on_a_lan("members: [{node: r1, egress: {drop_packets: [2]}}, r2]",
-                      "drops by ordinal on a LAN")  # fmt: skip
+    words = _lan_words("members: [{node: r1, egress: {drop_packets: [2]}}, r2]")
+    assert words[8::4] == ["0.0@2", "0.0"]
+    _refused_on_a_lan("members: [{node: r1, ingress: {drop_packets: [2]}}, r2]",
+                      "drops by ordinal on the way into a LAN member")  # fmt: skip
 
 
 def _refused_on_a_lan(options: str, what: str) -> None:

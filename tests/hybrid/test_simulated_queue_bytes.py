@@ -13,7 +13,7 @@ from contextlib import closing
 
 import pytest
 
-from nbtest import build, link_ports, receiving, swapping
+from nbtest import build, core_as_lan, link_ports, receiving, swapping
 from nestbed.backend import linux, sim, simplan
 from nestbed.backend.plan import plan
 from nestbed.binaries import probe_send
@@ -44,22 +44,14 @@ def test_nestbed_sim_is_told_a_limit_in_bytes_and_events_change_it():
     assert simplan.settings(again).split()[5:7] == ["3000B", "600B"]
 
 
-def _on_a_lan(text: str) -> str:
-    """TEXT with its simulated core link a simulated LAN of r1 and r2 with the same options."""
-    start = text.index("  - {name: core,")
-    core = text[start : text.index("\n  - ", start) + 1]
-    lan = core.replace("{name: core,", "{name: ether,")
-    return text.replace(core, "").replace("links:\n", f"lans:\n{lan}links:\n")
-
-
 def test_a_simulated_lan_takes_a_limit_in_bytes_and_events_change_it():
-    exp = build(_on_a_lan(BURST))
+    exp = build(core_as_lan(BURST))
     statement = next(s for s in plan(exp).simulation.links if s.startswith("lan ether "))
-    assert statement.split()[7::3] == ["600B", "600B"]  # each member's, after its address
+    assert statement.split()[7::4] == ["600B", "600B"]  # each member's, after its address
     lan = exp.lans[0]
     # As on an emulated LAN, an event sets the queue of what one member sends.
     changed = link_after_event(lan, lan, "queue-set", ("r1", "limit_", "3000"))
-    assert simplan.settings(changed).split()[5:] == ["3000B", "600B"]
+    assert simplan.settings(changed).split()[5::2] == ["3000B", "600B"]
 
 
 def _burst(p, src: str, dst: str, folder) -> int:  # type: ignore[no-untyped-def]
@@ -92,7 +84,7 @@ def _burst(p, src: str, dst: str, folder) -> int:  # type: ignore[no-untyped-def
 )  # fmt: skip
 def test_a_burst_fills_a_simulated_queue_as_an_emulated_one(tmp_path, queue, held, lan):
     text = BURST.replace("{limit: 600, limit_unit: bytes}", queue)
-    text = _on_a_lan(text) if lan else text
+    text = core_as_lan(text) if lan else text
     exp = build(text).model_copy(update={"name": f"hybq{os.getpid()}"})
     with swapping() as swap:
         p = swap(exp)
@@ -117,7 +109,9 @@ def test_a_limit_lowered_below_what_the_queue_holds_lets_it_drain(tmp_path, lan)
     what it holds and refuses more, as linkd's does (a LAN's: the queue of one member's
     device, set by an event as on an emulated LAN)."""
     text = BURST.replace("{limit: 600, limit_unit: bytes}", "{limit: 50}")
-    exp = build(_on_a_lan(text) if lan else text).model_copy(update={"name": f"hybql{os.getpid()}"})
+    exp = build(core_as_lan(text) if lan else text).model_copy(
+        update={"name": f"hybql{os.getpid()}"}
+    )
     core = exp.lans[0] if lan else exp.links[0]
     lowered = simplan.settings(link_after_event(core, core, "queue-set", ("r1", "limit_", "5")))
     with swapping() as swap:
@@ -170,9 +164,9 @@ def test_red_on_a_simulated_link_is_linkds(tmp_path):
     unlimited = build(RED.replace("QUEUE", RED_QUEUE.replace("limit: 50", "limit_unit: bytes")))
     words = next(s for s in plan(unlimited).simulation.links if s.startswith("p2p core "))
     assert words.split()[9].endswith("/red/5.0/15.0/0.2/10.0/500/1")
-    lan = build(_on_a_lan(RED).replace("QUEUE", RED_QUEUE))
+    lan = build(core_as_lan(RED).replace("QUEUE", RED_QUEUE))
     words = next(s for s in plan(lan).simulation.links if s.startswith("lan ether "))
-    assert words.split()[7::3] == ["50/red/5.0/15.0/0.2/10.0/500/0"] * 2
+    assert words.split()[7::4] == ["50/red/5.0/15.0/0.2/10.0/500/0"] * 2
 
 
 @pytest.mark.root
@@ -182,7 +176,7 @@ def test_red_keeps_a_simulated_queue_as_short_as_an_emulated_one(tmp_path, core)
     """Twice a 1 Mb/s link's rate for 4 s into RED between 5 and 15 packets: the simulated
     link (or LAN) drops as many as the emulated link, by RED and never at the 50-packet
     limit."""
-    text = RED if core == "core" else _on_a_lan(RED)
+    text = RED if core == "core" else core_as_lan(RED)
     exp = build(text.replace("QUEUE", RED_QUEUE)).model_copy(update={"name": f"hybr{os.getpid()}"})
     found = {}
     with swapping() as swap:

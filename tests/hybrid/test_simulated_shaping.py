@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtest import build, link_ports, receiving, swapping
+from nbtest import build, core_as_lan, link_ports, receiving, swapping
 from nestbed.backend import linux, sim
 from nestbed.binaries import probe_send
 
@@ -48,25 +48,32 @@ def _bursts(lost: list[bool]) -> list[int]:
     return runs + ([current] if current else [])
 
 
-def _drops(channel: sim.SimChannel, cause: str = "loss") -> int:
+def _drops(channel: sim.SimChannel, cause: str = "loss", core: str = "core") -> int:
     """What the core has dropped of what r1 sends so far, for CAUSE: as linkd's pipe, r1's
     side of the core decides as each packet arrives, before its queue and rate."""
-    ports = channel.request("counters")["links"]["core"]["ports"]
+    ports = channel.request("counters")["links"][core]["ports"]
     return ports["r1"]["egress"]["counters"]["drops"][cause]
 
 
-def test_gilbert_elliott_loss_on_a_simulated_link_comes_in_bursts(tmp_path):
-    exp = build(BURSTY).model_copy(update={"name": f"i25dge{os.getpid()}"})
+@pytest.mark.parametrize("core", ["core", "ether"])
+def test_gilbert_elliott_loss_on_a_simulated_link_comes_in_bursts(tmp_path, core):
+    """On a LAN (``ether``) too: the chain is what r1 sends, as an emulated LAN member's
+    egress pipe draws it."""
+    # The LAN without a delay: a CSMA channel is busy for its whole delay after each frame,
+    # which at 2 ms would carry fewer than 1000 packets a second (docs/hybrid.md).
+    text = BURSTY if core == "core" else core_as_lan(BURSTY.replace(" delay: 2ms,", ""))
+    exp = build(text).model_copy(update={"name": f"i25dge{os.getpid()}"})
     count = 3000
     with swapping() as swap:
         p = swap(exp)
-        address, receiver, log = receiving(p, "h2", tmp_path, idle_s=3)
         # Addresses resolved on every hop first (ns-3 keeps 3 packets waiting for ARP): one
-        # echo of 20 comes back unless the chain stays bad for all of them (p < 0.001).
+        # echo of 20 comes back unless the chain stays bad for all of them (p < 0.001). On a
+        # LAN the chain loses address requests too, and ns-3 asks again a second later.
         warm = ["ping", "-c", "20", "-i", "0.05", "-W", "2", "h2"]
         assert linux.exec_in(p, "h1", warm, capture_output=True).returncode == 0
+        address, receiver, log = receiving(p, "h2", tmp_path, idle_s=3)
         with closing(sim.SimChannel(linux.run_dir(p))) as channel:
-            before = _drops(channel)
+            before = _drops(channel, core=core)
             sent = linux.exec_in(
                 p, "h1", probe_send(f"{address}:9000", "--size", "200", "--pps", "1000",
                                     "--count", str(count)),
@@ -74,7 +81,7 @@ def test_gilbert_elliott_loss_on_a_simulated_link_comes_in_bursts(tmp_path):
             )  # fmt: skip
             assert sent.returncode == 0, sent.stderr
             assert receiver.wait(timeout=60) == 0
-            drawn = _drops(channel) - before
+            drawn = _drops(channel, core=core) - before
     with log.open() as f:
         arrived = {int(row["seq"]) for row in csv.DictReader(f)}
     assert json.loads(sent.stdout)["packets_sent"] == count
@@ -113,7 +120,8 @@ def _between_routers(
     5 s more). The (sequence number, one-way delay) of those that arrived, and the core's
     drops by ordinal of what r1 sent."""
     exp = build(text).model_copy(update={"name": name})
-    r2 = exp.links[1].port("r2").ip
+    core = next(link for link in exp.all_links if link.name in ("core", "ether"))
+    r2 = core.port("r2").ip
     log = tmp_path / "recv.csv"
     with swapping() as swap:
         p = swap(exp)
@@ -130,7 +138,7 @@ def _between_routers(
                 if len(log.read_text().splitlines()) > arriving:
                     break
                 time.sleep(0.05)
-            dropped = _drops(channel, "ordinal")
+            dropped = _drops(channel, "ordinal", core.name)
             channel.request("stop", "recv")
     with log.open() as f:
         rows = [(int(r["seq"]), int(r["delay_ns"]) / 1e9) for r in csv.DictReader(f)]
@@ -159,10 +167,14 @@ def test_jitter_on_a_simulated_link_is_linkds(tmp_path):
     assert abs(sd - jitter / math.sqrt(3)) < 0.15e-3
 
 
-def test_drops_by_ordinal_on_a_simulated_link(tmp_path):
-    """The packets r1 offers the core are numbered from 1, its address request first, as
-    linkd numbers every frame a pipe is offered: the 5th and 9th are dropped, no other."""
-    text = JITTERY.replace("jitter: 2ms", "drop_packets: [5, 9]")
+@pytest.mark.parametrize("lan", [False, True])
+def test_drops_by_ordinal_on_a_simulated_link(tmp_path, lan):
+    """The packets r1 offers the core (a link, or a LAN) are numbered from 1, its address
+    request first, as linkd numbers every frame a pipe is offered: the 5th and 9th are
+    dropped, no other."""
+    mine = "members: [{node: r1, egress: {drop_packets: [5, 9]}}, r2]"  # a LAN's are a member's
+    text = JITTERY.replace("members: [r1, r2]", mine).replace(", jitter: 2ms", "")
+    text = core_as_lan(text) if lan else text
     count = 20
     rows, dropped = _between_routers(text, f"i25dord{os.getpid()}", tmp_path, count, count - 2)
     arrived = {seq for seq, _ in rows}
@@ -258,3 +270,44 @@ def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
         assert abs(drawn["corrupted"] / count - bad) < 0.045
         assert abs(arrived / count - (1 - bad * (1 - dup))) < 0.04
         assert abs(duplicates / count - dup * (1 - bad)) < 0.05
+
+
+LAN_RATE = """
+routing: static
+nodes: [{name: h1}, {name: h2}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+lans:
+  - {name: ether, members: [r1, r2], bandwidth: 1Mb}
+links:
+  - {name: a1, members: [h1, r1]}
+  - {name: a2, members: [r2, h2]}
+"""
+
+
+def test_a_bandwidth_event_sets_a_simulated_lans_rate(tmp_path):
+    """A LAN slowed from 1 Mb/s to 200 kb/s by an event carries 200 kb/s: ns-3's CSMA device
+    reads its channel's rate only when attached, so a new rate once left it at the old one."""
+    from nestbed.backend import simplan
+    from nestbed.model.events import link_after_event
+
+    exp = build(LAN_RATE).model_copy(update={"name": f"i25dlr{os.getpid()}"})
+    lan = exp.lans[0]
+    slower = simplan.settings(link_after_event(lan, lan, "bandwidth", ("200kb",)))
+    with swapping() as swap:
+        p = swap(exp)
+        warm = ["ping", "-c", "3", "-W", "2", "h2"]
+        assert linux.exec_in(p, "h1", warm, capture_output=True).returncode == 0
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            channel.request(*slower.split())
+        address, receiver, _ = receiving(p, "h2", tmp_path, idle_s=2)
+        sent = linux.exec_in(
+            p, "h1", probe_send(f"{address}:9000", "--size", "1000", "--rate", "400k",
+                                "--duration", "4"),
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        assert receiver.wait(timeout=60) == 0
+    got = json.loads((tmp_path / "recv.json").read_text())
+    # Each 1000-byte datagram as an Ethernet frame on the wire, as linkd counts it.
+    carried = got["rate"]["pps"] * (1000 + 28 + 38) * 8
+    print(f"carried {carried / 1e3:.1f} kb/s of 200")
+    assert abs(carried - 200e3) < 0.05 * 200e3

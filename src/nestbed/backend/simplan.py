@@ -31,6 +31,7 @@ from nestbed.model.simulated import (
 if TYPE_CHECKING:
     # The IR's models load only where one is built, not where a kept plan is read.
     from nestbed.model import Experiment, Link, Port, Shaping
+    from nestbed.model.ir import GilbertElliott
 
 # The lag behind real time a run may have before it is marked (nse's HardLimit, 5 ms).
 DEFAULT_HARD_LIMIT_S = 0.005
@@ -154,16 +155,19 @@ def check(exp: Experiment) -> None:
 
 
 def _loss(sender: Shaping, receiver: Shaping) -> str:
-    """nestbed-sim's loss word for one direction: its Gilbert-Elliott chain (``gaps`` leaves
-    no other loss beside one), or the Bernoulli loss of both halves; then the sender's
-    ordinals to drop (a link's receiving half has none)."""
+    """nestbed-sim's loss word for one direction of a link: its Gilbert-Elliott chain
+    (``gaps`` leaves no other loss beside one), or the Bernoulli loss of both halves; then the
+    sender's ordinals to drop (a link's receiving half has none)."""
     ge = sender.gilbert_elliott or receiver.gilbert_elliott
-    if ge is None:
-        word = repr(bernoulli_loss(sender, receiver))
-    else:
+    return _loss_word(ge, bernoulli_loss(sender, receiver), sender.drop_ordinals)
+
+
+def _loss_word(ge: GilbertElliott | None, bernoulli: float, ordinals: tuple[int, ...]) -> str:
+    word = repr(bernoulli)
+    if ge is not None:
         word = "ge/" + "/".join(repr(v) for v in (ge.p, ge.r, ge.loss_bad, ge.loss_good))
-    if sender.drop_ordinals:
-        word += "@" + ",".join(str(n) for n in sender.drop_ordinals)
+    if ordinals:
+        word += "@" + ",".join(str(n) for n in ordinals)
     return word
 
 
@@ -232,12 +236,18 @@ def _p2p_parameters(link: Link) -> str:
 
 def _lan_parameters(link: Link) -> tuple[str, list[str]]:
     """RATE DELAY LOSS of a LAN, the same between any two of its members (``gaps`` has
-    checked: one member's egress and another's ingress are the same halves as its own two),
-    and each member's queue, that of what it sends."""
+    checked: one member's egress and another's ingress are the same halves as its own two;
+    LOSS the Bernoulli loss, drawn where each member receives), and each member's QUEUE
+    SEND_LOSS: its queue and its Gilbert-Elliott loss and drops by ordinal, of what it
+    sends."""
     out, into = _shaping(link.ports[0], link)
     rate, delay = rate_and_delay(out, into)
-    queues = [_queue(_shaping(p, link)[0], rate, delay) for p in link.ports]
-    return f"{rate} {delay!r} {_loss(out, into)}", queues
+    members = []
+    for port in link.ports:
+        egress, _ = _shaping(port, link)
+        sending = _loss_word(egress.gilbert_elliott, 0.0, egress.drop_ordinals)
+        members.append(f"{_queue(egress, rate, delay)} {sending}")
+    return f"{rate} {delay!r} {bernoulli_loss(out, into)!r}", members
 
 
 def _statement(link: Link) -> str:

@@ -1,8 +1,8 @@
 """What a simulated link (or LAN) between simulated nodes can do of what its options ask.
 
 nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with queue limits in packets
-or bytes, RED (linkd's own, linked into nestbed-sim) and Bernoulli loss, and Gilbert-Elliott
-loss, drops by ordinal, jitter, duplication and corruption on point-to-point links, as linkd
+or bytes, RED (linkd's own, linked into nestbed-sim), Bernoulli and Gilbert-Elliott loss and
+drops by ordinal, and jitter, duplication and corruption on point-to-point links, as linkd
 does them. Every other option would mean something else
 there or nothing, so it is refused, never ignored: by the front ends with its place in the
 file (``spec.resolve``), and by the back end when an event asks for it during a run
@@ -33,21 +33,23 @@ class Gap:
 _FIX = "remove it or move the {kind} out of make-simulated"
 
 
-def _options(s: Shaping, lan: bool) -> list[tuple[str, str]]:
-    """(option, what) of one direction's shaping that simulated links do not have."""
+def _options(s: Shaping, lan: bool, ingress: bool) -> list[tuple[str, str]]:
+    """(option, what) of one direction's shaping (a port's ingress or egress) that simulated
+    links do not have."""
     found = []
     if lan and s.jitter_s:
         found.append(("jitter", "jitter on a LAN"))
-    if lan and s.drop_ordinals:
-        found.append(("drop_packets", "drops by ordinal on a LAN"))
     if lan and s.duplicate:
         found.append(("duplicate", "duplication on a LAN"))
     if lan and s.corrupt:
         found.append(("corrupt", "corruption on a LAN"))
-    if lan and s.gilbert_elliott is not None:
-        # A LAN's loss is drawn where each member receives; a Gilbert-Elliott chain is one
-        # sender's, across all it sends.
-        found.append(("gilbert_elliott", "Gilbert-Elliott loss on a LAN"))
+    # A LAN member's queue decides the drops by ordinal and the Gilbert-Elliott loss of what
+    # it sends, as its egress pipe does; nothing decides on the way into a member but the
+    # LAN's own loss, drawn where each member receives.
+    if lan and ingress and s.drop_ordinals:
+        found.append(("drop_packets", "drops by ordinal on the way into a LAN member"))
+    if lan and ingress and s.gilbert_elliott is not None:
+        found.append(("gilbert_elliott", "Gilbert-Elliott loss on the way into a LAN member"))
     return found
 
 
@@ -71,8 +73,8 @@ def gaps(link: Link) -> list[Gap]:
     fix = _FIX.format(kind=link.kind)
     found: dict[str, Gap] = {}
     for j, port in enumerate(link.ports):
-        for s in (port.egress, port.ingress):
-            for option, what in _options(s, lan):
+        for s, ingress in ((port.egress, False), (port.ingress, True)):
+            for option, what in _options(s, lan, ingress):
                 sentence = (
                     f"simulated {link.kind} {link.name} asks for {what}, which simulated links "
                     f"do not have yet; {fix}"
