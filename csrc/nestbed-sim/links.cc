@@ -465,6 +465,11 @@ SimLink::Lan() const
     return m_lan;
 }
 
+void
+LanDevice::AddLinkChangeCallback(Callback<void>)
+{
+}
+
 size_t
 SimLink::Members() const
 {
@@ -601,7 +606,9 @@ SimLink::Set(const std::vector<double>& rates,
     if (csma && csma->GetDataRate() != DataRate(Rate(rates[0])))
     {
         // A CSMA device reads its channel's rate only when it is attached: attached anew,
-        // it sends at the new rate (what it is sending finishes at the old one).
+        // it sends at the new rate (what it is sending finishes at the old one). The channel
+        // keeps a record of each attachment, the old ones inactive: a LAN's rate changes by
+        // events, seldom.
         csma->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rates[0]))));
         for (size_t i = 0; i < n; ++i)
         {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "ns3/core-module.h"
+#include "ns3/csma-module.h"
 #include "ns3/error-model.h"
 #include "ns3/network-module.h"
 #include "red.h"
@@ -113,6 +114,16 @@ class LinkLoss : public ns3::ErrorModel
 };
 
 struct Member;
+
+// A simulated LAN member's device: ns-3's CSMA device, deaf to link changes. SimLink attaches
+// it anew to change its rate, which ns-3 announces as the link coming up again, and the ARP
+// cache then forgets every neighbour (and drops what waits for one); nestbed-sim takes a
+// link down with its loss models, never with a device's link state, so nothing else listens.
+class LanDevice : public ns3::CsmaNetDevice
+{
+  public:
+    void AddLinkChangeCallback(ns3::Callback<void> callback) override;
+};
 
 // The queue of what a member sends. It drops a packet as it arrives when its ordinal is to be
 // dropped or when the loss model loses it (the model draws for every packet, as linkd's

@@ -437,7 +437,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
             auto addr = Word<std::string>(words, "address");
             QueueLimit queue = QueueWord(words);
             Loss sending = LossWord(words);
-            Ptr<CsmaNetDevice> device = CreateObject<CsmaNetDevice>();
+            Ptr<LanDevice> device = CreateObject<LanDevice>();
             device->SetAddress(Mac48Address::Allocate());
             Find(node)->AddDevice(device);
             device->SetQueue(CreateObject<SendQueue>());

@@ -285,19 +285,34 @@ links:
 
 def test_a_bandwidth_event_sets_a_simulated_lans_rate(tmp_path):
     """A LAN slowed from 1 Mb/s to 200 kb/s by an event carries 200 kb/s: ns-3's CSMA device
-    reads its channel's rate only when attached, so a new rate once left it at the old one."""
+    reads its channel's rate only when attached, so a new rate once left it at the old one.
+    A stream below both rates crosses the event whole, and its members keep their neighbours
+    (attached anew, a device announces its link up, which once emptied the ARP caches)."""
     from nestbed.backend import simplan
     from nestbed.model.events import link_after_event
 
     exp = build(LAN_RATE).model_copy(update={"name": f"i25dlr{os.getpid()}"})
     lan = exp.lans[0]
     slower = simplan.settings(link_after_event(lan, lan, "bandwidth", ("200kb",)))
+    count = 60
     with swapping() as swap:
         p = swap(exp)
         warm = ["ping", "-c", "3", "-W", "2", "h2"]
         assert linux.exec_in(p, "h1", warm, capture_output=True).returncode == 0
+        across = tmp_path / "across"
+        across.mkdir()
+        address, receiver, _ = receiving(p, "h2", across, idle_s=2)
+        offered = link_ports(p, "ether", simulated=True)["r1"]["egress"]["counters"]
+        stream = linux.start_in(
+            p, "h1", probe_send(f"{address}:9000", "--size", "1000", "--pps", "20", "--count",
+                                str(count)),
+        )  # fmt: skip
+        time.sleep(1.5)  # the event in the middle of the stream's 3 s
         with closing(sim.SimChannel(linux.run_dir(p))) as channel:
             channel.request(*slower.split())
+        assert stream.wait(timeout=60) == 0
+        assert receiver.wait(timeout=60) == 0
+        after = link_ports(p, "ether", simulated=True)["r1"]["egress"]["counters"]
         address, receiver, _ = receiving(p, "h2", tmp_path, idle_s=2)
         sent = linux.exec_in(
             p, "h1", probe_send(f"{address}:9000", "--size", "1000", "--rate", "400k",
@@ -306,6 +321,10 @@ def test_a_bandwidth_event_sets_a_simulated_lans_rate(tmp_path):
         )  # fmt: skip
         assert sent.returncode == 0, sent.stderr
         assert receiver.wait(timeout=60) == 0
+    whole = json.loads((across / "recv.json").read_text())["packets"]
+    frames = after["packets_in"] - offered["packets_in"]
+    print(f"across the event: {whole} of {count} arrived; r1 offered the LAN {frames} frames")
+    assert whole == count and frames == count  # no address request
     got = json.loads((tmp_path / "recv.json").read_text())
     # Each 1000-byte datagram as an Ethernet frame on the wire, as linkd counts it.
     carried = got["rate"]["pps"] * (1000 + 28 + 38) * 8
