@@ -385,6 +385,15 @@ def test_drops_by_ordinal_are_the_simulators_on_a_link_and_a_lan_members_sending
     assert plan(exp).simulation.links[0].endswith(" 50 50 0.0@3,17 0.0@3,17")
     words = _lan_words("members: [{node: r1, egress: {drop_packets: [2]}}, r2]")
     assert words[8::4] == ["0.0@2", "0.0"]
+    # An event's lan-set keeps each member's own: here after r2's queue changed.
+    from nestbed.backend import simplan
+    from nestbed.model.events import link_after_event
+
+    text = HYBRID.replace("links:\n", "lans:\n  - {name: ether, members: [{node: r1, egress: "
+                          "{drop_packets: [2]}}, r2]}\nlinks:\n")  # fmt: skip
+    lan = build(text).lans[0]
+    changed = link_after_event(lan, lan, "queue-set", ("r2", "limit_", "9"))
+    assert simplan.settings(changed).split()[5:] == ["50", "0.0@2", "9", "0.0"]
     _refused_on_a_lan("members: [{node: r1, ingress: {drop_packets: [2]}}, r2]",
                       "drops by ordinal on the way into a LAN member")  # fmt: skip
 
