@@ -75,7 +75,10 @@ NotSent(Member* m, Ptr<const Packet>)
 uint32_t
 FrameBytes(const Member& m, Ptr<const Packet> p)
 {
-    if (m.lan)
+    // Only a frame at Ethernet's least (64 bytes with its header and FCS) may be padded: the
+    // others are counted without reading their headers, on every packet's path.
+    constexpr uint32_t kLeastFrame = 64;
+    if (m.lan && p->GetSize() <= kLeastFrame)
     {
         Ptr<Packet> frame = p->Copy();
         EthernetHeader ethernet(false);

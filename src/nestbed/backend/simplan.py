@@ -255,9 +255,9 @@ def _statement(link: Link) -> str:
         a, b = link.ports
         ends = f"{a.node} {_cidr(link, a.node)} {b.node} {_cidr(link, b.node)}"
         return f"p2p {link.name} {ends} {_p2p_parameters(link)}"
-    shared, queues = _lan_parameters(link)
+    shared, own = _lan_parameters(link)
     members = " ".join(
-        f"{p.node} {_cidr(link, p.node)} {q}" for p, q in zip(link.ports, queues, strict=True)
+        f"{p.node} {_cidr(link, p.node)} {words}" for p, words in zip(link.ports, own, strict=True)
     )
     return f"lan {link.name} {shared} {members}"
 
@@ -270,8 +270,8 @@ def settings(link: Link) -> str:
         raise UserError(problems[0].sentence)
     if link.kind == "link":
         return f"p2p-set {link.name} {_p2p_parameters(link)}"
-    shared, queues = _lan_parameters(link)
-    return f"lan-set {link.name} {shared} {' '.join(queues)}"
+    shared, own = _lan_parameters(link)
+    return f"lan-set {link.name} {shared} {' '.join(own)}"
 
 
 def simulation(
