@@ -618,7 +618,7 @@ def test_hosts_lists_each_hosts_slots_those_an_experiment_holds_and_those_free(c
     cli = Cli(machines, agents, tmp_path / "store.db")
     name = f"i21hosts{os.getpid()}"
     try:
-        cli("swapin", str(write(tmp_path, name, DUMBBELL)))
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)), "--results", str(tmp_path / "run"))
         placed = json.loads(
             (machines.run_dir("controller") / ".cluster" / name / "placement.json").read_text()
         )["nodes"]
@@ -652,7 +652,7 @@ def test_capture_on_a_cut_link_brings_each_ends_pcap_back_from_its_host(cluster,
     name = f"i21cap{os.getpid()}"
     out = tmp_path / "pcaps"
     try:
-        cli("swapin", str(write(tmp_path, name, DUMBBELL)))
+        cli("swapin", str(write(tmp_path, name, DUMBBELL)), "--results", str(tmp_path / "run"))
         ping = [sys.executable, "-m", "nestbed", "--db", str(cli.db), "--cluster", cli.address,
                 "exec", name, "h1", "--", "ping", "-n", "-c", "600", "-i", "0.1", "h3"]  # fmt: skip
         pinger = subprocess.Popen(ping, env=cli.env, stdout=subprocess.DEVNULL)

@@ -36,7 +36,8 @@ COMMANDS = {
     "linktest": "active", "capture": "active",
     "sweep": "instruments", "simulate": "instruments", "compare": "instruments",
     "analyze": "instruments", "validate": "instruments", "report": "instruments",
-    "agent": "agent", "hosts": "agent", "map": "map", "study": "study", "calibrate": "calibrate",
+    "agent": "agent", "ssh-agents": "agent", "hosts": "agent", "map": "map", "study": "study",
+    "calibrate": "calibrate",
 }  # fmt: skip
 _GLOBAL_WITH_VALUE = ("--db", "--cluster", "--server", "--project")
 _registered: set[str] = set()
@@ -102,6 +103,17 @@ def main_entry() -> None:
     (``faststatus``, ``fastswapin``, ``fastswapout``); rich is loaded only to print what
     needs it (an error, a spinner).
     """
+    from nestbed import settings
+
+    try:
+        settings.apply()  # before anything reads the environment (fastexec's checks)
+    except Exception as exc:  # nestbed.errors loaded only then: fastexec's path needs none
+        from nestbed.errors import UserError
+
+        if not isinstance(exc, UserError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     from nestbed.cli import fastexec
 
     fastexec.run(sys.argv[1:])

@@ -4,12 +4,13 @@ that builds the host's share of experiments); registered in nestbed.cli."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nestbed.cli.common import JsonOption, app, out, print_json
-from nestbed.errors import UserError
+from nestbed.errors import InternalError, UserError
 from nestbed.units import UnitError, parse_bandwidth
 
 
@@ -93,3 +94,89 @@ def hosts(as_json: JsonOption = False) -> None:
                       f"{r['memory_bytes'] / 2**30:.1f} GiB", str(r["slots"]), str(r["held"]),
                       str(r["free"]))  # fmt: skip
     out.print(table)
+
+
+@app.command(name="ssh-agents")
+def ssh_agents(
+    hosts: Annotated[
+        list[str],
+        typer.Argument(help="The hosts: NAME=ADDRESS, or ADDRESS (a host name's first label "
+                       "names it)."),
+    ],
+    user: Annotated[str | None, typer.Option(help="SSH user (default: yours).")] = None,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="The hosts' SSH port.")] = 22,
+    identity: Annotated[
+        Path | None, typer.Option(help="SSH private key (default: ssh-agent's and ~/.ssh's).")
+    ] = None,
+    known_hosts: Annotated[
+        Path | None,
+        typer.Option(help="File of the hosts' SSH keys (default: ~/.ssh/known_hosts)."),
+    ] = None,
+    remote_python: Annotated[
+        str | None,
+        typer.Option(help="The hosts' Python that has nestbed (default: this one's path)."),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(help="Address the scheduler serves on here (default: the one that "
+                     "reaches the first host)."),
+    ] = None,
+    scheduler_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The scheduler's port (0: any free one).")
+    ] = 8786,
+    slots: Annotated[int, typer.Option(min=1, help="How many nodes each host may hold.")] = 64,
+    nic: Annotated[str, typer.Option(help="Bandwidth of each host's link to the others.")] = "1Gb",
+    linkd_pps: Annotated[
+        int | None,
+        typer.Option(min=1, help="Packets per second each host's link emulator carries."),
+    ] = None,
+    clock_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="UDP port of the agents' time service.")
+    ] = 14790,
+) -> None:  # fmt: skip
+    """Start a cluster from here: the scheduler on this machine and an agent on each host
+    over SSH; serve until stopped (Ctrl-C), then stop them."""
+    import asyncio
+    import signal
+    import sys
+
+    from nestbed.backend.cluster import ssh
+    from nestbed.lifecycle import signals
+
+    try:
+        nic_bps = parse_bandwidth(nic)
+    except UnitError as exc:
+        raise UserError(f"--nic: {exc}") from None
+    options = ssh.SSHOptions(
+        ssh.parse_hosts(hosts), user=user, port=port, identity=identity,
+        known_hosts=known_hosts, remote_python=remote_python or sys.executable, listen=listen,
+        scheduler_port=scheduler_port, slots=slots, nic_bps=nic_bps, linkd_pps=linkd_pps,
+        clock_port=clock_port or None,
+    )  # fmt: skip
+    names = ", ".join(h.name for h in options.hosts)
+
+    def ready(address: str) -> None:
+        out.print(f"scheduler {address}, agents on {names}", markup=False, highlight=False)
+        out.print(f"use it: nestbed --cluster {address} ...; Ctrl-C stops the agents",
+                  markup=False, highlight=False)  # fmt: skip
+
+    stopped: list[int] = []
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in signals.STOPPING:
+            loop.add_signal_handler(signum, lambda s=signum: (stopped.append(s), task.cancel()))
+        try:
+            await ssh.serve(options, ready)
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+
+    asyncio.run(main())
+    if stopped:
+        out.print(f"stopped the agents on {names} ({signal.Signals(stopped[0]).name})",
+                  markup=False, highlight=False)  # fmt: skip
+        raise SystemExit(128 + stopped[0])  # the shell's code for a signal's end
+    raise InternalError(f"the cluster of {names} stopped serving without being stopped")

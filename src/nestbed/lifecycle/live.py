@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nestbed import api
+from nestbed import api, settings
 from nestbed.backend import get as get_backend
 from nestbed.errors import UserError
 from nestbed.lifecycle import signals
@@ -106,7 +106,10 @@ def swapin(
 ) -> Iterator[Live]:
     """``with nestbed.swapin(exp) as live:`` — an experiment (builder, IR or file) swapped in
     for the block; it is swapped out when the block ends, also on exceptions and Ctrl-C.
-    ``options`` are a run's options (``results`` and ``capture`` are shorthands)."""
+    ``options`` are a run's options (``results`` and ``capture`` are shorthands). The
+    store and back end default as the CLI's do: the environment, then the configuration
+    file (``nestbed.settings``)."""
+    settings.apply()
     options = (options or RunOptions()).model_copy(
         update={k: v for k, v in {"results": results, "capture": capture or None}.items() if v}
     )

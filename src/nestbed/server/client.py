@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nestbed.errors import EnvironmentProblem, Problem, SpecError, UserError
+from nestbed.settings import config_dir
 
 SERVER_ENV = "NESTBED_SERVER"
 TOKEN_ENV = "NESTBED_TOKEN"
@@ -29,10 +30,7 @@ TIMEOUT_S = 60.0
 
 def token_file(environ: dict[str, str] | None = None) -> Path:
     """Where the client looks for its token when ``$NESTBED_TOKEN`` is not set."""
-    env = os.environ if environ is None else environ
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
-    return base / "nestbed" / "token"
+    return config_dir(environ) / "token"
 
 
 def find_token(environ: dict[str, str] | None = None) -> str:

@@ -9,7 +9,9 @@ through it: Dask carries only the requests and their answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -56,6 +58,19 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
     ``listen`` is the address to serve on (default: the one that reaches the scheduler),
     which is also the address other hosts' VXLAN devices send to.
     """
+    clock = _begin(config)
+    try:
+        asyncio.run(_serve(scheduler, config, listen))
+    except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "failed to start"
+        raise _unreachable(scheduler, config, exc) from exc
+    finally:
+        if clock is not None:
+            clock.close()
+
+
+def _begin(config: AgentConfig) -> timeservice.TimeServer | None:
+    """What an agent does before it serves: removes the shares a previous agent of the host
+    left unfinished, and opens its time service (returned, to be closed at the end)."""
     _serving[:] = [config]
     from nestbed.backend.cluster import host
 
@@ -63,22 +78,74 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
         print(f"removed the unfinished part of experiment {experiment} a previous agent of "
               f"host {config.host} was building", flush=True)  # fmt: skip
     try:
-        clock = timeservice.TimeServer(config.clock_port) if config.clock_port else None
+        return timeservice.TimeServer(config.clock_port) if config.clock_port else None
     except OSError as exc:
         raise EnvironmentProblem(
             f"the agent of host {config.host} cannot answer time requests on UDP port "
             f"{config.clock_port} ({exc}); give another --clock-port"
         ) from exc
-    try:
-        asyncio.run(_serve(scheduler, config, listen))
-    except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "failed to start"
-        raise EnvironmentProblem(
-            f"the agent of host {config.host} cannot reach the scheduler at {scheduler} "
-            f"({exc}); check the address and that `dask scheduler` runs there"
-        ) from exc
-    finally:
-        if clock is not None:
-            clock.close()
+
+
+def _unreachable(scheduler: str, config: AgentConfig, exc: BaseException) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"the agent of host {config.host} cannot reach the scheduler at {scheduler} "
+        f"({exc}); check the address and that `dask scheduler` runs there"
+    )
+
+
+# What an agent started over SSH writes to its stderr when it cannot serve: the controlling
+# machine, which reads that stderr, takes such a line for the host's reason.
+SSH_FAILURE = "nestbed agent failed: "
+
+
+class SSHAgent:
+    """The agent as Dask's SSH deployment starts it on a host (``nestbed ssh-agents``):
+    ``distributed.cli.dask_spec`` makes one of the scheduler's address and these options
+    (JSON: numbers, strings, null), awaits it, then awaits ``finished``, and calls ``close``
+    on SIGINT or SIGTERM. It serves as ``serve`` does, rejoining a scheduler it lost."""
+
+    def __init__(self, scheduler: str, *, host: str, slots: int, nic_bps: int,
+                 linkd_pps: int | None, clock_port: int | None) -> None:  # fmt: skip
+        self._scheduler = scheduler
+        self._config = AgentConfig(host, slots, nic_bps, linkd_pps, clock_port)
+        self._task: asyncio.Task | None = None
+        self._clock: timeservice.TimeServer | None = None
+
+    def __await__(self) -> Any:
+        return self._start().__await__()
+
+    async def _start(self) -> SSHAgent:
+        try:
+            self._clock = _begin(self._config)
+        except EnvironmentProblem as exc:
+            self._fail(exc)
+        self._task = asyncio.create_task(_serve(self._scheduler, self._config, None))
+        return self
+
+    def _fail(self, exc: BaseException) -> None:
+        print(SSH_FAILURE + str(exc), file=sys.stderr, flush=True)
+        raise SystemExit(3)
+
+    async def finished(self) -> None:
+        assert self._task is not None
+        try:
+            await self._task
+        except (OSError, TimeoutError, RuntimeError, ValueError) as exc:
+            self._fail(_unreachable(self._scheduler, self._config, exc))
+        finally:
+            self._close_clock()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._close_clock()
+
+    def _close_clock(self) -> None:
+        if self._clock is not None:
+            self._clock.close()
+            self._clock = None
 
 
 async def _serve(scheduler: str, config: AgentConfig, listen: str | None) -> None:
