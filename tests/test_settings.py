@@ -50,6 +50,13 @@ def test_each_entry_becomes_its_variable_unless_the_variable_is_set(config, monk
     assert os.environ["NESTBED_DB"] == ""
 
 
+def test_a_relative_store_is_the_files_neighbour_and_a_url_is_kept(config):
+    config.write_text("db: stores/lab.db\n")
+    assert settings.read(config) == {"db": str(config.parent / "stores" / "lab.db")}
+    config.write_text("db: postgresql://lab@db.lab/nestbed\n")
+    assert settings.read(config) == {"db": "postgresql://lab@db.lab/nestbed"}
+
+
 def test_nestbed_config_names_another_file(config, tmp_path, monkeypatch):
     other = tmp_path / "lab.yaml"
     other.write_text("cluster: tcp://10.0.0.1:8786\n")

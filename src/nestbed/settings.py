@@ -8,7 +8,7 @@ The file is ``$NESTBED_CONFIG``, else ``$XDG_CONFIG_HOME/nestbed/config.yaml``
     cluster: tcp://pc1.lab:8786     # NESTBED_CLUSTER, --cluster
     server: https://testbed.lab     # NESTBED_SERVER, --server
     project: netlab                 # NESTBED_PROJECT, --project
-    db: /srv/nestbed/store.db       # NESTBED_DB, --db
+    db: /srv/nestbed/store.db       # NESTBED_DB, --db (relative: from this file's folder)
 
 ``apply`` puts each entry into the environment unless the variable is already set (an empty
 one included: ``NESTBED_CLUSTER= nestbed swapin ...`` runs on this machine), so an option
@@ -87,6 +87,8 @@ def read(path: Path) -> dict[str, str]:
             raise UserError(f"{path}:{line}: {key} is not a string; write {key}: VALUE")
         if key == "cluster" and not value.startswith("tcp://"):
             raise UserError(f"{path}:{line}: cluster {value} is no address; write tcp://HOST:8786")
+        if key == "db" and "://" not in value:  # a SQLite path: from the file's folder
+            value = str(path.parent / os.path.expanduser(value))
         entries[key] = value
     return entries
 

@@ -108,8 +108,8 @@ def ssh_agents(machines: Machines, hosts: SSHHosts, *args: str) -> list[str]:
 def env(machines: Machines) -> dict[str, str]:
     environ = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "200",
                "NESTBED_RUN_DIR": str(machines.run_dir("controller"))}  # fmt: skip
-    environ.pop("NESTBED_BACKEND", None)
-    environ.pop("NESTBED_CLUSTER", None)
+    for variable in ("NESTBED_BACKEND", "NESTBED_CLUSTER", "NESTBED_CONFIG"):
+        environ.pop(variable, None)
     return environ
 
 
@@ -176,6 +176,9 @@ def test_agents_started_over_ssh_serve_a_swap_in_across_hosts_and_stop_with_the_
         stderr = command.stderr.read() if command.stderr else ""
         assert command.returncode == 128 + signal.SIGTERM, stderr
         assert any(line.startswith("stopped the agents on h1, h2, h3") for line in said), said
+        # Each agent ended on SIGTERM, not killed after it.
+        for host in machines.hosts:
+            assert f"[{host}] agent stopped\n" in stderr, stderr
         # Stopping the command stopped every agent: nothing runs in a host but its SSH server.
         for host in machines.hosts:
             left = [c for c in in_namespace(machines.namespaces[host]) if str(SERVER) not in c]
@@ -203,3 +206,28 @@ def test_a_host_that_cannot_serve_is_named_and_nothing_starts_anywhere(tmp_path)
             for host in machines.hosts:
                 left = [c for c in in_namespace(machines.namespaces[host]) if str(SERVER) not in c]
                 assert not left, (host, left)
+        # An agent that starts but cannot serve (its time service's port taken on h2) says
+        # why, and the one already serving on h1 is stopped with it.
+        hold = (
+            "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "s.bind(('0.0.0.0', 14790))\nprint('held', flush=True)\ntime.sleep(600)\n"
+        )
+        holder = subprocess.Popen(machines.argv("h2", sys.executable, "-c", hold),
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            done = subprocess.run(ssh_agents(machines, hosts), env=env(machines),
+                                  capture_output=True, text=True, timeout=300)  # fmt: skip
+        finally:
+            holder.kill()
+            holder.wait()
+        assert done.returncode == 3, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert errors == ["error: the agent of host h2 cannot answer time requests on UDP port "
+                          "14790 ([Errno 98] Address already in use); give another "
+                          "--clock-port"], done.stderr  # fmt: skip
+        # Dask waits for every agent's start before it says one failed: h1's had started.
+        assert "[h1] agent stopped\n" in done.stderr, done.stderr
+        for host in machines.hosts:
+            left = [c for c in in_namespace(machines.namespaces[host]) if str(SERVER) not in c]
+            assert not left, (host, left)

@@ -26,6 +26,7 @@ def test_a_host_is_named_by_its_name_or_its_host_names_first_label():
         (["a.b=pc1"], "host name 'a.b' may hold only letters, digits, '-' and '_'; write NAME=pc1"),
         (["pc1", "pc1.other"], "host name 'pc1' is given twice; name each host once"),
         (["a=pc1;reboot"], "host address 'pc1;reboot' is no host name or IP address"),
+        (["a\n=pc1"], "host name 'a\\n' may hold only letters, digits, '-' and '_'; write NAME=pc1"),
         (["a="], "host 'a=' has no address; write NAME=ADDRESS or ADDRESS"),
     ],
 )  # fmt: skip
@@ -37,8 +38,9 @@ def test_hosts_that_cannot_be_told_apart_or_reached_are_refused(words, message):
 
 def test_options_refuse_a_python_path_a_shell_would_read_and_missing_key_files(tmp_path):
     hosts = ssh.parse_hosts(["pc1"])
-    with pytest.raises(UserError, match=r"--remote-python 'python3; rm' is no absolute path"):
-        ssh.SSHOptions(hosts, remote_python="python3; rm")
+    for path in ("/usr/bin/python3;rm -rf x", "/usr/bin/python3\n", "python3"):
+        with pytest.raises(UserError, match=r"--remote-python .* is no absolute path of plain"):
+            ssh.SSHOptions(hosts, remote_python=path)
     with pytest.raises(UserError, match=r"--identity .*/none is no file; give an existing one"):
         ssh.SSHOptions(hosts, identity=tmp_path / "none")
 

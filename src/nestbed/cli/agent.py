@@ -160,16 +160,25 @@ def ssh_agents(
         out.print(f"use it: nestbed --cluster {address} ...; Ctrl-C stops the agents",
                   markup=False, highlight=False)  # fmt: skip
 
+    def say(line: str) -> None:  # what the hosts' agents say, and how each ended
+        print(line, file=sys.stderr, flush=True)
+
     stopped: list[int] = []
 
     async def main() -> None:
         task = asyncio.current_task()
         assert task is not None
+
+        def stop(signum: int) -> None:
+            if not stopped:  # a second Ctrl-C does not cut the agents' stop short
+                stopped.append(signum)
+                task.cancel()
+
         loop = asyncio.get_running_loop()
         for signum in signals.STOPPING:
-            loop.add_signal_handler(signum, lambda s=signum: (stopped.append(s), task.cancel()))
+            loop.add_signal_handler(signum, stop, signum)
         try:
-            await ssh.serve(options, ready)
+            await ssh.serve(options, ready, say)
         except asyncio.CancelledError:
             if not stopped:
                 raise

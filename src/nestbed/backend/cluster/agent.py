@@ -110,6 +110,7 @@ class SSHAgent:
         self._config = AgentConfig(host, slots, nic_bps, linkd_pps, clock_port)
         self._task: asyncio.Task | None = None
         self._clock: timeservice.TimeServer | None = None
+        self._closing = False
 
     def __await__(self) -> Any:
         return self._start().__await__()
@@ -130,12 +131,16 @@ class SSHAgent:
         assert self._task is not None
         try:
             await self._task
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
         except (OSError, TimeoutError, RuntimeError, ValueError) as exc:
             self._fail(_unreachable(self._scheduler, self._config, exc))
         finally:
             self._close_clock()
 
     async def close(self) -> None:
+        self._closing = True  # the end asked for (a signal): ``finished`` returns quietly
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -17,14 +17,12 @@ SSH, then SIGKILL after ``STOP_S``), as stopping a `nestbed agent` does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import re
 import shlex
 import socket
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +35,7 @@ from nestbed.errors import EnvironmentProblem, UserError
 DEFAULT_SSH_PORT = 22
 DEFAULT_SCHEDULER_PORT = 8786
 CHECK_S = 30.0  # to reach a host over SSH and ask its Python for nestbed
-JOIN_S = 120.0  # for every started agent to join the scheduler
+JOIN_S = 120.0  # for every agent to start over SSH and join the scheduler
 STOP_S = 10.0  # an agent asked to stop (SIGTERM) is killed after this long
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]+$")
 _LOG = "distributed.deploy.ssh"  # where Dask logs each line of a starting worker's stderr
@@ -61,7 +59,7 @@ def parse_hosts(words: list[str]) -> tuple[SSHHost, ...]:
             if _is_ip(address):
                 raise UserError(f"host {address} is an IP address; name it: NAME={address}")
             name = address.split(".")[0]
-        if not HOST_NAME_RE.match(name):
+        if not HOST_NAME_RE.fullmatch(name):
             raise UserError(
                 f"host name {name!r} may hold only letters, digits, '-' and '_'; "
                 f"write NAME={address}"
@@ -102,7 +100,7 @@ class SSHOptions:
     clock_port: int | None = 14790
 
     def __post_init__(self) -> None:
-        if not _SAFE_PATH.match(self.remote_python):
+        if not _SAFE_PATH.fullmatch(self.remote_python):
             raise UserError(
                 f"--remote-python {self.remote_python!r} is no absolute path of plain "
                 "characters; give the path of the hosts' Python that has nestbed"
@@ -145,6 +143,7 @@ async def _check(o: SSHOptions, host: SSHHost) -> None:
     where = f"host {host.name} ({host.address}, port {o.port})"
     try:
         async with asyncssh.connect(host.address, **connect_options(o)) as connection:
+            user = await asyncio.wait_for(connection.run("id -u"), CHECK_S)
             command = shlex.join([o.remote_python, "-c", "import nestbed"])
             result = await asyncio.wait_for(connection.run(command), CHECK_S)
     except asyncssh.HostKeyNotVerifiable:
@@ -158,9 +157,19 @@ async def _check(o: SSHOptions, host: SSHHost) -> None:
             f"{where} refused the SSH login as {o.user or 'this user'}; give --user or "
             "--identity with a key it accepts"
         ) from None
+    except asyncssh.KeyImportError as exc:
+        raise UserError(
+            f"cannot use the SSH key {o.identity or '(default)'} ({exc}); give --identity with "
+            "a key without a passphrase, or load it into ssh-agent and give none"
+        ) from None
     except (OSError, asyncssh.Error, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
         raise EnvironmentProblem(f"cannot reach {where} over SSH ({reason})") from None
+    if str(user.stdout or "").strip() != "0":
+        raise UserError(
+            f"{where}: the SSH user {o.user or '(yours)'} is not root there, and the agent "
+            "builds namespaces; give --user root"
+        )
     if result.exit_status != 0:
         said = str(result.stderr or "").strip().splitlines()
         raise UserError(
@@ -185,30 +194,65 @@ def scheduler_address(o: SSHOptions) -> str:
         raise EnvironmentProblem(f"no route from here to host {first} ({exc})") from None
 
 
-def _agent_class() -> type:
+def _agent_class(started: list[Any], say: Callable[[str], None]) -> type:
+    """Dask's SSH worker as an agent: each one made is appended to ``started`` (so that a
+    start that fails halfway can stop those already running), what its host says after it
+    started is passed to ``say`` line by line (read, so the agent never blocks on a full
+    channel), and it is stopped as an agent is: SIGTERM, SIGKILL only if it has not ended
+    in STOP_S."""
     from distributed.deploy import ssh
 
     class Agent(ssh.Worker):  # type: ignore[misc]
-        """Dask's SSH worker, stopped as an agent is: SIGTERM (the agent closes its time
-        service and leaves the scheduler), SIGKILL only if it has not ended in STOP_S."""
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.host = self.kwargs["host"]
+            self._readers: list[asyncio.Task] = []
+            started.append(self)
+
+        async def start(self) -> None:
+            try:
+                await super().start()
+            except Exception as exc:
+                raise EnvironmentProblem(
+                    f"the agent of host {self.host} did not start over SSH "
+                    f"({str(exc) or type(exc).__name__})"
+                ) from exc
+            for stream in (self.proc.stdout, self.proc.stderr):
+                self._readers.append(asyncio.create_task(self._relay(stream)))
+
+        async def _relay(self, stream: Any) -> None:
+            async for line in stream:
+                say(f"[{self.host}] {line.rstrip()}")
 
         async def close(self) -> None:
+            import asyncssh
+
             if self.proc is not None and self.proc.exit_status is None:
-                with contextlib.suppress(Exception):
+                try:
                     self.proc.send_signal("TERM")
                     await asyncio.wait_for(self.proc.wait(), STOP_S)
+                    say(f"[{self.host}] agent stopped")
+                except (TimeoutError, OSError, asyncssh.Error):
+                    say(f"[{self.host}] agent killed: it had not stopped {STOP_S:g} s "
+                        "after SIGTERM")  # fmt: skip
             await super().close()
+            for reader in self._readers:
+                reader.cancel()
 
     return Agent
 
 
-def cluster_spec(o: SSHOptions, listen: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The scheduler's spec and the workers' (one per host, named by it) for SpecCluster."""
+def cluster_spec(
+    o: SSHOptions, listen: str, started: list[Any] | None = None,
+    say: Callable[[str], None] = print,
+) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """The scheduler's spec and the workers' (one per host, named by it) for SpecCluster;
+    the workers made are appended to ``started``, their hosts' lines passed to ``say``."""
     from distributed import Scheduler
 
     options = {"host": listen, "port": o.scheduler_port, "dashboard": False}
     scheduler = {"cls": Scheduler, "options": options}
-    agent = _agent_class()
+    agent = _agent_class([] if started is None else started, say)
     workers = {
         h.name: {
             "cls": agent,
@@ -227,7 +271,7 @@ def cluster_spec(o: SSHOptions, listen: str) -> tuple[dict[str, Any], dict[str, 
 
 class _Failures(logging.Handler):
     """Collects what starting agents said failed (``agent.SSH_FAILURE`` lines of their
-    stderr, which Dask logs as it reads them)."""
+    stderr, which Dask logs as it reads them until the agent has started)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -239,49 +283,58 @@ class _Failures(logging.Handler):
             self.said.append(message.split(SSH_FAILURE, 1)[1])
 
 
-async def serve(o: SSHOptions, ready: Callable[[str], None]) -> None:
+async def serve(o: SSHOptions, ready: Callable[[str], None],
+                say: Callable[[str], None] = print) -> None:  # fmt: skip
     """Starts the scheduler and every host's agent, calls ``ready`` with the scheduler's
     address once all have joined, and serves until cancelled; then stops the agents and
-    the scheduler. A host that cannot start its agent fails it all, the others stopped."""
+    the scheduler, whatever became of the start (a host that cannot start its agent, or
+    none joining within JOIN_S, fails it all with the others stopped). What the hosts'
+    agents say once started, and how each ended, goes to ``say``."""
     from distributed import SpecCluster
 
     await check_hosts(o)
-    scheduler, workers = cluster_spec(o, scheduler_address(o))
+    started: list[Any] = []
+    scheduler, workers = cluster_spec(o, scheduler_address(o), started, say)
     failures = _Failures()
     logger = logging.getLogger(_LOG)
     logger.addHandler(failures)
     level = logger.level
     logger.setLevel(logging.INFO)
-    cluster = None
+    cluster = SpecCluster(workers, scheduler, asynchronous=True, name="nestbed ssh-agents")
     try:
         try:
-            cluster = await SpecCluster(workers, scheduler, asynchronous=True,
-                                        name="nestbed ssh-agents")  # fmt: skip
+            async with asyncio.timeout(JOIN_S):
+                await cluster
+                await _joined(cluster.scheduler, o.hosts, failures)
+        except TimeoutError:
+            raise EnvironmentProblem(
+                f"the agents did not all start over SSH and join the scheduler within "
+                f"{JOIN_S:g} s; check that the hosts reach this machine's scheduler port"
+            ) from None
+        except EnvironmentProblem as exc:  # a host's, naming it
+            if failures.said:
+                raise EnvironmentProblem("; ".join(failures.said)) from exc
+            raise
         except Exception as exc:
             reason = "; ".join(failures.said) or str(exc) or type(exc).__name__
             raise EnvironmentProblem(f"the agents did not all start over SSH: {reason}") from exc
-        await _joined(cluster.scheduler, o.hosts, failures)
         ready(cluster.scheduler_address)
         await asyncio.Event().wait()  # until cancelled
     finally:
         logger.removeHandler(failures)
         logger.setLevel(level)
-        if cluster is not None:
-            await cluster.close()
+        # Every agent made is stopped, started or not (SpecCluster knows only those whose
+        # whole start succeeded), then the cluster with its scheduler; not given up if
+        # this task is cancelled meanwhile.
+        stopping = asyncio.gather(*(a.close() for a in started), return_exceptions=True)
+        await asyncio.shield(stopping)
+        await asyncio.shield(cluster.close())
 
 
 async def _joined(scheduler: Any, hosts: tuple[SSHHost, ...], failures: _Failures) -> None:
     """Waits until every host's agent has joined the scheduler."""
     wanted = {resource(h.name) for h in hosts}
-    deadline = time.monotonic() + JOIN_S
     while not wanted <= {w.name for w in scheduler.workers.values()}:
         if failures.said:
-            raise EnvironmentProblem(f"an agent did not start: {'; '.join(failures.said)}")
-        if time.monotonic() > deadline:
-            missing = sorted(wanted - {w.name for w in scheduler.workers.values()})
-            raise EnvironmentProblem(
-                f"the agents of {', '.join(m.removeprefix('host-') for m in missing)} started "
-                f"over SSH but did not join the scheduler in {JOIN_S:.0f} s; check that the "
-                "hosts reach this machine's scheduler port"
-            )
+            raise EnvironmentProblem("; ".join(failures.said))
         await asyncio.sleep(0.1)
