@@ -28,6 +28,9 @@
    task through the scheduler to every host's agent during the run (as a command's poll or
    the counters go), which the events' lead (``LINK_LEAD_S``) must cover and which timed
    changes waiting in an agent's Dask slots hold up.
+7. As root, with --cli: the swaps of part 2 as a user waits for them, the whole `nestbed
+   swapin` and `nestbed swapout` commands (process start to exit, `--cluster` through
+   NESTBED_CLUSTER), beside the same commands on this one machine, alternating.
 
 Medians of RUNS runs. Stopped by Ctrl-C, SIGTERM or SIGHUP, it swaps out what it swapped
 in and removes its simulated hosts before it exits.
@@ -38,6 +41,7 @@ in and removes its simulated hosts before it exits.
     PYTHONPATH=src python bench/cluster.py --hops       # part 5 only, root
     PYTHONPATH=src python bench/cluster.py --hops --switch   # the underlay a bridge (4, 5)
     PYTHONPATH=src python bench/cluster.py --events     # part 6 only, root
+    PYTHONPATH=src python bench/cluster.py --cli        # part 7 only, root
 """
 
 from __future__ import annotations
@@ -72,15 +76,19 @@ def tree(n: int):  # type: ignore[no-untyped-def]
     """A binary tree of ``n`` nodes, every link 100 Mb/s and 1 ms (so all go through linkd),
     named after this process (``tree_name``): two benches on one machine, or a test cleaning
     up after one it killed, each know their own namespaces."""
+    document, locations = yaml_front_end.read(tree_file(n, tree_name(n, os.getpid())),
+                                              f"tree{n}.yaml")  # fmt: skip
+    return resolve(document, file=f"tree{n}.yaml", locations=locations)
+
+
+def tree_file(n: int, name: str) -> str:
+    """The YAML of ``tree``'s experiment, called ``name``."""
     nodes = ", ".join(f"{{name: n{i}}}" for i in range(n))
     links = "\n".join(
         f"  - {{name: l{i}, members: [n{(i - 1) // 2}, n{i}], bandwidth: 100Mb, delay: 1ms}}"
         for i in range(1, n)
     )
-    name = tree_name(n, os.getpid())
-    text = f"name: {name}\nrouting: static\nnodes: [{nodes}]\nlinks:\n{links}\n"
-    document, locations = yaml_front_end.read(text, f"tree{n}.yaml")
-    return resolve(document, file=f"tree{n}.yaml", locations=locations)
+    return f"name: {name}\nrouting: static\nnodes: [{nodes}]\nlinks:\n{links}\n"
 
 
 def tree_name(n: int, pid: int) -> str:
@@ -154,6 +162,82 @@ def swaps() -> None:
                     raise SystemExit(f"n0 does not reach n{n - 1}: {ping.stdout}")
         print(f"| {n} | {count} | {statistics.median(ins):.2f} | {GOAL_IN_S:g} "
               f"| {statistics.median(outs):.2f} | {GOAL_OUT_S:g} |")  # fmt: skip
+
+
+def cli_swaps() -> None:
+    """Part 7: the commands a user types, timed whole (process start to exit): `nestbed
+    swapin FILE` (defines the experiment and computes its plan), then `nestbed swapin NAME`
+    and `nestbed swapout NAME` RUNS times, on the simulated hosts (`--cluster`, the agents'
+    scheduler) and, alternating with them, on this one machine (the anchor)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cluster"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from simulated import started
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    print("\n| nodes | where | swapin FILE, first (s) | swapin NAME (s) | swapout (s) | goal |")
+    print("|---|---|---|---|---|---|")
+    for n, count in SWAPS:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            started(count, slots=-(-n // count)) as (machines, agents),
+        ):
+            base = {**os.environ, "PYTHONPATH": src}
+            for variable in ("NESTBED_BACKEND", "NESTBED_CLUSTER", "NESTBED_CONFIG"):
+                base.pop(variable, None)
+            where = {
+                f"{count} simulated hosts": (
+                    tree_name(n, os.getpid()),
+                    {**base, "NESTBED_CLUSTER": agents.address,
+                     "NESTBED_RUN_DIR": str(machines.run_dir("bench"))},
+                ),
+                "one host (anchor)": (
+                    tree_name(n, os.getpid()) + "-one",
+                    {**base, "NESTBED_BACKEND": "linux",
+                     "NESTBED_RUN_DIR": str(machines.run_dir("one"))},
+                ),
+            }  # fmt: skip
+            times: dict[str, dict[str, list[float]]] = {w: {} for w in where}
+            try:
+                for run in range(RUNS + 1):
+                    for label, (name, env) in where.items():
+                        env = {**env, "NESTBED_DB": f"{tmp}/{name}.db"}
+                        if run == 0:
+                            file = Path(tmp) / f"{name}.yaml"
+                            file.write_text(tree_file(n, name))
+                            first = _timed(["swapin", str(file)], env, tmp)
+                            times[label]["first"] = [first]
+                        else:
+                            times[label].setdefault("in", []).append(
+                                _timed(["swapin", name], env, tmp)
+                            )
+                        times[label].setdefault("out", []).append(
+                            _timed(["swapout", name], env, tmp)
+                        )
+            finally:
+                with signals.deferred():
+                    for name, env in where.values():
+                        env = {**env, "NESTBED_DB": f"{tmp}/{name}.db"}
+                        _nestbed(["swapout", name], env, tmp, check=False)
+            for label, t in times.items():
+                goal = f"≤ {GOAL_IN_S:g} / {GOAL_OUT_S:g}" if "simulated" in label else ""
+                print(f"| {n} | {label} | {t['first'][0]:.2f} | {statistics.median(t['in']):.2f} "
+                      f"| {statistics.median(t['out']):.2f} | {goal} |")  # fmt: skip
+        print(f"(load average {os.getloadavg()[0]:.1f}; medians of {RUNS}; swapout's median of "
+              f"{RUNS + 1})")  # fmt: skip
+
+
+def _nestbed(args: list[str], env: dict[str, str], cwd: str, *, check: bool = True):  # type: ignore[no-untyped-def]
+    done = subprocess.run([sys.executable, "-m", "nestbed", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True)  # fmt: skip
+    if check and done.returncode != 0:
+        raise SystemExit(f"nestbed {' '.join(args)} failed: {done.stdout}{done.stderr}")
+    return done
+
+
+def _timed(args: list[str], env: dict[str, str], cwd: str) -> float:
+    start = time.perf_counter()
+    _nestbed(args, env, cwd)
+    return time.perf_counter() - start
 
 
 LINKTEST = (100, 3)  # (nodes, simulated hosts)
@@ -459,6 +543,9 @@ def main() -> None:
         return
     if "--events" in sys.argv:
         events()
+        return
+    if "--cli" in sys.argv:
+        cli_swaps()
         return
     control_traffic()
     if os.geteuid() == 0:

@@ -14,6 +14,13 @@ from nestbed.errors import InternalError, UserError
 from nestbed.units import UnitError, parse_bandwidth
 
 
+def _nic_bps(nic: str) -> int:
+    try:
+        return parse_bandwidth(nic)
+    except UnitError as exc:
+        raise UserError(f"--nic: {exc}") from None
+
+
 @app.command()
 def agent(
     scheduler: Annotated[
@@ -45,10 +52,7 @@ def agent(
     from nestbed.backend.cluster.agent import AgentConfig, serve
     from nestbed.backend.cluster.share import HOST_NAME_RE
 
-    try:
-        nic_bps = parse_bandwidth(nic)
-    except UnitError as exc:
-        raise UserError(f"--nic: {exc}") from None
+    nic_bps = _nic_bps(nic)
     if not scheduler.startswith("tcp://"):
         raise UserError(f"--scheduler {scheduler} is no address; write tcp://HOST:8786")
     name = host or socket.gethostname().split(".")[0]
@@ -143,10 +147,7 @@ def ssh_agents(
     from nestbed.backend.cluster import ssh
     from nestbed.lifecycle import signals
 
-    try:
-        nic_bps = parse_bandwidth(nic)
-    except UnitError as exc:
-        raise UserError(f"--nic: {exc}") from None
+    nic_bps = _nic_bps(nic)
     options = ssh.SSHOptions(
         ssh.parse_hosts(hosts), user=user, port=port, identity=identity,
         known_hosts=known_hosts, remote_python=remote_python or sys.executable, listen=listen,

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nestbed.backend import get
+from nestbed.backend import get, preload
 from nestbed.backend.base import Backend
 from nestbed.backend.plan import experiment_tag
 from nestbed.control import requests
@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         help="started early by process PARENT: read a line on stdin first",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.wait is not None and not _told_to_go(args.wait):
-        return 0  # the swap-in that started this process early failed: nothing to do
+    if args.wait is not None:
+        preload()  # the back end's modules too, while the network is built
+        if not _told_to_go(args.wait):
+            return 0  # the swap-in that started this process early failed: nothing to do
     start = ControllerStart.model_validate_json(args.start.read_text())
     controller = Controller(get(start.backend), start)
 

@@ -2,9 +2,13 @@
 cgroups (``RemoteCgroup``), so that the controller's node table, its CPU monitor and the
 server's idle check read them as on one host.
 
-Each read is answered from the host's last reading of all its nodes of the experiment,
-taken in one Dask task per host (``agent.node_usage``) and kept ``FRESH_S``: a sweep over
-every node costs a task per host, not per node.
+Each read is answered from the last reading of all the experiment's nodes, taken on every
+host at once (``agent.node_usage``, one Dask task per host in one round) and kept
+``FRESH_S``: a sweep over every node (the controller's start, each of the sampler's rows)
+costs one round, not one per node. One round for all hosts, not one per host: a round
+takes tens of milliseconds, so with rounds host by host a sweep outlived ``FRESH_S`` and
+read each host again and again (25 rounds for 400 nodes on 4 hosts at a controller's start,
+1 s of its swap-in).
 """
 
 from __future__ import annotations
@@ -17,30 +21,34 @@ from pathlib import Path
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.errors import InternalError
 
-FRESH_S = 0.05  # a host's reading answers reads this long
-# Reads a host's nodes: host -> {node: (cpu_s, memory_bytes)}, or raises.
-ReadHost = Callable[[str], dict[str, tuple[float, int]]]
+FRESH_S = 0.05  # a reading answers reads this long
+# Reads every host's nodes: host -> {node: (cpu_s, memory_bytes)}, or the exception the
+# host's reading raised.
+ReadHosts = Callable[[], dict[str, dict[str, tuple[float, int]] | BaseException]]
 
 
 class UsageReader:
     """The last reading of every host's nodes of one experiment."""
 
-    def __init__(self, read_host: ReadHost):
-        self.read_host = read_host
+    def __init__(self, read_hosts: ReadHosts):
+        self.read_hosts = read_hosts
         self.lock = threading.Lock()
-        self.readings: dict[str, tuple[float, dict[str, tuple[float, int]]]] = {}
+        self.at = -FRESH_S
+        self.readings: dict[str, dict[str, tuple[float, int]] | BaseException] = {}
 
     def read(self, host: str, node: str) -> tuple[float, int] | None:
         """The node's CPU seconds and memory bytes (None: it has no cgroup); OSError when
         its host cannot be asked."""
         with self.lock:
-            at, nodes = self.readings.get(host, (-FRESH_S, {}))
-            if time.monotonic() - at >= FRESH_S:
+            if time.monotonic() - self.at >= FRESH_S:
                 try:
-                    nodes = self.read_host(host)
-                except Exception as exc:  # the host's own error, or Dask's
-                    raise OSError(f"host {host} did not report its nodes' usage: {exc}") from exc
-                self.readings[host] = (time.monotonic(), nodes)
+                    self.readings = self.read_hosts()
+                except Exception as exc:  # Dask's own error
+                    raise OSError(f"the hosts did not report their nodes' usage: {exc}") from exc
+                self.at = time.monotonic()
+            nodes = self.readings.get(host, {})
+        if isinstance(nodes, BaseException):
+            raise OSError(f"host {host} did not report its nodes' usage: {nodes}")
         return nodes.get(node)
 
 
