@@ -25,6 +25,8 @@ def agent(*args: str) -> subprocess.CompletedProcess:
         (("--scheduler", "tcp://10.0.0.1:8786", "--host", "pc.lab"),
          "host name 'pc.lab' may hold only letters, digits, '-' and '_'; give --host"),
         (("--scheduler", "tcp://10.0.0.1:8786", "--nic", "fast"), "--nic: bandwidth 'fast' is not a valid bandwidth"),
+        (("--scheduler", "tcp://10.0.0.1:8786", "--linkd-pps", "fast"),
+         "--linkd-pps fast is no packet rate; give packets per second, or 'measure'"),
     ],
 )  # fmt: skip
 def test_what_cannot_make_an_agent_is_refused_in_one_sentence(args, message):

@@ -61,7 +61,8 @@ def test_each_host_gets_its_own_agent_and_the_scheduler_stays_here(tmp_path: Pat
     assert b["connect_options"]["username"] == "lab" and b["connect_options"]["port"] == 2200
     assert b["connect_options"]["client_keys"] == [str(key)]
     assert b["kwargs"] == {"host": "b", "slots": 8, "nic_bps": 1_000_000_000,
-                           "linkd_pps": 50000, "clock_port": 14790}  # fmt: skip
+                           "linkd_pps": 50000, "clock_port": 14790,
+                           "measure_linkd": False}  # fmt: skip
     json.dumps(b["kwargs"])  # they cross to the host as JSON, in Dask's command line
     # The agent class takes them as they are given.
     from nestbed.backend.cluster.agent import SSHAgent

@@ -36,7 +36,8 @@ COMMANDS = {
     "linktest": "active", "capture": "active",
     "sweep": "instruments", "simulate": "instruments", "compare": "instruments",
     "analyze": "instruments", "validate": "instruments", "report": "instruments",
-    "agent": "agent", "ssh-agents": "agent", "hosts": "agent", "map": "map", "study": "study",
+    "agent": "agent", "ssh-agents": "agent", "hosts": "agent", "linkd-capacity": "agent",
+    "map": "map", "study": "study",
     "calibrate": "calibrate",
 }  # fmt: skip
 _GLOBAL_WITH_VALUE = ("--db", "--cluster", "--server", "--project")

@@ -21,6 +21,18 @@ def _nic_bps(nic: str) -> int:
         raise UserError(f"--nic: {exc}") from None
 
 
+def _linkd_pps(text: str | None) -> tuple[int | None, bool]:
+    """--linkd-pps: (packets/s, whether to measure them instead)."""
+    if text is None:
+        return None, False
+    if text == "measure":
+        return None, True
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"--linkd-pps {text} is no packet rate; give packets per second, or "
+                        "'measure'")  # fmt: skip
+    return int(text), False
+
+
 @app.command()
 def agent(
     scheduler: Annotated[
@@ -33,9 +45,10 @@ def agent(
     slots: Annotated[int, typer.Option(min=1, help="How many nodes this host may hold.")] = 64,
     nic: Annotated[str, typer.Option(help="Bandwidth of this host's link to the others.")] = "1Gb",
     linkd_pps: Annotated[
-        int | None,
-        typer.Option(min=1, help="Packets per second this host's link emulator carries "
-                     "(the mapper keeps shaped links within it; default: no bound)."),
+        str | None,
+        typer.Option(help="Packets per second this host's link emulator carries, or "
+                     "'measure' to measure it at start (the mapper keeps shaped links within "
+                     "it; default: no bound)."),
     ] = None,
     listen: Annotated[
         str | None,
@@ -60,7 +73,9 @@ def agent(
         raise UserError(
             f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
         )
-    serve(scheduler, AgentConfig(name, slots, nic_bps, linkd_pps, clock_port or None), listen)
+    pps, measure = _linkd_pps(linkd_pps)
+    config = AgentConfig(name, slots, nic_bps, pps, clock_port or None, measure_linkd=measure)
+    serve(scheduler, config, listen)
 
 
 @app.command()
@@ -131,8 +146,9 @@ def ssh_agents(
     slots: Annotated[int, typer.Option(min=1, help="How many nodes each host may hold.")] = 64,
     nic: Annotated[str, typer.Option(help="Bandwidth of each host's link to the others.")] = "1Gb",
     linkd_pps: Annotated[
-        int | None,
-        typer.Option(min=1, help="Packets per second each host's link emulator carries."),
+        str | None,
+        typer.Option(help="Packets per second each host's link emulator carries, or "
+                     "'measure': each agent measures its own at start."),
     ] = None,
     clock_port: Annotated[
         int, typer.Option(min=0, max=65535, help="UDP port of the agents' time service.")
@@ -151,7 +167,8 @@ def ssh_agents(
     options = ssh.SSHOptions(
         ssh.parse_hosts(hosts), user=user, port=port, identity=identity,
         known_hosts=known_hosts, remote_python=remote_python or sys.executable, listen=listen,
-        scheduler_port=scheduler_port, slots=slots, nic_bps=nic_bps, linkd_pps=linkd_pps,
+        scheduler_port=scheduler_port, slots=slots, nic_bps=nic_bps,
+        linkd_pps=_linkd_pps(linkd_pps)[0], measure_linkd=_linkd_pps(linkd_pps)[1],
         clock_port=clock_port or None,
     )  # fmt: skip
     names = ", ".join(h.name for h in options.hosts)
@@ -190,3 +207,28 @@ def ssh_agents(
                   markup=False, highlight=False)  # fmt: skip
         raise SystemExit(128 + stopped[0])  # the shell's code for a signal's end
     raise InternalError(f"the cluster of {names} stopped serving without being stopped")
+
+
+@app.command(name="linkd-capacity")
+def linkd_capacity(
+    seconds: Annotated[
+        float, typer.Option(min=0.5, max=60, help="How long to offer frames.")
+    ] = 2.0,
+    as_json: JsonOption = False,
+) -> None:  # fmt: skip
+    """Measure the packets per second this machine's link emulator carries (64-byte frames
+    through one shaped link), as an agent reports it to the mapper (--linkd-pps measure)."""
+    import tempfile
+    from pathlib import Path as _Path
+
+    from nestbed.studies.validate import linkd_capacity as measure
+
+    with tempfile.TemporaryDirectory(prefix="nestbed-capacity-") as folder:
+        found = measure(_Path(folder), seconds)
+    if as_json:
+        print_json(found)
+        return
+    bound = "" if found["limited_by"] == "linkd" else " at least (the generator was the bound)"
+    out.print(f"nestbed-linkd carries {found['pps']} packets/s{bound}: 64-byte frames through "
+              f"one shaped link, {found['sent_pps']} offered for {seconds:g} s",
+              markup=False, highlight=False)  # fmt: skip

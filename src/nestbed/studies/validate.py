@@ -127,6 +127,7 @@ class Bench:
         through_linkd: bool = True,
         name: str | None = None,
         bandwidth: str = "1Gb",
+        backend: str | None = None,
     ) -> None:
         exp = Experiment(name or own_name("validate"))
         s, r = exp.node("s"), exp.node("r")
@@ -138,13 +139,14 @@ class Bench:
         self.plan: Plan = plan(self.ir)
         self.workdir = workdir
         self.receiver_ip = self.ir.links[0].port("r").ip
+        self.backend = backend  # None: the environment's (a cluster, with NESTBED_CLUSTER)
         self.client: Channel | None = None
         self.store: Store | None = None
         self.active: Active | None = None
 
     def __enter__(self) -> Bench:
         self.store = Store.open(str(self.workdir / "store.db"))
-        testbed = Testbed(self.store, get_backend())
+        testbed = Testbed(self.store, get_backend(self.backend))
         try:
             testbed.define(self.ir, anew=True)
             options = RunOptions(results=self.workdir / "run", report=False)
@@ -232,6 +234,31 @@ class Bench:
                 f"receiver {receiver.returncode} {err.strip()}"
             )
         return json.loads(sender.stdout), json.loads(out), log_path
+
+
+CAPACITY_SECONDS = 2.0
+OFFERED_PPS = 2_000_000  # above what linkd carries on one thread (about 300 000 here)
+
+
+def linkd_capacity(workdir: Path, seconds: float = CAPACITY_SECONDS) -> dict[str, Any]:
+    """What this machine's nestbed-linkd carries: 64-byte frames offered through one link it
+    shapes (far faster than it carries, so only linkd limits it) by a generator on packet
+    rings, for ``seconds``, counted where they arrive. ``pps`` is the rate that arrived;
+    ``limited_by`` says whether linkd (it dropped what it could not carry) or the generator
+    (linkd kept up with all it sent: ``pps`` is then a lower bound) set it."""
+    with Bench(workdir, name=own_name("capacity"), bandwidth="100Gb", backend="linux") as bench:
+        send_ring, recv_ring = bench.rings()
+        sent, got, _ = bench.probe(
+            ["--size", str(FRAME_SIZES[64]), "--pps", str(OFFERED_PPS),
+             "--duration", f"{seconds:g}", *send_ring],
+            ["--idle", "1", *recv_ring],
+        )  # fmt: skip
+    sent_pps = float(sent.get("achieved_pps") or 0.0)
+    pps = float((got.get("rate") or {}).get("pps") or 0.0)
+    # Within 1 % of what was sent: linkd carried it all, the generator was the bound.
+    limited_by = "generator" if pps >= 0.99 * sent_pps else "linkd"
+    return {"pps": round(pps), "sent_pps": round(sent_pps), "frame_bytes": 64,
+            "seconds": seconds, "limited_by": limited_by}  # fmt: skip
 
 
 def _lateness_totals(counters: dict[str, Any]) -> tuple[float, float, float, float]:

@@ -97,6 +97,7 @@ class SSHOptions:
     slots: int = 64
     nic_bps: int = 1_000_000_000
     linkd_pps: int | None = None
+    measure_linkd: bool = False  # each agent measures its link emulator at start
     clock_port: int | None = 14790
 
     def __post_init__(self) -> None:
@@ -125,7 +126,8 @@ def connect_options(o: SSHOptions) -> dict[str, Any]:
 def agent_options(o: SSHOptions, host: SSHHost) -> dict[str, Any]:
     """The keywords ``agent.SSHAgent`` gets on ``host`` (crossing as JSON)."""
     return {"host": host.name, "slots": o.slots, "nic_bps": o.nic_bps,
-            "linkd_pps": o.linkd_pps, "clock_port": o.clock_port}  # fmt: skip
+            "linkd_pps": o.linkd_pps, "clock_port": o.clock_port,
+            "measure_linkd": o.measure_linkd}  # fmt: skip
 
 
 async def check_hosts(o: SSHOptions) -> None:
