@@ -13,13 +13,15 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "nestbed"
 
 _BASE = {"errors", "units", "places"}
 _PURE_IR = _BASE | {"model"}
-_MACHINE = _PURE_IR | {"binaries", "backend", "results"}
+# The user's configuration file (settings) is read where commands and the API begin.
+_MACHINE = _PURE_IR | {"binaries", "backend", "results", "settings"}
 # For each layer, the layers it may import (besides itself). A layer missing here fails.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": {"errors"},
     "binaries": {"errors"},
     "places": set(),
+    "settings": {"errors"},
     "model": _BASE,
     "spec": _PURE_IR,
     "api": _PURE_IR | {"spec"},

@@ -58,7 +58,10 @@ def _run(*argv: str) -> None:
 def _realtime_allowed() -> bool:
     """Whether this machine lets a process into the real-time class (a container without
     CAP_SYS_NICE, or with no real-time budget for its cgroup, does not)."""
-    done = subprocess.run(["chrt", "--fifo", "1", "true"], capture_output=True)
+    try:
+        done = subprocess.run(["chrt", "--fifo", "1", "true"], capture_output=True)
+    except OSError:  # no chrt (util-linux) here
+        return False
     return done.returncode == 0
 
 
@@ -167,7 +170,7 @@ class Machines:
             # The underlay stands for a switch, whose forwarding has hardware of its own: in
             # the real-time class, its emulator is not queued behind the hosts' link
             # emulators and probes on this machine's cores (36-207 µs late in the normal
-            # class, in half the benches' delay rows; 18-29 µs here).
+            # class, in half the benches' delay rows; 18-25 µs here).
             argv = ["chrt", "--fifo", "1", *argv]
         self.linkd = start_daemon(argv, sock, directory / "linkd.log", "the underlay's linkd",
                                   timeout_s=10, ping=False)  # fmt: skip

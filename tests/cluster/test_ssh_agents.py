@@ -119,7 +119,8 @@ def test_agents_started_over_ssh_serve_a_swap_in_across_hosts_and_stop_with_the_
     from nestbed.backend.cluster.backend import ClusterBackend
 
     with ssh_hosts(3, tmp_path) as (machines, hosts):
-        command = subprocess.Popen(ssh_agents(machines, hosts, "--slots", "2"),
+        command = subprocess.Popen(ssh_agents(machines, hosts, "--slots", "2",
+                                              "--linkd-pps", "measure"),
                                    env=env(machines), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
         said: list[str] = []
@@ -139,6 +140,8 @@ def test_agents_started_over_ssh_serve_a_swap_in_across_hosts_and_stop_with_the_
             for host in machines.hosts:
                 assert facts[host].address == machines.addresses[host]
                 assert facts[host].slots == 2
+                # Its link emulator measured on the host, over SSH, before its agent started.
+                assert facts[host].linkd_pps is not None and facts[host].linkd_pps > 0
                 assert any("nestbed.backend.cluster.agent.SSHAgent" in c
                            for c in in_namespace(machines.namespaces[host]))  # fmt: skip
             # The cluster serves the life cycle as one whose agents were started by hand,
@@ -179,6 +182,8 @@ def test_agents_started_over_ssh_serve_a_swap_in_across_hosts_and_stop_with_the_
         # Each agent ended on SIGTERM, not killed after it.
         for host in machines.hosts:
             assert f"[{host}] agent stopped\n" in stderr, stderr
+            pps = facts[host].linkd_pps
+            assert f"[{host}] its link emulator carries {pps} packets/s\n" in stderr, stderr
         # Stopping the command stopped every agent: nothing runs in a host but its SSH server.
         for host in machines.hosts:
             left = [c for c in in_namespace(machines.namespaces[host]) if str(SERVER) not in c]

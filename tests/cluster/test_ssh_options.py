@@ -61,9 +61,12 @@ def test_each_host_gets_its_own_agent_and_the_scheduler_stays_here(tmp_path: Pat
     assert b["connect_options"]["username"] == "lab" and b["connect_options"]["port"] == 2200
     assert b["connect_options"]["client_keys"] == [str(key)]
     assert b["kwargs"] == {"host": "b", "slots": 8, "nic_bps": 1_000_000_000,
-                           "linkd_pps": 50000, "clock_port": 14790,
-                           "measure_linkd": False}  # fmt: skip
+                           "linkd_pps": 50000, "clock_port": 14790}  # fmt: skip
     json.dumps(b["kwargs"])  # they cross to the host as JSON, in Dask's command line
+    # A host's measured link emulator is its own.
+    _, measured = ssh.cluster_spec(o, "10.0.0.254", measured={"pc1": 250000, "b": None})
+    assert measured["pc1"]["options"]["kwargs"]["linkd_pps"] == 250000
+    assert measured["b"]["options"]["kwargs"]["linkd_pps"] == 50000
     # The agent class takes them as they are given.
     from nestbed.backend.cluster.agent import SSHAgent
 

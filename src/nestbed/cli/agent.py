@@ -74,8 +74,11 @@ def agent(
             f"host name {name!r} may hold only letters, digits, '-' and '_'; give --host"
         )
     pps, measure = _linkd_pps(linkd_pps)
-    config = AgentConfig(name, slots, nic_bps, pps, clock_port or None, measure_linkd=measure)
-    serve(scheduler, config, listen)
+    if measure:
+        pps = _measure_linkd()["pps"]
+        out.print(f"host {name}'s link emulator carries {pps} packets/s", markup=False,
+                  highlight=False)  # fmt: skip
+    serve(scheduler, AgentConfig(name, slots, nic_bps, pps, clock_port or None), listen)
 
 
 @app.command()
@@ -218,13 +221,7 @@ def linkd_capacity(
 ) -> None:  # fmt: skip
     """Measure the packets per second this machine's link emulator carries (64-byte frames
     through one shaped link), as an agent reports it to the mapper (--linkd-pps measure)."""
-    import tempfile
-    from pathlib import Path as _Path
-
-    from nestbed.studies.validate import linkd_capacity as measure
-
-    with tempfile.TemporaryDirectory(prefix="nestbed-capacity-") as folder:
-        found = measure(_Path(folder), seconds)
+    found = _measure_linkd(seconds)
     if as_json:
         print_json(found)
         return
@@ -232,3 +229,21 @@ def linkd_capacity(
     out.print(f"nestbed-linkd carries {found['pps']} packets/s{bound}: 64-byte frames through "
               f"one shaped link, {found['sent_pps']} offered for {seconds:g} s",
               markup=False, highlight=False)  # fmt: skip
+
+
+def _measure_linkd(seconds: float = 2.0) -> dict:
+    """``studies.validate.linkd_capacity`` on this machine, refused while this host holds
+    parts of a cluster's experiments (2 Mpps offered for seconds would disturb them)."""
+    import tempfile
+    from pathlib import Path as _Path
+
+    from nestbed.backend.cluster import slots
+    from nestbed.studies.validate import linkd_capacity as measure
+
+    if slots.held():
+        raise UserError(
+            f"this host holds parts of experiments now ({slots.held()} node slots); measuring "
+            "its link emulator would disturb them: swap them out first, or give --linkd-pps N"
+        )
+    with tempfile.TemporaryDirectory(prefix="nestbed-capacity-") as folder:
+        return measure(_Path(folder), seconds)

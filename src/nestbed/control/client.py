@@ -50,7 +50,7 @@ class ControllerClient:
         modules (half a second) while the back end builds, then waits on its stdin for
         ``launch``; ``pass_fds`` stay open in it for its whole life (a lock)."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        argv = [*self._argv(), "--wait", str(os.getpid())]
+        argv = [*self._argv(), "--wait", str(os.getpid()), "--preload", self.backend.name]
         self.early = spawn_daemon(argv, self.path, self.directory / LOG, pass_fds=pass_fds,
                                   stdin=subprocess.PIPE)  # fmt: skip
         # Named at once, not when it serves: a swap-in killed now leaves a process that

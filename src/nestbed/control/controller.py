@@ -111,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         "--wait", type=int, metavar="PARENT",
         help="started early by process PARENT: read a line on stdin first",
     )  # fmt: skip
+    parser.add_argument("--preload", metavar="BACKEND", help="the back end to load early")
     args = parser.parse_args(argv)
     if args.wait is not None:
-        preload()  # the back end's modules too, while the network is built
+        preload(args.preload)  # the back end's modules too, while the network is built
         if not _told_to_go(args.wait):
             return 0  # the swap-in that started this process early failed: nothing to do
     start = ControllerStart.model_validate_json(args.start.read_text())

@@ -45,9 +45,8 @@ class AgentConfig:
     host: str
     slots: int = DEFAULT_SLOTS
     nic_bps: int = DEFAULT_NIC_BPS
-    linkd_pps: int | None = None  # as the operator gave it, or as measured at start
+    linkd_pps: int | None = None  # as given, or as `nestbed linkd-capacity` measured it
     clock_port: int | None = timeservice.DEFAULT_PORT  # UDP, for time requests (None: none)
-    measure_linkd: bool = False  # measure linkd_pps at start (`nestbed linkd-capacity`)
 
 
 _serving: list[AgentConfig] = []  # the agent this process runs, once ``serve`` started it
@@ -59,7 +58,7 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
     ``listen`` is the address to serve on (default: the one that reaches the scheduler),
     which is also the address other hosts' VXLAN devices send to.
     """
-    config, clock = _begin(config)
+    clock = _begin(config)
     try:
         asyncio.run(_serve(scheduler, config, listen))
     except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "failed to start"
@@ -69,12 +68,9 @@ def serve(scheduler: str, config: AgentConfig, listen: str | None = None) -> Non
             clock.close()
 
 
-def _begin(config: AgentConfig) -> tuple[AgentConfig, timeservice.TimeServer | None]:
-    """What an agent does before it serves: measures its link emulator if asked, removes
-    the shares a previous agent of the host left unfinished, and opens its time service;
-    the config as measured, and the time service (to be closed at the end)."""
-    if config.measure_linkd:
-        config = replace(config, linkd_pps=_measured_linkd_pps(config), measure_linkd=False)
+def _begin(config: AgentConfig) -> timeservice.TimeServer | None:
+    """What an agent does before it serves: removes the shares a previous agent of the host
+    left unfinished, and opens its time service (returned, to be closed at the end)."""
     _serving[:] = [config]
     from nestbed.backend.cluster import host
 
@@ -82,36 +78,12 @@ def _begin(config: AgentConfig) -> tuple[AgentConfig, timeservice.TimeServer | N
         print(f"removed the unfinished part of experiment {experiment} a previous agent of "
               f"host {config.host} was building", flush=True)  # fmt: skip
     try:
-        return config, (timeservice.TimeServer(config.clock_port) if config.clock_port else None)
+        return timeservice.TimeServer(config.clock_port) if config.clock_port else None
     except OSError as exc:
         raise EnvironmentProblem(
             f"the agent of host {config.host} cannot answer time requests on UDP port "
             f"{config.clock_port} ({exc}); give another --clock-port"
         ) from exc
-
-
-def _measured_linkd_pps(config: AgentConfig) -> int:
-    """The packets/s this host's linkd carries, measured by `nestbed linkd-capacity` (a
-    process of its own: the measurement swaps in a small experiment through the life
-    cycle, a layer above the agent's)."""
-    import json
-    import subprocess
-
-    argv = [sys.executable, "-m", "nestbed", "linkd-capacity", "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    try:
-        found = json.loads(done.stdout) if done.returncode == 0 else {}
-    except ValueError:
-        found = {}
-    if not found.get("pps"):
-        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        raise EnvironmentProblem(
-            f"the agent of host {config.host} could not measure its link emulator ({said}); "
-            "give --linkd-pps with a figure instead"
-        )
-    print(f"host {config.host}'s link emulator carries {found['pps']} packets/s "
-          f"({found['limited_by']} the bound)", flush=True)  # fmt: skip
-    return int(found["pps"])
 
 
 def _unreachable(scheduler: str, config: AgentConfig, exc: BaseException) -> EnvironmentProblem:
@@ -133,10 +105,9 @@ class SSHAgent:
     on SIGINT or SIGTERM. It serves as ``serve`` does, rejoining a scheduler it lost."""
 
     def __init__(self, scheduler: str, *, host: str, slots: int, nic_bps: int,
-                 linkd_pps: int | None, clock_port: int | None,
-                 measure_linkd: bool = False) -> None:  # fmt: skip
+                 linkd_pps: int | None, clock_port: int | None) -> None:  # fmt: skip
         self._scheduler = scheduler
-        self._config = AgentConfig(host, slots, nic_bps, linkd_pps, clock_port, measure_linkd)
+        self._config = AgentConfig(host, slots, nic_bps, linkd_pps, clock_port)
         self._task: asyncio.Task | None = None
         self._clock: timeservice.TimeServer | None = None
         self._closing = False
@@ -146,7 +117,7 @@ class SSHAgent:
 
     async def _start(self) -> SSHAgent:
         try:
-            self._config, self._clock = _begin(self._config)
+            self._clock = _begin(self._config)
         except EnvironmentProblem as exc:
             self._fail(exc)
         self._task = asyncio.create_task(_serve(self._scheduler, self._config, None))

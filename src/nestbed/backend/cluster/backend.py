@@ -32,6 +32,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -366,21 +367,33 @@ class ClusterBackend:
         round trip: one host after another, 200 requests each, took 0.9 s for four
         simulated hosts; a host's best round trip, all that counts, is kept either way)."""
 
+        stop = threading.Event()  # the swap-in interrupted: the threads' next request ends
+
         def udp(f: HostFacts) -> tuple[str, tuple[clocks.Offset, clocks.Offset] | None]:
             if not f.clock_port:
                 return f.name, None
             ask, close = timeservice.asker(f.address, f.clock_port)
+
+            def asked() -> tuple[clocks.Sample, clocks.Sample] | None:
+                if stop.is_set():
+                    raise InterruptedError("the swap-in was interrupted")
+                return ask()
+
             try:
-                return f.name, clocks.measure(ask, clocks.UDP_SAMPLES)
+                return f.name, clocks.measure(asked, clocks.UDP_SAMPLES)
             finally:
                 close()
 
         found = {}
         if facts:
-            with ThreadPoolExecutor(min(len(facts), CLOCK_THREADS)) as pool:
+            pool = ThreadPoolExecutor(min(len(facts), CLOCK_THREADS))
+            try:
                 for name, measured in pool.map(udp, facts):
                     if measured is not None:
                         found[name] = measured[0]
+            finally:
+                stop.set()  # at once on an interrupt: no host's 200 requests to wait out
+                pool.shutdown(wait=True, cancel_futures=True)
         slow = sorted(f.name for f in facts if f.name not in found)
         return found | (self._dask_clock_offsets(slow) if slow else {})
 

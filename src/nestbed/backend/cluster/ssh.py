@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import re
 import shlex
@@ -35,6 +36,7 @@ from nestbed.errors import EnvironmentProblem, UserError
 DEFAULT_SSH_PORT = 22
 DEFAULT_SCHEDULER_PORT = 8786
 CHECK_S = 30.0  # to reach a host over SSH and ask its Python for nestbed
+MEASURE_S = 90.0  # for a host's `nestbed linkd-capacity` (about 8 s)
 JOIN_S = 120.0  # for every agent to start over SSH and join the scheduler
 STOP_S = 10.0  # an agent asked to stop (SIGTERM) is killed after this long
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]+$")
@@ -97,7 +99,7 @@ class SSHOptions:
     slots: int = 64
     nic_bps: int = 1_000_000_000
     linkd_pps: int | None = None
-    measure_linkd: bool = False  # each agent measures its link emulator at start
+    measure_linkd: bool = False  # each host's link emulator measured before its agent starts
     clock_port: int | None = 14790
 
     def __post_init__(self) -> None:
@@ -123,23 +125,25 @@ def connect_options(o: SSHOptions) -> dict[str, Any]:
     return options
 
 
-def agent_options(o: SSHOptions, host: SSHHost) -> dict[str, Any]:
-    """The keywords ``agent.SSHAgent`` gets on ``host`` (crossing as JSON)."""
+def agent_options(o: SSHOptions, host: SSHHost, linkd_pps: int | None = None) -> dict[str, Any]:
+    """The keywords ``agent.SSHAgent`` gets on ``host`` (crossing as JSON); ``linkd_pps``
+    as measured there, else the options'."""
     return {"host": host.name, "slots": o.slots, "nic_bps": o.nic_bps,
-            "linkd_pps": o.linkd_pps, "clock_port": o.clock_port,
-            "measure_linkd": o.measure_linkd}  # fmt: skip
+            "linkd_pps": linkd_pps or o.linkd_pps, "clock_port": o.clock_port}  # fmt: skip
 
 
-async def check_hosts(o: SSHOptions) -> None:
-    """Every host reached over SSH and its Python asked for nestbed, all at once; the first
-    host that fails, in the order given, is raised with its reason."""
+async def check_hosts(o: SSHOptions) -> dict[str, int | None]:
+    """Every host reached over SSH, asked whether it can serve, and (``measure_linkd``) its
+    link emulator measured, all at once; each host's measured packets/s. The first host
+    that fails, in the order given, is raised with its reason."""
     results = await asyncio.gather(*(_check(o, h) for h in o.hosts), return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
             raise result
+    return dict(zip((h.name for h in o.hosts), results, strict=True))  # type: ignore[arg-type]
 
 
-async def _check(o: SSHOptions, host: SSHHost) -> None:
+async def _check(o: SSHOptions, host: SSHHost) -> int | None:
     import asyncssh
 
     where = f"host {host.name} ({host.address}, port {o.port})"
@@ -148,6 +152,10 @@ async def _check(o: SSHOptions, host: SSHHost) -> None:
             user = await asyncio.wait_for(connection.run("id -u"), CHECK_S)
             command = shlex.join([o.remote_python, "-c", "import nestbed"])
             result = await asyncio.wait_for(connection.run(command), CHECK_S)
+            measured = None
+            if o.measure_linkd and result.exit_status == 0 and str(user.stdout).strip() == "0":
+                command = shlex.join([o.remote_python, "-m", "nestbed", "linkd-capacity", "--json"])
+                measured = await asyncio.wait_for(connection.run(command), MEASURE_S)
     except asyncssh.HostKeyNotVerifiable:
         known = o.known_hosts or "~/.ssh/known_hosts"
         raise UserError(
@@ -179,6 +187,20 @@ async def _check(o: SSHOptions, host: SSHHost) -> None:
             f"({said[-1] if said else f'exit status {result.exit_status}'}); install "
             "nestbed there or give --remote-python with the Python that has it"
         )
+    if measured is None:
+        return None
+    try:
+        pps = int(json.loads(str(measured.stdout))["pps"]) if measured.exit_status == 0 else 0
+    except (ValueError, KeyError, TypeError):
+        pps = 0
+    if pps <= 0:
+        said = str(measured.stderr or "").strip().splitlines()
+        raise EnvironmentProblem(
+            f"{where} could not measure its link emulator "
+            f"({said[-1] if said else f'exit status {measured.exit_status}'}); "
+            "give --linkd-pps with a figure instead"
+        )
+    return pps
 
 
 def scheduler_address(o: SSHOptions) -> str:
@@ -246,10 +268,11 @@ def _agent_class(started: list[Any], say: Callable[[str], None]) -> type:
 
 def cluster_spec(
     o: SSHOptions, listen: str, started: list[Any] | None = None,
-    say: Callable[[str], None] = print,
+    say: Callable[[str], None] = print, measured: dict[str, int | None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """The scheduler's spec and the workers' (one per host, named by it) for SpecCluster;
-    the workers made are appended to ``started``, their hosts' lines passed to ``say``."""
+    the workers made are appended to ``started``, their hosts' lines passed to ``say``;
+    ``measured`` the hosts' link emulators' packets/s."""
     from distributed import Scheduler
 
     options = {"host": listen, "port": o.scheduler_port, "dashboard": False}
@@ -261,7 +284,7 @@ def cluster_spec(
             "options": {
                 "address": h.address,
                 "connect_options": connect_options(o),
-                "kwargs": agent_options(o, h),
+                "kwargs": agent_options(o, h, (measured or {}).get(h.name)),
                 "worker_class": "nestbed.backend.cluster.agent.SSHAgent",
                 "remote_python": o.remote_python,
             },
@@ -294,9 +317,12 @@ async def serve(o: SSHOptions, ready: Callable[[str], None],
     agents say once started, and how each ended, goes to ``say``."""
     from distributed import SpecCluster
 
-    await check_hosts(o)
+    measured = await check_hosts(o)
+    for host, pps in measured.items():
+        if pps:
+            say(f"[{host}] its link emulator carries {pps} packets/s")
     started: list[Any] = []
-    scheduler, workers = cluster_spec(o, scheduler_address(o), started, say)
+    scheduler, workers = cluster_spec(o, scheduler_address(o), started, say, measured)
     failures = _Failures()
     logger = logging.getLogger(_LOG)
     logger.addHandler(failures)
