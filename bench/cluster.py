@@ -40,6 +40,7 @@ in and removes its simulated hosts before it exits.
     PYTHONPATH=src python bench/cluster.py --accuracy   # part 4 only, root
     PYTHONPATH=src python bench/cluster.py --hops       # part 5 only, root
     PYTHONPATH=src python bench/cluster.py --hops --switch   # the underlay a bridge (4, 5)
+    PYTHONPATH=src python bench/cluster.py --hops --normal-class   # its linkd not real time
     PYTHONPATH=src python bench/cluster.py --events     # part 6 only, root
     PYTHONPATH=src python bench/cluster.py --cli        # part 7 only, root
 """
@@ -290,7 +291,7 @@ def accuracy() -> None:
     nic = ("--nic", "1000Gb")
     with (
         tempfile.TemporaryDirectory() as tmp,
-        started(2, slots=1, options=nic, switch=SWITCH) as (_, agents),
+        started(2, slots=1, options=nic, switch=SWITCH, realtime=REALTIME) as (_, agents),
     ):
         for where, env in (("one host", {}), ("two hosts", {"NESTBED_CLUSTER": agents.address})):
             environment = {k: v for k, v in os.environ.items() if k != "NESTBED_CLUSTER"}
@@ -353,7 +354,7 @@ def hops() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     with (
         tempfile.TemporaryDirectory() as tmp,
-        started(2, slots=1, options=nic, switch=SWITCH) as (m, agents),
+        started(2, slots=1, options=nic, switch=SWITCH, realtime=REALTIME) as (m, agents),
     ):
         os.environ["NESTBED_CLUSTER"] = agents.address
         switch = m.run_dir("switch") / "linkd.sock"
@@ -526,6 +527,8 @@ def _ask_hosts(cluster, hosts: list[str], done: threading.Event, trips: list[flo
 # --switch: the simulated hosts' underlay a kernel bridge with no delay of its own, as a
 # machine room's switch, rather than nestbed-linkd's 0.5 ms LAN (for --accuracy and --hops).
 SWITCH = "--switch" in sys.argv
+# The emulated underlay's linkd in the normal class, as before 2026-11-29 evening (4, 5).
+REALTIME = "--normal-class" not in sys.argv
 
 
 def main() -> None:

@@ -107,9 +107,12 @@ _made = itertools.count()  # simulated clusters this process made
 class Machines:
     """``count`` simulated hosts called h1, h2, …"""
 
-    def __init__(self, count: int, mtu: int = UNDERLAY_MTU, *, switch: bool = False):
+    def __init__(
+        self, count: int, mtu: int = UNDERLAY_MTU, *, switch: bool = False, realtime: bool = True
+    ):
         self.mtu = mtu
         self.bridged = switch
+        self.realtime = realtime  # the emulated underlay's linkd in the real-time class
         # A second cluster of the same process (a test's own, beside the session's) gets
         # names of its own: the same names would have each remove the other's hosts.
         made = next(_made)
@@ -166,7 +169,7 @@ class Machines:
         sock = directory / "linkd.sock"
         argv = ["ip", "netns", "exec", self.switch, built_binary("nestbed-linkd"),
                 "--socket", str(sock)]  # fmt: skip
-        if _realtime_allowed():
+        if self.realtime and _realtime_allowed():
             # The underlay stands for a switch, whose forwarding has hardware of its own: in
             # the real-time class, its emulator is not queued behind the hosts' link
             # emulators and probes on this machine's cores (36-207 µs late in the normal
@@ -360,6 +363,7 @@ def started(
     mtu: int = UNDERLAY_MTU,
     *,
     switch: bool = False,
+    realtime: bool = True,
 ) -> Iterator[tuple[Machines, Agents]]:
     """``count`` simulated hosts, each with an agent holding at most ``slots`` nodes (and
     its other ``options``), joined to a scheduler on an underlay of MTU ``mtu`` (a kernel
@@ -369,7 +373,7 @@ def started(
     from nestbed.backend.cluster.backend import ClusterBackend
     from nestbed.lifecycle import signals
 
-    machines = Machines(count, mtu, switch=switch)
+    machines = Machines(count, mtu, switch=switch, realtime=realtime)
     agents = None
     try:
         machines.start()

@@ -151,7 +151,7 @@ def ssh_agents(
     linkd_pps: Annotated[
         str | None,
         typer.Option(help="Packets per second each host's link emulator carries, or "
-                     "'measure': each agent measures its own at start."),
+                     "'measure': measured on each host over SSH before its agent starts."),
     ] = None,
     clock_port: Annotated[
         int, typer.Option(min=0, max=65535, help="UDP port of the agents' time service.")
@@ -167,11 +167,12 @@ def ssh_agents(
     from nestbed.lifecycle import signals
 
     nic_bps = _nic_bps(nic)
+    pps, measure = _linkd_pps(linkd_pps)
     options = ssh.SSHOptions(
         ssh.parse_hosts(hosts), user=user, port=port, identity=identity,
         known_hosts=known_hosts, remote_python=remote_python or sys.executable, listen=listen,
         scheduler_port=scheduler_port, slots=slots, nic_bps=nic_bps,
-        linkd_pps=_linkd_pps(linkd_pps)[0], measure_linkd=_linkd_pps(linkd_pps)[1],
+        linkd_pps=pps, measure_linkd=measure,
         clock_port=clock_port or None,
     )  # fmt: skip
     names = ", ".join(h.name for h in options.hosts)
