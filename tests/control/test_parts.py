@@ -108,6 +108,51 @@ def test_status_polls_reuse_the_samplers_link_emulator_connection(tmp_path):
     backend.swap_out(p)
 
 
+class FlakyFake(FakeBackend):
+    """A fake back end whose link emulator fails the counters requests it is told to."""
+
+    failures: list[str] = []
+
+    def linkd(self, plan):
+        inner = super().linkd(plan)
+        failures = FlakyFake.failures
+
+        class Flaky:
+            def request(self, op, **fields):
+                if op == "counters" and failures:
+                    raise TimeoutError(failures.pop(0))
+                return inner.request(op, **fields)
+
+            def close(self):
+                inner.close()
+
+        return Flaky()
+
+
+def test_a_failed_counters_request_is_asked_again_once_and_a_lasting_failure_says_why(
+    tmp_path, capsys
+):
+    from nestbed.backend.plan import plan
+    from nestbed.spec import load
+
+    source = tmp_path / "i21-flaky.yaml"
+    source.write_text(TWO_NODES)
+    p = plan(load(source, name="i21-flaky").experiment)
+    backend = FlakyFake(tmp_path / "fake")
+    backend.swap_in(p)
+    sampler = Sampler(backend, p, RunFolder(tmp_path / "run"), {}, lambda: 0.0, lambda _: "up")
+    FlakyFake.failures[:] = ["host h2 did not answer"]
+    assert len(sampler.live()) == 4  # the second request, on a new connection, answered
+    assert sampler.unanswered is None
+    FlakyFake.failures[:] = ["host h2 did not answer", "host h2 still did not answer"]
+    assert sampler.live() == []
+    assert sampler.unanswered == "host h2 did not answer; then host h2 still did not answer"
+    assert "gave no counters: host h2 did not answer" in capsys.readouterr().err
+    assert len(sampler.live()) == 4 and sampler.unanswered is None
+    sampler.stop()
+    backend.swap_out(p)
+
+
 class ScriptedLinktests(Linktests):
     """Linktests whose child is a script of the test."""
 

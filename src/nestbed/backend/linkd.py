@@ -113,12 +113,14 @@ class Requests:
         """Nothing is open."""
 
 
-def pipe_counters(client: Channel) -> dict[Pipe, dict[str, Any]]:
+def pipe_counters(client: Channel, why: list[str] | None = None) -> dict[Pipe, dict[str, Any]]:
     """linkd's counters of every pipe now, in (link, port, direction) order; empty if linkd
-    does not answer."""
+    does not answer (and then the reason added to ``why``, if given)."""
     try:
         reply = client.request("counters")
-    except (OSError, NestbedError):
+    except (OSError, NestbedError) as exc:
+        if why is not None:
+            why.append(str(exc) or type(exc).__name__)
         return {}
     return {
         (link, port, direction): _with_down(pipes, direction)

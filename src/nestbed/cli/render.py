@@ -353,7 +353,10 @@ def status_tables(data: dict) -> Group:
         },
         data["flows"],
     )
-    return Group(head, nodes, links, programs, flows)
+    parts = [head, nodes, links, programs, flows]
+    if data.get("link_counters_unanswered"):
+        parts.insert(3, Text(f"no link counters now: {data['link_counters_unanswered']}"))
+    return Group(*parts)
 
 
 _VERDICT_STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}

@@ -358,6 +358,7 @@ class Run:
             **self.links.now(),
             "linktests": self.linktests.finished(),
             "link_counters": counters,
+            "link_counters_unanswered": self.sampler.unanswered,
             "pipes_total": total,
             "programs": [p.status() for p in self.programs.values()],
             "flows": [

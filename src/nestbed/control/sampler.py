@@ -8,6 +8,7 @@ for the run (a status poll every 50 ms must not open one each time).
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from nestbed.backend.base import Backend
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.linkd import Channel, Pipe, drops_by_kind, pipe_counters
 from nestbed.backend.plan import Plan
+from nestbed.errors import NestbedError
 from nestbed.results.folder import RunFolder
 from nestbed.results.tables import LINK_COLUMNS, NODE_COLUMNS, Table
 
@@ -47,6 +49,7 @@ class Sampler:
         self.thread: threading.Thread | None = None
         # Each pipe's bytes out at the last sample: what a status's top pipes are ranked by.
         self.bytes_before: dict[Pipe, int] = {}
+        self.unanswered: str | None = None  # why the link emulator last gave no counters
 
     def start(self, t0: float) -> None:
         """Samples at t0 + 0, 1, 2 ... s (t0 on the monotonic clock)."""
@@ -66,21 +69,32 @@ class Sampler:
         return self._linkd_counters() | self.simulated()
 
     def _linkd_counters(self) -> dict[Pipe, dict[str, Any]]:
-        """linkd's pipes; empty without a link emulator or when it does not answer (the
-        connection is then opened again next time)."""
+        """linkd's pipes; empty without a link emulator or when it does not answer twice,
+        on the connection kept and on a new one (a cluster's request crosses Dask and every
+        host, where one can fail and the next succeed). Why it did not is kept in
+        ``unanswered`` (None once it answers), and the controller's log says it."""
         if not self.plan.needs_linkd:
             return {}
+        why: list[str] = []
         with self.lock:
-            if self.channel is None:
-                try:
-                    self.channel = self.backend.linkd(self.plan)
-                except OSError:
-                    return {}
-            found = pipe_counters(self.channel)
-            if not found:
+            for _ in range(2):
+                if self.channel is None:
+                    try:
+                        self.channel = self.backend.linkd(self.plan)
+                    except (OSError, NestbedError) as exc:
+                        why.append(str(exc) or type(exc).__name__)
+                        continue
+                found = pipe_counters(self.channel, why)
+                if found:
+                    self.unanswered = None
+                    return found
                 self.channel.close()
                 self.channel = None
-            return found
+            reason = "; then ".join(why) or "it has no pipes"
+            if reason != self.unanswered:
+                print(f"the link emulator gave no counters: {reason}", file=sys.stderr, flush=True)
+            self.unanswered = reason
+            return {}
 
     def sample(self) -> None:
         """One row per pipe and per node, now."""
