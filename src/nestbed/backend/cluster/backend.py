@@ -124,6 +124,9 @@ class ClusterBackend:
         self.state_root = state_root
         self.timeout_s = timeout_s
         self._client: Any = None
+        # The controller's threads (its sampler, its requests, the usage readers) all ask
+        # for the client; the first ones must not each connect one.
+        self._connecting = threading.Lock()
         self._poller: Poller | None = None
         self._drainer: Drainer | None = None
         self._usage: dict[str, UsageReader] = {}  # by experiment
@@ -135,17 +138,18 @@ class ClusterBackend:
     # -- connection ------------------------------------------------------------------------
 
     def client(self) -> Any:
-        if self._client is None:
-            from distributed import Client
+        with self._connecting:
+            if self._client is None:
+                from distributed import Client
 
-            try:
-                self._client = Client(self.scheduler, timeout=30)
-            except OSError as exc:
-                raise EnvironmentProblem(
-                    f"cannot reach the cluster's scheduler at {self.scheduler} ({exc}); "
-                    "start `dask scheduler` there, or give its address"
-                ) from exc
-        return self._client
+                try:
+                    self._client = Client(self.scheduler, timeout=30)
+                except OSError as exc:
+                    raise EnvironmentProblem(
+                        f"cannot reach the cluster's scheduler at {self.scheduler} ({exc}); "
+                        "start `dask scheduler` there, or give its address"
+                    ) from exc
+            return self._client
 
     def close(self) -> None:
         if self._client is not None:
