@@ -130,9 +130,14 @@ WireChannel::WireChannel()
 }
 
 void
-WireChannel::SetDirection(size_t direction, Time gap, const Jitter& jitter, const Mangle& mangle)
+WireChannel::SetDirection(size_t direction,
+                          Time gap,
+                          Time delay,
+                          const Jitter& jitter,
+                          const Mangle& mangle)
 {
     m_directions.at(direction).gap = gap;
+    m_directions.at(direction).delay = delay;
     m_directions.at(direction).jitter = jitter;
     m_directions.at(direction).mangle = mangle;
 }
@@ -204,7 +209,7 @@ WireChannel::Deliver(Direction& d,
                      Time transmitted,
                      bool counted)
 {
-    Time due = std::max(transmitted + GetDelay() + Seconds(Draw(d.jitter)), transmitted);
+    Time due = std::max(transmitted + d.delay + Seconds(Draw(d.jitter)), transmitted);
     // The earliest the packet may arrive: once it is on the wire, and not before the packet
     // ahead of it unless the direction reorders.
     Time earliest = d.jitter.reorder ? transmitted : std::max(transmitted, d.lastDue);

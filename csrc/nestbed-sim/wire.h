@@ -1,8 +1,7 @@
 // The channel of nestbed-sim's simulated point-to-point links: ns-3's, with each direction's
 // packets delivered as linkd delivers them. A packet is on the wire for its Ethernet frame's
 // bytes (the sending device's rate covers its own header; the rest is a gap the device
-// leaves after it, see links.h's WIRE_BYTES), then the link's delay and this direction's
-// jitter: drawn as linkd draws it (netem's distributions, clipped to ±4 jitters), never
+// leaves after it, see links.h's WIRE_BYTES), then this direction's delay and jitter: drawn as linkd draws it (netem's distributions, clipped to ±4 jitters), never
 // before the packet is on the wire, and never before the packet ahead of it unless the
 // direction reorders.
 
@@ -61,7 +60,11 @@ class WireChannel : public ns3::PointToPointChannel
     WireChannel();
 
     // Direction 0 carries what the first attached device sends.
-    void SetDirection(size_t direction, ns3::Time gap, const Jitter& jitter, const Mangle& mangle);
+    void SetDirection(size_t direction,
+                      ns3::Time gap,
+                      ns3::Time delay,
+                      const Jitter& jitter,
+                      const Mangle& mangle);
     const Mangled& Counts(size_t direction) const;
 
     bool TransmitStart(ns3::Ptr<const ns3::Packet> p,
@@ -72,6 +75,7 @@ class WireChannel : public ns3::PointToPointChannel
     struct Direction
     {
         ns3::Time gap;
+        ns3::Time delay;
         Jitter jitter;
         Mangle mangle;
         Mangled counts;
@@ -79,7 +83,7 @@ class WireChannel : public ns3::PointToPointChannel
     };
 
     double Draw(const Jitter& jitter);
-    // Delivers P to DST at its due time after TRANSMITTED: the delay and D's jitter, never
+    // Delivers P to DST at its due time after TRANSMITTED: D's delay and jitter, never
     // before it is on the wire nor (unless D reorders) before the packet ahead of it, less
     // what it waited between the kernel and the simulation (COUNTED among the waits given
     // up); to no one when DST is null (its due time still holds back the packets behind
