@@ -337,8 +337,12 @@ SendQueue::Dequeue()
     Ptr<Packet> p = DropTailQueue<Packet>::Dequeue();
     if (p)
     {
-        // The device holds it until it has sent it (SentOut) or given it up (NotSent).
+        // The device holds it until it has sent it (SentOut) or given it up (NotSent), its
+        // time on the wire and its gap from now (as the device computes them).
         member->onWire = m_frames.front();
+        DataRate rate(Rate(member->rateBps));
+        Time onWire = rate.CalculateBytesTxTime(p->GetSize()) + member->gap;
+        member->wireUntil = Simulator::Now() + onWire;
         m_frameBytes -= m_frames.front();
         m_frames.pop_front();
     }
@@ -362,16 +366,30 @@ SendQueue::~SendQueue()
     nb_red_free(red);
 }
 
+namespace
+{
+
+// The frame the device holds counts until the instant it lets it go, not at that instant: a
+// packet that arrives then (from a link of the same rate, whose end is at the same
+// nanosecond) finds it gone, as in linkd's pipe.
+uint32_t
+OnWire(const Member& m)
+{
+    return Simulator::Now() < m.wireUntil ? m.onWire : 0;
+}
+
+} // namespace
+
 uint64_t
 SendQueue::HeldPackets(const Member& m) const
 {
-    return GetNPackets() + (m.onWire ? 1 : 0);
+    return GetNPackets() + (OnWire(m) ? 1 : 0);
 }
 
 uint64_t
 SendQueue::HeldBytes(const Member& m) const
 {
-    return m_frameBytes + m.onWire;
+    return m_frameBytes + OnWire(m);
 }
 
 bool
@@ -453,6 +471,12 @@ LanDevice::SendFrom(Ptr<Packet> packet,
 }
 
 bool
+LanDevice::SupportsSendFrom() const
+{
+    return true;
+}
+
+bool
 LanDevice::NeedsArp() const
 {
     return true;
@@ -480,6 +504,11 @@ LanDevice::SetPromiscReceiveCallback(NetDevice::PromiscReceiveCallback cb)
 bool
 LanDevice::FromWire(Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Address&)
 {
+    CorruptTag corrupted;
+    if (p->PeekPacketTag(corrupted))
+    {
+        return true; // the receiver's checksum would discard it
+    }
     Ptr<Packet> packet = p->Copy();
     EthernetHeader ethernet(false);
     packet->RemoveHeader(ethernet);
@@ -514,9 +543,9 @@ JoinWire(Ptr<Node> node, Ptr<PointToPointNetDevice> device, Ptr<WireChannel> cha
     device->AggregateObject(flow);
 }
 
-SimLink::SimLink(std::string name, uint32_t header)
+SimLink::SimLink(std::string name, bool lanMember)
     : m_name(std::move(name)),
-      m_header(header)
+      m_lanMember(lanMember)
 {
 }
 
@@ -538,6 +567,7 @@ SimLink::Pace(size_t member)
     Member& m = *m_members[member];
     double bps = m.rateBps;
     Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
+    m.gap = gap;
     auto device = DynamicCast<PointToPointNetDevice>(m.device);
     device->SetInterframeGap(gap);
     DynamicCast<WireChannel>(device->GetChannel())
@@ -549,12 +579,16 @@ SimLink::Add(const std::string& node, Ptr<PointToPointNetDevice> device, const P
 {
     auto m = std::make_unique<Member>();
     m->node = node;
-    m->header = m_header;
+    m->header = m_lanMember ? 2 + 14 : 2; // PPP, and a LAN's Ethernet
     m->device = device;
-    m->down = &m_down;
-    m->error = CreateObject<LinkLoss>();
-    m->error->down = &m_down;
-    device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
+    m->down = m_lanMember && !m_members.empty() ? &m_never : &m_down;
+    if (!m_lanMember)
+    {
+        m->error = CreateObject<LinkLoss>();
+        m->error->down = &m_down;
+        device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
+    }
+    DynamicCast<WireChannel>(device->GetChannel())->CarryCorrupted(m_lanMember);
     m->queue = device->GetQueue();
     Member* raw = m.get();
     DynamicCast<SendQueue>(m->queue)->member = raw;
@@ -679,7 +713,7 @@ SimLan::Add(const std::string& node, Ptr<Node> at, const Pipe& egress, const Pip
     JoinWire(m_switch, port, channel);
     // What reaches the switch's node goes to the switch, not to the stack it does not have.
     port->SetReceiveCallback(MakeCallback(&SimLan::Forward, this));
-    auto link = std::make_unique<SimLink>(m_name, 2 + 14); // PPP, then Ethernet
+    auto link = std::make_unique<SimLink>(m_name, true);
     link->Add(node, device, egress);
     link->Add("switch/" + node, port, ingress); // named apart: its RED draws its own
     m_where[Mac48Address::ConvertFrom(device->GetAddress())] = m_links.size();

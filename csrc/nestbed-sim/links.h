@@ -130,6 +130,7 @@ class LanDevice : public ns3::PointToPointNetDevice
                   uint16_t protocol) override;
     bool NeedsArp() const override;
     bool IsPointToPoint() const override;
+    bool SupportsSendFrom() const override;
     void SetReceiveCallback(ns3::NetDevice::ReceiveCallback cb) override;
     void SetPromiscReceiveCallback(ns3::NetDevice::PromiscReceiveCallback cb) override;
 
@@ -192,13 +193,15 @@ struct Member
     uint32_t header = 0; // bytes the link adds to an IP packet
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
-    ns3::Ptr<LinkLoss> error; // what this member's receive side loses
+    ns3::Ptr<LinkLoss> error; // what this member's receive side loses (a plain link's)
     Loss sendLoss;            // of what this member sends
     double delayS = 0;        // of what this member sends
     Jitter jitter;            // of what this member sends
     Mangle mangle;            // of what this member sends
     uint32_t onWire = 0;      // the frame bytes (as linkd counts them) its device holds, or 0
+    ns3::Time wireUntil;      // when the device lets that frame go (its gap after it ended)
     double rateBps = 0;       // what it sends at (0: unlimited)
+    ns3::Time gap;            // what its device leaves after each packet (Pace)
     bool idle = false;        // its queue emptied (RED's idle decay), at idleSince
     ns3::Time idleSince;
     const bool* down = nullptr;
@@ -218,13 +221,16 @@ struct Pipe
     Mangle mangle;
 };
 
-// A point-to-point link of two members, the devices at its ends.
+// A point-to-point link of two members, the devices at its ends: a link of the experiment,
+// or (LAN_MEMBER) a LAN member's link to its switch, whose frames carry an Ethernet header
+// inside PPP and whose corrupted frames go on to their receivers. `down` drops what the
+// members send from then on; on a plain link also what is on the wire (its receivers drop
+// it), on a LAN member's link not, as linkd's blackhole lets what it passed go on, and only
+// what the member sends (its switch's port passes on what was under way).
 class SimLink
 {
   public:
-    // HEADER: the bytes the link adds to an IP packet (a plain link's PPP header, a LAN
-    // member's PPP and Ethernet headers).
-    SimLink(std::string name, uint32_t header);
+    SimLink(std::string name, bool lanMember);
 
     // Joins NODE's DEVICE (its queue a SendQueue, attached to the link's WireChannel) to
     // the link, sending as PIPE says. The first member added sends in the channel's
@@ -253,8 +259,9 @@ class SimLink
     void Pace(size_t member);
 
     std::string m_name;
-    uint32_t m_header;
+    bool m_lanMember;
     bool m_down = false;
+    bool m_never = false; // the down of a switch's port
     std::vector<std::unique_ptr<Member>> m_members;
 };
 

@@ -418,7 +418,7 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         Loss lossB = LossWord(words);
         Tail tail = TailWords(words);
         Ptr<WireChannel> channel = CreateObject<WireChannel>();
-        auto link = std::make_unique<SimLink>(name, 2); // PPP
+        auto link = std::make_unique<SimLink>(name, false);
         for (auto [node, at, pipe] : {std::tuple{nodeA, a, Pipe{rateA, delay, queueA, lossA,
                                                               tail.jitters[0], tail.mangles[0]}},
                                       std::tuple{nodeB, b, Pipe{rateB, delay, queueB, lossB,

@@ -261,13 +261,17 @@ def _know_each_other(p, link) -> None:  # type: ignore[no-untyped-def]
         assert linux.exec_in(p, me.node, known, capture_output=True).returncode == 0
 
 
-def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
+@pytest.mark.parametrize("lan", [False, True])
+def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path, lan):
     """2000 datagrams across a simulated link and an emulated one that duplicate 30 % and
     corrupt 20 % of what they carry: each link's counters draw those shares, and the
     receiving hosts get what linkd's do, every datagram but those corrupted without a
     duplicate (a corrupted one is discarded by its receiver's checksum; its duplicate never is
-    corrupted), and duplicates of those not corrupted."""
-    exp = build(MANGLED).model_copy(update={"name": f"i25dmg{os.getpid()}"})
+    corrupted), and duplicates of those not corrupted. On a LAN too, whose corrupted frames
+    go on through its switch to the receiving member, as linkd's do."""
+    text = core_as_lan(MANGLED) if lan else MANGLED
+    exp = build(text).model_copy(update={"name": f"i25dmg{os.getpid()}"})
+    core = "ether" if lan else "core"
     count, dup, bad = 2000, 0.3, 0.2
     found = {}
     with swapping() as swap:
@@ -277,7 +281,7 @@ def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
         wire = next(link for link in exp.links if link.name == "wire")
         _know_each_other(p, wire)
         for src, dst, link, port, far in (
-            ("h1", "h2", "core", "r1", "r2"),
+            ("h1", "h2", core, "r1", "r2"),
             ("h3", "h4", "wire", "h3", "h4"),
         ):
             warm = ["ping", "-c", "20", "-i", "0.05", "-W", "2", dst]
@@ -285,7 +289,7 @@ def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
             folder = tmp_path / link
             folder.mkdir()
             address, receiver, _ = receiving(p, dst, folder, idle_s=2)
-            before = link_ports(p, link, simulated=link == "core")
+            before = link_ports(p, link, simulated=link == core)
             sent = linux.exec_in(
                 p, src, probe_send(f"{address}:9000", "--size", "200", "--pps", "1000",
                                    "--count", str(count)),
@@ -293,7 +297,7 @@ def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
             )  # fmt: skip
             assert sent.returncode == 0, sent.stderr
             assert receiver.wait(timeout=60) == 0
-            after = link_ports(p, link, simulated=link == "core")
+            after = link_ports(p, link, simulated=link == core)
             drawn = {key: after[port]["egress"]["counters"][key]
                      - before[port]["egress"]["counters"][key]
                      for key in ("duplicates", "corrupted")}  # fmt: skip
@@ -318,6 +322,30 @@ def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path):
         assert abs(drawn["corrupted"] / count - bad) < 0.045
         assert abs(arrived / count - (1 - bad * (1 - dup))) < 0.04
         assert abs(duplicates / count - dup * (1 - bad)) < 0.05
+
+
+SAME_RATE_LAN = """
+routing: static
+nodes: [{name: h1}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+lans:
+  - {name: ether, members: [r1, {node: r2, ingress: {queue: {limit: 1}}}], bandwidth: 1Mb}
+links:
+  - {name: a1, members: [h1, r1]}
+"""
+
+
+def test_back_to_back_frames_pass_a_lan_members_one_packet_queue_at_the_same_rate(tmp_path):
+    """20 probes sent faster than the LAN's 1 Mb/s wait in r1's queue and leave it back to
+    back; each reaches the switch's port toward r2 (1 Mb/s too, a queue of one packet) at the
+    nanosecond the one before it ends there, and finds the port free, as linkd's pipe
+    would: all 20 arrive. (Counted on the wire until that nanosecond, every other one was
+    dropped.)"""
+    count = 20
+    rows, _ = _between_routers(SAME_RATE_LAN, f"i25dsr{os.getpid()}", tmp_path, count, count,
+                               interval_s=0.0001)  # fmt: skip
+    missing = sorted(set(range(count)) - {seq for seq, _ in rows})
+    print(f"missing probes: {missing}")
+    assert not missing
 
 
 LAN_RATE = """
