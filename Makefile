@@ -54,7 +54,7 @@ rust:
 # dependency, cppyy: its Python bindings build from source for minutes, and nestbed-sim needs
 # none of them. Adds about 30 s to a fresh setup (the 69 MB download, then 6 s of g++).
 NS3 := ns3==3.44.post0
-NS3_LIBS := core network internet point-to-point csma fd-net-device applications traffic-control bridge
+NS3_LIBS := core network internet point-to-point fd-net-device applications traffic-control
 SIM := target/release/nestbed-sim
 
 sim: $(SIM)

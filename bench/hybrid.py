@@ -12,8 +12,10 @@
    live flow falls below 95 % of its rate with no simulated traffic.
 4. Packet rate (needs root): 64-byte frames at a growing rate for 5 s each, (a) live, from
    one emulated host to another through two simulated routers and their unshaped link, as
-   Netbed measured nse's maximum stable rate (4000 packets/s), and (b) inside the simulation,
-   from one simulated router to the other (nestbed-sim's own traffic tools); per rate the
+   Netbed measured nse's maximum stable rate (4000 packets/s), (b) inside the simulation,
+   from one simulated router to the other (nestbed-sim's own traffic tools), and (c) the
+   same across a simulated LAN with a 2 ms delay, 1 ms each way to and from its switch
+   (a shared CSMA channel, as simulated LANs once were, carried about 450 a second); per rate the
    share received, the worst per-second lag behind real time, the seconds over the 5 ms
    limit, and the machine's steal time and load over the same seconds. The sustained rate is
    the highest with at least 99.9 % received and no second over the limit.
@@ -262,11 +264,14 @@ def lag_since(log: Path, offset: int) -> list[float]:
 def rate_experiment():  # type: ignore[no-untyped-def]
     text = """
 routing: static
-nodes: [{name: h1}, {name: h2}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+nodes: [{name: h1}, {name: h2}, {name: r1, simulated: true}, {name: r2, simulated: true},
+        {name: r3, simulated: true}, {name: r4, simulated: true}]
 links:
   - {name: a1, members: [h1, r1], simulated: true}
   - {name: core, members: [r1, r2], simulated: true}
   - {name: a2, members: [r2, h2], simulated: true}
+lans:
+  - {name: ether, members: [r3, r4], delay: 2ms, simulated: true}
 """
     document, locations = yaml_front_end.read(text, "rate.yaml")
     exp = resolve(document, file="rate.yaml", locations=locations)
@@ -274,7 +279,7 @@ links:
 
 
 def rate_once(p, exp, path: str, pps: int, tmp: Path) -> dict:  # type: ignore[no-untyped-def]
-    """PPS packets a second for RATE_SECONDS along PATH ("live" or "inside")."""
+    """PPS packets a second for RATE_SECONDS along PATH ("live", "inside" or "lan")."""
     from nestbed.backend import linux
 
     directory = linux.run_dir(p)
@@ -298,14 +303,16 @@ def rate_once(p, exp, path: str, pps: int, tmp: Path) -> dict:  # type: ignore[n
         out, _ = receiver.communicate(timeout=60)
         received = json.loads(out)["unique"]
     else:
-        address = exp.links[1].port("r2").ip
+        inside = path == "inside"
+        src, dst, link = ("r1", "r2", exp.links[1]) if inside else ("r3", "r4", exp.lans[0])
+        address = link.port(dst).ip
         channel = sim.SimChannel(directory)
         try:
             tag = f"{pps}-{time.monotonic_ns()}"
             recv_out, send_out = tmp / f"recv{tag}.json", tmp / f"send{tag}.json"
-            channel.request("udp-recv", f"r{tag}", "r2", 9001, sim.word(tmp / "log.csv"),
+            channel.request("udp-recv", f"r{tag}", dst, 9001, sim.word(tmp / "log.csv"),
                             sim.word(recv_out))  # fmt: skip
-            channel.request("udp-send", f"s{tag}", "r1", address, 9001, RATE_PAYLOAD,
+            channel.request("udp-send", f"s{tag}", src, address, 9001, RATE_PAYLOAD,
                             repr(1 / pps), count, sim.word(send_out))  # fmt: skip
             while not channel.request("state", f"s{tag}")["done"]:
                 time.sleep(0.2)
@@ -350,9 +357,11 @@ def rate_table() -> None:
     linux.swap_in(p)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for path in ("live", "inside"):
-                what = ("h1 to h2 through r1 and r2" if path == "live"
-                        else "r1 to r2, inside the simulation")  # fmt: skip
+            for path in ("live", "inside", "lan"):
+                what = {"live": "h1 to h2 through r1 and r2",
+                        "inside": "r1 to r2, inside the simulation",
+                        "lan": "r3 to r4 across a 2 ms simulated LAN, inside the simulation",
+                        }[path]  # fmt: skip
                 print(f"\npacket rate, {what}: 64-byte frames, {RATE_SECONDS} s each, "
                       f"median of 3 runs")  # fmt: skip
                 print(f"{'pps':>7}{'received %':>12}{'sim CPU µs/pkt':>16}{'worst lag ms':>14}"

@@ -2,7 +2,6 @@
 
 #include "links.h"
 
-#include "ns3/csma-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
@@ -29,8 +28,7 @@ QueueIn(Member* m, Ptr<const Packet> p)
     m->egress.bytesIn += p->GetSize();
 }
 
-// The device let go of the packet it held: sent, or (a LAN's, after too many backoffs)
-// dropped.
+// The device let go of the packet it held.
 void
 Released(Member* m)
 {
@@ -45,23 +43,12 @@ Released(Member* m)
 void
 SentOut(Member* m, Ptr<const Packet> p)
 {
-    // A point-to-point device ends its packet after the gap it leaves; a LAN's before it, so
-    // its queue counts the packet until then, as linkd's counts the frame's whole time on the
-    // wire. Scheduled now, this runs before the device takes its next packet.
-    if (m->lan)
-    {
-        Simulator::Schedule(m->gap, &Released, m);
-    }
-    else
-    {
-        Released(m);
-    }
+    Released(m);
     ++m->egress.packetsOut;
     m->egress.bytesOut += p->GetSize();
 }
 
-// A LAN's device gave up its packet after too many backoffs from a busy channel: its queue
-// could not get it out, a drop of the queue's.
+// The device could not put its packet on the wire: a drop of the queue's.
 void
 NotSent(Member* m, Ptr<const Packet>)
 {
@@ -70,30 +57,10 @@ NotSent(Member* m, Ptr<const Packet>)
 }
 
 // A packet's bytes as linkd counts them: its Ethernet frame as a veth carries it, the IP
-// packet and 14 bytes, whatever header the link adds. A LAN's device has also padded a short
-// frame to Ethernet's least, which a veth's frame is not.
+// packet and 14 bytes, whatever header the link adds.
 uint32_t
 FrameBytes(const Member& m, Ptr<const Packet> p)
 {
-    // Only a frame at Ethernet's least (64 bytes with its header and FCS) may be padded: the
-    // others are counted without reading their headers, on every packet's path.
-    constexpr uint32_t kLeastFrame = 64;
-    if (m.lan && p->GetSize() <= kLeastFrame)
-    {
-        Ptr<Packet> frame = p->Copy();
-        EthernetHeader ethernet(false);
-        frame->RemoveHeader(ethernet);
-        if (ethernet.GetLengthType() == Ipv4L3Protocol::PROT_NUMBER)
-        {
-            Ipv4Header ip;
-            frame->PeekHeader(ip);
-            return ip.GetSerializedSize() + ip.GetPayloadSize() + 14;
-        }
-        if (ethernet.GetLengthType() == ArpL3Protocol::PROT_NUMBER)
-        {
-            return 28 + 14; // an ARP packet of IPv4 over Ethernet
-        }
-    }
     return p->GetSize() - m.header + 14;
 }
 
@@ -315,7 +282,7 @@ LinkLoss::GetTypeId()
 bool
 LinkLoss::DoCorrupt(Ptr<Packet>)
 {
-    return *down || m_draw.Lost(loss);
+    return *down;
 }
 
 void
@@ -339,8 +306,7 @@ SendQueue::Enqueue(Ptr<Packet> p)
     ++m_ordinal;
     Member& m = *member;
     bool lost = m_draw.Lost(m.sendLoss);
-    // A LAN's down acts where each member receives (LinkLoss).
-    uint64_t* cause = *m.down && !m.lan                   ? &m.egress.dropsDown
+    uint64_t* cause = *m.down                             ? &m.egress.dropsDown
                       : m.sendLoss.ordinals.count(m_ordinal) ? &m.egress.dropsOrdinal
                       : lost                              ? &m.egress.dropsLoss
                                                           : nullptr;
@@ -371,8 +337,12 @@ SendQueue::Dequeue()
     Ptr<Packet> p = DropTailQueue<Packet>::Dequeue();
     if (p)
     {
-        // The device holds it until it has sent it (SentOut) or given it up (NotSent).
+        // The device holds it until it has sent it (SentOut) or given it up (NotSent), its
+        // time on the wire and its gap from now (as the device computes them).
         member->onWire = m_frames.front();
+        DataRate rate(Rate(member->rateBps));
+        Time onWire = rate.CalculateBytesTxTime(p->GetSize()) + member->gap;
+        member->wireUntil = Simulator::Now() + onWire;
         m_frameBytes -= m_frames.front();
         m_frames.pop_front();
     }
@@ -396,16 +366,30 @@ SendQueue::~SendQueue()
     nb_red_free(red);
 }
 
+namespace
+{
+
+// The frame the device holds counts until the instant it lets it go, not at that instant: a
+// packet that arrives then (from a link of the same rate, whose end is at the same
+// nanosecond) finds it gone, as in linkd's pipe.
+uint32_t
+OnWire(const Member& m)
+{
+    return Simulator::Now() < m.wireUntil ? m.onWire : 0;
+}
+
+} // namespace
+
 uint64_t
 SendQueue::HeldPackets(const Member& m) const
 {
-    return GetNPackets() + (m.onWire ? 1 : 0);
+    return GetNPackets() + (OnWire(m) ? 1 : 0);
 }
 
 uint64_t
 SendQueue::HeldBytes(const Member& m) const
 {
-    return m_frameBytes + m.onWire;
+    return m_frameBytes + OnWire(m);
 }
 
 bool
@@ -456,20 +440,112 @@ Rate(double bps)
     return out.str();
 }
 
-SimLink::SimLink(std::string name, bool lan)
-    : m_name(std::move(name)),
-      m_lan(lan)
+TypeId
+LanDevice::GetTypeId()
 {
+    static TypeId tid = TypeId("nestbed::LanDevice")
+                            .SetParent<PointToPointNetDevice>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<LanDevice>();
+    return tid;
 }
 
 bool
-SimLink::Lan() const
+LanDevice::Send(Ptr<Packet> packet, const Address& dest, uint16_t protocol)
 {
-    return m_lan;
+    return SendFrom(packet, GetAddress(), dest, protocol);
+}
+
+bool
+LanDevice::SendFrom(Ptr<Packet> packet,
+                    const Address& source,
+                    const Address& dest,
+                    uint16_t protocol)
+{
+    EthernetHeader ethernet(false);
+    ethernet.SetSource(Mac48Address::ConvertFrom(source));
+    ethernet.SetDestination(Mac48Address::ConvertFrom(dest));
+    ethernet.SetLengthType(protocol);
+    packet->AddHeader(ethernet);
+    return PointToPointNetDevice::Send(packet, dest, LAN_FRAME_PROTOCOL);
+}
+
+bool
+LanDevice::SupportsSendFrom() const
+{
+    return true;
+}
+
+bool
+LanDevice::NeedsArp() const
+{
+    return true;
+}
+
+bool
+LanDevice::IsPointToPoint() const
+{
+    return false;
 }
 
 void
-LanDevice::AddLinkChangeCallback(Callback<void>)
+LanDevice::SetReceiveCallback(NetDevice::ReceiveCallback cb)
+{
+    m_up = cb;
+    PointToPointNetDevice::SetReceiveCallback(MakeCallback(&LanDevice::FromWire, this));
+}
+
+void
+LanDevice::SetPromiscReceiveCallback(NetDevice::PromiscReceiveCallback cb)
+{
+    m_promisc = cb; // called by FromWire, with the frame's own addresses
+}
+
+bool
+LanDevice::FromWire(Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Address&)
+{
+    CorruptTag corrupted;
+    if (p->PeekPacketTag(corrupted))
+    {
+        return true; // the receiver's checksum would discard it
+    }
+    Ptr<Packet> packet = p->Copy();
+    EthernetHeader ethernet(false);
+    packet->RemoveHeader(ethernet);
+    Mac48Address to = ethernet.GetDestination();
+    Mac48Address self = Mac48Address::ConvertFrom(GetAddress());
+    PacketType type = to.IsBroadcast() ? NS3_PACKET_BROADCAST
+                      : to.IsGroup()   ? NS3_PACKET_MULTICAST
+                      : to == self     ? NS3_PACKET_HOST
+                                       : NS3_PACKET_OTHERHOST;
+    uint16_t protocol = ethernet.GetLengthType();
+    if (!m_promisc.IsNull())
+    {
+        m_promisc(this, packet, protocol, ethernet.GetSource(), to, type);
+    }
+    if (type != NS3_PACKET_OTHERHOST && !m_up.IsNull())
+    {
+        m_up(this, packet, protocol, ethernet.GetSource());
+    }
+    return true;
+}
+
+void
+JoinWire(Ptr<Node> node, Ptr<PointToPointNetDevice> device, Ptr<WireChannel> channel)
+{
+    // As PointToPointHelper::Install, with each device's own queue.
+    node->AddDevice(device);
+    Ptr<Queue<Packet>> packets = CreateObject<SendQueue>();
+    device->SetQueue(packets);
+    device->Attach(channel);
+    Ptr<NetDeviceQueueInterface> flow = CreateObject<NetDeviceQueueInterface>();
+    flow->GetTxQueue(0)->ConnectQueueTraces(packets);
+    device->AggregateObject(flow);
+}
+
+SimLink::SimLink(std::string name, bool lanMember)
+    : m_name(std::move(name)),
+      m_lanMember(lanMember)
 {
 }
 
@@ -479,65 +555,50 @@ SimLink::Members() const
     return m_members.size();
 }
 
-void
-SimLink::Pace(size_t member, double bps)
+const Member&
+SimLink::At(size_t member) const
 {
-    Member& m = *m_members[member];
-    m.rateBps = bps;
-    Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
-    m.gap = gap;
-    if (auto p2p = DynamicCast<PointToPointNetDevice>(m.device))
-    {
-        p2p->SetInterframeGap(gap);
-        DynamicCast<WireChannel>(p2p->GetChannel())->SetDirection(member, gap, m.jitter, m.mangle);
-    }
-    else
-    {
-        DynamicCast<CsmaNetDevice>(m.device)->SetInterframeGap(gap);
-    }
+    return *m_members.at(member);
 }
 
 void
-SimLink::Add(const std::string& node,
-             Ptr<NetDevice> device,
-             double rateBps,
-             const Loss& loss,
-             const Jitter& jitter,
-             const Mangle& mangle)
+SimLink::Pace(size_t member)
+{
+    Member& m = *m_members[member];
+    double bps = m.rateBps;
+    Time gap = bps > 0 ? Seconds((WIRE_BYTES - m.header) * 8 / bps) : Seconds(0);
+    m.gap = gap;
+    auto device = DynamicCast<PointToPointNetDevice>(m.device);
+    device->SetInterframeGap(gap);
+    DynamicCast<WireChannel>(device->GetChannel())
+        ->SetDirection(member, gap, Seconds(m.delayS), m.jitter, m.mangle);
+}
+
+void
+SimLink::Add(const std::string& node, Ptr<PointToPointNetDevice> device, const Pipe& pipe)
 {
     auto m = std::make_unique<Member>();
     m->node = node;
-    m->lan = m_lan;
+    m->header = m_lanMember ? 2 + 14 : 2; // PPP, and a LAN's Ethernet
     m->device = device;
-    m->down = &m_down;
-    m->error = CreateObject<LinkLoss>();
-    m->error->down = &m_down;
-    (m_lan ? m->error->loss : m->sendLoss) = loss;
-    m->jitter = jitter;
-    m->mangle = mangle;
-    device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
-    if (auto p2p = DynamicCast<PointToPointNetDevice>(device))
+    m->down = m_lanMember && !m_members.empty() ? &m_never : &m_down;
+    if (!m_lanMember)
     {
-        m->queue = p2p->GetQueue();
-        m->header = 2; // PPP
+        m->error = CreateObject<LinkLoss>();
+        m->error->down = &m_down;
+        device->SetAttribute("ReceiveErrorModel", PointerValue(m->error));
     }
-    else
-    {
-        m->queue = DynamicCast<CsmaNetDevice>(device)->GetQueue();
-        m->header = 18; // Ethernet header and FCS
-    }
+    DynamicCast<WireChannel>(device->GetChannel())->CarryCorrupted(m_lanMember);
+    m->queue = device->GetQueue();
     Member* raw = m.get();
-    if (auto sending = DynamicCast<SendQueue>(m->queue))
-    {
-        sending->member = raw;
-    }
+    DynamicCast<SendQueue>(m->queue)->member = raw;
     m->queue->TraceConnectWithoutContext("Enqueue", MakeBoundCallback(&QueueIn, raw));
     device->TraceConnectWithoutContext("PhyTxEnd", MakeBoundCallback(&SentOut, raw));
     device->TraceConnectWithoutContext("PhyTxDrop", MakeBoundCallback(&NotSent, raw));
     device->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&Arrived, raw));
     device->TraceConnectWithoutContext("PhyRxDrop", MakeBoundCallback(&Lost, raw));
     m_members.push_back(std::move(m));
-    Pace(m_members.size() - 1, rateBps);
+    Set(m_members.size() - 1, pipe);
 }
 
 void
@@ -572,61 +633,49 @@ SimLink::Limit(size_t member, const QueueLimit& limit)
 }
 
 void
-SimLink::SendLoss(size_t member, const Loss& loss)
+SimLink::Set(size_t member, const Pipe& pipe)
 {
-    m_members[member]->sendLoss = loss;
-}
-
-void
-SimLink::Set(const std::vector<double>& rates,
-             double delayS,
-             const std::vector<QueueLimit>& queues,
-             const std::vector<Loss>& losses,
-             const std::vector<Jitter>& jitters,
-             const std::vector<Mangle>& mangles)
-{
-    size_t n = m_members.size();
-    if (queues.size() != n || (!m_lan && (rates.size() != n || losses.size() != n)))
-    {
-        throw std::invalid_argument("a rate, a queue limit and a loss for each end of " + m_name);
-    }
-    for (size_t i = 0; i < n; ++i)
-    {
-        Member& m = *m_members[i];
-        (m_lan ? m.error->loss : m.sendLoss) = losses[m_lan ? 0 : i];
-        Limit(i, queues[i]);
-        if (!m_lan)
-        {
-            DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(rates[i])));
-            m.jitter = i < jitters.size() ? jitters[i] : Jitter{};
-            m.mangle = i < mangles.size() ? mangles[i] : Mangle{};
-        }
-        Pace(i, rates[m_lan ? 0 : i]);
-    }
-    Ptr<Channel> channel = m_members[0]->device->GetChannel();
-    channel->SetAttribute("Delay", TimeValue(Seconds(delayS)));
-    auto csma = DynamicCast<CsmaChannel>(channel);
-    if (csma && csma->GetDataRate() != DataRate(Rate(rates[0])))
-    {
-        // A CSMA device reads its channel's rate only when it is attached: attached anew,
-        // it sends at the new rate (what it is sending finishes at the old one). The channel
-        // keeps a record of each attachment, the old ones inactive: a LAN's rate changes by
-        // events, seldom.
-        csma->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rates[0]))));
-        for (size_t i = 0; i < n; ++i)
-        {
-            auto device = DynamicCast<CsmaNetDevice>(m_members[i]->device);
-            csma->Detach(device);
-            device->Attach(csma);
-            Pace(i, rates[0]); // after Attach, which sets a gap of its own
-        }
-    }
+    Member& m = *m_members.at(member);
+    m.sendLoss = pipe.loss;
+    Limit(member, pipe.queue);
+    DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(pipe.rateBps)));
+    m.rateBps = pipe.rateBps;
+    m.delayS = pipe.delayS;
+    m.jitter = pipe.jitter;
+    m.mangle = pipe.mangle;
+    Pace(member);
 }
 
 void
 SimLink::SetDown(bool down)
 {
     m_down = down;
+}
+
+void
+SimLink::PipeJson(std::ostringstream& s, size_t member, bool sent) const
+{
+    const Member& m = *m_members[member];
+    auto wire = DynamicCast<WireChannel>(m.device->GetChannel());
+    if (sent)
+    {
+        // As linkd counts them: duplicates go out beside their originals.
+        Counters egress = m.egress;
+        const Mangled& made = wire->Counts(member);
+        egress.packetsOut += made.duplicates;
+        egress.bytesOut += made.duplicateBytes;
+        auto held = DynamicCast<SendQueue>(m.queue);
+        Json(s, egress, held->HeldPackets(m), held->HeldBytes(m), made);
+        return;
+    }
+    // A corrupted packet reaches its receiver, which discards it.
+    Counters ingress = m.ingress;
+    const Mangled& came = wire->Counts(1 - member);
+    ingress.packetsIn += came.discarded;
+    ingress.bytesIn += came.discardedBytes;
+    ingress.packetsOut += came.discarded;
+    ingress.bytesOut += came.discardedBytes;
+    Json(s, ingress, 0, 0);
 }
 
 std::string
@@ -636,27 +685,100 @@ SimLink::CountersJson() const
     s << "\"" << m_name << "\":{\"ports\":{";
     for (size_t i = 0; i < m_members.size(); ++i)
     {
-        const Member& m = *m_members[i];
-        Counters egress = m.egress;
-        Counters ingress = m.ingress;
-        Mangled sent;
-        if (auto wire = DynamicCast<WireChannel>(m.device->GetChannel()))
-        {
-            // As linkd counts them: duplicates go out beside their originals, and a corrupted
-            // packet reaches its receiver, which discards it.
-            sent = wire->Counts(i);
-            egress.packetsOut += sent.duplicates;
-            egress.bytesOut += sent.duplicateBytes;
-            const Mangled& came = wire->Counts(1 - i);
-            ingress.packetsIn += came.discarded;
-            ingress.bytesIn += came.discardedBytes;
-            ingress.packetsOut += came.discarded;
-            ingress.bytesOut += came.discardedBytes;
-        }
-        s << (i ? "," : "") << "\"" << m.node << "\":{\"egress\":";
-        Json(s, egress, m.queue->GetNPackets(), m.queue->GetNBytes(), sent);
+        s << (i ? "," : "") << "\"" << m_members[i]->node << "\":{\"egress\":";
+        PipeJson(s, i, true);
         s << ",\"ingress\":";
-        Json(s, ingress, 0, 0);
+        PipeJson(s, i, false);
+        s << "}";
+    }
+    s << "}}";
+    return s.str();
+}
+
+SimLan::SimLan(std::string name)
+    : m_name(std::move(name)),
+      m_switch(CreateObject<Node>())
+{
+}
+
+Ptr<LanDevice>
+SimLan::Add(const std::string& node, Ptr<Node> at, const Pipe& egress, const Pipe& ingress)
+{
+    Ptr<WireChannel> channel = CreateObject<WireChannel>();
+    Ptr<LanDevice> device = CreateObject<LanDevice>();
+    device->SetAddress(Mac48Address::Allocate());
+    JoinWire(at, device, channel);
+    Ptr<PointToPointNetDevice> port = CreateObject<PointToPointNetDevice>();
+    port->SetAddress(Mac48Address::Allocate());
+    JoinWire(m_switch, port, channel);
+    // What reaches the switch's node goes to the switch, not to the stack it does not have.
+    port->SetReceiveCallback(MakeCallback(&SimLan::Forward, this));
+    auto link = std::make_unique<SimLink>(m_name, true);
+    link->Add(node, device, egress);
+    link->Add("switch/" + node, port, ingress); // named apart: its RED draws its own
+    m_where[Mac48Address::ConvertFrom(device->GetAddress())] = m_links.size();
+    m_links.push_back(std::move(link));
+    m_ports.push_back(port);
+    return device;
+}
+
+size_t
+SimLan::Members() const
+{
+    return m_links.size();
+}
+
+void
+SimLan::Set(size_t member, const Pipe& egress, const Pipe& ingress)
+{
+    m_links.at(member)->Set(0, egress);
+    m_links.at(member)->Set(1, ingress);
+}
+
+void
+SimLan::SetDown(bool down)
+{
+    for (auto& link : m_links)
+    {
+        link->SetDown(down);
+    }
+}
+
+bool
+SimLan::Forward(Ptr<NetDevice> port, Ptr<const Packet> frame, uint16_t, const Address&)
+{
+    size_t from = 0;
+    while (from < m_ports.size() && m_ports[from] != port)
+    {
+        ++from;
+    }
+    EthernetHeader ethernet(false);
+    frame->PeekHeader(ethernet);
+    Mac48Address to = ethernet.GetDestination();
+    auto known = to.IsGroup() ? m_where.end() : m_where.find(to);
+    for (size_t j = 0; j < m_ports.size(); ++j)
+    {
+        if (j != from && (known == m_where.end() || known->second == j))
+        {
+            m_ports[j]->Send(frame->Copy(), to, LAN_FRAME_PROTOCOL);
+        }
+    }
+    return true;
+}
+
+std::string
+SimLan::CountersJson() const
+{
+    std::ostringstream s;
+    s << "\"" << m_name << "\":{\"ports\":{";
+    for (size_t i = 0; i < m_links.size(); ++i)
+    {
+        // The member's egress pipe is its way to the switch; its ingress pipe, the switch's
+        // port's way to it.
+        s << (i ? "," : "") << "\"" << m_links[i]->At(0).node << "\":{\"egress\":";
+        m_links[i]->PipeJson(s, 0, true);
+        s << ",\"ingress\":";
+        m_links[i]->PipeJson(s, 1, true);
         s << "}";
     }
     s << "}}";

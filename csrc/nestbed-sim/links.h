@@ -1,25 +1,27 @@
 // The simulated links and LANs of nestbed-sim, as events change them and as their counters
 // see them.
 //
-// Every member of a link (a node's device on it) has a queue and a rate. On a point-to-point
-// link, the member's queue decides the loss of what it sends as linkd's pipe does, as each
-// packet arrives, before the queue and the rate (Bernoulli or Gilbert-Elliott, and drops by
-// ordinal); on a LAN, a receive error model drops what the LAN loses on the way to the
-// member. `down` makes both drop everything, as linkd's blackhole does, and `up` gives back
-// the link's loss. The
-// counters of each member mirror linkd's pipes: "egress" is what the member's device sends
-// (into its queue, or dropped because the queue was full, and out on the wire), "ingress"
-// what reaches it (kept, or dropped by the loss model or because the link was down). Bytes
-// are as the link carries them: the IP packet and the link's own header (and a LAN's padding
-// of short frames).
+// Every direction of a point-to-point link is a pipe as linkd's: the sending member's queue
+// decides the loss of what it sends as each packet arrives, before the queue and the rate
+// (Bernoulli or Gilbert-Elliott, and drops by ordinal), then the rate, then the delay with its
+// jitter, duplication and corruption (wire.h). A LAN is built as linkd builds an emulated one:
+// each member is joined to the LAN's switch by a link of its own, whose way in carries the
+// member's egress pipe and whose way out its ingress pipe, and the switch forwards each frame
+// by its Ethernet destination (SimLan). `down` drops everything, as linkd's blackhole does, and
+// `up` gives back the link's loss. The counters of each member mirror linkd's pipes: "egress"
+// is what the member's device sends (into its queue, or dropped, and out on the wire),
+// "ingress" what reaches it (on a LAN, what the switch's port toward it took in and sent).
+// Bytes are as the link carries them: the IP packet and the link's own header (a LAN's, its
+// Ethernet header in a 2-byte PPP frame); what a queue holds is counted as linkd counts it
+// (the packet on the wire among them, each as its Ethernet frame).
 //
-// Every member's queue (SendQueue, a LAN member's too) admits by its own limit and counts
-// what it turns away, so ns-3's flow control never stops a device.
+// Every member's queue (SendQueue) admits by its own limit and counts what it turns away, so
+// ns-3's flow control never stops a device.
 
 #pragma once
 
 #include "ns3/core-module.h"
-#include "ns3/csma-module.h"
+#include "ns3/point-to-point-module.h"
 #include "ns3/error-model.h"
 #include "ns3/network-module.h"
 #include "red.h"
@@ -27,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <sstream>
 #include <map>
 #include <set>
 #include <memory>
@@ -96,43 +99,59 @@ class LossDraw
     ns3::Ptr<ns3::UniformRandomVariable> m_random;
 };
 
-// The receive side of a member: drops what its Loss decides (a LAN's), everything while the
-// link is down.
+// The receive side of a member: drops everything while the link is down (what was on the
+// wire when it went down).
 class LinkLoss : public ns3::ErrorModel
 {
   public:
     static ns3::TypeId GetTypeId();
 
-    Loss loss;
     const bool* down = nullptr;
 
   private:
     bool DoCorrupt(ns3::Ptr<ns3::Packet> p) override;
     void DoReset() override;
-
-    LossDraw m_draw;
 };
 
 struct Member;
 
-// A simulated LAN member's device: ns-3's CSMA device, deaf to link changes. SimLink attaches
-// it anew to change its rate, which ns-3 announces as the link coming up again, and the ARP
-// cache then forgets every neighbour (and drops what waits for one); nestbed-sim takes a
-// link down with its loss models, never with a device's link state, so nothing else listens.
-class LanDevice : public ns3::CsmaNetDevice
+// A simulated LAN member's device: a point-to-point device toward the LAN's switch that
+// carries Ethernet frames (its PPP frames hold an Ethernet header, so that ARP and the
+// switch find members by their addresses, as on an emulated LAN), and passes up only what is
+// addressed to it, to all, or to a group.
+class LanDevice : public ns3::PointToPointNetDevice
 {
   public:
-    void AddLinkChangeCallback(ns3::Callback<void> callback) override;
+    static ns3::TypeId GetTypeId();
+    bool Send(ns3::Ptr<ns3::Packet> packet, const ns3::Address& dest, uint16_t protocol) override;
+    bool SendFrom(ns3::Ptr<ns3::Packet> packet,
+                  const ns3::Address& source,
+                  const ns3::Address& dest,
+                  uint16_t protocol) override;
+    bool NeedsArp() const override;
+    bool IsPointToPoint() const override;
+    bool SupportsSendFrom() const override;
+    void SetReceiveCallback(ns3::NetDevice::ReceiveCallback cb) override;
+    void SetPromiscReceiveCallback(ns3::NetDevice::PromiscReceiveCallback cb) override;
+
+  private:
+    bool FromWire(ns3::Ptr<ns3::NetDevice>,
+                  ns3::Ptr<const ns3::Packet> p,
+                  uint16_t,
+                  const ns3::Address&);
+
+    ns3::NetDevice::ReceiveCallback m_up;
+    ns3::NetDevice::PromiscReceiveCallback m_promisc;
 };
 
+// The PPP protocol a LAN's frames travel under (ns-3's point-to-point device knows only IP's).
+constexpr uint16_t LAN_FRAME_PROTOCOL = 0x0800;
+
 // The queue of what a member sends. It drops a packet as it arrives when its ordinal is to be
-// dropped or when the loss model loses it (the model draws for every packet, as linkd's
-// does), and on a point-to-point link when the link is down, before it takes a place in the
-// queue or time on the wire (a LAN's Bernoulli loss and down act on the way to each member
-// instead: LinkLoss). Its limit,
-// in packets or bytes, and its RED count the packet the device holds as linkd's queue does:
-// ns-3's device takes that packet out of its queue as it starts sending it (a LAN's, also
-// while it backs off from a busy channel).
+// dropped, when the loss model loses it (the model draws for every packet, as linkd's does),
+// or when the link is down, before it takes a place in the queue or time on the wire. Its
+// limit, in packets or bytes, and its RED count the packet the device holds as linkd's queue
+// does: ns-3's device takes that packet out of its queue as it starts sending it.
 class SendQueue : public ns3::DropTailQueue<ns3::Packet>
 {
   public:
@@ -150,13 +169,14 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
     uint32_t limitPackets = 0; // its limit: packets, or (when not 0) bytes
     uint32_t limitBytes = 0;
 
-  private:
-    // Whether the limit leaves room for a frame of FRAME bytes beside what the queue holds.
-    bool Admits(const Member& m, uint32_t frame) const;
     // What the queue holds, as linkd counts it: packets and frame bytes, the one the device
     // holds among them.
     uint64_t HeldPackets(const Member& m) const;
     uint64_t HeldBytes(const Member& m) const;
+
+  private:
+    // Whether the limit leaves room for a frame of FRAME bytes beside what the queue holds.
+    bool Admits(const Member& m, uint32_t frame) const;
     // The counter of the drop that RED and the limit decide for a frame of FRAME bytes, or
     // null to keep it.
     uint64_t* Decide(Member& m, uint32_t frame);
@@ -170,15 +190,16 @@ class SendQueue : public ns3::DropTailQueue<ns3::Packet>
 struct Member
 {
     std::string node;
-    bool lan = false;
-    uint32_t header = 0; // bytes the link adds to an IP packet (a LAN: and pads short ones to)
+    uint32_t header = 0; // bytes the link adds to an IP packet
     ns3::Ptr<ns3::NetDevice> device;
     ns3::Ptr<ns3::Queue<ns3::Packet>> queue;
-    ns3::Ptr<LinkLoss> error; // what this member's receive side loses
+    ns3::Ptr<LinkLoss> error; // what this member's receive side loses (a plain link's)
     Loss sendLoss;            // of what this member sends
-    Jitter jitter;            // of what this member sends (point-to-point links)
-    Mangle mangle;            // of what this member sends (point-to-point links)
+    double delayS = 0;        // of what this member sends
+    Jitter jitter;            // of what this member sends
+    Mangle mangle;            // of what this member sends
     uint32_t onWire = 0;      // the frame bytes (as linkd counts them) its device holds, or 0
+    ns3::Time wireUntil;      // when the device lets that frame go (its gap after it ended)
     double rateBps = 0;       // what it sends at (0: unlimited)
     ns3::Time gap;            // what its device leaves after each packet (Pace)
     bool idle = false;        // its queue emptied (RED's idle decay), at idleSince
@@ -188,52 +209,100 @@ struct Member
     Counters ingress;
 };
 
+// How one member sends: one direction of a point-to-point link, or one half (the member's
+// egress, or its ingress from the switch) of a LAN.
+struct Pipe
+{
+    double rateBps = 0;
+    double delayS = 0;
+    QueueLimit queue;
+    Loss loss;
+    Jitter jitter;
+    Mangle mangle;
+};
+
+// A point-to-point link of two members, the devices at its ends: a link of the experiment,
+// or (LAN_MEMBER) a LAN member's link to its switch, whose frames carry an Ethernet header
+// inside PPP and whose corrupted frames go on to their receivers. `down` drops what the
+// members send from then on; on a plain link also what is on the wire (its receivers drop
+// it), on a LAN member's link not, as linkd's blackhole lets what it passed go on, and only
+// what the member sends (its switch's port passes on what was under way).
 class SimLink
 {
   public:
-    SimLink(std::string name, bool lan);
+    SimLink(std::string name, bool lanMember);
 
-    // A member: its device and the node it belongs to, the rate it sends at, the loss of
-    // what it sends (a point-to-point link) or on the way to it (a LAN), and on a
-    // point-to-point link the jitter, duplication and corruption of what it sends.
+    // Joins NODE's DEVICE (its queue a SendQueue, attached to the link's WireChannel) to
+    // the link, sending as PIPE says. The first member added sends in the channel's
+    // direction 0.
     void Add(const std::string& node,
-             ns3::Ptr<ns3::NetDevice> device,
-             double rateBps,
-             const Loss& loss,
-             const Jitter& jitter = {},
-             const Mangle& mangle = {});
-
-    bool Lan() const;
+             ns3::Ptr<ns3::PointToPointNetDevice> device,
+             const Pipe& pipe);
     size_t Members() const;
-    // Rate and queue limit of each member's device, the delay, the loss of what each member
-    // sends, and the jitter, duplication and corruption of what each member sends
-    // (point-to-point links only); for a LAN, rates[0] and losses[0] stand for all.
-    void Set(const std::vector<double>& rates,
-             double delayS,
-             const std::vector<QueueLimit>& queues,
-             const std::vector<Loss>& losses,
-             const std::vector<Jitter>& jitters,
-             const std::vector<Mangle>& mangles);
-    // The queue limit of a member's device.
-    void Limit(size_t member, const QueueLimit& limit);
-    // The loss of what a LAN's member sends: its drops by ordinal and Gilbert-Elliott loss,
-    // as its egress pipe's on an emulated LAN (the LAN's Bernoulli loss is drawn where each
-    // member receives).
-    void SendLoss(size_t member, const Loss& loss);
+    const Member& At(size_t member) const;
+    // How a member sends from now on.
+    void Set(size_t member, const Pipe& pipe);
     void SetDown(bool down);
     // "LINK": {"ports": {NODE: {"egress": {"counters": {...}}, "ingress": ...}}}, the shape
     // of linkd's counters reply.
     std::string CountersJson() const;
+    // As linkd's "counters" object: what a member sends (SENT; with the duplicates its
+    // direction made), or what reaches it (with the corrupted packets of the other
+    // direction, which its receiver discards).
+    void PipeJson(std::ostringstream& s, size_t member, bool sent) const;
 
   private:
-    // The gap a member leaves after each packet it sends at RATE (the wire bytes its header
-    // lacks), and on a point-to-point link its direction of the channel.
-    void Pace(size_t member, double bps);
+    // The queue limit of a member's device.
+    void Limit(size_t member, const QueueLimit& limit);
+    // The gap a member leaves after each packet it sends at its rate (the wire bytes its
+    // header lacks), and its direction of the channel.
+    void Pace(size_t member);
 
     std::string m_name;
-    bool m_lan;
+    bool m_lanMember;
     bool m_down = false;
+    bool m_never = false; // the down of a switch's port
     std::vector<std::unique_ptr<Member>> m_members;
+};
+
+// Joins DEVICE, on NODE, to CHANNEL as nestbed-sim's links join theirs: its own queue
+// (SendQueue), and the queue interface ns-3's traffic control reads.
+void JoinWire(ns3::Ptr<ns3::Node> node,
+              ns3::Ptr<ns3::PointToPointNetDevice> device,
+              ns3::Ptr<WireChannel> channel);
+
+// A LAN as linkd's emulated one: every member joined by a link of its own to the LAN's
+// switch (a node of its own, no IP), the member's egress pipe on the way in and its ingress
+// pipe on the way out. The switch sends a frame out of the port of its destination's
+// member, or, for all, a group or an address it does not know, out of every other port. So
+// members may differ in rate, delay, loss and queue, and have jitter, duplication and
+// corruption, as on an emulated LAN, and what one member sends never waits for another's.
+class SimLan
+{
+  public:
+    explicit SimLan(std::string name);
+    // A member: NODE's device on the LAN (to give its address), its egress and ingress pipes.
+    ns3::Ptr<LanDevice> Add(const std::string& node,
+                            ns3::Ptr<ns3::Node> at,
+                            const Pipe& egress,
+                            const Pipe& ingress);
+    size_t Members() const;
+    void Set(size_t member, const Pipe& egress, const Pipe& ingress);
+    void SetDown(bool down);
+    std::string CountersJson() const;
+
+  private:
+    bool Forward(ns3::Ptr<ns3::NetDevice> port,
+                 ns3::Ptr<const ns3::Packet> frame,
+                 uint16_t protocol,
+                 const ns3::Address& from);
+
+    std::string m_name;
+    ns3::Ptr<ns3::Node> m_switch;
+    // Each member's link: member 0 its device, member 1 the switch's port toward it.
+    std::vector<std::unique_ptr<SimLink>> m_links;
+    std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> m_ports;
+    std::map<ns3::Mac48Address, size_t> m_where; // each member device's address: its port
 };
 
 // A packet's bytes on an emulated link beside its IP packet: linkd counts an Ethernet frame

@@ -24,9 +24,10 @@
 //       then "@N,N,..." for the ordinals of packets to drop; a jitter "0" or
 //       "JITTER_S/DISTRIBUTION/REORDER", as wire.h delivers it; a mangle "0" or
 //       "DUPLICATE/CORRUPT", probabilities, as wire.h carries them out)
-//   lan LAN RATE_BPS DELAY_S LOSS NODE ADDR QUEUE SEND_LOSS [NODE ADDR QUEUE SEND_LOSS ...]
-//       (LOSS: Bernoulli, of every packet between two members, drawn where each receives;
-//       QUEUE and SEND_LOSS, as a p2p link's, of what the member sends)
+//   lan LAN NODE ADDR EGRESS INGRESS [NODE ADDR EGRESS INGRESS ...]
+//       (EGRESS, what the member sends, and INGRESS, what reaches it, are each a pipe of
+//       six words, RATE_BPS DELAY_S QUEUE LOSS JITTER MANGLE, words as a p2p link's: the
+//       member's pipes to and from the LAN's switch, as on an emulated LAN)
 //   attach LINK NODE ADDR FD [MTU]
 //       (MTU: the largest IP packet the attachment's interface carries, 1500 if not given;
 //       less across a cluster's VXLAN, where ns-3 fragments what is larger)
@@ -49,7 +50,7 @@
 //   state ID                          {"done": true|false}
 //   p2p-set LINK RATE_A_BPS RATE_B_BPS DELAY_S QUEUE_A QUEUE_B LOSS_A LOSS_B
 //           [JITTER_A JITTER_B [MANGLE_A MANGLE_B]]
-//   lan-set LAN RATE_BPS DELAY_S LOSS QUEUE SEND_LOSS [QUEUE SEND_LOSS ...]   (each member's)
+//   lan-set LAN EGRESS INGRESS [EGRESS INGRESS ...]                  (each member's pipes)
 //   link LINK up|down                 down drops every packet on the link until up
 //   counters                          {"links": {LINK: {"ports": {NODE: {"egress": ...}}}}}
 //   waits                             {"waits": {...}}: the attachments' frames' waits between
@@ -68,7 +69,6 @@
 
 #include "ns3/applications-module.h"
 #include "ns3/core-module.h"
-#include "ns3/csma-module.h"
 #include "ns3/fd-net-device-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
@@ -90,6 +90,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace ns3;
@@ -215,6 +216,20 @@ TailWords(std::istringstream& words)
     return tail;
 }
 
+// A LAN member's pipe: RATE_BPS DELAY_S QUEUE LOSS JITTER MANGLE.
+Pipe
+PipeWords(std::istringstream& words)
+{
+    Pipe pipe;
+    pipe.rateBps = Word<double>(words, "rate");
+    pipe.delayS = Word<double>(words, "delay");
+    pipe.queue = QueueWord(words);
+    pipe.loss = LossWord(words);
+    pipe.jitter = ParsedWord(words, "jitter", &ParseJitter);
+    pipe.mangle = ParsedWord(words, "mangle", &ParseMangle);
+    return pipe;
+}
+
 // A path of a command, percent-encoded so that it is one word.
 std::string
 PathWord(std::istringstream& words, const char* what)
@@ -234,12 +249,6 @@ PathWord(std::istringstream& words, const char* what)
         }
     }
     return path;
-}
-
-std::string
-QueueSize(uint32_t packets)
-{
-    return std::to_string(packets) + "p";
 }
 
 std::string
@@ -273,6 +282,7 @@ class Simulation
     Ptr<Node> Find(const std::string& name) const;
     Ptr<Node> Owner(Ipv4Address address) const;
     SimLink& FindLink(const std::string& name);
+    SimLan& FindLan(const std::string& name);
     void Address(Ptr<Node> node, Ptr<NetDevice> device, const std::string& text);
     void Statement(const std::string& verb, std::istringstream& words);
     std::string Command(const std::string& line);
@@ -283,6 +293,7 @@ class Simulation
 
     std::map<std::string, Ptr<Node>> m_nodes;
     std::map<std::string, std::unique_ptr<SimLink>> m_links;
+    std::map<std::string, std::unique_ptr<SimLan>> m_lans;
     std::map<std::string, std::unique_ptr<nestbed::Tool>> m_tools;
     std::vector<Ptr<NetDevice>> m_devices;
     int m_control = -1;
@@ -313,7 +324,20 @@ Simulation::FindLink(const std::string& name)
     auto it = m_links.find(name);
     if (it == m_links.end())
     {
-        throw BadLine("unknown simulated link " + name);
+        throw BadLine(m_lans.count(name) ? name + " is a LAN, not a p2p link"
+                                         : "unknown simulated link " + name);
+    }
+    return *it->second;
+}
+
+SimLan&
+Simulation::FindLan(const std::string& name)
+{
+    auto it = m_lans.find(name);
+    if (it == m_lans.end())
+    {
+        throw BadLine(m_links.count(name) ? name + " is a p2p link, not a LAN"
+                                          : "unknown simulated LAN " + name);
     }
     return *it->second;
 }
@@ -393,61 +417,35 @@ Simulation::Statement(const std::string& verb, std::istringstream& words)
         Loss lossA = LossWord(words);
         Loss lossB = LossWord(words);
         Tail tail = TailWords(words);
-        // As PointToPointHelper::Install, with the channel of wire.h.
         Ptr<WireChannel> channel = CreateObject<WireChannel>();
-        channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
-        NetDeviceContainer devices;
-        for (auto [node, rate] : {std::pair{a, rateA}, std::pair{b, rateB}})
+        auto link = std::make_unique<SimLink>(name, false);
+        for (auto [node, at, pipe] : {std::tuple{nodeA, a, Pipe{rateA, delay, queueA, lossA,
+                                                              tail.jitters[0], tail.mangles[0]}},
+                                      std::tuple{nodeB, b, Pipe{rateB, delay, queueB, lossB,
+                                                              tail.jitters[1], tail.mangles[1]}}})
         {
             Ptr<PointToPointNetDevice> device = CreateObject<PointToPointNetDevice>();
             device->SetAddress(Mac48Address::Allocate());
-            device->SetDataRate(DataRate(Rate(rate)));
-            node->AddDevice(device);
-            Ptr<Queue<Packet>> packets = CreateObject<SendQueue>();
-            device->SetQueue(packets);
-            device->Attach(channel);
-            Ptr<NetDeviceQueueInterface> flow = CreateObject<NetDeviceQueueInterface>();
-            flow->GetTxQueue(0)->ConnectQueueTraces(packets);
-            device->AggregateObject(flow);
-            devices.Add(device);
+            JoinWire(at, device, channel);
+            link->Add(node, device, pipe);
         }
-        auto link = std::make_unique<SimLink>(name, false);
-        link->Add(nodeA, devices.Get(0), rateA, lossA, tail.jitters[0], tail.mangles[0]);
-        link->Add(nodeB, devices.Get(1), rateB, lossB, tail.jitters[1], tail.mangles[1]);
-        link->Limit(0, queueA);
-        link->Limit(1, queueB);
+        Address(a, link->At(0).device, addrA);
+        Address(b, link->At(1).device, addrB);
         m_links[name] = std::move(link);
-        Address(a, devices.Get(0), addrA);
-        Address(b, devices.Get(1), addrB);
     }
     else if (verb == "lan")
     {
         auto name = Word<std::string>(words, "LAN name");
-        auto rate = Word<double>(words, "rate");
-        auto delay = Word<double>(words, "delay");
-        Loss loss = LossWord(words);
-        // As CsmaHelper::Install, with each member's own queue (SendQueue).
-        Ptr<CsmaChannel> channel = CreateObject<CsmaChannel>();
-        channel->SetAttribute("DataRate", DataRateValue(DataRate(Rate(rate))));
-        channel->SetAttribute("Delay", TimeValue(Seconds(delay)));
-        auto lan = std::make_unique<SimLink>(name, true);
+        auto lan = std::make_unique<SimLan>(name);
         std::string node;
-        for (size_t i = 0; words >> node; ++i)
+        while (words >> node)
         {
             auto addr = Word<std::string>(words, "address");
-            QueueLimit queue = QueueWord(words);
-            Loss sending = LossWord(words);
-            Ptr<LanDevice> device = CreateObject<LanDevice>();
-            device->SetAddress(Mac48Address::Allocate());
-            Find(node)->AddDevice(device);
-            device->SetQueue(CreateObject<SendQueue>());
-            device->Attach(channel);
-            lan->Add(node, device, rate, loss);
-            lan->Limit(i, queue);
-            lan->SendLoss(i, sending);
-            Address(Find(node), device, addr);
+            Pipe egress = PipeWords(words);
+            Pipe ingress = PipeWords(words);
+            Address(Find(node), lan->Add(node, Find(node), egress, ingress), addr);
         }
-        m_links[name] = std::move(lan);
+        m_lans[name] = std::move(lan);
     }
     else if (verb == "attach")
     {
@@ -636,54 +634,60 @@ Simulation::Command(const std::string& line)
             }
             return Reply(std::string("\"done\":") + (it->second->Done() ? "true" : "false"));
         }
-        if (verb == "p2p-set" || verb == "lan-set")
+        if (verb == "p2p-set")
         {
             SimLink& link = FindLink(Word<std::string>(words, "link name"));
-            if (link.Lan() != (verb == "lan-set"))
+            Pipe a, b;
+            a.rateBps = Word<double>(words, "rate");
+            b.rateBps = Word<double>(words, "rate");
+            a.delayS = b.delayS = Word<double>(words, "delay");
+            a.queue = QueueWord(words);
+            b.queue = QueueWord(words);
+            a.loss = LossWord(words);
+            b.loss = LossWord(words);
+            Tail tail = TailWords(words);
+            std::tie(a.jitter, b.jitter) = std::tie(tail.jitters[0], tail.jitters[1]);
+            std::tie(a.mangle, b.mangle) = std::tie(tail.mangles[0], tail.mangles[1]);
+            link.Set(0, a);
+            link.Set(1, b);
+            return Reply("");
+        }
+        if (verb == "lan-set")
+        {
+            SimLan& lan = FindLan(Word<std::string>(words, "LAN name"));
+            std::vector<std::pair<Pipe, Pipe>> pipes;
+            for (size_t i = 0; i < lan.Members(); ++i)
             {
-                throw BadLine("the link is not a " + std::string(link.Lan() ? "p2p" : "LAN"));
+                Pipe egress = PipeWords(words);
+                pipes.emplace_back(egress, PipeWords(words));
             }
-            std::vector<double> rates{Word<double>(words, "rate")};
-            if (!link.Lan())
+            std::string rest;
+            if (words >> rest)
             {
-                rates.push_back(Word<double>(words, "rate"));
+                throw BadLine("more words than the LAN's members' pipes: " + rest);
             }
-            auto delay = Word<double>(words, "delay");
-            std::vector<QueueLimit> queues;
-            std::vector<Loss> losses;
-            Tail tail{{}, {}};
-            std::vector<Loss> sending;
-            if (link.Lan())
+            for (size_t i = 0; i < pipes.size(); ++i)
             {
-                losses.push_back(LossWord(words));
-                for (size_t i = 0; i < link.Members(); ++i)
-                {
-                    queues.push_back(QueueWord(words));
-                    sending.push_back(LossWord(words));
-                }
-            }
-            else
-            {
-                queues = {QueueWord(words), QueueWord(words)};
-                losses = {LossWord(words), LossWord(words)};
-                tail = TailWords(words);
-            }
-            link.Set(rates, delay, queues, losses, tail.jitters, tail.mangles);
-            for (size_t i = 0; i < sending.size(); ++i)
-            {
-                link.SendLoss(i, sending[i]);
+                lan.Set(i, pipes[i].first, pipes[i].second);
             }
             return Reply("");
         }
         if (verb == "link")
         {
-            SimLink& link = FindLink(Word<std::string>(words, "link name"));
+            auto name = Word<std::string>(words, "link name");
             auto state = Word<std::string>(words, "state");
             if (state != "up" && state != "down")
             {
                 throw BadLine("a link is up or down, not " + state);
             }
-            link.SetDown(state == "down");
+            if (m_lans.count(name))
+            {
+                FindLan(name).SetDown(state == "down");
+            }
+            else
+            {
+                FindLink(name).SetDown(state == "down");
+            }
             return Reply("");
         }
         if (verb == "waits")
@@ -696,6 +700,10 @@ Simulation::Command(const std::string& line)
             for (const auto& [name, link] : m_links)
             {
                 links += (links.empty() ? "" : ",") + link->CountersJson();
+            }
+            for (const auto& [name, lan] : m_lans)
+            {
+                links += (links.empty() ? "" : ",") + lan->CountersJson();
             }
             return Reply("\"links\":{" + links + "}");
         }
@@ -852,6 +860,13 @@ main()
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
     // ns-2's minrto_ (0.2 s), as the experiment files are ns-2's, rather than ns-3's 1 s.
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
+    // Address resolution as the emulated nodes' Linux does it: the request sent at once
+    // (ns-3 waits up to 10 ms, against collisions on a shared medium no simulated LAN has),
+    // and up to 101 packets kept for the answer (Linux's unres_qlen; ns-3 keeps 3 and drops
+    // the rest, so a flow's start on a LAN with a delay lost packets an emulated LAN keeps).
+    Config::SetDefault("ns3::ArpL3Protocol::RequestJitter",
+                       StringValue("ns3::ConstantRandomVariable[Constant=0.0]"));
+    Config::SetDefault("ns3::ArpCache::PendingQueueSize", UintegerValue(101));
     struct sigaction action = {};
     action.sa_handler = OnSignal;
     sigaction(SIGTERM, &action, nullptr);

@@ -114,6 +114,44 @@ ParseMangle(const std::string& word)
 }
 
 TypeId
+CorruptTag::GetTypeId()
+{
+    static TypeId tid = TypeId("nestbed::CorruptTag")
+                            .SetParent<Tag>()
+                            .SetGroupName("nestbed")
+                            .AddConstructor<CorruptTag>();
+    return tid;
+}
+
+TypeId
+CorruptTag::GetInstanceTypeId() const
+{
+    return GetTypeId();
+}
+
+uint32_t
+CorruptTag::GetSerializedSize() const
+{
+    return 0;
+}
+
+void
+CorruptTag::Serialize(TagBuffer) const
+{
+}
+
+void
+CorruptTag::Deserialize(TagBuffer)
+{
+}
+
+void
+CorruptTag::Print(std::ostream& os) const
+{
+    os << "corrupted";
+}
+
+TypeId
 WireChannel::GetTypeId()
 {
     static TypeId tid = TypeId("nestbed::WireChannel")
@@ -130,11 +168,22 @@ WireChannel::WireChannel()
 }
 
 void
-WireChannel::SetDirection(size_t direction, Time gap, const Jitter& jitter, const Mangle& mangle)
+WireChannel::SetDirection(size_t direction,
+                          Time gap,
+                          Time delay,
+                          const Jitter& jitter,
+                          const Mangle& mangle)
 {
     m_directions.at(direction).gap = gap;
+    m_directions.at(direction).delay = delay;
     m_directions.at(direction).jitter = jitter;
     m_directions.at(direction).mangle = mangle;
+}
+
+void
+WireChannel::CarryCorrupted(bool carry)
+{
+    m_carryCorrupted = carry;
 }
 
 const Mangled&
@@ -187,7 +236,16 @@ WireChannel::TransmitStart(Ptr<const Packet> p, Ptr<PointToPointNetDevice> src, 
     bool corrupt = d.mangle.corrupt > 0 && m_uniform->GetValue() < d.mangle.corrupt;
     bool duplicate = d.mangle.duplicate > 0 && m_uniform->GetValue() < d.mangle.duplicate;
     d.counts.corrupted += corrupt ? 1 : 0;
-    Deliver(d, p, corrupt ? nullptr : dst, transmitted, !corrupt);
+    if (corrupt && m_carryCorrupted)
+    {
+        Ptr<Packet> marked = p->Copy();
+        marked->AddPacketTag(CorruptTag());
+        Deliver(d, marked, dst, transmitted, false);
+    }
+    else
+    {
+        Deliver(d, p, corrupt ? nullptr : dst, transmitted, !corrupt);
+    }
     if (duplicate)
     {
         ++d.counts.duplicates;
@@ -204,7 +262,7 @@ WireChannel::Deliver(Direction& d,
                      Time transmitted,
                      bool counted)
 {
-    Time due = std::max(transmitted + GetDelay() + Seconds(Draw(d.jitter)), transmitted);
+    Time due = std::max(transmitted + d.delay + Seconds(Draw(d.jitter)), transmitted);
     // The earliest the packet may arrive: once it is on the wire, and not before the packet
     // ahead of it unless the direction reorders.
     Time earliest = d.jitter.reorder ? transmitted : std::max(transmitted, d.lastDue);

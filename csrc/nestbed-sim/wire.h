@@ -1,10 +1,10 @@
-// The channel of nestbed-sim's simulated point-to-point links: ns-3's, with each direction's
-// packets delivered as linkd delivers them. A packet is on the wire for its Ethernet frame's
-// bytes (the sending device's rate covers its own header; the rest is a gap the device
-// leaves after it, see links.h's WIRE_BYTES), then the link's delay and this direction's
-// jitter: drawn as linkd draws it (netem's distributions, clipped to ±4 jitters), never
-// before the packet is on the wire, and never before the packet ahead of it unless the
-// direction reorders.
+// The channel of nestbed-sim's simulated point-to-point links, and of each LAN member's link
+// to its LAN's switch: ns-3's, with each direction's packets delivered as linkd delivers
+// them. A packet is on the wire for its Ethernet frame's bytes (the sending device's rate
+// covers its own header; the rest is a gap the device leaves after it, see links.h's
+// WIRE_BYTES), then this direction's delay and jitter: drawn as linkd draws it (netem's
+// distributions, clipped to ±4 jitters), never before the packet is on the wire, and never
+// before the packet ahead of it unless the direction reorders.
 
 #pragma once
 
@@ -54,6 +54,20 @@ struct Mangled
     uint64_t discardedBytes = 0;
 };
 
+// Marks a corrupted packet that a LAN member's link carries on (to the switch, and out to the
+// members it goes to), as linkd carries a corrupted frame to its receiver; the receiving
+// member's device discards it, as the receiver's checksum would.
+class CorruptTag : public ns3::Tag
+{
+  public:
+    static ns3::TypeId GetTypeId();
+    ns3::TypeId GetInstanceTypeId() const override;
+    uint32_t GetSerializedSize() const override;
+    void Serialize(ns3::TagBuffer) const override;
+    void Deserialize(ns3::TagBuffer) override;
+    void Print(std::ostream& os) const override;
+};
+
 class WireChannel : public ns3::PointToPointChannel
 {
   public:
@@ -61,8 +75,15 @@ class WireChannel : public ns3::PointToPointChannel
     WireChannel();
 
     // Direction 0 carries what the first attached device sends.
-    void SetDirection(size_t direction, ns3::Time gap, const Jitter& jitter, const Mangle& mangle);
+    void SetDirection(size_t direction,
+                      ns3::Time gap,
+                      ns3::Time delay,
+                      const Jitter& jitter,
+                      const Mangle& mangle);
     const Mangled& Counts(size_t direction) const;
+    // Whether a corrupted packet goes on, marked (a LAN member's link), rather than stopping
+    // at the receiver.
+    void CarryCorrupted(bool carry);
 
     bool TransmitStart(ns3::Ptr<const ns3::Packet> p,
                        ns3::Ptr<ns3::PointToPointNetDevice> src,
@@ -72,6 +93,7 @@ class WireChannel : public ns3::PointToPointChannel
     struct Direction
     {
         ns3::Time gap;
+        ns3::Time delay;
         Jitter jitter;
         Mangle mangle;
         Mangled counts;
@@ -79,7 +101,7 @@ class WireChannel : public ns3::PointToPointChannel
     };
 
     double Draw(const Jitter& jitter);
-    // Delivers P to DST at its due time after TRANSMITTED: the delay and D's jitter, never
+    // Delivers P to DST at its due time after TRANSMITTED: D's delay and jitter, never
     // before it is on the wire nor (unless D reorders) before the packet ahead of it, less
     // what it waited between the kernel and the simulation (COUNTED among the waits given
     // up); to no one when DST is null (its due time still holds back the packets behind
@@ -93,6 +115,7 @@ class WireChannel : public ns3::PointToPointChannel
     void Discarded(Direction* d, uint32_t bytes);
 
     std::array<Direction, 2> m_directions;
+    bool m_carryCorrupted = false;
     ns3::Ptr<ns3::UniformRandomVariable> m_uniform;
     ns3::Ptr<ns3::NormalRandomVariable> m_normal;
 };

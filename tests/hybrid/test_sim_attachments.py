@@ -36,7 +36,7 @@ links:
 
 
 def _warm(p: Any) -> None:
-    """Addresses resolved on every hop first (ns-3 keeps 3 packets waiting for ARP)."""
+    """Addresses resolved on every hop first, so that the timings below are the links'."""
     warm = ["ping", "-c", "5", "-i", "0.05", "-W", "2", "h2"]
     assert linux.exec_in(p, "h1", warm, capture_output=True).returncode == 0
 

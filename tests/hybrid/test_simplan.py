@@ -246,7 +246,14 @@ def test_events_on_a_simulated_link_become_nestbed_sim_settings():
     assert simplan.settings(reset).endswith(" 50 50 0.01 0.01")
 
 
-def test_a_simulated_lan_has_one_rate_delay_and_loss():
+def _lan_pipes(words: list[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Each member's egress and ingress pipe (RATE DELAY QUEUE LOSS JITTER MANGLE) in the
+    words of a `lan` statement (after its name: NODE ADDR EGRESS INGRESS ...)."""
+    members = [words[k : k + 14] for k in range(2, len(words), 14)]
+    return {m[0]: (m[2:8], m[8:14]) for m in members}
+
+
+def test_a_simulated_lans_members_have_its_shaping_split_into_their_two_pipes_as_linkds():
     from nestbed.backend import simplan
 
     text = HYBRID.replace(
@@ -258,13 +265,47 @@ def test_a_simulated_lan_has_one_rate_delay_and_loss():
     lan = exp.lans[0]
     statement = next(s for s in plan(exp).simulation.links if s.startswith("lan "))
     words = statement.split()
-    assert words[:4] == ["lan", "ether", "10000000", "0.004"]
-    assert float(words[4]) == pytest.approx(0.02)  # between any two members
-    # Each member's queue (linkd's default) and its own loss of what it sends (none)
-    assert words[5] == "r1" and words[7:9] == ["50", "0.0"]
+    assert words[:4] == ["lan", "ether", "r1", "10.1.1.2/24"]
+    pipes = _lan_pipes(words)
+    assert list(pipes) == ["r1", "r2"]
+    for egress, ingress in pipes.values():
+        for pipe in (egress, ingress):
+            # Half the delay each way to and from the switch, and half the loss: 2 % between
+            # any two members, as on an emulated LAN.
+            assert pipe[:3] == ["10000000", "0.002", "50"] and pipe[4:] == ["0", "0"]
+            assert 1 - (1 - float(pipe[3])) ** 2 == pytest.approx(0.02)
     settings = simplan.settings(lan).split()
-    assert settings[:4] == ["lan-set", "ether", "10000000", "0.004"]
-    assert settings[5:] == ["50", "0.0"] * 2
+    assert settings[:2] == ["lan-set", "ether"]
+    assert settings[2:] == [w for e, i in pipes.values() for w in e + i]
+
+
+def test_a_simulated_lans_members_each_have_their_own_rate_delay_queue_and_loss():
+    words = _lan_words("members: [{node: r1, egress: {bandwidth: 1Mb, delay: 3ms, drop_packets: "
+                       "[2]}}, {node: r2, ingress: {bandwidth: 5Mb, delay: 7ms, queue: {limit: 9},"
+                       " gilbert_elliott: {p: 0.05, r: 0.25}}}]")  # fmt: skip
+    pipes = _lan_pipes(words)
+    assert pipes["r1"][0] == ["1000000", "0.003", "50", "0.0@2", "0", "0"]
+    assert pipes["r1"][1] == ["0", "0.0", "50", "0.0", "0", "0"]
+    assert pipes["r2"][1] == ["5000000", "0.007", "9", "ge/0.05/0.25/1.0/0.0", "0", "0"]
+    # An event's lan-set keeps each member's own: here after r2's queue changed.
+    from nestbed.backend import simplan
+    from nestbed.model.events import link_after_event
+
+    text = HYBRID.replace("links:\n", "lans:\n  - {name: ether, members: [{node: r1, egress: "
+                          "{drop_packets: [2]}}, r2]}\nlinks:\n")  # fmt: skip
+    lan = build(text).lans[0]
+    changed = link_after_event(lan, lan, "queue-set", ("r2", "limit_", "9"))
+    words = simplan.settings(changed).split()
+    assert words[2:6] == ["0", "0.0", "50", "0.0@2"]  # r1's egress
+    assert words[14:18] == ["0", "0.0", "9", "0.0"]  # r2's egress
+
+
+def test_jitter_duplication_and_corruption_of_a_simulated_lan_are_its_members_sending():
+    pipes = _lan_pipes(_lan_words("members: [r1, r2], jitter: 1ms, duplicate: 0.01, "
+                                  "corrupt: 0.02"))  # fmt: skip
+    for egress, ingress in pipes.values():
+        assert egress[4:] == ["0.001/uniform/0", "0.01/0.02"]
+        assert ingress[4:] == ["0", "0"]
 
 
 def test_emulated_nodes_of_a_hybrid_experiment_send_no_duplicate_sacks():
@@ -281,22 +322,6 @@ TWO_EMULATED = "nodes: [{name: a}, {name: b}]\nlinks: [{name: l, members: [a, b]
 def _core(options: str) -> str:
     """HYBRID with the simulated core's options replaced by OPTIONS."""
     return HYBRID.replace("bandwidth: 2Mb, delay: 20ms, loss: 0.01, simulated: true", options)
-
-
-@pytest.mark.parametrize(
-    ("option", "what"), [("duplicate", "duplication"), ("corrupt", "corruption")]
-)
-def test_what_a_simulated_lan_cannot_do_is_refused_at_its_line(tmp_path, option, what):
-    path = tmp_path / "t.yaml"
-    lan = f"lans:\n  - {{name: ether, members: [r1, r2],\n     {option}: 0.01}}\nlinks:\n"
-    path.write_text(HYBRID.replace("links:\n", lan))
-    with pytest.raises(UserError) as caught:
-        load(path)
-    # The LAN is on line 5; the option on the line after
-    assert str(caught.value) == (
-        f"t.yaml:6: simulated lan ether asks for {what} on a LAN, which simulated links do not "
-        "have yet; remove it or move the lan out of make-simulated"
-    )
 
 
 def test_duplication_and_corruption_are_the_simulators_on_a_link_each_way():
@@ -362,44 +387,24 @@ def test_gilbert_elliott_loss_is_the_simulators_on_a_link_and_a_lan_members_send
 
     exp = build(_core("delay: 20ms, gilbert_elliott: {p: 0.05, r: 0.25}"))
     assert plan(exp).simulation.links[0].endswith(" ge/0.05/0.25/1.0/0.0 ge/0.05/0.25/1.0/0.0")
-    # On a LAN, what each member sends (its egress pipe's, on an emulated LAN); the LAN's
-    # own Bernoulli loss stays where each member receives.
-    words = _lan_words("members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}")
-    assert words[4] == "0.0" and words[8::4] == ["ge/0.05/0.25/1.0/0.0"] * 2
-    _refused_on_a_lan("members: [{node: r1, ingress: {gilbert_elliott: {p: 0.05, r: 0.25}}}, r2]",
-                      "Gilbert-Elliott loss on the way into a LAN member")  # fmt: skip
+    # On a LAN, what each member sends (its egress pipe's, as on an emulated LAN).
+    pipes = _lan_pipes(_lan_words("members: [r1, r2], gilbert_elliott: {p: 0.05, r: 0.25}"))
+    assert [(e[3], i[3]) for e, i in pipes.values()] == [("ge/0.05/0.25/1.0/0.0", "0.0")] * 2
     core = exp.links[0]
     from nestbed.model.events import link_after_event
 
     assert simplan.settings(link_after_event(core, core, "plr", ("0.1",))).endswith(" 0.1 0.1")
 
 
-def test_jitter_is_the_simulators_on_a_link_each_way_and_refused_on_a_lan():
+def test_jitter_is_the_simulators_on_a_link_each_way():
     exp = build(_core("delay: 20ms, jitter: 2ms, jitter_distribution: normal"))
     assert plan(exp).simulation.links[0].endswith(" 0.0 0.0 0.002/normal/0 0.002/normal/0")
-    _refused_on_a_lan("members: [r1, r2], jitter: 1ms", "jitter on a LAN")
 
 
-def test_drops_by_ordinal_are_the_simulators_on_a_link_and_a_lan_members_sending():
+def test_drops_by_ordinal_are_the_simulators_on_a_link_and_a_lan_members_pipes():
     exp = build(_core("delay: 20ms, drop_packets: [3, 17]"))
     assert plan(exp).simulation.links[0].endswith(" 50 50 0.0@3,17 0.0@3,17")
-    words = _lan_words("members: [{node: r1, egress: {drop_packets: [2]}}, r2]")
-    assert words[8::4] == ["0.0@2", "0.0"]
-    # An event's lan-set keeps each member's own: here after r2's queue changed.
-    from nestbed.backend import simplan
-    from nestbed.model.events import link_after_event
-
-    text = HYBRID.replace("links:\n", "lans:\n  - {name: ether, members: [{node: r1, egress: "
-                          "{drop_packets: [2]}}, r2]}\nlinks:\n")  # fmt: skip
-    lan = build(text).lans[0]
-    changed = link_after_event(lan, lan, "queue-set", ("r2", "limit_", "9"))
-    assert simplan.settings(changed).split()[5:] == ["50", "0.0@2", "9", "0.0"]
-    _refused_on_a_lan("members: [{node: r1, ingress: {drop_packets: [2]}}, r2]",
-                      "drops by ordinal on the way into a LAN member")  # fmt: skip
-
-
-def _refused_on_a_lan(options: str, what: str) -> None:
-    """HYBRID with a simulated LAN of r1 and r2 with OPTIONS is refused for WHAT."""
-    text = HYBRID.replace("links:\n", f"lans:\n  - {{name: ether, {options}}}\nlinks:\n")
-    with pytest.raises(UserError, match=f"simulated lan ether asks for {what}, which"):
-        build(text)
+    words = _lan_words("members: [{node: r1, egress: {drop_packets: [2]}}, {node: r2, ingress: "
+                       "{drop_packets: [3]}}]")  # fmt: skip
+    pipes = _lan_pipes(words)
+    assert [(e[3], i[3]) for e, i in pipes.values()] == [("0.0@2", "0.0"), ("0.0", "0.0@3")]

@@ -1,7 +1,6 @@
 """A simulated link's or LAN's queue limit, in packets or bytes, and its RED, counted as
 nestbed-linkd counts an emulated link's (each packet as its Ethernet frame, whatever header
-the simulated link adds and however a LAN pads it; the packet on the wire among what the queue
-holds): what nestbed-sim is told, events that change it, and the same traffic into the same
+the simulated link adds; the packet on the wire among what the queue holds): what nestbed-sim is told, events that change it, and the same traffic into the same
 queue on a simulated and an emulated link side by side."""
 
 from __future__ import annotations
@@ -47,11 +46,13 @@ def test_nestbed_sim_is_told_a_limit_in_bytes_and_events_change_it():
 def test_a_simulated_lan_takes_a_limit_in_bytes_and_events_change_it():
     exp = build(core_as_lan(BURST))
     statement = next(s for s in plan(exp).simulation.links if s.startswith("lan ether "))
-    assert statement.split()[7::4] == ["600B", "600B"]  # each member's, after its address
+    # Each member's pipes' (RATE DELAY QUEUE ...), to and from the switch, after its address.
+    words = statement.split()
+    assert [words[i] for i in (6, 12, 20, 26)] == ["600B"] * 4
     lan = exp.lans[0]
     # As on an emulated LAN, an event sets the queue of what one member sends.
     changed = link_after_event(lan, lan, "queue-set", ("r1", "limit_", "3000"))
-    assert simplan.settings(changed).split()[5::2] == ["3000B", "600B"]
+    assert simplan.settings(changed).split()[4::6] == ["3000B", "600B", "600B", "600B"]
 
 
 def _burst(p, src: str, dst: str, folder) -> int:  # type: ignore[no-untyped-def]
@@ -77,8 +78,7 @@ def _burst(p, src: str, dst: str, folder) -> int:  # type: ignore[no-untyped-def
      # The one on the wire alone: each burst's drops find nothing queued, and the next burst
      # is still carried (a drop that stopped ns-3's device queue once blocked it for good).
      ("{limit: 1}", 1, False), ("{limit: 100, limit_unit: bytes}", 1, False),
-     # A LAN's device pads each frame to Ethernet's least and holds the one it sends while it
-     # backs off; its queue counts neither so (ns-3's queue held 11 of 10 packets).
+     # A LAN member's queue, the same: what it sends to the switch.
      ("{limit: 600, limit_unit: bytes}", 10, True), ("{limit: 10}", 10, True),
      ("{limit: 1}", 1, True)],
 )  # fmt: skip
@@ -166,7 +166,8 @@ def test_red_on_a_simulated_link_is_linkds(tmp_path):
     assert words.split()[9].endswith("/red/5.0/15.0/0.2/10.0/500/1")
     lan = build(core_as_lan(RED).replace("QUEUE", RED_QUEUE))
     words = next(s for s in plan(lan).simulation.links if s.startswith("lan ether "))
-    assert words.split()[7::4] == ["50/red/5.0/15.0/0.2/10.0/500/0"] * 2
+    queues = [words.split()[i] for i in (6, 12, 20, 26)]  # each member's pipes'
+    assert queues == ["50/red/5.0/15.0/0.2/10.0/500/0"] * 4
 
 
 @pytest.mark.root

@@ -234,20 +234,20 @@ def _p2p_parameters(link: Link) -> str:
     return " ".join([words, *tail])
 
 
-def _lan_parameters(link: Link) -> tuple[str, list[str]]:
-    """RATE DELAY LOSS of a LAN, the same between any two of its members (``gaps`` has
-    checked: one member's egress and another's ingress are the same halves as its own two;
-    LOSS the Bernoulli loss, drawn where each member receives), and each member's QUEUE
-    SEND_LOSS: its queue and its Gilbert-Elliott loss and drops by ordinal, of what it
-    sends."""
-    out, into = _shaping(link.ports[0], link)
-    rate, delay = rate_and_delay(out, into)
-    members = []
-    for port in link.ports:
-        egress, _ = _shaping(port, link)
-        sending = _loss_word(egress.gilbert_elliott, 0.0, egress.drop_ordinals)
-        members.append(f"{_queue(egress, rate, delay)} {sending}")
-    return f"{rate} {delay!r} {bernoulli_loss(out, into)!r}", members
+def _pipe(s: Shaping) -> str:
+    """A LAN member's pipe, one half of its shaping (egress or ingress): RATE DELAY QUEUE LOSS
+    JITTER MANGLE, as linkd's pipe of that half on an emulated LAN."""
+    rate, delay = s.bandwidth_bps, s.delay_s
+    none = type(s)()
+    words = [str(rate), repr(delay), _queue(s, rate, delay),
+             _loss_word(s.gilbert_elliott, s.loss, s.drop_ordinals),
+             _jitter(s, none), _mangle(s, none)]  # fmt: skip
+    return " ".join(words)
+
+
+def _lan_pipes(link: Link) -> list[str]:
+    """Each member's EGRESS INGRESS pipes: its ways to and from the LAN's switch."""
+    return [" ".join(_pipe(s) for s in _shaping(port, link)) for port in link.ports]
 
 
 def _statement(link: Link) -> str:
@@ -255,11 +255,9 @@ def _statement(link: Link) -> str:
         a, b = link.ports
         ends = f"{a.node} {_cidr(link, a.node)} {b.node} {_cidr(link, b.node)}"
         return f"p2p {link.name} {ends} {_p2p_parameters(link)}"
-    shared, own = _lan_parameters(link)
-    members = " ".join(
-        f"{p.node} {_cidr(link, p.node)} {words}" for p, words in zip(link.ports, own, strict=True)
-    )
-    return f"lan {link.name} {shared} {members}"
+    members = " ".join(f"{p.node} {_cidr(link, p.node)} {pipes}"
+                       for p, pipes in zip(link.ports, _lan_pipes(link), strict=True))  # fmt: skip
+    return f"lan {link.name} {members}"
 
 
 def settings(link: Link) -> str:
@@ -270,8 +268,7 @@ def settings(link: Link) -> str:
         raise UserError(problems[0].sentence)
     if link.kind == "link":
         return f"p2p-set {link.name} {_p2p_parameters(link)}"
-    shared, own = _lan_parameters(link)
-    return f"lan-set {link.name} {shared} {' '.join(own)}"
+    return f"lan-set {link.name} {' '.join(_lan_pipes(link))}"
 
 
 def simulation(

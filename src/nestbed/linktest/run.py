@@ -344,8 +344,8 @@ class _Tester:
                 datagrams.collect(wait=wait if attempt == 0 else max(wait, ARP_RETRY_S))
 
     def _warm_up_simulated(self, directions: Sequence[Direction]) -> None:
-        """A few probes along each direction with a simulated end, received or not: ns-3
-        holds only 3 packets while it resolves an address, and nothing answers a datagram
+        """A few probes along each direction with a simulated end, received or not, so
+        that addresses are resolved before the probes are timed: nothing answers a datagram
         that finds no receiver in a simulated node, so no datagram is tried until one
         arrives."""
         probes = []

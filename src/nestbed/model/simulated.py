@@ -1,13 +1,16 @@
 """What a simulated link (or LAN) between simulated nodes can do of what its options ask.
 
-nestbed-sim's links are ns-3 point-to-point links and CSMA LANs with queue limits in packets
-or bytes, RED (linkd's own, linked into nestbed-sim), Bernoulli and Gilbert-Elliott loss and
-drops by ordinal, and jitter, duplication and corruption on point-to-point links, as linkd
-does them. Every other option would mean something else
-there or nothing, so it is refused, never ignored: by the front ends with its place in the
-file (``spec.resolve``), and by the back end when an event asks for it during a run
-(``backend.simplan``). Links between an emulated and a simulated node pass through linkd and
-can do everything.
+nestbed-sim's links are ns-3 point-to-point links, and its LANs members' links to a switch
+(as linkd builds an emulated LAN), with queue limits in packets or bytes, RED (linkd's own,
+linked into nestbed-sim), Bernoulli and Gilbert-Elliott loss and drops by ordinal, and
+jitter, duplication and corruption, as linkd does them. A LAN member's pipes are its own,
+each half (egress, ingress) with all of these; a point-to-point link has one delay, and
+each of its directions one jitter, one duplication, one corruption and one loss model where
+Gilbert-Elliott is in it, from either half. Anything else would mean something else there
+or nothing, so it is refused, never ignored: by the front ends with its place in the file
+(``spec.resolve``), and by the back end when an event asks for it during a run
+(``backend.simplan``). Links between an emulated and a simulated node pass through linkd
+and can do everything.
 """
 
 from __future__ import annotations
@@ -27,30 +30,6 @@ class Gap:
 
     sentence: str  # the whole refusal, naming the link and the fix
     option: str  # the option's name in the file (jitter, queue, ...), for its place
-    member: int | None = None  # the port whose own shaping asks for it, if one does
-
-
-_FIX = "remove it or move the {kind} out of make-simulated"
-
-
-def _options(s: Shaping, lan: bool, ingress: bool) -> list[tuple[str, str]]:
-    """(option, what) of one direction's shaping (a port's ingress or egress) that simulated
-    links do not have."""
-    found = []
-    if lan and s.jitter_s:
-        found.append(("jitter", "jitter on a LAN"))
-    if lan and s.duplicate:
-        found.append(("duplicate", "duplication on a LAN"))
-    if lan and s.corrupt:
-        found.append(("corrupt", "corruption on a LAN"))
-    # A LAN member's queue decides the drops by ordinal and the Gilbert-Elliott loss of what
-    # it sends, as its egress pipe does; nothing decides on the way into a member but the
-    # LAN's own loss, drawn where each member receives.
-    if lan and ingress and s.drop_ordinals:
-        found.append(("drop_packets", "drops by ordinal on the way into a LAN member"))
-    if lan and ingress and s.gilbert_elliott is not None:
-        found.append(("gilbert_elliott", "Gilbert-Elliott loss on the way into a LAN member"))
-    return found
 
 
 def rate_and_delay(sender: Shaping, receiver: Shaping) -> tuple[int, float]:
@@ -69,17 +48,9 @@ def gaps(link: Link) -> list[Gap]:
     """Everything simulated ``link`` asks for that nestbed-sim does not do, each once."""
     if link.noshaping:
         return []  # an unshaped link, simulated or not, ignores its shaping
-    lan = link.kind == "lan"
-    fix = _FIX.format(kind=link.kind)
+    if link.kind == "lan":
+        return []  # each half of each member is a pipe of its own, as on an emulated LAN
     found: dict[str, Gap] = {}
-    for j, port in enumerate(link.ports):
-        for s, ingress in ((port.egress, False), (port.ingress, True)):
-            for option, what in _options(s, lan, ingress):
-                sentence = (
-                    f"simulated {link.kind} {link.name} asks for {what}, which simulated links "
-                    f"do not have yet; {fix}"
-                )
-                found.setdefault(what, Gap(sentence, option, j))
     pairs = [(a, b) for a in link.ports for b in link.ports if a is not b]
     for a, b in pairs:
         halves = (a.egress, b.ingress)
@@ -113,7 +84,7 @@ def gaps(link: Link) -> list[Gap]:
                     "gilbert_elliott",
                 ),
             )
-    if not lan and len(link.ports) == 2:
+    if len(link.ports) == 2:  # (the front end refuses a link of other than two members)
         a, b = link.ports
         there = a.egress.delay_s + b.ingress.delay_s
         back = b.egress.delay_s + a.ingress.delay_s
@@ -123,16 +94,6 @@ def gaps(link: Link) -> list[Gap]:
                 f"{back * 1e3:g} ms the other; a simulated link has one delay: give both "
                 "directions the same or move the link out of make-simulated",
                 "delay",
-            )
-    if lan:
-        first = link.ports[0]
-        between = _member_pair(first.egress, first.ingress)
-        if any(_member_pair(p.egress, p.ingress) != between for p in link.ports):
-            found["members"] = Gap(
-                f"simulated LAN {link.name} gives its members different bandwidths, delays, "
-                "loss rates or queues on the way in; a simulated LAN has one of each: set "
-                "them on the LAN, not on its members, or move it out of make-simulated",
-                "members",
             )
     return list(found.values())
 
@@ -166,10 +127,3 @@ def command_on_simulated(what: str, node: str) -> str:
         f"{what} is on simulated node {node}, which has no operating system to run it; put "
         "it on an emulated node"
     )
-
-
-def _member_pair(egress: Shaping, ingress: Shaping) -> tuple[object, ...]:
-    """What a LAN member's halves give a packet between two members (one member's egress and
-    another's ingress are the same halves as its own two when all members are alike). The
-    queue of what each member sends is its own, as on an emulated LAN."""
-    return (*rate_and_delay(egress, ingress), bernoulli_loss(egress, ingress), ingress.queue)

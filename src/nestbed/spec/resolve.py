@@ -566,24 +566,17 @@ class _Resolver:
             noshaping=bool(ld.noshaping),
             simulated=bool(ld.simulated),
         )
-        self.refuse_simulated_gaps(path, ld, members, link)
+        self.refuse_simulated_gaps(path, link)
         return link
 
-    def refuse_simulated_gaps(
-        self, path: Path_, ld: doc.LinkDoc, members: list[doc.MemberDoc], link: ir.Link
-    ) -> None:
+    def refuse_simulated_gaps(self, path: Path_, link: ir.Link) -> None:
         """An error, at the option's line, for each option of a link between simulated nodes
         that simulated links do not have (``model.simulated``)."""
         simulated = {n.name for n in self.doc.nodes if n.simulated}
         if not link.ports or not all(p.node in simulated for p in link.ports):
             return
         for gap in gaps(link):
-            where = path + (gap.option,)
-            if gap.member is not None and getattr(ld, gap.option, None) is None:
-                member = members[gap.member]
-                side = "egress" if getattr(member.egress, gap.option, None) else "ingress"
-                where = path + ("members", gap.member, side, gap.option)
-            self.p.error(where, gap.sentence)
+            self.p.error(path + (gap.option,), gap.sentence)
 
     def shaping(self, path: Path_, s: doc.ShapingDoc, base: ir.Shaping, what: str) -> ir.Shaping:
         """``base`` with every field ``s`` sets replaced."""
