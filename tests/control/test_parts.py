@@ -89,16 +89,21 @@ class CountingFake(FakeBackend):
         return super().linkd(plan)
 
 
-def test_status_polls_reuse_the_samplers_link_emulator_connection(tmp_path):
+def _sampling(tmp_path, name: str, backend: FakeBackend):  # type: ignore[no-untyped-def]
+    """TWO_NODES swapped in as NAME on BACKEND, and a sampler of it: (plan, sampler)."""
     from nestbed.backend.plan import plan
     from nestbed.spec import load
 
-    source = tmp_path / "i19c-sampler.yaml"
+    source = tmp_path / f"{name}.yaml"
     source.write_text(TWO_NODES)
-    p = plan(load(source, name="i19c-sampler").experiment)
-    backend = CountingFake(tmp_path / "fake")
+    p = plan(load(source, name=name).experiment)
     backend.swap_in(p)
-    sampler = Sampler(backend, p, RunFolder(tmp_path / "run"), {}, lambda: 0.0, lambda _: "up")
+    return p, Sampler(backend, p, RunFolder(tmp_path / "run"), {}, lambda: 0.0, lambda _: "up")
+
+
+def test_status_polls_reuse_the_samplers_link_emulator_connection(tmp_path):
+    backend = CountingFake(tmp_path / "fake")
+    p, sampler = _sampling(tmp_path, "i19c-sampler", backend)
     for _ in range(20):
         assert [r["port"] for r in sampler.live()] == ["a", "a", "b", "b"]
     sampler.sample()
@@ -132,15 +137,8 @@ class FlakyFake(FakeBackend):
 def test_a_failed_counters_request_is_asked_again_once_and_a_lasting_failure_says_why(
     tmp_path, capsys
 ):
-    from nestbed.backend.plan import plan
-    from nestbed.spec import load
-
-    source = tmp_path / "i21-flaky.yaml"
-    source.write_text(TWO_NODES)
-    p = plan(load(source, name="i21-flaky").experiment)
     backend = FlakyFake(tmp_path / "fake")
-    backend.swap_in(p)
-    sampler = Sampler(backend, p, RunFolder(tmp_path / "run"), {}, lambda: 0.0, lambda _: "up")
+    p, sampler = _sampling(tmp_path, "i21-flaky", backend)
     FlakyFake.failures[:] = ["host h2 did not answer"]
     assert len(sampler.live()) == 4  # the second request, on a new connection, answered
     assert sampler.unanswered is None
