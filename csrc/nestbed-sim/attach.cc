@@ -419,20 +419,38 @@ AttachDevice::Up(Ptr<Packet> packet, int64_t waitNs)
         tag.waitNs = static_cast<uint64_t>(waitNs);
         packet->AddPacketTag(tag);
     }
-    Mac48Address destination = header.GetDestination();
-    PacketType type = destination.IsBroadcast() ? NS3_PACKET_BROADCAST
-                      : destination.IsGroup()   ? NS3_PACKET_MULTICAST
-                      : destination == Mac48Address::ConvertFrom(GetAddress())
-                          ? NS3_PACKET_HOST
-                          : NS3_PACKET_OTHERHOST;
-    uint16_t protocol = header.GetLengthType();
-    if (!m_promiscRx.IsNull())
+    HandUp(this, packet, header, m_promiscRx, m_rx);
+}
+
+void
+HandUp(Ptr<NetDevice> device,
+       Ptr<Packet> packet,
+       const EthernetHeader& header,
+       const NetDevice::PromiscReceiveCallback& promisc,
+       const NetDevice::ReceiveCallback& rx)
+{
+    Mac48Address to = header.GetDestination();
+    NetDevice::PacketType type = NetDevice::PACKET_OTHERHOST;
+    if (to.IsBroadcast())
     {
-        m_promiscRx(this, packet, protocol, header.GetSource(), destination, type);
+        type = NetDevice::PACKET_BROADCAST;
     }
-    if (type != NS3_PACKET_OTHERHOST && !m_rx.IsNull())
+    else if (to.IsGroup())
     {
-        m_rx(this, packet, protocol, header.GetSource());
+        type = NetDevice::PACKET_MULTICAST;
+    }
+    else if (to == Mac48Address::ConvertFrom(device->GetAddress()))
+    {
+        type = NetDevice::PACKET_HOST;
+    }
+    uint16_t protocol = header.GetLengthType();
+    if (!promisc.IsNull())
+    {
+        promisc(device, packet, protocol, header.GetSource(), to, type);
+    }
+    if (type != NetDevice::PACKET_OTHERHOST && !rx.IsNull())
+    {
+        rx(device, packet, protocol, header.GetSource());
     }
 }
 

@@ -2,6 +2,8 @@
 
 #include "links.h"
 
+#include "attach.h"
+
 #include "ns3/internet-module.h"
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
@@ -512,21 +514,7 @@ LanDevice::FromWire(Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Address
     Ptr<Packet> packet = p->Copy();
     EthernetHeader ethernet(false);
     packet->RemoveHeader(ethernet);
-    Mac48Address to = ethernet.GetDestination();
-    Mac48Address self = Mac48Address::ConvertFrom(GetAddress());
-    PacketType type = to.IsBroadcast() ? NS3_PACKET_BROADCAST
-                      : to.IsGroup()   ? NS3_PACKET_MULTICAST
-                      : to == self     ? NS3_PACKET_HOST
-                                       : NS3_PACKET_OTHERHOST;
-    uint16_t protocol = ethernet.GetLengthType();
-    if (!m_promisc.IsNull())
-    {
-        m_promisc(this, packet, protocol, ethernet.GetSource(), to, type);
-    }
-    if (type != NS3_PACKET_OTHERHOST && !m_up.IsNull())
-    {
-        m_up(this, packet, protocol, ethernet.GetSource());
-    }
+    HandUp(this, packet, ethernet, m_promisc, m_up);
     return true;
 }
 
