@@ -93,9 +93,9 @@ void SetSpin(ns3::Time spin);
 // Called as a link schedules a packet's arrival at NODE at DUE.
 void WakeFor(uint32_t nodeId, ns3::Time due);
 
-// Hands PACKET, which came to DEVICE (of hardware address SELF) in an Ethernet frame with
-// HEADER, to the node as an Ethernet device does: to PROMISC, if set, whatever its
-// destination, and to RX, if set, if it is for DEVICE, for all, or for a group.
+// Hands PACKET, which came to DEVICE in an Ethernet frame with HEADER, to the node as an
+// Ethernet device does: to PROMISC, if set, whatever its destination, and to RX, if set, if
+// it is for DEVICE's own address, for all, or for a group.
 void HandUp(ns3::Ptr<ns3::NetDevice> device,
             ns3::Ptr<ns3::Packet> packet,
             const ns3::EthernetHeader& header,

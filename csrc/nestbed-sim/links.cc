@@ -342,8 +342,7 @@ SendQueue::Dequeue()
         // The device holds it until it has sent it (SentOut) or given it up (NotSent), its
         // time on the wire and its gap from now (as the device computes them).
         member->onWire = m_frames.front();
-        DataRate rate(Rate(member->rateBps));
-        Time onWire = rate.CalculateBytesTxTime(p->GetSize()) + member->gap;
+        Time onWire = member->dataRate.CalculateBytesTxTime(p->GetSize()) + member->gap;
         member->wireUntil = Simulator::Now() + onWire;
         m_frameBytes -= m_frames.front();
         m_frames.pop_front();
@@ -626,7 +625,8 @@ SimLink::Set(size_t member, const Pipe& pipe)
     Member& m = *m_members.at(member);
     m.sendLoss = pipe.loss;
     Limit(member, pipe.queue);
-    DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(DataRate(Rate(pipe.rateBps)));
+    m.dataRate = DataRate(Rate(pipe.rateBps));
+    DynamicCast<PointToPointNetDevice>(m.device)->SetDataRate(m.dataRate);
     m.rateBps = pipe.rateBps;
     m.delayS = pipe.delayS;
     m.jitter = pipe.jitter;

@@ -201,6 +201,7 @@ struct Member
     uint32_t onWire = 0;      // the frame bytes (as linkd counts them) its device holds, or 0
     ns3::Time wireUntil;      // when the device lets that frame go (its gap after it ended)
     double rateBps = 0;       // what it sends at (0: unlimited)
+    ns3::DataRate dataRate;   // the same, as its device has it
     ns3::Time gap;            // what its device leaves after each packet (Pace)
     bool idle = false;        // its queue emptied (RED's idle decay), at idleSince
     ns3::Time idleSince;

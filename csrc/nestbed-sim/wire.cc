@@ -238,8 +238,14 @@ WireChannel::TransmitStart(Ptr<const Packet> p, Ptr<PointToPointNetDevice> src, 
     d.counts.corrupted += corrupt ? 1 : 0;
     if (corrupt && m_carryCorrupted)
     {
+        // Marked once: a frame corrupted on its way to the switch may be again on its way out
+        // (ns-3 aborts on a second tag of a kind).
+        CorruptTag tag;
         Ptr<Packet> marked = p->Copy();
-        marked->AddPacketTag(CorruptTag());
+        if (!marked->PeekPacketTag(tag))
+        {
+            marked->AddPacketTag(tag);
+        }
         Deliver(d, marked, dst, transmitted, false);
     }
     else

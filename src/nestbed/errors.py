@@ -52,6 +52,12 @@ class InternalError(NestbedError):
     exit_code = 4
 
 
+def reason(exc: BaseException) -> str:
+    """A failure as a sentence: nestbed's own as it is, anything else with its type (a
+    timeout says nothing by its message alone)."""
+    return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One problem in an experiment file: where it is and one sentence saying what to do."""

@@ -214,3 +214,24 @@ def test_a_timed_changes_hosts_are_waited_for_until_its_time_and_the_hop_back_on
     # Dask slots until its time; its result is taken once its time has come.
     assert (started, taken) == ("start_timed", "timed_result") and started_at < due <= taken_at
     assert to_take["light"] and to_take["timeout_s"] == LINK_ANSWER_S
+
+
+def test_a_host_that_fails_to_give_counters_is_named_whatever_it_raised():
+    """Dask's own errors too (a cancelled task is no OSError): a status or a sample gets
+    one nestbed error naming the host, which it reports and may do without."""
+    from concurrent.futures import CancelledError
+
+    parts = shares(plan(build(DUMBBELL)), LEFT_RIGHT, UNDERLAY)
+    hosts = Hosts()
+
+    def failing(asked, op, fields):
+        replies = hosts(asked, op, fields)
+        replies["right"] = CancelledError("lost with its worker")
+        return replies
+
+    channel = ClusterChannel(parts, failing, hosts.at)
+    with pytest.raises(EnvironmentProblem, match=r"^host right: CancelledError: lost with"):
+        channel.request("counters")
+    # Any other request raises what the host raised, as before.
+    with pytest.raises(CancelledError):
+        channel.request("up", link="bottleneck")

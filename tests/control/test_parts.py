@@ -140,13 +140,19 @@ def test_a_failed_counters_request_is_asked_again_once_and_a_lasting_failure_say
     backend = FlakyFake(tmp_path / "fake")
     p, sampler = _sampling(tmp_path, "i21-flaky", backend)
     FlakyFake.failures[:] = ["host h2 did not answer"]
-    assert len(sampler.live()) == 4  # the second request, on a new connection, answered
-    assert sampler.unanswered is None
+    rows, total, why = sampler.chosen()
+    assert (len(rows), total, why) == (4, 4, None)  # the second try, on a new connection
+    # The log says why the first try failed, though the second answered.
+    assert (
+        "TimeoutError: host h2 did not answer; the second try answered" in capsys.readouterr().err
+    )
     FlakyFake.failures[:] = ["host h2 did not answer", "host h2 still did not answer"]
-    assert sampler.live() == []
-    assert sampler.unanswered == "host h2 did not answer; then host h2 still did not answer"
-    assert "gave no counters: host h2 did not answer" in capsys.readouterr().err
-    assert len(sampler.live()) == 4 and sampler.unanswered is None
+    rows, _, why = sampler.chosen()
+    assert rows == [] and why == (
+        "TimeoutError: host h2 did not answer; then TimeoutError: host h2 still did not answer"
+    )
+    assert "still did not answer; so none now" in capsys.readouterr().err
+    assert sampler.chosen()[2] is None and len(sampler.live()) == 4
     sampler.stop()
     backend.swap_out(p)
 

@@ -59,7 +59,7 @@ def test_the_top_pipes_are_down_then_dropping_then_busiest_in_the_last_second(
     s.sample()
     channel.set("l07", bytes_out=7_000_000 + 90_000_000)  # the busiest since the sample
     channel.set("l11", bytes_out=11_000_000, drops=4)
-    rows, total = s.chosen(top=4)
+    rows, total, _ = s.chosen(top=4)
     assert total == 100
     # In (link, port, direction) order; l49's old bytes count for nothing now.
     assert [(r["link"], r["direction"]) for r in rows] == [
@@ -74,7 +74,7 @@ def test_a_status_for_chosen_links_has_their_pipes_only(tmp_path: Path) -> None:
     for link in ("bottleneck", "left", "right"):
         channel.set(link, bytes_out=500)
     s = sampler(tmp_path, channel, down=set())
-    rows, total = s.chosen(links=("right", "bottleneck", "nosuch"))
+    rows, total, _ = s.chosen(links=("right", "bottleneck", "nosuch"))
     assert total == 6
     assert [r["link"] for r in rows] == ["bottleneck", "bottleneck", "right", "right"]
     assert s.chosen(links=("right",), top=1)[0] == [rows[2]]

@@ -324,6 +324,55 @@ def test_duplication_and_corruption_on_a_simulated_link_are_linkds(tmp_path, lan
         assert abs(duplicates / count - dup * (1 - bad)) < 0.05
 
 
+TWO_ROUTER_LAN = """
+routing: static
+nodes: [{name: h1}, {name: r1, simulated: true}, {name: r2, simulated: true}]
+lans:
+  - {name: ether, members: MEMBERS}
+links:
+  - {name: a1, members: [h1, r1]}
+"""
+
+
+def test_a_frame_corrupted_on_both_halves_of_a_lan_is_discarded_once(tmp_path):
+    """Once r1 and r2 know each other, r1's way to the switch and the switch's way to r2
+    each start corrupting half of what they carry: a quarter of the probes arrive, and a
+    frame corrupted twice is one more corrupted frame (ns-3 aborted nestbed-sim on marking
+    it a second time)."""
+    from nestbed.backend import simplan
+
+    both = "[{node: r1, egress: {corrupt: 0.5}}, {node: r2, ingress: {corrupt: 0.5}}]"
+    corrupting = simplan.settings(build(TWO_ROUTER_LAN.replace("MEMBERS", both)).lans[0])
+    exp = build(TWO_ROUTER_LAN.replace("MEMBERS", "[r1, r2]"))
+    exp = exp.model_copy(update={"name": f"i25dcc{os.getpid()}"})
+    r2 = exp.lans[0].port("r2").ip
+    count = 400
+    with swapping() as swap:
+        p = swap(exp)
+        with closing(sim.SimChannel(linux.run_dir(p))) as channel:
+            for port, n, name in ((9000, 5, "warm"), (9001, count, "probes")):
+                channel.request("udp-recv", f"r{name}", "r2", port,
+                                sim.word(tmp_path / f"{name}.csv"),
+                                sim.word(tmp_path / f"{name}-recv.json"))  # fmt: skip
+                channel.request("udp-send", f"s{name}", "r1", r2, port, 64, "0.01", n,
+                                sim.word(tmp_path / f"{name}-send.json"))  # fmt: skip
+                while not channel.request("state", f"s{name}")["done"]:
+                    time.sleep(0.1)
+                time.sleep(0.5)  # the last probe's way
+                if name == "warm":
+                    channel.request(*corrupting.split())
+            ports = channel.request("counters")["links"]["ether"]["ports"]
+    with (tmp_path / "probes.csv").open() as f:
+        arrived = len(list(csv.DictReader(f)))
+    share = arrived / count
+    twice = ports["r2"]["ingress"]["counters"]["corrupted"]
+    print(f"{arrived} of {count} arrived ({share:.3f}; expected 0.25); the way to r2 "
+          f"corrupted {twice}, half of them corrupted already")  # fmt: skip
+    # Binomial, 400 probes: a standard deviation of 0.022.
+    assert abs(share - 0.25) < 0.11
+    assert twice > 0
+
+
 SAME_RATE_LAN = """
 routing: static
 nodes: [{name: h1}, {name: r1, simulated: true}, {name: r2, simulated: true}]

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from nestbed.backend.plan import PipeSettings
 from nestbed.backend.sockets import SocketClient
-from nestbed.errors import InternalError, NestbedError
+from nestbed.errors import InternalError, NestbedError, reason
 
 Pipe = tuple[str, str, str]  # (link, port, direction) of one of linkd's pipes
 
@@ -120,7 +120,7 @@ def pipe_counters(client: Channel, why: list[str] | None = None) -> dict[Pipe, d
         reply = client.request("counters")
     except (OSError, NestbedError) as exc:
         if why is not None:
-            why.append(str(exc) or type(exc).__name__)
+            why.append(reason(exc))
         return {}
     return {
         (link, port, direction): _with_down(pipes, direction)

@@ -355,7 +355,8 @@ def status_tables(data: dict) -> Group:
     )
     parts = [head, nodes, links, programs, flows]
     if data.get("link_counters_unanswered"):
-        parts.insert(3, Text(f"no link counters now: {data['link_counters_unanswered']}"))
+        why = data["link_counters_unanswered"]
+        parts.insert(3, Text(f"the link emulators gave no counters now: {why}"))
     return Group(*parts)
 
 

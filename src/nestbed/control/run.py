@@ -332,7 +332,7 @@ class Run:
     ) -> dict[str, Any]:
         """The run now; the pipes' counters of ``links`` only, or the ``top`` that matter
         most (see ``requests.Status``), with ``pipes_total`` saying how many there were."""
-        counters, total = self.sampler.chosen(links=links, top=top)
+        counters, total, unanswered = self.sampler.chosen(links=links, top=top)
         upcoming = self.scheduler.upcoming()
         static = [p for p in upcoming if p.source in ("static", "timeline")]
         return {
@@ -358,7 +358,7 @@ class Run:
             **self.links.now(),
             "linktests": self.linktests.finished(),
             "link_counters": counters,
-            "link_counters_unanswered": self.sampler.unanswered,
+            "link_counters_unanswered": unanswered,
             "pipes_total": total,
             "programs": [p.status() for p in self.programs.values()],
             "flows": [

@@ -18,7 +18,7 @@ from nestbed.backend.base import Backend
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.linkd import Channel, Pipe, drops_by_kind, pipe_counters
 from nestbed.backend.plan import Plan
-from nestbed.errors import NestbedError
+from nestbed.errors import NestbedError, reason
 from nestbed.results.folder import RunFolder
 from nestbed.results.tables import LINK_COLUMNS, NODE_COLUMNS, Table
 
@@ -49,7 +49,7 @@ class Sampler:
         self.thread: threading.Thread | None = None
         # Each pipe's bytes out at the last sample: what a status's top pipes are ranked by.
         self.bytes_before: dict[Pipe, int] = {}
-        self.unanswered: str | None = None  # why the link emulator last gave no counters
+        self.logged: str | None = None  # what the log said last of a failed request
 
     def start(self, t0: float) -> None:
         """Samples at t0 + 0, 1, 2 ... s (t0 on the monotonic clock)."""
@@ -64,17 +64,19 @@ class Sampler:
             if self.stopping.wait(max(0.0, t0 + tick - time.monotonic())):
                 break
 
-    def counters(self) -> dict[Pipe, dict[str, Any]]:
-        """Every pipe's counters now, and the simulated links' as pipes."""
-        return self._linkd_counters() | self.simulated()
+    def counters(self) -> tuple[dict[Pipe, dict[str, Any]], str | None]:
+        """Every pipe's counters now, and the simulated links' as pipes; and why the link
+        emulator gave none, if it did not."""
+        found, why = self._linkd_counters()
+        return found | self.simulated(), why
 
-    def _linkd_counters(self) -> dict[Pipe, dict[str, Any]]:
+    def _linkd_counters(self) -> tuple[dict[Pipe, dict[str, Any]], str | None]:
         """linkd's pipes; empty without a link emulator or when it does not answer twice,
         on the connection kept and on a new one (a cluster's request crosses Dask and every
-        host, where one can fail and the next succeed). Why it did not is kept in
-        ``unanswered`` (None once it answers), and the controller's log says it."""
+        host, where one can fail and the next succeed), and then why. The controller's log
+        says why a request failed, the first try's too, each reason once in a row."""
         if not self.plan.needs_linkd:
-            return {}
+            return {}, None
         why: list[str] = []
         with self.lock:
             for _ in range(2):
@@ -82,24 +84,30 @@ class Sampler:
                     try:
                         self.channel = self.backend.linkd(self.plan)
                     except (OSError, NestbedError) as exc:
-                        why.append(str(exc) or type(exc).__name__)
+                        why.append(reason(exc))
                         continue
                 found = pipe_counters(self.channel, why)
                 if found:
-                    self.unanswered = None
-                    return found
+                    self._log(why, "the second try answered")
+                    return found, None
                 self.channel.close()
                 self.channel = None
-            reason = "; then ".join(why) or "it has no pipes"
-            if reason != self.unanswered:
-                print(f"the link emulator gave no counters: {reason}", file=sys.stderr, flush=True)
-            self.unanswered = reason
-            return {}
+            self._log(why, "so none now")
+            return {}, "; then ".join(why) or "it has no pipes"
+
+    def _log(self, why: list[str], outcome: str) -> None:
+        """Tells the controller's log why the link emulator did not answer, unless it said the
+        same last time (a reason that lasts is said once)."""
+        said = "; then ".join(why)
+        if why and said != self.logged:
+            print(f"the link emulator gave no counters: {said}; {outcome}", file=sys.stderr,
+                  flush=True)  # fmt: skip
+        self.logged = said or None
 
     def sample(self) -> None:
         """One row per pipe and per node, now."""
         t = round(self.now_s(), 3)
-        counters = self.counters()
+        counters, _ = self.counters()
         self.bytes_before = {pipe: c["bytes_out"] for pipe, c in counters.items()}
         for (link, port, direction), c in counters.items():
             drops = drops_by_kind(c)
@@ -128,11 +136,12 @@ class Sampler:
 
     def chosen(
         self, links: tuple[str, ...] | None = None, top: int | None = None
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[dict[str, Any]], int, str | None]:
         """The status rows of ``links`` only (all without), cut to the ``top`` that matter
         most: a link that is down, then the most drops, then the most bytes out since the
-        last sample; in (link, port, direction) order. And how many pipes there are."""
-        found = self.counters()
+        last sample; in (link, port, direction) order. And how many pipes there are, and why
+        the link emulator gave no counters, if it did not."""
+        found, why = self.counters()
         total = len(found)
         if links is not None:
             wanted = set(links)
@@ -158,7 +167,7 @@ class Sampler:
             for link, port, direction in pipes
             for c in (found[(link, port, direction)],)
         ]  # fmt: skip
-        return rows, total
+        return rows, total, why
 
     def stop(self) -> None:
         """Stops sampling, takes the last sample (the run's totals) and closes the tables."""

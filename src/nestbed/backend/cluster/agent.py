@@ -234,8 +234,10 @@ def state_only(p: Plan) -> Plan:
 
 
 def linkd_request(p: Plan, op: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """One request to this host's link emulator of the experiment (run on the agent)."""
-    with linux.linkd(p) as client:
+    """One request to this host's link emulator of the experiment (run on the agent); a
+    linkd that does not answer within ``LINKD_ANSWER_S`` is given up (TimeoutError), so that
+    it holds none of the agent's threads for good."""
+    with linux.linkd(p, timeout_s=LINKD_ANSWER_S) as client:
         return client.request(op, **fields)
 
 

@@ -46,7 +46,6 @@ from nestbed.backend import processes
 from nestbed.backend.cgroups import NodeCgroup
 from nestbed.backend.cluster import agent, clocks, host, remote, slots, timeservice, workdirs
 from nestbed.backend.cluster.channel import ClusterChannel
-from nestbed.backend.cluster.channel import reason as _reason
 from nestbed.backend.cluster.datagrams import Drainer
 from nestbed.backend.cluster.placement import HostFacts, place
 from nestbed.backend.cluster.proxy import Feed, Poller, RemoteProcess, Terminal, sink_and_reader
@@ -66,7 +65,7 @@ from nestbed.backend.confine import confined_argv, hand_over
 from nestbed.backend.linkd import Channel, Request
 from nestbed.backend.nofollow import write_tree
 from nestbed.backend.plan import Plan, experiment_tag
-from nestbed.errors import EnvironmentProblem, Held, InternalError, NestbedError
+from nestbed.errors import EnvironmentProblem, Held, InternalError, NestbedError, reason
 
 if TYPE_CHECKING:
     from nestbed.model.options import RunAs
@@ -89,6 +88,8 @@ LINK_LEAD_S = 3.0
 # back, as long as the hop there may be): a host whose agent went is named in the event's
 # row then, rather than after DEFAULT_TIMEOUT_S, and the run's end does not wait for it.
 LINK_ANSWER_S = LINK_LEAD_S
+# How long the hosts' link emulators may take to give their counters (a status, a sample).
+COUNTERS_ANSWER_S = 10.0
 
 
 PLACE_ATTEMPTS = 5  # placements of one swap-in whose slots others took meanwhile
@@ -152,9 +153,10 @@ class ClusterBackend:
             return self._client
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._connecting:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def __enter__(self) -> ClusterBackend:
         return self
@@ -236,7 +238,7 @@ class ClusterBackend:
         failed = {h: a for h, a in answers.items() if isinstance(a, BaseException)}
         if failed:
             h, exc = next(iter(failed.items()))
-            raise EnvironmentProblem(f"host {h} did not report its facts: {_reason(exc)}") from exc
+            raise EnvironmentProblem(f"host {h} did not report its facts: {reason(exc)}") from exc
         return list(answers.values())
 
     # -- swap in and out ----------------------------------------------------------------------
@@ -332,7 +334,7 @@ class ClusterBackend:
                     raise _SlotsTaken(full[0]) from failed[full[0]]
             h, exc = next(iter(failed.items()))
             raise EnvironmentProblem(
-                f"swap-in of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
+                f"swap-in of experiment {plan.experiment} failed on host {h}: {reason(exc)}; "
                 + after
             ) from exc
 
@@ -355,7 +357,7 @@ class ClusterBackend:
         for h, answer in answers.items():
             if isinstance(answer, BaseException):
                 raise EnvironmentProblem(
-                    f"host {h} could not measure the underlay: {_reason(answer)}"
+                    f"host {h} could not measure the underlay: {reason(answer)}"
                 ) from answer
             found[h] = {name[a]: s for a, (s, _) in answer.items()}
             mtus += [mtu for _, mtu in answer.values()]
@@ -422,7 +424,7 @@ class ClusterBackend:
                     samples.append(clocks.Sample(t1, answer[workers[h]], time.time_ns()))
             except Exception as exc:  # its agent left since it reported its facts
                 raise EnvironmentProblem(
-                    f"host {h} did not answer a time request: {_reason(exc)}"
+                    f"host {h} did not answer a time request: {reason(exc)}"
                 ) from exc
             found[h] = replace(clocks.estimate(samples), method="dask")
         return found
@@ -465,7 +467,7 @@ class ClusterBackend:
         if failed:
             h, exc = next(iter(failed.items()))
             raise EnvironmentProblem(
-                f"swap-out of experiment {plan.experiment} failed on host {h}: {_reason(exc)}; "
+                f"swap-out of experiment {plan.experiment} failed on host {h}: {reason(exc)}; "
                 "run `nestbed swapout` again"
             ) from exc
         _remove_state(self.run_dir(plan))
@@ -584,7 +586,7 @@ class ClusterBackend:
     def _signal(self, h: str, key: str, sig: int, group: bool) -> None:
         (answer,) = self._on_hosts(remote.send_signal, {h: (key, sig, group)}).values()
         if isinstance(answer, BaseException):
-            raise EnvironmentProblem(f"host {h} could not signal a command: {_reason(answer)}")
+            raise EnvironmentProblem(f"host {h} could not signal a command: {reason(answer)}")
 
     # The node's host runs the command with its own setpriv (util-linux).
     confine = staticmethod(confined_argv)
@@ -622,7 +624,7 @@ class ClusterBackend:
         for h, answer in sorted(answers.items()):
             if isinstance(answer, BaseException):
                 said.append(f"the working folders on host {h} did not come back: "
-                            f"{_reason(answer)}")  # fmt: skip
+                            f"{reason(answer)}")  # fmt: skip
                 continue
             for node, tree in sorted(answer.items()):
                 left = tree.left_out | write_tree(folders[node], tree, owner)
@@ -682,9 +684,11 @@ class ClusterBackend:
         parts = self.shares(plan)
 
         def on_hosts(hosts: list[str], op: str, fields: dict[str, Any]) -> dict[str, Any]:
+            # A status waits on counters: a host that has not given them soon is named.
+            timeout_s = COUNTERS_ANSWER_S if op == "counters" else None
             return self._on_hosts(agent.linkd_request, {
                 h: (agent.state_only(parts[h].plan), op, fields) for h in hosts
-            })  # fmt: skip
+            }, timeout_s=timeout_s)  # fmt: skip
 
         offset_ns = self._monotonic_offsets_ns(plan)
 
@@ -758,7 +762,7 @@ class ClusterBackend:
                 raise done
             if isinstance(done, BaseException):
                 raise EnvironmentProblem(
-                    f"host {where} did not apply the change: {_reason(done)}"
+                    f"host {where} did not apply the change: {reason(done)}"
                 ) from done
             return float(done - offset_ns) / 1e9
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from nestbed.backend.cluster.share import TUNNEL_PORT, HostShare, less_delay
 from nestbed.backend.linkd import Request
-from nestbed.errors import EnvironmentProblem, NestbedError
+from nestbed.errors import EnvironmentProblem, reason
 
 # Runs ``linkd_request(host, op, fields)`` on each host given, at once: each host's reply or
 # the exception it raised.
@@ -62,7 +62,7 @@ class ClusterChannel:
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         hosts, fields = self._routed(op, fields)
-        replies = _answered(self.on_hosts(hosts, op, fields), hosts)
+        replies = _answered(self.on_hosts(hosts, op, fields), hosts, op)
         if op == "counters":
             return merge_counters([replies[h] for h in hosts])
         return replies[hosts[0]]
@@ -99,17 +99,16 @@ class ClusterChannel:
         """Nothing stays open: each request is its own task."""
 
 
-def reason(exc: BaseException) -> str:
-    """A host's failure as a sentence: nestbed's own as it is, anything else with its type
-    (a timeout says nothing by its message alone)."""
-    return str(exc) if isinstance(exc, NestbedError) else f"{type(exc).__name__}: {exc}"
-
-
-def _answered(replies: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
-    """The hosts' replies, once none of them is an exception (the first is raised)."""
+def _answered(replies: dict[str, Any], hosts: list[str], op: str) -> dict[str, Any]:
+    """The hosts' replies, once none of them is an exception (the first is raised; for
+    ``counters``, which a status or a sample may do without, as an EnvironmentProblem
+    naming its host, whatever it was: Dask's own too)."""
     for h in hosts:
-        if isinstance(replies[h], BaseException):
-            raise replies[h]
+        exc = replies[h]
+        if isinstance(exc, BaseException):
+            if op == "counters":
+                raise EnvironmentProblem(f"host {h}: {reason(exc)}") from exc
+            raise exc
     return replies
 
 
