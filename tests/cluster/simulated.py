@@ -35,6 +35,7 @@ from nestbed.backend import linux, offloads
 from nestbed.backend.processes import stop as stop_process
 from nestbed.backend.sockets import SocketClient, start_daemon
 from nestbed.binaries import built_binary
+from nestbed.lifecycle import signals
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 UNDERLAY_DELAY_S = 0.0005  # from host to host, each way (the sending port's egress pipe)
@@ -264,7 +265,9 @@ class Agents:
 
         address_file = self.folder / "scheduler.json"
         address_file.unlink(missing_ok=True)
-        with self._log("scheduler") as log:
+        # A stop (Ctrl-C, SIGTERM, SIGHUP) is held while the process starts: one that came
+        # inside Popen, after the child was made, would leave it running and unknown.
+        with self._log("scheduler") as log, signals.deferred():
             scheduler = subprocess.Popen(
                 [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
                  self.machines.gateway_address, "--port", port, "--no-dashboard",
@@ -295,7 +298,7 @@ class Agents:
         broken host: where its Rust programs are, ``NESTBED_LINKD``)."""
         argv = [sys.executable, "-m", "nestbed", "agent", "--scheduler", self.address,
                 "--host", host, "--slots", str(self.slots), *self.options]  # fmt: skip
-        with self._log(f"agent-{host}") as log:
+        with self._log(f"agent-{host}") as log, signals.deferred():  # as for the scheduler
             self.agents[host] = subprocess.Popen(
                 self.machines.argv(host, *argv), env={**self.machines.env(host), **(env or {})},
                 stdout=log, stderr=subprocess.STDOUT,
@@ -371,7 +374,6 @@ def started(
     signal waits until all is removed)."""
     from nbtest import until
     from nestbed.backend.cluster.backend import ClusterBackend
-    from nestbed.lifecycle import signals
 
     machines = Machines(count, mtu, switch=switch, realtime=realtime)
     agents = None
