@@ -69,7 +69,9 @@ def _remove_what_it_left(bench: subprocess.Popen, made: str) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(bench.pid, signal.SIGKILL)
     bench.wait()
-    for pid in _pids(f"/run/nestbed-{made}"):  # the underlay's linkd: a session of its own
+    # The underlay's linkd (a session of its own, its state folder in its command line) and
+    # the agents (their hosts' state folders in their environment).
+    for pid in _pids(f"/run/nestbed-{made}"):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     gateway = f"i21g{bench.pid % 100000}"
@@ -99,10 +101,12 @@ def _remove_what_it_left(bench: subprocess.Popen, made: str) -> None:
 
 
 def _pids(needle: str) -> list[int]:
-    """The processes whose command line names ``needle``."""
+    """The processes whose command line or environment names ``needle``."""
     found = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
-            if entry.name.isdigit() and needle.encode() in (entry / "cmdline").read_bytes():
+            if entry.name.isdigit() and any(
+                needle.encode() in (entry / part).read_bytes() for part in ("cmdline", "environ")
+            ):
                 found.append(int(entry.name))
     return found
